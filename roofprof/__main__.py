@@ -1,0 +1,5 @@
+import sys
+
+from roofprof.cli import main
+
+sys.exit(main())

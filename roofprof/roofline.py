@@ -1,0 +1,224 @@
+"""Rooflines: ceilings, attainable performance, ridge points, and points placed on them.
+
+A :class:`Roofline` is a set of :class:`Ceiling` s: compute roofs per dtype (FLOP/s) and
+memory slopes per level (bytes/s). It does not know how its ceilings were obtained: from a
+datasheet (``Roofline.from_spec``) or measured by probes (``roofprof.probes``); each
+ceiling says which (``source``) and at what clock.
+
+>>> from roofprof.specs import load_gpu
+>>> r = Roofline.from_spec(load_gpu("h100-sxm"))
+>>> round(r.ridge("bf16"), 1)
+295.3
+>>> r.bound(1.0, "bf16")
+'memory'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from roofprof.errors import ConfigError
+
+if TYPE_CHECKING:
+    from roofprof.specs import GpuSpec
+
+MEMORY_LEVELS = ("dram", "l3", "l2", "l1", "smem")
+KINDS = ("compute", "memory")
+SOURCES = ("spec", "measured")
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """One roof: ``value`` in FLOP/s (``kind="compute"``, with ``dtype``) or bytes/s
+    (``kind="memory"``, with ``level``). ``source`` is ``spec`` or ``measured``;
+    ``clock_mhz`` the clock it holds at (datasheet clock, or median clock seen)."""
+
+    name: str
+    kind: str
+    value: float
+    dtype: str | None = None
+    level: str | None = None
+    source: str = "spec"
+    clock_mhz: float | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"ceiling {self.name!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind == "compute" and not self.dtype:
+            raise ConfigError(f"compute ceiling {self.name!r} needs a dtype")
+        if self.kind == "memory" and self.level not in MEMORY_LEVELS:
+            raise ConfigError(f"memory ceiling {self.name!r}: level must be one of {', '.join(MEMORY_LEVELS)}")
+        if not (self.value > 0 and math.isfinite(self.value)):
+            raise ConfigError(f"ceiling {self.name!r}: value must be a positive finite number, got {self.value!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
+        fields = {k: d[k] for k in ("name", "kind", "value", "dtype", "level", "source", "clock_mhz", "note") if k in d}
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A kernel or op placed on a roofline: what it did (FLOPs, bytes) in ``seconds``."""
+
+    name: str
+    flops: float
+    bytes: float
+    seconds: float
+    dtype: str
+    level: str = "dram"
+    source: str = "analytic"  # analytic | measured | counters
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte at ``level``."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.flops / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes / self.seconds if self.seconds > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """A machine's roofline; ``device`` names the machine."""
+
+    device: str
+    ceilings: tuple[Ceiling, ...]
+
+    # -- lookup --------------------------------------------------------------------
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.dtype for c in self.ceilings if c.kind == "compute"))
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.level for c in self.ceilings if c.kind == "memory"))
+
+    def compute_ceiling(self, dtype: str) -> Ceiling:
+        """The highest compute ceiling for ``dtype``.
+
+        Raises:
+            ConfigError: no ceiling for that dtype (the message lists those there are).
+        """
+        found = [c for c in self.ceilings if c.kind == "compute" and c.dtype == dtype]
+        if not found:
+            raise ConfigError(f"{self.device} has no {dtype} compute ceiling; dtypes: {', '.join(self.dtypes) or 'none'}")
+        return max(found, key=lambda c: c.value)
+
+    def memory_ceiling(self, level: str = "dram") -> Ceiling:
+        """The highest bandwidth ceiling at ``level``; raises ConfigError if there is none."""
+        found = [c for c in self.ceilings if c.kind == "memory" and c.level == level]
+        if not found:
+            raise ConfigError(f"{self.device} has no {level} bandwidth ceiling; levels: {', '.join(self.levels) or 'none'}")
+        return max(found, key=lambda c: c.value)
+
+    def compute_peak(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype``."""
+        return self.compute_ceiling(dtype).value
+
+    def memory_bandwidth(self, level: str = "dram") -> float:
+        """Bandwidth at ``level`` in bytes/s."""
+        return self.memory_ceiling(level).value
+
+    # -- the model -------------------------------------------------------------------
+    def attainable(self, intensity: float, dtype: str, level: str = "dram") -> float:
+        """Attainable FLOP/s at ``intensity`` (FLOP/byte): min(peak, bandwidth × intensity)."""
+        return min(self.compute_peak(dtype), self.memory_bandwidth(level) * intensity)
+
+    def ridge(self, dtype: str, level: str = "dram") -> float:
+        """Intensity (FLOP/byte) where the memory slope meets the compute roof."""
+        return self.compute_peak(dtype) / self.memory_bandwidth(level)
+
+    def bound(self, intensity: float, dtype: str, level: str = "dram") -> str:
+        """``"memory"`` left of the ridge, ``"compute"`` at or right of it."""
+        return "memory" if intensity < self.ridge(dtype, level) else "compute"
+
+    def time_s(self, flops: float, bytes_: float, dtype: str, level: str = "dram") -> float:
+        """Lower-bound time: max(flops / peak, bytes / bandwidth), in seconds."""
+        return max(flops / self.compute_peak(dtype), bytes_ / self.memory_bandwidth(level))
+
+    def scaled(self, factors: Mapping[str, float]) -> Roofline:
+        """A copy with compute ceilings of the named dtypes multiplied (e.g. by clock seen / spec clock)."""
+        out = []
+        for c in self.ceilings:
+            f = factors.get(c.dtype, 1.0) if c.kind == "compute" else 1.0
+            out.append(Ceiling(**{**asdict(c), "value": c.value * f}))
+        return Roofline(self.device, tuple(out))
+
+    # -- construction / IO -------------------------------------------------------------
+    @classmethod
+    def from_spec(cls, gpu: GpuSpec) -> Roofline:
+        """The datasheet roofline of ``gpu``: one compute roof per dtype, DRAM/HBM bandwidth."""
+        ceilings = []
+        for key, value in gpu.peak_flops_per_s.items():
+            tensor = key not in ("fp64", "fp32")
+            dtype = "fp64" if key == "fp64_tensor" else key
+            ceilings.append(Ceiling(
+                name=f"{key.replace('_tensor', '')} {'tensor' if tensor else 'CUDA cores'} (datasheet)",
+                kind="compute", value=value, dtype=dtype, source="spec",
+                clock_mhz=gpu.tensor_clock_mhz if tensor else gpu.vector_clock_mhz))
+        ceilings.append(Ceiling(name=f"{gpu.memory_type} (datasheet)", kind="memory",
+                                value=gpu.memory_bytes_per_s, level="dram", source="spec"))
+        return cls(device=gpu.name, ceilings=tuple(ceilings))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "ceilings": [asdict(c) for c in self.ceilings]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Roofline:
+        try:
+            return cls(device=str(d["device"]), ceilings=tuple(Ceiling.from_dict(c) for c in d["ceilings"]))
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"not a roofline: missing {exc}") from exc
+
+
+def load_roofline(path) -> Roofline:
+    """Read a ``roofline.json`` written by ``roofprof roofline`` (or a bare ``Roofline.to_dict()``).
+
+    Raises:
+        ConfigError: the file is missing, not JSON, or holds no ceilings.
+    """
+    from roofprof.results import read_json
+
+    data = read_json(path)
+    if isinstance(data, Mapping) and "roofline" in data:
+        data = data["roofline"]
+    if not isinstance(data, Mapping) or not data.get("ceilings"):
+        raise ConfigError(f"{str(path)!r} holds no roofline ceilings")
+    return Roofline.from_dict(data)
+
+
+def merge(*rooflines: Roofline, device: str | None = None) -> Roofline:
+    """One roofline holding all ceilings of ``rooflines`` (e.g. measured plus spec)."""
+    ceilings: list[Ceiling] = []
+    for r in rooflines:
+        ceilings.extend(r.ceilings)
+    return Roofline(device or rooflines[0].device, tuple(ceilings))
+
+
+def place(points: Iterable[Point], roofline: Roofline) -> list[dict[str, Any]]:
+    """Each point with its attainable roof, percent of roof and bound.
+
+    >>> from roofprof.specs import load_gpu
+    >>> r = Roofline.from_spec(load_gpu("h100-sxm"))
+    >>> p = Point("gemv", flops=2e9, bytes=2e9, seconds=1e-3, dtype="bf16")
+    >>> round(place([p], r)[0]["percent_of_roof"], 1)
+    59.7
+    """
+    out = []
+    for p in points:
+        roof = roofline.attainable(p.intensity, p.dtype, p.level)
+        out.append({"name": p.name, "intensity": p.intensity, "flops_per_s": p.flops_per_s,
+                    "attainable_flops_per_s": roof, "percent_of_roof": 100.0 * p.flops_per_s / roof,
+                    "bound": roofline.bound(p.intensity, p.dtype, p.level), "dtype": p.dtype,
+                    "level": p.level, "source": p.source})
+    return out

@@ -1,0 +1,283 @@
+"""Cited hardware specs and model configs.
+
+``GpuSpec`` rows come from ``data/gpus.json`` (datasheet values, dense, each row with its
+sources); ``ModelSpec`` comes from a Hugging Face-style Llama ``config.json``, either a
+shipped one (``data/models/<id>.json``) or any path the user gives.
+
+>>> gpu = load_gpu("H100")
+>>> gpu.id, gpu.memory_bytes_per_s
+('h100-sxm', 3350000000000.0)
+>>> load_model("llama-3.1-8b").param_count()
+8030261248
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from roofprof.errors import ConfigError, UnknownNameError
+
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+def _data_root():
+    """The shipped data folder (``roofprof.data`` package, i.e. the repo's ``data/``)."""
+    try:
+        return resources.files("roofprof.data")
+    except ModuleNotFoundError:  # running from a source tree without installing
+        return Path(__file__).resolve().parents[1] / "data"
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU's datasheet figures (SI units; dense tensor rates).
+
+    ``peak_flops_per_s`` maps a dtype (``fp64 fp64_tensor fp32 tf32 bf16 fp16 fp8 int8``)
+    to FLOP/s (OP/s for int8); a dtype the GPU lacks is absent. ``alternatives`` holds
+    disputed figures under the same field names.
+    """
+
+    id: str
+    name: str
+    aliases: tuple[str, ...]
+    architecture: str
+    compute_capability: str
+    sm_count: int
+    vector_clock_mhz: float
+    tensor_clock_mhz: float
+    memory_type: str
+    memory_bytes: float
+    memory_bytes_per_s: float
+    l2_bytes: float | None
+    tdp_w: float | None
+    peak_flops_per_s: Mapping[str, float]
+    nvlink_bytes_per_s: float | None = None
+    alternatives: Mapping[str, Any] = field(default_factory=dict)
+    confidence: str = ""
+    notes: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    def matmul_peak_flops_per_s(self, dtype: str) -> float:
+        """Best dense matmul rate for ``dtype`` (FLOP/s): fp64 takes the FP64 tensor rate if any.
+
+        Raises:
+            ConfigError: the GPU has no unit for that dtype (e.g. fp8 on an A100).
+        """
+        rates = dict(self.peak_flops_per_s)
+        if dtype == "fp64" and "fp64_tensor" in rates:
+            return max(rates["fp64_tensor"], rates.get("fp64", 0.0))
+        if dtype not in rates:
+            have = sorted(k for k in rates if k in DTYPES)
+            raise ConfigError(f"{self.id} has no {dtype} rate in its datasheet; dtypes it has: {', '.join(have)}")
+        return rates[dtype]
+
+    def ridge_flops_per_byte(self, dtype: str) -> float:
+        """Ridge point of the datasheet roofline (FLOP/byte): peak / DRAM bandwidth."""
+        return self.matmul_peak_flops_per_s(dtype) / self.memory_bytes_per_s
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_catalogue() -> tuple[dict[str, Any], tuple[GpuSpec, ...]]:
+    raw = json.loads((_data_root() / "gpus.json").read_text(encoding="utf-8"))
+    specs = []
+    for row in raw["gpus"]:
+        specs.append(
+            GpuSpec(
+                id=row["id"],
+                name=row["name"],
+                aliases=tuple(row.get("aliases", ())),
+                architecture=row.get("architecture", ""),
+                compute_capability=str(row.get("compute_capability", "")),
+                sm_count=int(row["sm_count"]),
+                vector_clock_mhz=float(row["vector_clock_mhz"]),
+                tensor_clock_mhz=float(row.get("tensor_clock_mhz") or row["vector_clock_mhz"]),
+                memory_type=row.get("memory_type", ""),
+                memory_bytes=float(row["memory_bytes"]),
+                memory_bytes_per_s=float(row["memory_bytes_per_s"]),
+                l2_bytes=_opt_float(row.get("l2_bytes")),
+                tdp_w=_opt_float(row.get("tdp_w")),
+                peak_flops_per_s={k: float(v) for k, v in row["peak_flops_per_s"].items() if v is not None},
+                nvlink_bytes_per_s=_opt_float(row.get("nvlink_bytes_per_s")),
+                alternatives=row.get("alternatives") or {},
+                confidence=row.get("confidence", ""),
+                notes=tuple(row.get("notes", ())),
+                sources=tuple(row.get("sources", ())),
+            )
+        )
+    return raw.get("sources", {}), tuple(specs)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def list_gpus() -> tuple[GpuSpec, ...]:
+    """All GPUs in the database, in file order."""
+    return _gpu_catalogue()[1]
+
+
+def gpu_sources() -> Mapping[str, Any]:
+    """The citation table of ``gpus.json`` (source key → title/url)."""
+    return _gpu_catalogue()[0]
+
+
+def match_gpu(name: str) -> GpuSpec | None:
+    """The spec whose id, name or alias matches ``name`` (case/punctuation-insensitive), or None.
+
+    Used to match a measured device (its NVML name) to its datasheet row.
+
+    >>> match_gpu("NVIDIA H100 80GB HBM3").id
+    'h100-sxm'
+    >>> match_gpu("Some CPU") is None
+    True
+    """
+    key = _norm(name)
+    for spec in list_gpus():
+        if key in {_norm(spec.id), _norm(spec.name), *(_norm(a) for a in spec.aliases)}:
+            return spec
+    return None
+
+
+def load_gpu(name: str) -> GpuSpec:
+    """The spec for a GPU id or alias.
+
+    Raises:
+        UnknownNameError: not in the database; the message lists the ids, closest first.
+    """
+    spec = match_gpu(name)
+    if spec is None:
+        raise UnknownNameError("GPU", name, [s.id for s in list_gpus()])
+    return spec
+
+
+# --------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A Llama-style decoder (dense, GQA, SwiGLU MLP, RMSNorm, RoPE).
+
+    >>> m = load_model("llama-3.1-8b")
+    >>> m.kv_bytes_per_token("bf16")
+    131072
+    """
+
+    id: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    source: str = ""
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def layer_param_count(self) -> int:
+        """Parameters of one decoder layer (attention, MLP, two RMSNorms)."""
+        h = self.hidden_size
+        attn = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        mlp = 3 * h * self.intermediate_size
+        return attn + mlp + 2 * h
+
+    def param_count(self) -> int:
+        """All parameters, counting tied embeddings once."""
+        embed = self.vocab_size * self.hidden_size
+        head = 0 if self.tie_word_embeddings else embed
+        return embed + self.num_layers * self.layer_param_count() + self.hidden_size + head
+
+    def kv_bytes_per_token(self, dtype: str) -> int:
+        """KV-cache bytes one token adds across all layers (K and V)."""
+        return 2 * self.num_layers * self.kv_size * BYTES_PER_ELEMENT[dtype]
+
+
+_REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def list_models() -> tuple[str, ...]:
+    """Ids of the shipped model configs (``data/models/*.json``)."""
+    folder = _data_root() / "models"
+    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json")))
+
+
+def load_model(id_or_path: str | Path) -> ModelSpec:
+    """A model from a shipped id (``llama-3.1-8b``) or the path of any HF Llama ``config.json``.
+
+    ``head_dim`` defaults to hidden/heads and ``num_key_value_heads`` to the head count, as
+    in transformers.
+
+    Raises:
+        UnknownNameError: neither a known id nor an existing file.
+        ConfigError: the file is not JSON, misses a field, or has a non-positive size
+            (the message names the file and the field).
+    """
+    text = str(id_or_path)
+    if text in list_models():
+        path, label = _data_root() / "models" / f"{text}.json", text
+    elif Path(text).is_file():
+        path, label = Path(text), Path(text).stem if Path(text).name != "config.json" else Path(text).parent.name or "config"
+    else:
+        raise UnknownNameError("model", text, list_models())
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{text}: not a valid JSON config ({exc})") from exc
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{text}: a config must be a JSON object")
+    for key in _REQUIRED_FIELDS:
+        if key not in cfg:
+            raise ConfigError(f"{text}: missing field {key!r}")
+    heads = _positive_int(cfg, "num_attention_heads", text)
+    hidden = _positive_int(cfg, "hidden_size", text)
+    if cfg.get("head_dim") is None and hidden % heads:
+        raise ConfigError(f"{text}: hidden_size {hidden} is not divisible by num_attention_heads {heads} and head_dim is absent")
+    cfg.setdefault("num_key_value_heads", heads)
+    if cfg.get("head_dim") is None:
+        cfg["head_dim"] = hidden // heads
+    kv_heads = _positive_int(cfg, "num_key_value_heads", text)
+    if heads % kv_heads:
+        raise ConfigError(f"{text}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    return ModelSpec(
+        id=cfg.get("_roofprof_id") or label,
+        hidden_size=hidden,
+        intermediate_size=_positive_int(cfg, "intermediate_size", text),
+        num_layers=_positive_int(cfg, "num_hidden_layers", text),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=_positive_int(cfg, "head_dim", text),
+        vocab_size=_positive_int(cfg, "vocab_size", text),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or 0) or 2**31 - 1,
+        source=str(cfg.get("_name_or_path", path)),
+    )
+
+
+def _positive_int(cfg: Mapping[str, Any], key: str, label: str) -> int:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != math.floor(value) or value <= 0:
+        raise ConfigError(f"{label}: field {key!r} must be a positive integer, got {value!r}")
+    return int(value)

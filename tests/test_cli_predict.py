@@ -1,0 +1,70 @@
+import json
+
+import pytest
+
+from roofprof.cli import main
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_schema(capsys):
+    code, out, _ = run(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--format", "json",
+                       "--convention", "seed")
+    assert code == 0
+    d = json.loads(out)
+    for key in ("model", "gpu", "dtype", "batch", "prompt_tokens", "context_tokens", "estimator",
+                "ridge_flops_per_byte", "prefill", "decode", "ops"):
+        assert key in d
+    assert set(d["prefill"]) >= {"seconds", "flops", "bytes", "attention_flops", "bound"}
+    assert set(d["decode"]) >= {"seconds_per_token", "tokens_per_second", "flops", "bytes", "weight_bytes",
+                                "kv_cache_bytes", "bound"}
+    op = d["ops"][0]
+    assert set(op) >= {"name", "phase", "m", "n", "k", "flops", "bytes", "intensity", "seconds", "bound"}
+    assert d["estimator"] == "spec" and d["gpu"] == "h100-sxm"
+    assert d["prefill"]["seconds"] == pytest.approx(sum(o["seconds"] for o in d["ops"] if o["phase"] == "prefill"))
+
+
+def test_table_and_csv(capsys):
+    code, out, _ = run(capsys, "predict", "--gpu", "h200", "--batch", "1,64")
+    assert code == 0 and "tokens/s" in out and "h200" in out
+    code, out, _ = run(capsys, "predict", "--gpu", "h200", "--format", "csv")
+    assert code == 0 and out.splitlines()[0].startswith("model,gpu,estimator")
+
+
+def test_plot(tmp_path, capsys):
+    png = tmp_path / "r.png"
+    code, _, _ = run(capsys, "predict", "--gpu", "a100-sxm-80gb", "--plot", str(png))
+    assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--gpu", "h1000"), "h100-sxm"),
+    (("--gpu", "h100", "--model", "llama-9b"), "llama-3.1-8b"),
+    (("--gpu", "h100", "--batch", "0"), "--batch"),
+    (("--gpu", "h100", "--prompt", "-5"), "--prompt"),
+    (("--gpu", "h100", "--dtype", "fp7"), "bf16"),
+    (("--gpu", "a100", "--dtype", "fp8"), "fp8"),
+    (("--gpu", "h100", "--format", "xml"), "json"),
+    ((), "--gpu"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, args, needle):
+    code, out, err = run(capsys, "predict", *args)
+    assert code == 2
+    assert needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_context_beyond_model_maximum_warns(capsys):
+    with pytest.warns(UserWarning, match="max_position_embeddings"):
+        code, out, _ = run(capsys, "predict", "--gpu", "h100", "--prompt", "200000", "--format", "json")
+    assert code == 0 and json.loads(out)["warnings"]
+
+
+def test_specs(capsys):
+    code, out, _ = run(capsys, "specs", "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and len(d["gpus"]) >= 15 and any(m["id"] == "llama-3.1-8b" for m in d["models"])

@@ -1,0 +1,407 @@
+"""Checks on the cited data catalogue: data/gpus.json and data/models/*.json.
+
+These tests read the JSON files directly (no roofprof import), so they guard the data
+itself: schema, units, uniqueness of ids and aliases, that every cited source exists,
+a few spot values from /work/shared/reference, and the Llama parameter arithmetic.
+"""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parents[1] / "data"
+GPUS_PATH = DATA / "gpus.json"
+MODELS_DIR = DATA / "models"
+
+DTYPES = {"fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"}
+ARCHITECTURES = {"volta", "turing", "ampere", "ada", "hopper", "blackwell"}
+CONFIDENCE = {"high", "medium", "low"}
+EXPECTED_IDS = {
+    "h100-sxm",
+    "h100-pcie",
+    "h100-nvl",
+    "h200",
+    "gh200",
+    "b200",
+    "a100-sxm-80gb",
+    "a100-sxm-40gb",
+    "a100-pcie-80gb",
+    "l40s",
+    "l4",
+    "a10",
+    "a10g",
+    "rtx-4090",
+    "rtx-6000-ada",
+    "v100-sxm2-32gb",
+    "t4",
+}
+REQUIRED = {
+    "id": str,
+    "name": str,
+    "aliases": list,
+    "architecture": str,
+    "compute_capability": str,
+    "sm_count": int,
+    "vector_clock_mhz": (int, float),
+    "tensor_clock_mhz": (int, float),
+    "memory_type": str,
+    "memory_bytes": (int, float),
+    "memory_bytes_per_s": (int, float),
+    "l2_bytes": (int, float),
+    "nvlink_bytes_per_s": (int, float, type(None)),
+    "tdp_w": (int, float, type(None)),
+    "peak_flops_per_s": dict,
+    "alternatives": dict,
+    "confidence": str,
+    "notes": list,
+    "sources": list,
+    "field_sources": dict,
+}
+# Sane ranges in SI units: a value outside these is almost surely a unit slip (TB/s vs B/s).
+RANGES = {
+    "memory_bytes": (4e9, 1e12),
+    "memory_bytes_per_s": (1e11, 1e13),
+    "l2_bytes": (1e6, 1e9),
+    "nvlink_bytes_per_s": (1e10, 1e13),
+    "tdp_w": (10, 2000),
+    "vector_clock_mhz": (500, 3500),
+    "tensor_clock_mhz": (500, 3500),
+}
+FLOPS_RANGE = (1e11, 1e16)
+MODEL_IDS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b"]
+
+
+def _load(path: Path):
+    with path.open(encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="module")
+def catalogue() -> dict:
+    return _load(GPUS_PATH)
+
+
+@pytest.fixture(scope="module")
+def gpus(catalogue) -> dict:
+    return {g["id"]: g for g in catalogue["gpus"]}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_value(field: str, value) -> None:
+    """Assert one scalar field (base or alternative) is in its sane SI range."""
+    if field in RANGES and value is not None:
+        lo, hi = RANGES[field]
+        assert _is_number(value) and lo <= value <= hi, (field, value)
+
+
+def _check_peaks(peaks: dict) -> None:
+    assert set(peaks) <= DTYPES, set(peaks) - DTYPES
+    for dtype, rate in peaks.items():
+        assert _is_number(rate) and FLOPS_RANGE[0] <= rate <= FLOPS_RANGE[1], (dtype, rate)
+
+
+def test_top_level(catalogue):
+    assert catalogue["schema_version"] == 1
+    assert "Dense" in catalogue["conventions"] and "halved" in catalogue["conventions"]
+    assert set(catalogue) == {"schema_version", "conventions", "sources", "gpus"}
+    for key, src in catalogue["sources"].items():
+        assert re.fullmatch(r"S\d+[a-z]?", key), key
+        assert set(src) == {"title", "url"}, key
+        assert isinstance(src["title"], str) and src["title"], key
+        assert src["url"] is None or src["url"].startswith("https://"), key
+    keys = set(catalogue["sources"])
+    assert {f"S{i}" for i in range(1, 18)} <= keys
+    assert {f"S18{c}" for c in "abcdefgh"} <= keys
+
+
+def test_ids(catalogue):
+    ids = [g["id"] for g in catalogue["gpus"]]
+    assert len(ids) == len(set(ids))
+    assert set(ids) == EXPECTED_IDS
+    for gid in ids:
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", gid), gid
+
+
+def test_required_fields_and_types(gpus):
+    for gid, g in gpus.items():
+        assert set(g) == set(REQUIRED), (gid, set(g) ^ set(REQUIRED))
+        for field, kind in REQUIRED.items():
+            assert isinstance(g[field], kind) and not isinstance(g[field], bool), (gid, field)
+        assert g["architecture"] in ARCHITECTURES, gid
+        assert g["confidence"] in CONFIDENCE, gid
+        assert re.fullmatch(r"\d+\.\d", g["compute_capability"]), gid
+        assert 10 <= g["sm_count"] <= 200, gid
+        assert g["notes"] and all(isinstance(n, str) and n for n in g["notes"]), gid
+        assert g["aliases"] and all(isinstance(a, str) and a for a in g["aliases"]), gid
+
+
+def test_units_are_si(gpus):
+    for gid, g in gpus.items():
+        for field in RANGES:
+            _check_value(field, g[field])
+        peaks = g["peak_flops_per_s"]
+        assert {"fp32", "fp16"} <= set(peaks), gid
+        _check_peaks(peaks)
+        assert g["l2_bytes"] < g["memory_bytes"], gid
+
+
+def test_missing_values_are_explained(gpus):
+    for gid, g in gpus.items():
+        text = " ".join(g["notes"]).lower()
+        if g["tdp_w"] is None:
+            assert "not published" in text, gid
+        if g["nvlink_bytes_per_s"] is None:
+            assert g["architecture"] in {"ada", "ampere", "turing"}, gid
+
+
+def test_unsupported_dtypes_are_omitted(gpus):
+    for gid in ("a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a10", "a10g"):
+        assert "fp8" not in gpus[gid]["peak_flops_per_s"], gid
+    for gid in ("v100-sxm2-32gb", "t4"):
+        assert not {"bf16", "tf32", "fp8", "fp64_tensor"} & set(gpus[gid]["peak_flops_per_s"])
+    assert "int8" not in gpus["v100-sxm2-32gb"]["peak_flops_per_s"]
+    for gid, g in gpus.items():
+        if g["architecture"] in {"ada", "turing", "volta"} or gid in {"a10", "a10g"}:
+            assert "fp64_tensor" not in g["peak_flops_per_s"], gid
+
+
+def test_aliases_unique_across_gpus(gpus):
+    owner: dict[str, str] = {}
+    for gid, g in gpus.items():
+        for name in [gid, *g["aliases"]]:
+            key = name.casefold()
+            assert owner.get(key, gid) == gid, f"alias {name!r} maps to {owner.get(key)} and {gid}"
+            owner[key] = gid
+    # also unique once spaces, hyphens and underscores are ignored
+    loose: dict[str, str] = {}
+    for key, gid in owner.items():
+        k = re.sub(r"[\s_-]+", "", key)
+        assert loose.get(k, gid) == gid, (key, loose.get(k), gid)
+        loose[k] = gid
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "gid"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", "h100-nvl"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA A10", "a10"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
+        ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
+        ("Tesla T4", "t4"),
+        ("H100", "h100-sxm"),
+        ("A100", "a100-sxm-80gb"),
+        ("A100-80GB", "a100-sxm-80gb"),
+        ("4090", "rtx-4090"),
+    ],
+)
+def test_nvml_names_resolve(gpus, nvml_name, gid):
+    assert nvml_name in gpus[gid]["aliases"]
+
+
+def test_nvml_names_match_fixtures(gpus):
+    """The Product Name strings in the shared nvidia-smi fixtures are aliases verbatim."""
+    fixtures = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+    files = sorted(fixtures.glob("nvidia-smi-q_*.txt")) if fixtures.is_dir() else []
+    if not files:
+        pytest.skip("shared fixtures not present")
+    every_alias = {a for g in gpus.values() for a in g["aliases"]}
+    for path in files:
+        for name in re.findall(r"Product Name\s*:\s*(.+)", path.read_text()):
+            assert name.strip() in every_alias, (path.name, name)
+
+
+def test_sources_cited_exist(catalogue, gpus):
+    keys = set(catalogue["sources"])
+    cited = set()
+    for gid, g in gpus.items():
+        assert g["sources"], gid
+        assert len(g["sources"]) == len(set(g["sources"])), gid
+        assert set(g["sources"]) <= keys, (gid, set(g["sources"]) - keys)
+        for field, src in g["field_sources"].items():
+            assert field in REQUIRED or field == "peak_flops_per_s", (gid, field)
+            assert src in keys and src in g["sources"], (gid, field, src)
+        cited |= set(g["sources"])
+    assert keys == cited, keys - cited  # no orphan source entries
+
+
+def test_alternatives_are_well_formed(gpus):
+    allowed = set(REQUIRED) - {
+        "id",
+        "name",
+        "aliases",
+        "alternatives",
+        "notes",
+        "sources",
+        "field_sources",
+        "confidence",
+    }
+    for gid, g in gpus.items():
+        alt = g["alternatives"]
+        assert set(alt) <= allowed, (gid, set(alt) - allowed)
+        for field, value in alt.items():
+            if field == "peak_flops_per_s":
+                _check_peaks(value)
+                assert set(value) <= set(g["peak_flops_per_s"]), gid
+            else:
+                assert type(value) is type(g[field]) or g[field] is None, (gid, field)
+                _check_value(field, value)
+                assert value != g[field], (gid, field)
+
+
+def test_disputed_values_have_alternatives(gpus):
+    for gid in ("l40s", "l4", "rtx-6000-ada"):
+        alt = gpus[gid]["alternatives"]["peak_flops_per_s"]
+        base = gpus[gid]["peak_flops_per_s"]
+        for dtype in ("bf16", "fp16", "tf32"):
+            assert alt[dtype] == pytest.approx(base[dtype] / 2), (gid, dtype)
+        assert "disputed" in " ".join(gpus[gid]["notes"]).lower(), gid
+    r4090 = gpus["rtx-4090"]
+    assert r4090["alternatives"]["peak_flops_per_s"] == {"fp16": 330.3e12, "fp8": 660.6e12}
+    gh = gpus["gh200"]["alternatives"]
+    assert gh["memory_bytes"] == 144e9 and gh["memory_bytes_per_s"] == 4.9e12
+
+
+def test_derived_values_are_noted(gpus):
+    """FP64 on Ada / GA10x / Turing is derived (SMs x rate x clock) and must say so."""
+    for gid in ("l40s", "l4", "a10", "a10g", "rtx-4090", "rtx-6000-ada", "t4"):
+        g = gpus[gid]
+        assert "derived" in " ".join(g["notes"]).lower(), gid
+        fp64 = g["peak_flops_per_s"]["fp64"]
+        derived = g["sm_count"] * 4 * g["vector_clock_mhz"] * 1e6
+        assert fp64 == pytest.approx(derived, rel=0.03), gid
+
+
+def _ridge(g: dict, dtype: str = "bf16") -> float:
+    return g["peak_flops_per_s"][dtype] / g["memory_bytes_per_s"]
+
+
+def test_spot_values(gpus):
+    h100 = gpus["h100-sxm"]
+    assert h100["peak_flops_per_s"]["bf16"] == 989.4e12
+    assert h100["memory_bytes_per_s"] == 3.35e12
+    assert h100["memory_bytes"] == 80e9 and h100["l2_bytes"] == 50e6
+    assert (h100["vector_clock_mhz"], h100["tensor_clock_mhz"]) == (1980, 1830)
+    assert _ridge(h100) == pytest.approx(295.3, abs=0.5)
+    assert _ridge(gpus["h200"]) == pytest.approx(206, abs=1)
+    assert gpus["h200"]["l2_bytes"] == 60 * 2**20
+    a100 = gpus["a100-sxm-80gb"]
+    assert a100["memory_bytes_per_s"] == 2.039e12
+    assert _ridge(a100) == pytest.approx(153, abs=0.5)
+    assert gpus["a100-sxm-40gb"]["memory_bytes_per_s"] == 1.555e12
+    b200 = gpus["b200"]
+    assert b200["alternatives"]["peak_flops_per_s"]["fp64"] == 40e12
+    assert b200["alternatives"]["peak_flops_per_s"]["fp32"] == 80e12
+    assert b200["alternatives"]["memory_bytes"] == 192e9
+    assert b200["alternatives"]["memory_bytes_per_s"] == 8e12
+    assert b200["memory_bytes_per_s"] == 7.7e12 and b200["memory_bytes"] == 180e9
+
+
+def test_hopper_tensor_peaks_match_tensor_clock(gpus):
+    """H100 SXM: 132 SMs x 4096 FLOP/clk/SM x 1830 MHz = 989.4 TFLOP/s (reference Table 3)."""
+    g = gpus["h100-sxm"]
+    assert g["sm_count"] * 4096 * g["tensor_clock_mhz"] * 1e6 == pytest.approx(989.4e12, rel=1e-3)
+    assert g["sm_count"] * 256 * g["vector_clock_mhz"] * 1e6 == pytest.approx(66.9e12, rel=1e-3)
+
+
+# ----------------------------------------------------------------------------- models
+
+
+@pytest.fixture(scope="module")
+def models() -> dict:
+    return {p.stem: _load(p) for p in sorted(MODELS_DIR.glob("*.json"))}
+
+
+def _head_dim(cfg: dict) -> int:
+    return cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+
+
+def _param_count(cfg: dict) -> int:
+    """Parameters of a Llama checkpoint from its config: embeddings, layers, norm, lm_head."""
+    h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = _head_dim(cfg)
+    q = h * cfg["num_attention_heads"] * hd
+    kv = 2 * h * cfg["num_key_value_heads"] * hd
+    o = cfg["num_attention_heads"] * hd * h
+    mlp = 3 * h * inter
+    norms = 2 * h
+    layer = q + kv + o + mlp + norms
+    embed = vocab * h
+    lm_head = 0 if cfg["tie_word_embeddings"] else vocab * h
+    return embed + cfg["num_hidden_layers"] * layer + h + lm_head
+
+
+def test_model_files_present(models):
+    assert sorted(models) == sorted(MODEL_IDS)
+
+
+@pytest.mark.parametrize("mid", MODEL_IDS)
+def test_model_config_shape(models, mid):
+    cfg = models[mid]
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    assert cfg["model_type"] == "llama"
+    assert cfg["_name_or_path"].startswith("meta-llama/Llama-3.")
+    assert cfg["_name_or_path"].lower().endswith(mid.removeprefix("llama-"))
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "max_position_embeddings",
+    ):
+        assert isinstance(cfg[key], int) and cfg[key] > 0, key
+    assert cfg["num_attention_heads"] % cfg["num_key_value_heads"] == 0
+    assert cfg["vocab_size"] == 128256 and cfg["max_position_embeddings"] == 131072
+    assert cfg["rope_theta"] == 500000.0 and cfg["rms_norm_eps"] == 1e-05
+    assert cfg["hidden_act"] == "silu" and cfg["torch_dtype"] == "bfloat16"
+    assert cfg["attention_bias"] is False and cfg["mlp_bias"] is False
+    assert (cfg["bos_token_id"], cfg["eos_token_id"]) == (128000, 128001)
+    rs = cfg["rope_scaling"]
+    assert rs["rope_type"] == "llama3"
+    assert (rs["low_freq_factor"], rs["high_freq_factor"]) == (1.0, 4.0)
+    assert rs["original_max_position_embeddings"] == 8192
+    assert rs["factor"] == (8.0 if mid.startswith("llama-3.1") else 32.0)
+    assert cfg["tie_word_embeddings"] is mid.startswith("llama-3.2")
+
+
+def test_llama_3_1_8b_parameter_count(models):
+    cfg = models["llama-3.1-8b"]
+    assert _param_count(cfg) == 8_030_261_248
+    # 16.06 GB of bf16 weights and 131,072 KV-cache bytes per token (reference/models.md)
+    assert _param_count(cfg) * 2 == pytest.approx(16.06e9, abs=0.01e9)
+    assert 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * _head_dim(cfg) * 2 == 131072
+
+
+def test_head_dims(models):
+    assert "head_dim" not in models["llama-3.1-70b"]
+    assert _head_dim(models["llama-3.1-70b"]) == 128
+    assert models["llama-3.2-1b"]["head_dim"] == 64
+    for mid in ("llama-3.1-8b", "llama-3.1-405b", "llama-3.2-3b"):
+        assert models[mid]["head_dim"] == 128
+    assert models["llama-3.1-405b"]["num_key_value_heads"] == 8
+
+
+def test_llama_3_2_1b_ties_embeddings(models):
+    cfg = models["llama-3.2-1b"]
+    assert cfg["tie_word_embeddings"] is True
+    untied = dict(cfg, tie_word_embeddings=False)
+    assert _param_count(untied) - _param_count(cfg) == cfg["vocab_size"] * cfg["hidden_size"]

@@ -8,6 +8,7 @@ exits with code 2; the library lets it propagate.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 
 
@@ -44,5 +45,10 @@ def ordered_choices(name: str, choices: Iterable[str]) -> list[str]:
     'h100-sxm'
     """
     choices = sorted(set(choices))
-    close = difflib.get_close_matches(name.lower(), choices, n=len(choices), cutoff=0.3)
-    return close + [c for c in choices if c not in close]
+    key = name.lower()
+
+    def closeness(choice: str) -> tuple[int, float]:
+        prefix = len(os.path.commonprefix([key, choice.lower()]))
+        return (-prefix, -difflib.SequenceMatcher(None, key, choice.lower()).ratio())
+
+    return sorted(choices, key=closeness)

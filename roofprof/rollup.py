@@ -6,7 +6,7 @@ datasheet or a measured :class:`~roofprof.roofline.Roofline`; ``measured`` (per-
 from ``roofprof profile``) plugs in behind the same :class:`Estimator` protocol.
 
 >>> p = predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000, convention="seed")
->>> round(p.decode.seconds_per_token * 1e3, 1), round(p.prefill.seconds * 1e3)
+>>> round(p.decode.seconds * 1e3, 1), round(p.prefill.seconds * 1e3)
 (4.9, 34)
 """
 

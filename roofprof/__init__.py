@@ -5,7 +5,7 @@ The public facade is small: specs and workloads in, predictions and measurements
 >>> import roofprof
 >>> p = roofprof.predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
 >>> round(p.tokens_per_second)
-205
+219
 """
 
 from __future__ import annotations

@@ -68,3 +68,29 @@ def test_specs(capsys):
     code, out, _ = run(capsys, "specs", "--format", "json")
     d = json.loads(out)
     assert code == 0 and len(d["gpus"]) >= 15 and any(m["id"] == "llama-3.1-8b" for m in d["models"])
+
+
+def test_fail_and_exit_codes_propagate():
+    from roofprof.cli import app, fail
+
+    @app.command("_boom", hidden=True)
+    def _boom():
+        fail("boom")
+
+    try:
+        assert main(["_boom"]) == 2
+    finally:
+        app.registered_commands = [c for c in app.registered_commands if c.name != "_boom"]
+
+
+def test_result_files_get_the_usual_mode(tmp_path):
+    import os
+
+    from roofprof.results import write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        p = write_json_atomic(tmp_path / "x.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert os.stat(p).st_mode & 0o777 == 0o644

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``roofprof`` script; returns the exit code."""
     _register_commands()
     try:
-        app(args=argv, prog_name="roofprof", standalone_mode=False)
+        # standalone_mode=False: click returns the exit code of typer.Exit instead of exiting
+        rc = app(args=argv, prog_name="roofprof", standalone_mode=False)
     except RoofprofError as exc:
         typer.echo(f"roofprof: error: {exc}", err=True)
         return exc.exit_code
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             typer.echo("roofprof: aborted", err=True)
             return 130
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

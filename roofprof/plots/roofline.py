@@ -115,6 +115,9 @@ def _save(fig, path: str | Path) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp)
+        from roofprof.results import _umask_mode
+
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,248 @@
+"""The device protocol: what a machine offers to the measurement code.
+
+A :class:`Device` knows its identity (:class:`DeviceInfo`), gives a timing clock, a cache
+flush, a telemetry sampler, its peak probes (:class:`Probe` catalogue, measured by
+``roofprof.probes``) and its op implementations (:class:`OpImpl`, used by ``profile``).
+
+Op implementations follow "correct first": ``prepare`` allocates inputs and outputs for
+one :class:`~roofprof.workload.Op`; ``check`` fills fresh random inputs, poisons the output,
+runs once and compares against a reference (:class:`CheckResult`); only then is ``run``
+timed.
+
+Probes are device-agnostic records: a name, a kind, a dtype or level, an accounting
+formula and a ``setup`` that returns a :class:`ProbeRun` (a runnable with exact FLOPs and
+bytes per repetition and its own correctness check). The CUDA device adds its probes with
+the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from roofprof.telemetry import Sampler
+    from roofprof.timing import Clock
+    from roofprof.workload import Op
+
+DEVICE_KINDS = ("cpu", "cuda")
+#: Kinds of probe: ``bandwidth`` (swept over working-set sizes → one ceiling per memory
+#: level), ``compute`` (peak FLOP/s of a dtype), ``gemm`` (best library GEMM: the attainable
+#: GEMM ceiling), ``intensity`` (FLOPs per element swept: the measured roofline curve).
+PROBE_KINDS = ("bandwidth", "compute", "gemm", "intensity")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Identity of a device.
+
+    Attributes:
+        kind: ``"cpu"`` or ``"cuda"``.
+        index: device index (0 for the CPU).
+        name: marketing name (``"AMD EPYC 9R14"``, ``"NVIDIA H100 80GB HBM3"``).
+        compute_units: cores usable by this process (CPU) or SMs (GPU).
+        memory_bytes: main memory (CPU RAM, GPU global memory).
+        cache_bytes: level (``"l1"``, ``"l2"``, ``"l3"``) → bytes summed over the whole
+            device (all cores' L1d, all L2 slices, ...), for the levels known.
+        clock_mhz: nominal or maximum clock, if known.
+        spec_id: id of the matching ``data/gpus.json`` row, or None (always None for CPUs).
+        extra: free-form strings (driver, compute capability, ISA, threading layer, ...).
+    """
+
+    kind: str
+    index: int
+    name: str
+    compute_units: int
+    memory_bytes: int
+    cache_bytes: Mapping[str, int] = field(default_factory=dict)
+    clock_mhz: float | None = None
+    spec_id: str | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The device string that selects this device: ``cpu`` or ``cuda:N``."""
+        return "cpu" if self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+    @property
+    def last_level_cache_bytes(self) -> int:
+        """Size of the largest cache level (0 if none is known)."""
+        return max(self.cache_bytes.values(), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cache_bytes"] = dict(self.cache_bytes)
+        d["extra"] = dict(self.extra)
+        d["label"] = self.label
+        return d
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of comparing a kernel's output with a reference.
+
+    ``max_abs_error`` is the largest absolute difference; ``max_rel_error`` is that
+    difference relative to the largest reference magnitude (a norm-wise relative error);
+    ``ok`` means every output is finite and ``max_rel_error <= tolerance``.
+    """
+
+    ok: bool
+    max_abs_error: float
+    max_rel_error: float
+    tolerance: float
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare(out: np.ndarray, ref: np.ndarray, tolerance: float, note: str = "") -> CheckResult:
+    """Compare ``out`` with ``ref`` (float64 reference) → :class:`CheckResult`.
+
+    A non-finite output (e.g. poison left in place) fails with ``inf`` errors.
+
+    >>> import numpy as np
+    >>> compare(np.array([1.0, 2.0]), np.array([1.0, 2.0 + 1e-9]), 1e-6).ok
+    True
+    """
+    import numpy as np
+
+    tolerance = float(tolerance)
+    out64 = np.asarray(out, dtype=np.float64)
+    ref64 = np.asarray(ref, dtype=np.float64)
+    if out64.shape != ref64.shape:
+        return CheckResult(False, float("inf"), float("inf"), tolerance,
+                           f"shape {out64.shape} != reference {ref64.shape}. {note}".strip())
+    if not np.all(np.isfinite(out64)):
+        bad = int(np.count_nonzero(~np.isfinite(out64)))
+        return CheckResult(False, float("inf"), float("inf"), tolerance,
+                           f"{bad} non-finite outputs (poison not overwritten?). {note}".strip())
+    abs_err = float(np.max(np.abs(out64 - ref64))) if out64.size else 0.0
+    scale = float(np.max(np.abs(ref64))) if ref64.size else 0.0
+    rel_err = abs_err / scale if scale > 0 else abs_err
+    return CheckResult(bool(rel_err <= tolerance), abs_err, float(rel_err), tolerance, note)
+
+
+@runtime_checkable
+class PreparedOp(Protocol):
+    """One op with its buffers allocated on the device, ready to check and time."""
+
+    def run(self) -> Any:
+        """Run the op once (asynchronously on a GPU: the clock synchronises)."""
+        ...
+
+    def check(self) -> CheckResult:
+        """Fresh random inputs, output poisoned, one run, compared with a reference."""
+        ...
+
+    def release(self) -> None:
+        """Free the buffers."""
+        ...
+
+
+@runtime_checkable
+class OpImpl(Protocol):
+    """An implementation of ops on a device (``numpy``, ``numba``, ``cupy``, ``cublas``, ``torch``...)."""
+
+    name: str
+
+    def supports(self, op: Op) -> str | None:
+        """None when ``op`` is supported, otherwise the reason it is not."""
+        ...
+
+    def prepare(self, op: Op, rng: np.random.Generator) -> PreparedOp:
+        """Allocate and fill buffers for ``op``.
+
+        Raises:
+            ConfigError: the buffers would not fit in free memory (the message gives the numbers).
+        """
+        ...
+
+
+@dataclass
+class ProbeRun:
+    """A probe set up at one size: run it, and its exact accounting.
+
+    ``run(reps)`` executes ``reps`` repetitions inside one call (amortising the launch);
+    one repetition does ``flops_per_rep`` FLOPs and moves ``bytes_per_rep`` bytes at the
+    level under test (the probe's accounting states the convention). ``check()`` compares
+    against a numpy reference and must pass before the probe is timed.
+    """
+
+    run: Callable[[int], Any]
+    flops_per_rep: float
+    bytes_per_rep: float
+    check: Callable[[], CheckResult]
+    working_set_bytes: int
+    release: Callable[[], None] = lambda: None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One entry of a device's probe catalogue.
+
+    Attributes:
+        name: short id (``"read"``, ``"triad"``, ``"fma-fp32"``, ``"gemm-fp64"``, ``"intensity-fp64"``).
+        kind: one of :data:`PROBE_KINDS`.
+        setup: builds a :class:`ProbeRun`. Keyword arguments by kind: ``bandwidth``:
+            ``working_set_bytes``; ``compute``: none; ``gemm``: ``size`` (matrix order);
+            ``intensity``: ``working_set_bytes`` and ``fmas_per_element``.
+        dtype: dtype of a compute/gemm/intensity probe.
+        level: fixed memory level of a bandwidth probe that does not sweep (e.g. GPU
+            ``smem``); None when the level follows from the working-set size.
+        accounting: the FLOP/byte formula, in words.
+        note: anything a reader of the result should know.
+    """
+
+    name: str
+    kind: str
+    setup: Callable[..., ProbeRun]
+    dtype: str | None = None
+    level: str | None = None
+    accounting: str = ""
+    note: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        """The catalogue entry without its runnable, for result files."""
+        return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "level": self.level,
+                "accounting": self.accounting, "note": self.note}
+
+
+@runtime_checkable
+class Device(Protocol):
+    """A machine roofprof can measure. See the module docstring."""
+
+    @property
+    def info(self) -> DeviceInfo: ...
+
+    def clock(self) -> Clock:
+        """A timing clock that synchronises this device."""
+        ...
+
+    def flush(self) -> None:
+        """Evict the last-level cache (touch a buffer of at least twice its size)."""
+        ...
+
+    def sampler(self, interval_s: float = 0.01) -> Sampler:
+        """A telemetry sampler for this device (a NullSampler saying why, if none)."""
+        ...
+
+    def probes(self) -> tuple[Probe, ...]:
+        """The probe catalogue."""
+        ...
+
+    def implementations(self) -> tuple[OpImpl, ...]:
+        """Op implementations available on this device."""
+        ...
+
+    def free_memory_bytes(self) -> int:
+        """Memory that can be allocated now (bytes)."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait for queued work to finish (no-op on the CPU)."""
+        ...

@@ -1,0 +1,538 @@
+"""The CPU device: identity from the OS, numba probe kernels, numpy/numba GEMM implementations.
+
+Everything here runs on any machine: it is what makes roofprof useful (and testable)
+without a GPU, as ERT and Intel Advisor do for CPUs.
+
+* Identity: model name (``/proc/cpuinfo``), usable cores (affinity), caches summed over the
+  device (``/sys/devices/system/cpu/cpu*/cache``), RAM (``/proc/meminfo``).
+* Clock: ``perf_counter`` (numba kernels return when done, so synchronising is a no-op).
+* Flush: a parallel read of a buffer of twice all cache levels together (clean lines, so
+  the timed run after it pays no write-back).
+* Probes: ``read`` and ``triad`` bandwidth (working-set sweep), ``fma-fp32``/``fma-fp64``
+  peak compute, ``gemm-fp32``/``gemm-fp64`` (numpy BLAS), ``intensity-fp64`` and
+  ``intensity-fp32`` (FMAs per element swept).
+* Op implementations: ``numpy`` (BLAS ``matmul``) and ``numba`` (kernels/cpu.py ``gemm_nt``)
+  for GEMM/GEMV ops in fp32 and fp64.
+
+>>> dev = CpuDevice()
+>>> dev.info.kind, dev.info.compute_units >= 1
+('cpu', True)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roofprof.devices.base import CheckResult, DeviceInfo, Probe, ProbeRun, compare
+from roofprof.errors import ConfigError
+from roofprof.telemetry import CpuFreqSampler, NullSampler
+from roofprof.timing import PerfCounterClock
+
+NP_DTYPES = {"fp32": np.float32, "fp64": np.float64}
+_ALIGN = 64
+# Stagger between the arrays of a multi-array kernel, so that a[i], b[i], c[i] never sit
+# at the same offset modulo 4 KiB (4K aliasing stalls loads behind unrelated stores).
+_STAGGER_BYTES = 1088
+
+
+def aligned_empty(n: int, dtype: Any) -> np.ndarray:
+    """An uninitialised 1-D array of ``n`` elements starting on a 64-byte boundary."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n * itemsize + _ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % _ALIGN
+    return raw[start:start + n * itemsize].view(dtype)
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _size_bytes(text: str) -> int:
+    text = text.strip().upper()
+    mult = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    if text and text[-1] in mult:
+        return int(float(text[:-1]) * mult[text[-1]])
+    return int(text) if text.isdigit() else 0
+
+
+def _meminfo(key: str) -> int | None:
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith(key + ":"):
+            parts = line.split()
+            return int(parts[1]) * 1024 if len(parts) > 1 and parts[1].isdigit() else None
+    return None
+
+
+def allowed_cpus() -> list[int]:
+    """CPU ids this process may run on."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def cache_sizes(cpus: list[int], sysfs: str | Path = "/sys/devices/system/cpu") -> dict[str, int]:
+    """Data/unified cache bytes per level, summed over the distinct caches of ``cpus``.
+
+    A cache shared by several CPUs counts once (keyed by its ``shared_cpu_list``).
+    Returns ``{}`` where sysfs has no cache information.
+    """
+    seen: dict[tuple[int, str], int] = {}
+    for cpu in cpus:
+        base = Path(sysfs) / f"cpu{cpu}" / "cache"
+        if not base.is_dir():
+            continue
+        for index in sorted(base.glob("index*")):
+            ctype = _read(index / "type").strip()
+            if ctype not in ("Data", "Unified"):
+                continue
+            level = _read(index / "level").strip()
+            size = _size_bytes(_read(index / "size"))
+            shared = _read(index / "shared_cpu_list").strip() or str(cpu)
+            if level.isdigit() and size:
+                seen[(int(level), shared)] = size
+    totals: dict[str, int] = {}
+    for (level, _), size in seen.items():
+        totals[f"l{level}"] = totals.get(f"l{level}", 0) + size
+    return dict(sorted(totals.items()))
+
+
+def _cpu_model() -> str:
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.lower().startswith(("model name", "hardware", "processor\t: ")) and ":" in line:
+            value = line.split(":", 1)[1].strip()
+            if value and not value.isdigit():
+                return value
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def _cpu_flags() -> set[str]:
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith(("flags", "Features")) and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _max_clock_mhz(cpus: list[int]) -> float | None:
+    values = []
+    for cpu in cpus:
+        text = _read(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/cpuinfo_max_freq").strip()
+        if text.isdigit():
+            values.append(int(text) / 1000.0)
+    if values:
+        return max(values)
+    mhz = [float(line.split(":", 1)[1]) for line in _read("/proc/cpuinfo").splitlines()
+           if line.lower().startswith("cpu mhz") and ":" in line]
+    return max(mhz) if mhz else None
+
+
+def _blas_name() -> str:
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # noqa: BLE001 - informational only
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_info() -> DeviceInfo:
+    """The :class:`DeviceInfo` of this machine's CPU (cached)."""
+    import numba
+
+    cpus = allowed_cpus()
+    flags = _cpu_flags()
+    isa = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "avx2", "fma", "neon", "asimd", "sve")
+           if f in flags]
+    return DeviceInfo(
+        kind="cpu", index=0, name=_cpu_model(), compute_units=len(cpus),
+        memory_bytes=_meminfo("MemTotal") or 0, cache_bytes=cache_sizes(cpus),
+        clock_mhz=_max_clock_mhz(cpus), spec_id=None,
+        extra={"isa": " ".join(isa) or "unknown", "numba_threads": str(numba.get_num_threads()),
+               "numba": numba.__version__, "blas": _blas_name(), "cpus": ",".join(map(str, cpus)),
+               "machine": platform.machine()},
+    )
+
+
+# --------------------------------------------------------------------------- device
+
+
+class CpuDevice:
+    """This machine's CPU as a roofprof :class:`~roofprof.devices.base.Device`."""
+
+    def __init__(self) -> None:
+        self._info = cpu_info()
+        self._flush_buf: np.ndarray | None = None
+        self._flush_out = np.zeros(1)
+
+    @property
+    def info(self) -> DeviceInfo:
+        return self._info
+
+    @property
+    def nthreads(self) -> int:
+        """Threads the numba kernels use (numba's current setting)."""
+        import numba
+
+        return numba.get_num_threads()
+
+    def synchronize(self) -> None:
+        """No-op: numba and numpy calls return when their work is done."""
+
+    def clock(self) -> PerfCounterClock:
+        return PerfCounterClock(synchronize=self.synchronize)
+
+    @property
+    def flush_bytes(self) -> int:
+        """Size of the flush buffer: twice all cache levels together (at least 8 MiB)."""
+        return max(2 * sum(self._info.cache_bytes.values()), 8 * 1024**2)
+
+    def flush(self) -> None:
+        """Evict the caches: every thread reads its share of the flush buffer (2× all caches)."""
+        from roofprof.kernels import cpu as k
+
+        if self._flush_buf is None:
+            self._flush_buf = aligned_empty(self.flush_bytes // 8, np.float64)
+            k.fill(self._flush_buf, 1.0)
+            self._flush_out = np.zeros(max(1, self.nthreads))
+        k.flush_read(self._flush_buf, self._flush_out, self.nthreads)
+
+    def sampler(self, interval_s: float = 0.01):
+        sampler = CpuFreqSampler(interval_s=interval_s)
+        try:
+            sampler._open()  # probe once: report "unavailable" up front rather than per run
+        except Exception as exc:  # noqa: BLE001
+            return NullSampler(str(exc))
+        return sampler
+
+    def free_memory_bytes(self) -> int:
+        """``MemAvailable`` from /proc/meminfo (or free physical pages)."""
+        avail = _meminfo("MemAvailable")
+        if avail is not None:
+            return avail
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return self._info.memory_bytes
+
+    def probes(self) -> tuple[Probe, ...]:
+        return cpu_probes(self)
+
+    def implementations(self) -> tuple:
+        return (NumpyGemm(self), NumbaGemm(self))
+
+
+# --------------------------------------------------------------------------- probes
+
+
+class _Arena:
+    """A growable, 64-byte aligned float64 buffer shared by the sizes of one sweep."""
+
+    def __init__(self) -> None:
+        self.buf: np.ndarray | None = None
+
+    def get(self, n: int) -> np.ndarray:
+        from roofprof.kernels import cpu as k
+
+        if self.buf is None or self.buf.size < n:
+            self.buf = None  # free the old one first
+            self.buf = aligned_empty(n, np.float64)
+            k.fill(self.buf, 1.0)  # parallel first touch
+        return self.buf
+
+
+def _stagger_elems(itemsize: int) -> int:
+    return _STAGGER_BYTES // itemsize
+
+
+def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
+    """The CPU probe catalogue (see the module docstring)."""
+    from roofprof.kernels import cpu as k
+
+    rng = np.random.default_rng(20240601)
+    read_arena, triad_arena = _Arena(), _Arena()
+    sweep_arenas: dict[str, _Arena] = {"fp32": _Arena(), "fp64": _Arena()}
+
+    def threads() -> int:
+        return device.nthreads
+
+    # -- bandwidth: read ---------------------------------------------------------------
+    def setup_read(*, working_set_bytes: int) -> ProbeRun:
+        nt = threads()
+        n = max(8 * nt, int(working_set_bytes) // 8 // 8 * 8)
+        x = read_arena.get(n)[:n]
+        out = np.zeros(max(nt, 1))
+
+        def run(reps: int) -> float:
+            return k.read_sum(x, out, nt, reps)
+
+        def check() -> CheckResult:
+            m = min(n, 1 << 16)
+            x[:m] = rng.random(m) + 0.5
+            got = k.read_sum(x, out, nt, 2)
+            ref = k.read_sum_reference(x, 2)
+            return compare(np.array([got]), np.array([ref]), 1e-9,
+                           "read_sum vs numpy sum (random head, rest filled), 2 passes")
+
+        return ProbeRun(run=run, flops_per_rep=float(n), bytes_per_rep=8.0 * n, check=check,
+                        working_set_bytes=8 * n, params={"elements": n, "threads": nt})
+
+    # -- bandwidth: triad ----------------------------------------------------------------
+    def setup_triad(*, working_set_bytes: int) -> ProbeRun:
+        nt = threads()
+        n = max(8 * nt, int(working_set_bytes) // 24 // 8 * 8)
+        pad = _stagger_elems(8)
+        stride = -(-n // 512) * 512 + pad
+        buf = triad_arena.get(3 * stride)
+        a, b, c = buf[0:n], buf[stride:stride + n], buf[2 * stride:2 * stride + n]
+        s = 0.5
+
+        def run(reps: int) -> None:
+            k.triad(a, b, c, s, nt, reps)
+
+        def check() -> CheckResult:
+            b[:] = rng.random(n) + 0.5
+            c[:] = rng.random(n) + 0.5
+            a[:] = np.nan
+            k.triad(a, b, c, s, nt, 3)
+            res = compare(a, k.triad_reference(b, c, s, 3), 1e-15 * 8,
+                          "triad vs numpy b + s*c, a poisoned with NaN, 3 passes")
+            k.fill(buf, 1.0)
+            return res
+
+        return ProbeRun(run=run, flops_per_rep=2.0 * n, bytes_per_rep=24.0 * n, check=check,
+                        working_set_bytes=24 * n, params={"elements_per_array": n, "threads": nt})
+
+    # -- compute: FMA peak -----------------------------------------------------------------
+    def make_fma(dtype: str) -> Callable[..., ProbeRun]:
+        np_t = NP_DTYPES[dtype]
+        a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
+
+        def setup() -> ProbeRun:
+            nt = threads()
+            n = nt * 4 * k.FMA_BLOCK  # four L1-resident blocks per thread
+            x = aligned_empty(n, np_t)
+            x[:] = rng.random(n).astype(np_t)
+
+            def run(reps: int) -> None:
+                k.fma_chain(x, a, c, 16, reps, k.FMA_BLOCK)
+
+            def check() -> CheckResult:
+                x0 = (rng.random(n) + 0.5).astype(np_t)
+                x[:] = x0
+                k.fma_chain(x, a, c, 16, 4, k.FMA_BLOCK)
+                tol = 4 * 64 * float(np.finfo(np_t).eps)
+                return compare(x, k.fma_chain_reference(x0, a, c, 64), tol,
+                               "64 chained FMAs per element vs closed form in float64")
+
+            return ProbeRun(run=run, flops_per_rep=2.0 * 16 * n, bytes_per_rep=2.0 * np.dtype(np_t).itemsize * n,
+                            check=check, working_set_bytes=n * np.dtype(np_t).itemsize,
+                            params={"elements": n, "block": k.FMA_BLOCK, "fmas_per_element_per_rep": 16})
+
+        return setup
+
+    # -- gemm: numpy BLAS ----------------------------------------------------------------
+    def make_gemm(dtype: str) -> Callable[..., ProbeRun]:
+        np_t = NP_DTYPES[dtype]
+
+        def setup(*, size: int) -> ProbeRun:
+            n = int(size)
+            a = rng.standard_normal((n, n)).astype(np_t)
+            b = rng.standard_normal((n, n)).astype(np_t)
+            out = np.empty((n, n), dtype=np_t)
+
+            def run(reps: int) -> None:
+                for _ in range(reps):
+                    np.matmul(a, b, out=out)
+
+            def check() -> CheckResult:
+                a[:] = rng.standard_normal((n, n))
+                b[:] = rng.standard_normal((n, n))
+                out[:] = np.nan
+                np.matmul(a, b, out=out)
+                rows = rng.choice(n, size=min(n, 32), replace=False)
+                ref = a[rows].astype(np.float64) @ b.astype(np.float64)
+                tol = 16 * float(np.finfo(np_t).eps) * np.sqrt(n)
+                return compare(out[rows], ref, tol, "numpy matmul vs float64 reference on 32 rows")
+
+            item = np.dtype(np_t).itemsize
+            return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * item, check=check,
+                            working_set_bytes=3 * n * n * item, params={"n": n})
+
+        return setup
+
+    # -- intensity sweep -------------------------------------------------------------------
+    def make_intensity(dtype: str) -> Callable[..., ProbeRun]:
+        np_t = NP_DTYPES[dtype]
+        item = np.dtype(np_t).itemsize
+        a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
+
+        def setup(*, working_set_bytes: int, fmas_per_element: int) -> ProbeRun:
+            u, inner = k.fma_split(int(fmas_per_element))
+            nt = threads()
+            quantum = k.FMA_BLOCK * nt
+            n = max(quantum, int(working_set_bytes) // item // quantum * quantum)
+            x = sweep_arenas[dtype].get(-(-n * item // 8))[: n * item // 8].view(np_t)
+            kk = u * inner
+
+            def run(reps: int) -> None:
+                for _ in range(reps):
+                    k.fma_chain(x, a, c, u, inner, k.FMA_BLOCK)
+
+            def check() -> CheckResult:
+                m = 2 * quantum
+                y0 = (rng.random(m) + 0.5).astype(np_t)
+                y = aligned_empty(m, np_t)
+                y[:] = y0
+                k.fma_chain(y, a, c, u, inner, k.FMA_BLOCK)
+                tol = 4 * max(kk, 4) * float(np.finfo(np_t).eps)
+                return compare(y, k.fma_chain_reference(y0, a, c, kk), tol,
+                               f"{kk} chained FMAs per element vs closed form in float64")
+
+            return ProbeRun(run=run, flops_per_rep=2.0 * kk * n, bytes_per_rep=2.0 * item * n, check=check,
+                            working_set_bytes=n * item,
+                            params={"elements": n, "fmas_per_element": kk, "unroll": u, "inner_passes": inner})
+
+        return setup
+
+    return (
+        Probe("read", "bandwidth", setup_read,
+              accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
+              note="vectorised sum, one contiguous chunk per thread"),
+        Probe("triad", "bandwidth", setup_triad,
+              accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), FLOPs = 2·n",
+              note="a = b + s·c, one contiguous chunk per thread, arrays staggered against 4K aliasing"),
+        Probe("fma-fp64", "compute", make_fma("fp64"), dtype="fp64",
+              accounting="FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
+                         "elements independent), data L1-resident"),
+        Probe("fma-fp32", "compute", make_fma("fp32"), dtype="fp32",
+              accounting="FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
+                         "elements independent), data L1-resident"),
+        Probe("gemm-fp64", "gemm", make_gemm("fp64"), dtype="fp64",
+              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·8 (minimum)", note=f"numpy matmul ({_blas_name()})"),
+        Probe("gemm-fp32", "gemm", make_gemm("fp32"), dtype="fp32",
+              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·4 (minimum)", note=f"numpy matmul ({_blas_name()})"),
+        Probe("intensity-fp64", "intensity", make_intensity("fp64"), dtype="fp64",
+              accounting="per element: read 8 B + write 8 B from DRAM, k FMAs = 2k FLOPs → intensity k/8 FLOP/B"),
+        Probe("intensity-fp32", "intensity", make_intensity("fp32"), dtype="fp32",
+              accounting="per element: read 4 B + write 4 B from DRAM, k FMAs = 2k FLOPs → intensity k/4 FLOP/B"),
+    )
+
+
+# --------------------------------------------------------------------------- op implementations
+
+
+def _gemm_unsupported(op: Any, impl: str) -> str | None:
+    if op.kind != "gemm":
+        return f"{impl} on the CPU implements GEMM/GEMV ops only, not {op.kind!r}"
+    if op.dtype not in NP_DTYPES:
+        return f"{impl} on the CPU runs fp32 and fp64 GEMMs only (no {op.dtype} BLAS/SIMD path here)"
+    if min(op.m, op.n, op.k, op.batch) < 1:
+        return f"empty GEMM shape m={op.m} n={op.n} k={op.k} batch={op.batch}"
+    return None
+
+
+class _PreparedGemm:
+    """Buffers for one GEMM op: a [b?,m,k], w [b?,n,k] (nn.Linear layout), out [b?,m,n]."""
+
+    def __init__(self, op: Any, rng: np.random.Generator, device: CpuDevice, kernel: Callable[[np.ndarray, np.ndarray, np.ndarray], Any],
+                 name: str):
+        np_t = NP_DTYPES[op.dtype]
+        item = np.dtype(np_t).itemsize
+        lead = (op.batch,) if op.batch > 1 else ()
+        need = item * op.batch * (op.m * op.k + op.n * op.k + op.m * op.n)
+        free = device.free_memory_bytes()
+        if need > 0.85 * free:
+            raise ConfigError(f"op {op.name!r} needs {need / 2**30:.2f} GiB for its buffers but only "
+                              f"{free / 2**30:.2f} GiB is free")
+        self.op, self.rng, self.kernel, self.name = op, rng, kernel, name
+        self.a = rng.standard_normal((*lead, op.m, op.k)).astype(np_t)
+        self.w = rng.standard_normal((*lead, op.n, op.k)).astype(np_t)
+        self.out = np.empty((*lead, op.m, op.n), dtype=np_t)
+
+    def run(self) -> None:
+        self.kernel(self.a, self.w, self.out)
+
+    def check(self) -> CheckResult:
+        op, rng = self.op, self.rng
+        self.a[...] = rng.standard_normal(self.a.shape)
+        self.w[...] = rng.standard_normal(self.w.shape)
+        self.out[...] = np.nan
+        self.run()
+        eps = float(np.finfo(self.out.dtype).eps)
+        tol = 16 * eps * np.sqrt(op.k)
+        rows = np.sort(rng.choice(op.m, size=min(op.m, 16), replace=False))
+        if op.batch > 1:
+            batches = np.sort(rng.choice(op.batch, size=min(op.batch, 4), replace=False))
+            a, w, out = self.a[batches][:, rows], self.w[batches], self.out[batches][:, rows]
+        else:
+            a, w, out = self.a[rows], self.w, self.out[rows]
+        from roofprof.kernels.cpu import gemm_nt_reference
+
+        return compare(out, gemm_nt_reference(a, w), tol,
+                       f"{self.name} vs float64 numpy on {len(rows)} sampled rows; output poisoned with NaN")
+
+    def release(self) -> None:
+        self.a = self.w = self.out = None  # type: ignore[assignment]
+
+
+def _numpy_gemm(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(a, np.swapaxes(w, -1, -2), out=out)
+
+
+def _numba_gemm(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    from roofprof.kernels import cpu as k
+
+    if a.ndim == 3:
+        k.gemm_nt_batched(a, w, out)
+    else:
+        k.gemm_nt(a, w, out)
+
+
+class NumpyGemm:
+    """GEMM/GEMV through numpy ``matmul`` (the BLAS numpy was built with)."""
+
+    name = "numpy"
+
+    def __init__(self, device: CpuDevice):
+        self.device = device
+
+    def supports(self, op: Any) -> str | None:
+        return _gemm_unsupported(op, "numpy")
+
+    def prepare(self, op: Any, rng: np.random.Generator) -> _PreparedGemm:
+        reason = self.supports(op)
+        if reason:
+            raise ConfigError(reason)
+        return _PreparedGemm(op, rng, self.device, _numpy_gemm, "numpy matmul")
+
+
+class NumbaGemm:
+    """GEMM/GEMV through the numba kernel ``kernels.cpu.gemm_nt`` (parallel, vectorised dots)."""
+
+    name = "numba"
+
+    def __init__(self, device: CpuDevice):
+        self.device = device
+
+    def supports(self, op: Any) -> str | None:
+        return _gemm_unsupported(op, "numba")
+
+    def prepare(self, op: Any, rng: np.random.Generator) -> _PreparedGemm:
+        reason = self.supports(op)
+        if reason:
+            raise ConfigError(reason)
+        return _PreparedGemm(op, rng, self.device, _numba_gemm, "numba gemm_nt")

@@ -1,0 +1,836 @@
+"""Probes → a measured roofline: working-set sweeps, peak compute, best GEMM, intensity sweep.
+
+:func:`measure_roofline` runs a device's probe catalogue (``device.probes()``, see
+:class:`~roofprof.devices.base.Probe`) under a :class:`RooflinePlan` and returns a
+:class:`RooflineResult`: the measured :class:`~roofprof.roofline.Roofline`, every raw
+sweep point with its samples and telemetry, the plateaus the memory ceilings came from,
+the comparison with the datasheet where the device matches one, and provenance.
+
+How each ceiling is obtained (the method is device-agnostic; kernels come from the device):
+
+* **Bandwidth per level** (``bandwidth`` probes, e.g. read-only and STREAM triad): the
+  working set is swept from a few KiB to several times the last-level cache; each point's
+  bandwidth is taken from its fastest call. Points are grouped into plateaus — by the
+  device's cache sizes when known (level *i* spans ``[max(2·size[i-1], size[i]/8),
+  size[i]/2]``, DRAM from ``8·LLC``), otherwise by segmentation — and each level's ceiling is the median
+  of its plateau.
+* **Peak compute per dtype** (``compute`` probes): FMAs with enough independent
+  accumulators (SIMD lanes × elements) on L1-resident data.
+* **Attainable GEMM** (``gemm`` probes): the best library GEMM rate over a few sizes.
+* **Intensity sweep** (``intensity`` probes, mixbench-style): ``k`` FMAs per element
+  loaded and stored, with a cache flush before each timed call; its curve traces the
+  roofline from the memory slope to the compute roof. No ceiling is taken from it.
+
+Every probe is checked against a numpy reference before it is timed; a failed check stops
+the run (:class:`ProbeCheckError`). A sweep that would not fit in free memory is refused
+before anything is allocated. Ctrl-C raises :class:`RooflineInterrupted` carrying the
+partial result (what finished, ``complete=False``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from roofprof.devices.base import Device, DeviceInfo, Probe, ProbeRun
+from roofprof.errors import ConfigError, RoofprofError
+from roofprof.roofline import Ceiling, Roofline
+from roofprof.timing import Timing, benchmark
+
+SCHEMA = "roofprof.roofline/1"
+#: The DRAM plateau starts at this many times the last-level cache (a scan-resistant cache
+#: keeps part of a smaller working set across passes and inflates "DRAM" bandwidth).
+DRAM_FACTOR = 8
+#: The working-set sweep runs up to this many times the last-level cache.
+SWEEP_MAX_FACTOR = 16
+PLANS = ("full", "quick", "test")
+KiB, MiB = 1024, 1024**2
+_LEVEL_LABEL = {"l1": "L1", "l2": "L2", "l3": "L3", "dram": "DRAM", "smem": "shared memory"}
+_BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+Progress = Callable[[int, int, str], Any]
+
+
+class ProbeCheckError(RoofprofError):
+    """A probe kernel disagreed with its reference: nothing it would measure can be trusted."""
+
+
+class RooflineInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`measure_roofline`; ``result`` holds what finished (``complete=False``)."""
+
+    def __init__(self, result: RooflineResult, during: str):
+        super().__init__(f"interrupted during {during}")
+        self.result, self.during = result, during
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class RooflinePlan:
+    """How much to measure. Build with :meth:`for_device`; every size in bytes, time in s.
+
+    ``intensities`` are target FLOP/byte values; an intensity probe of dtype *d* gets
+    ``k = intensity · itemsize(d)`` FMAs per element (one element read and written:
+    ``2·itemsize`` bytes, ``2k`` FLOPs), skipped when that is not a power of two ≥ 1.
+    """
+
+    name: str
+    working_set_sizes: tuple[int, ...]
+    point_budget_s: float
+    target_call_s: float
+    compute_budget_s: float
+    compute_call_s: float
+    gemm_sizes: tuple[int, ...]
+    gemm_budget_s: float
+    intensity_working_set_bytes: int
+    intensities: tuple[float, ...]
+    intensity_budget_s: float
+    intensity_dtypes: tuple[str, ...] = ("fp64",)
+    min_repeats: int = 5
+    warmup_s: float = 0.01
+    flush_intensity: bool = True
+    intensity_max_call_flops: float = 0.0
+
+    @classmethod
+    def for_device(cls, info: DeviceInfo, name: str = "full") -> RooflinePlan:
+        """The ``full``, ``quick`` or ``test`` plan sized from the device's caches.
+
+        Working sets run from ``2 KiB × compute units`` (at least 4 KiB) to
+        ``16 × LLC`` (``full``: step √2; ``quick``: step 2; ``test``: one size per level),
+        so that the DRAM plateau (from ``8 × LLC``, see :func:`level_windows`) has points.
+        The intensity sweep works on ``8 ×`` all caches together, shrunk for the points
+        whose call would exceed ``intensity_max_call_flops`` (far right of the ridge,
+        where the working set no longer matters).
+        """
+        if name not in PLANS:
+            raise ConfigError(f"unknown plan {name!r}; valid: {', '.join(PLANS)}")
+        llc = info.last_level_cache_bytes or 32 * MiB
+        total_cache = sum(info.cache_bytes.values()) or llc
+        lo = max(4 * KiB, 2 * KiB * max(1, info.compute_units))
+        ws_int = max(DRAM_FACTOR * total_cache, 4 * MiB)
+        if name == "test":
+            windows = level_windows(info.cache_bytes)
+            sizes = tuple(hi for _, _, hi in windows if math.isfinite(hi)) + (DRAM_FACTOR * llc,)
+            if len(sizes) < 2:
+                sizes = (lo, 16 * lo, max(2 * MiB, llc // 2), DRAM_FACTOR * llc)
+            return cls(name=name, working_set_sizes=tuple(sorted(set(_round_kib(s) for s in sizes))),
+                       point_budget_s=0.004, target_call_s=0.001, compute_budget_s=0.01, compute_call_s=0.002,
+                       gemm_sizes=(128,), gemm_budget_s=0.01, intensity_working_set_bytes=1 * MiB,
+                       intensities=(0.125, 1.0, 8.0), intensity_budget_s=0.005, min_repeats=2,
+                       warmup_s=0.0)
+        step = 2.0 if name == "quick" else math.sqrt(2.0)
+        sizes = _geometric(lo, SWEEP_MAX_FACTOR * llc, step)
+        if info.kind == "cuda":
+            # GPUs: larger GEMMs and a DRAM-sized sweep; the CUDA device may pass its own plan.
+            return cls(name=name, working_set_sizes=sizes, point_budget_s=0.03 if name == "quick" else 0.1,
+                       target_call_s=0.002, compute_budget_s=0.2 if name == "quick" else 0.5, compute_call_s=0.01,
+                       gemm_sizes=(4096,) if name == "quick" else (4096, 8192), gemm_budget_s=0.2,
+                       intensity_working_set_bytes=max(ws_int, 256 * MiB),
+                       intensities=tuple(2.0**e for e in range(-3, 11, 2 if name == "quick" else 1)),
+                       intensity_budget_s=0.02, intensity_dtypes=("fp32", "fp64"), min_repeats=5,
+                       intensity_max_call_flops=1e12)
+        if name == "quick":
+            return cls(name=name, working_set_sizes=sizes, point_budget_s=0.03, target_call_s=0.003,
+                       compute_budget_s=0.25, compute_call_s=0.02, gemm_sizes=(1024, 2048), gemm_budget_s=0.2,
+                       intensity_working_set_bytes=ws_int,
+                       intensities=tuple(2.0**e for e in (-3, -1, 1, 3, 5, 7, 9)),
+                       intensity_budget_s=0.02, min_repeats=5, intensity_max_call_flops=5e9)
+        return cls(name=name, working_set_sizes=sizes, point_budget_s=0.1, target_call_s=0.005,
+                   compute_budget_s=1.0, compute_call_s=0.03, gemm_sizes=(1024, 2048, 3072), gemm_budget_s=0.6,
+                   intensity_working_set_bytes=ws_int, intensities=tuple(2.0**e for e in range(-3, 11)),
+                   intensity_budget_s=0.05, intensity_dtypes=("fp64", "fp32"), min_repeats=7,
+                   intensity_max_call_flops=1.5e10)
+
+    def intensity_working_set(self, intensity: float) -> int:
+        """Working set (bytes) for the sweep point at ``intensity`` FLOP/byte.
+
+        The full ``intensity_working_set_bytes`` unless a call would then exceed
+        ``intensity_max_call_flops`` (``intensity × 2 × working set``); never below 1 MiB.
+        """
+        ws = self.intensity_working_set_bytes
+        if self.intensity_max_call_flops and intensity * 2 * ws > self.intensity_max_call_flops:
+            ws = max(1 * MiB, int(self.intensity_max_call_flops / (2 * intensity)))
+        return min(ws, self.intensity_working_set_bytes)
+
+    def fmas_per_element(self, dtype: str) -> list[tuple[float, int]]:
+        """``(target intensity, k)`` pairs this plan runs for an intensity probe of ``dtype``."""
+        item = _BYTES_PER_ELEMENT.get(dtype, 4)
+        out = []
+        for intensity in self.intensities:
+            k = intensity * item
+            if k >= 1 and float(k).is_integer() and int(k) & (int(k) - 1) == 0:
+                out.append((intensity, int(k)))
+        return out
+
+    def memory_needed_bytes(self, info: DeviceInfo, probes: Sequence[Probe]) -> dict[str, int]:
+        """Upper bound of what the plan allocates at once, by use (bytes)."""
+        kinds = {p.kind for p in probes}
+        need: dict[str, int] = {}
+        n_bw = sum(1 for p in probes if p.kind == "bandwidth" and p.level is None)
+        if n_bw:
+            need["bandwidth sweep"] = n_bw * (max(self.working_set_sizes) + 64 * KiB)
+        if "intensity" in kinds and self.intensity_dtypes:
+            need["intensity sweep"] = len(self.intensity_dtypes) * self.intensity_working_set_bytes
+            if self.flush_intensity:
+                need["flush buffer"] = max(2 * sum(info.cache_bytes.values()), 8 * MiB)
+        if "gemm" in kinds and self.gemm_sizes:
+            need["gemm"] = 3 * max(self.gemm_sizes) ** 2 * 8
+        return need
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _round_kib(n: float) -> int:
+    return max(KiB, int(round(n / KiB)) * KiB)
+
+
+def _geometric(lo: int, hi: int, step: float) -> tuple[int, ...]:
+    sizes, s = [], float(lo)
+    while s <= hi * 1.0001:
+        sizes.append(_round_kib(s))
+        s *= step
+    return tuple(sorted(set(sizes)))
+
+
+# --------------------------------------------------------------------------- plateaus
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """A run of working-set sizes served by one memory level, and its bandwidth.
+
+    ``value`` is the median of the points' best bandwidths (bytes/s); ``spread`` is
+    (max − min) / value over those points.
+    """
+
+    level: str
+    value: float
+    min_bytes: int
+    max_bytes: int
+    points: int
+    spread: float
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def level_windows(cache_bytes: Mapping[str, int]) -> list[tuple[str, float, float]]:
+    """``(level, lo, hi)``: the working-set sizes (bytes, ``lo <= size <= hi``) on each level's plateau.
+
+    Level *i* of size ``s[i]`` spans ``[max(2·s[i-1], s[i]/8), s[i]/2]`` (clear of the level
+    below, and of the tiny sizes where a kernel's per-pass overhead shows); DRAM starts at
+    ``DRAM_FACTOR·s[-1]`` (8×).
+
+    >>> level_windows({"l1": 64 * 1024, "l2": 2 * 1024**2})
+    [('l1', 8192.0, 32768.0), ('l2', 262144.0, 1048576.0), ('dram', 16777216.0, inf)]
+    """
+    levels = sorted(((lvl, int(size)) for lvl, size in cache_bytes.items()
+                     if lvl in ("l1", "l2", "l3") and size and size > 0), key=lambda t: t[1])
+    out: list[tuple[str, float, float]] = []
+    prev = 0
+    for lvl, size in levels:
+        lo, hi = max(2.0 * prev, size / 8.0), size / 2.0
+        if lo >= hi:
+            lo, hi = 1.25 * prev, 0.8 * size
+        if lo < hi:
+            out.append((lvl, lo, hi))
+        prev = size
+    out.append(("dram", float(DRAM_FACTOR * prev), math.inf))
+    return out
+
+
+def find_plateaus(sizes: Sequence[float], values: Sequence[float], cache_bytes: Mapping[str, int] | None = None,
+                  *, rel_step: float = 0.15, min_points: int = 2) -> list[Plateau]:
+    """Plateaus of a bandwidth-vs-working-set staircase.
+
+    With ``cache_bytes``, each level takes the points inside its :func:`level_windows`
+    window (at least one point). Without, the staircase is segmented: a point joins the
+    current segment while it stays within ``rel_step`` of the segment's median; segments
+    of fewer than ``min_points`` points are transitions and dropped; the remaining ones
+    are labelled l1, l2, l3 from the smallest, and the largest-size one DRAM.
+
+    >>> s = [4e3, 8e3, 16e3, 1e6, 2e6, 1e8, 2e8]
+    >>> v = [300e9, 310e9, 305e9, 200e9, 205e9, 30e9, 31e9]
+    >>> [(p.level, round(p.value / 1e9)) for p in find_plateaus(s, v)]
+    [('l1', 305), ('l2', 202), ('dram', 30)]
+    """
+    pts = sorted((float(s), float(v)) for s, v in zip(sizes, values, strict=True) if v > 0 and math.isfinite(v))
+    if not pts:
+        return []
+    if cache_bytes:
+        out = []
+        for level, lo, hi in level_windows(cache_bytes):
+            inside = [(s, v) for s, v in pts if lo * 0.999 <= s <= hi * 1.001]
+            if inside:
+                out.append(_plateau(level, inside, "cache-sizes"))
+        return out
+    segments: list[list[tuple[float, float]]] = [[pts[0]]]
+    for s, v in pts[1:]:
+        med = statistics.median(x for _, x in segments[-1])
+        if abs(v - med) <= rel_step * med:
+            segments[-1].append((s, v))
+        else:
+            segments.append([(s, v)])
+    kept = [seg for seg in segments if len(seg) >= min_points]
+    if not kept:
+        return []
+    labels = ["l1", "l2", "l3"]
+    out = []
+    for i, seg in enumerate(kept):
+        if i == len(kept) - 1 and len(kept) > 1:
+            level = "dram"
+        elif i < len(labels):
+            level = labels[i]
+        else:
+            continue
+        out.append(_plateau(level, seg, "segmentation"))
+    return out
+
+
+def _plateau(level: str, pts: list[tuple[float, float]], method: str) -> Plateau:
+    vals = [v for _, v in pts]
+    med = float(statistics.median(vals))
+    return Plateau(level=level, value=med, min_bytes=int(pts[0][0]), max_bytes=int(pts[-1][0]), points=len(pts),
+                   spread=(max(vals) - min(vals)) / med if med > 0 else 0.0, method=method)
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    """A measured roofline with everything needed to trust (or re-plot) it.
+
+    Attributes:
+        roofline: the measured :class:`~roofprof.roofline.Roofline` (``source="measured"``).
+        device: identity of the device measured.
+        ceilings: per ceiling: name, probe, kind, level/dtype, value (SI), clock seen,
+            timing statistics, noisy flag, and how it was derived.
+        sweeps: raw data: ``{"bandwidth": {probe: [points]}, "intensity": {probe: {...}}}``.
+        plateaus: ``{probe: [Plateau.to_dict()]}``.
+        probes: catalogue entries with their correctness checks.
+        spec_comparison: measured vs datasheet per ceiling, or why there is none.
+        plan: the :class:`RooflinePlan` used.
+        provenance: versions, command, time, host, load.
+        warnings: noisy points, busy machine, unavailable telemetry, missing levels.
+        complete: False when interrupted (``interrupted_during`` says where).
+    """
+
+    roofline: Roofline
+    device: DeviceInfo
+    ceilings: tuple[dict[str, Any], ...] = ()
+    sweeps: Mapping[str, Any] = field(default_factory=dict)
+    plateaus: Mapping[str, Any] = field(default_factory=dict)
+    probes: tuple[dict[str, Any], ...] = ()
+    spec_comparison: Mapping[str, Any] = field(default_factory=dict)
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    complete: bool = True
+    interrupted_during: str | None = None
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``roofline.json`` payload; ``"roofline"`` holds ``Roofline.to_dict()``."""
+        return {
+            "schema": SCHEMA,
+            "complete": self.complete,
+            "interrupted_during": self.interrupted_during,
+            "device": self.device.to_dict(),
+            "roofline": self.roofline.to_dict(),
+            "ceilings": list(self.ceilings),
+            "spec_comparison": dict(self.spec_comparison),
+            "plateaus": dict(self.plateaus),
+            "sweeps": dict(self.sweeps),
+            "probes": list(self.probes),
+            "plan": dict(self.plan),
+            "warnings": list(self.warnings),
+            "elapsed_s": self.elapsed_s,
+            "provenance": dict(self.provenance),
+        }
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write :meth:`to_dict` as JSON, whole or not at all (temp file + rename)."""
+        from roofprof.results import write_json_atomic
+
+        return write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RooflineResult:
+        """Rebuild from :meth:`to_dict` output (for plots and comparisons)."""
+        try:
+            dev = dict(d["device"])
+            dev.pop("label", None)
+            info = DeviceInfo(**dev)
+            return cls(roofline=Roofline.from_dict(d["roofline"]), device=info,
+                       ceilings=tuple(d.get("ceilings", ())), sweeps=d.get("sweeps", {}),
+                       plateaus=d.get("plateaus", {}), probes=tuple(d.get("probes", ())),
+                       spec_comparison=d.get("spec_comparison", {}), plan=d.get("plan", {}),
+                       provenance=d.get("provenance", {}), warnings=tuple(d.get("warnings", ())),
+                       complete=bool(d.get("complete", True)), interrupted_during=d.get("interrupted_during"),
+                       elapsed_s=float(d.get("elapsed_s", 0.0)))
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"not a roofprof roofline result: missing or malformed {exc}") from exc
+
+
+def load_result(path: str | os.PathLike) -> RooflineResult:
+    """Read a ``roofline.json`` written by ``roofprof roofline``.
+
+    Raises:
+        ConfigError: missing file, not JSON, or not a roofline result.
+    """
+    from roofprof.results import read_json
+
+    return RooflineResult.from_dict(read_json(path))
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+def measure_roofline(device: Device, quick: bool = False, progress: Progress | None = None, *,
+                     plan: RooflinePlan | str | None = None,
+                     checkpoint: Callable[[RooflineResult], Any] | None = None,
+                     probes: Sequence[str] | None = None) -> RooflineResult:
+    """Measure the roofline of ``device``.
+
+    Args:
+        device: a :class:`~roofprof.devices.base.Device`.
+        quick: use the ``quick`` plan (ignored when ``plan`` is given).
+        progress: called as ``progress(done, total, label)`` after each step.
+        plan: a :class:`RooflinePlan` or a plan name (``full``, ``quick``, ``test``).
+        checkpoint: called with the partial result after each probe finishes (the CLI
+            writes it, so an interrupted run keeps what finished).
+        probes: names of catalogue probes to run (default: all).
+
+    Returns:
+        The :class:`RooflineResult`.
+
+    Raises:
+        ConfigError: the plan would not fit in free memory (checked before allocating).
+        ProbeCheckError: a probe kernel failed its correctness check.
+        RooflineInterrupted: Ctrl-C; carries the partial result.
+
+    Example (tiny plan)::
+
+        from roofprof.devices import select
+        r = measure_roofline(select("cpu"), plan="test")
+        r.roofline.memory_bandwidth("dram")
+    """
+    info = device.info
+    if plan is None:
+        plan = "quick" if quick else "full"
+    if isinstance(plan, str):
+        plan = RooflinePlan.for_device(info, plan)
+    catalogue = tuple(device.probes())
+    if probes is not None:
+        unknown = sorted(set(probes) - {p.name for p in catalogue})
+        if unknown:
+            raise ConfigError(f"unknown probe(s) {', '.join(unknown)}; valid: {', '.join(p.name for p in catalogue)}")
+        catalogue = tuple(p for p in catalogue if p.name in set(probes))
+    catalogue = tuple(p for p in catalogue if p.kind != "intensity" or p.dtype in plan.intensity_dtypes)
+
+    need = plan.memory_needed_bytes(info, catalogue)
+    free = device.free_memory_bytes()
+    total_need = sum(need.values())
+    if total_need > 0.8 * free:
+        parts = ", ".join(f"{k} {v / MiB:.0f} MiB" for k, v in need.items())
+        raise ConfigError(f"the {plan.name} roofline plan needs {total_need / MiB:.0f} MiB ({parts}) but only "
+                          f"{free / MiB:.0f} MiB of {info.label} memory is free (at most 80% is used); "
+                          "free some memory or use --quick")
+
+    run = _Run(device, plan, catalogue, progress, checkpoint)
+    return run.execute()
+
+
+class _Run:
+    """State of one measure_roofline call (so a partial result can be built at any time)."""
+
+    def __init__(self, device: Device, plan: RooflinePlan, catalogue: tuple[Probe, ...],
+                 progress: Progress | None, checkpoint: Callable[[RooflineResult], Any] | None):
+        self.device, self.plan, self.catalogue = device, plan, catalogue
+        self.progress, self.checkpoint = progress, checkpoint
+        self.clock = device.clock()
+        self.sampler = device.sampler()
+        self.ceilings: list[Ceiling] = []
+        self.details: list[dict[str, Any]] = []
+        self.sweeps: dict[str, Any] = {"bandwidth": {}, "intensity": {}}
+        self.plateaus: dict[str, Any] = {}
+        self.probe_records: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.done = 0
+        self.total = self._count_steps()
+        self.t0 = time.perf_counter()
+        self.load_at_start = _loadavg()
+        self.cpu_at_start = _cpu_jiffies()
+        self.telemetry_reason: str | None = None
+
+    def _count_steps(self) -> int:
+        n = 0
+        for p in self.catalogue:
+            if p.kind == "bandwidth":
+                n += 1 if p.level else len(self.plan.working_set_sizes)
+            elif p.kind == "compute":
+                n += 1
+            elif p.kind == "gemm":
+                n += len(self.plan.gemm_sizes)
+            elif p.kind == "intensity":
+                n += len(self.plan.fmas_per_element(p.dtype or "fp32"))
+        return n
+
+    def _step(self, label: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, label)
+
+    # -- driver ------------------------------------------------------------------------
+    def execute(self) -> RooflineResult:
+        current = "start"
+        try:
+            order = {"compute": 0, "gemm": 1, "bandwidth": 2, "intensity": 3}
+            for probe in sorted(self.catalogue, key=lambda p: order.get(p.kind, 9)):
+                current = probe.name
+                if self.progress is not None:
+                    self.progress(self.done, self.total, f"{probe.name}: checking")
+                getattr(self, f"_run_{probe.kind}")(probe)
+                if self.checkpoint is not None:
+                    self.checkpoint(self._result(complete=False, during=None))
+        except KeyboardInterrupt as exc:
+            raise RooflineInterrupted(self._result(complete=False, during=current), current) from exc
+        return self._result(complete=True, during=None)
+
+    def _checked(self, probe: Probe, run: ProbeRun, where: str) -> dict[str, Any]:
+        res = run.check()
+        record = {**probe.describe(), "check": res.to_dict(), "checked_at": where}
+        self.probe_records.append(record)
+        if not res.ok:
+            raise ProbeCheckError(
+                f"probe {probe.name!r} failed its correctness check at {where}: relative error "
+                f"{res.max_rel_error:.3g} > tolerance {res.tolerance:.3g} ({res.note}); not timing it")
+        return record
+
+    def _time(self, fn: Callable[[], Any], *, budget_s: float, flush: Callable[[], Any] | None = None,
+              min_repeats: int | None = None, estimate_runs: int = 2) -> tuple[Timing, dict[str, Any]]:
+        with self.sampler as s:
+            timing = benchmark(fn, clock=self.clock, budget_s=budget_s, warmup_s=self.plan.warmup_s, flush=flush,
+                               min_repeats=min_repeats or self.plan.min_repeats, max_repeats=10_000,
+                               estimate_runs=estimate_runs)
+        summary = s.summary()
+        if summary.reason and self.telemetry_reason is None:
+            self.telemetry_reason = summary.reason
+            self.warnings.append(f"telemetry {summary.reason}" if not summary.available
+                                 else f"telemetry ({summary.source}): {summary.reason}")
+        return timing, summary.to_dict()
+
+    def _calibrate(self, run: ProbeRun, target_s: float) -> int:
+        """Repetitions per call so that the work of one call lasts about ``target_s``.
+
+        Uses the marginal cost of a repetition, ``(t(2r) - t(r)) / r`` (fastest of two tries
+        each), so that a fixed per-call cost (thread wake-up, a preempted thread on a busy
+        machine) is not mistaken for work.
+        """
+        reps, cap = 1, 10_000_000
+        for _ in range(8):
+            t1 = min(self._once(run, reps), self._once(run, reps))
+            if t1 <= 0:
+                return reps  # no timing available (e.g. simulator clocks)
+            t2 = min(self._once(run, 2 * reps), self._once(run, 2 * reps))
+            marginal = (t2 - t1) / reps
+            if marginal <= 0 or marginal * reps < 0.05 * t1:
+                reps = min(cap, reps * 8)  # dominated by fixed costs: grow and measure again
+                continue
+            need = max(1, int(math.ceil(target_s / marginal)))
+            if need <= 2 * reps:
+                return max(1, min(need, cap))
+            reps = min(cap, need)
+            if reps == cap:
+                break
+        return max(1, min(reps, cap))
+
+    def _once(self, run: ProbeRun, reps: int) -> float:
+        self.clock.start()
+        run.run(reps)
+        return self.clock.stop()
+
+    # -- probe kinds -------------------------------------------------------------------
+    def _run_bandwidth(self, probe: Probe) -> None:
+        sizes = self.plan.working_set_sizes if probe.level is None else (self.plan.working_set_sizes[-1],)
+        points: list[dict[str, Any]] = []
+        self.sweeps["bandwidth"][probe.name] = points
+        for i, ws in enumerate(sizes):
+            run = probe.setup(working_set_bytes=int(ws))
+            if i == 0:
+                self._checked(probe, run, f"working set {run.working_set_bytes} B")
+            reps = self._calibrate(run, self.plan.target_call_s)
+            timing, tele = self._time(lambda run=run, reps=reps: run.run(reps), budget_s=self.plan.point_budget_s)
+            nbytes = run.bytes_per_rep * reps
+            points.append({
+                "working_set_bytes": run.working_set_bytes, "reps": reps, "bytes_per_call": nbytes,
+                "flops_per_call": run.flops_per_rep * reps,
+                "best_bytes_per_s": nbytes / timing.min_s, "median_bytes_per_s": nbytes / timing.median_s,
+                "cv": timing.cv, "noisy": timing.noisy, "clock_mhz": tele.get("sm_clock_mhz_median")
+                or tele.get("cpu_clock_mhz_median"), "params": run.params,
+                "timing": timing.to_dict(), "telemetry": _short_telemetry(tele),
+            })
+            run.release()
+            self._step(f"{probe.name} {_fmt_bytes(run.working_set_bytes)}")
+        self._bandwidth_ceilings(probe, points)
+
+    def _bandwidth_ceilings(self, probe: Probe, points: list[dict[str, Any]]) -> None:
+        info = self.device.info
+        if probe.level is not None:
+            p = points[0]
+            plats = [Plateau(probe.level, p["best_bytes_per_s"], p["working_set_bytes"], p["working_set_bytes"],
+                             1, 0.0, "fixed level")]
+        else:
+            plats = find_plateaus([p["working_set_bytes"] for p in points], [p["best_bytes_per_s"] for p in points],
+                                  info.cache_bytes or None)
+        self.plateaus[probe.name] = [pl.to_dict() for pl in plats]
+        found = {pl.level for pl in plats}
+        if probe.level is None and "dram" not in found:
+            self.warnings.append(f"{probe.name}: no DRAM plateau (largest working set "
+                                 f"{_fmt_bytes(max(p['working_set_bytes'] for p in points))} too small?)")
+        for pl in plats:
+            used = [p for p in points if pl.min_bytes <= p["working_set_bytes"] <= pl.max_bytes]
+            for p in used:
+                p["level"] = pl.level
+            clocks = [p["clock_mhz"] for p in used if p.get("clock_mhz")]
+            clock = float(statistics.median(clocks)) if clocks else None
+            noisy = any(p["noisy"] for p in used)
+            name = f"{_LEVEL_LABEL.get(pl.level, pl.level)} {probe.name}"
+            note = (f"median of {pl.points} working sets {_fmt_bytes(pl.min_bytes)}–{_fmt_bytes(pl.max_bytes)} "
+                    f"(best of each); {probe.accounting}")
+            self.ceilings.append(Ceiling(name=name, kind="memory", value=pl.value, level=pl.level, source="measured",
+                                         clock_mhz=clock, note=note))
+            self.details.append({
+                "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": "memory", "level": pl.level,
+                "dtype": None, "value": pl.value, "unit": "bytes/s", "clock_mhz": clock, "source": "measured",
+                "points": pl.points, "spread": pl.spread, "noisy": noisy,
+                "median_value": _median_or_none([p["median_bytes_per_s"] for p in used]),
+                "method": pl.method, "note": note,
+            })
+
+
+    def _run_compute(self, probe: Probe) -> None:
+        run = probe.setup()
+        self._checked(probe, run, "L1-resident block")
+        reps = self._calibrate(run, self.plan.compute_call_s)
+        timing, tele = self._time(lambda: run.run(reps), budget_s=self.plan.compute_budget_s)
+        flops = run.flops_per_rep * reps
+        self._compute_ceiling(probe, flops / timing.min_s, flops / timing.median_s, timing, tele,
+                              f"{probe.accounting}; best of {timing.n} calls", {"reps": reps, **run.params})
+        run.release()
+        self._step(probe.name)
+
+    def _run_gemm(self, probe: Probe) -> None:
+        best: tuple[float, float, Timing, dict[str, Any], int] | None = None
+        tried = []
+        for i, n in enumerate(self.plan.gemm_sizes):
+            run = probe.setup(size=int(n))
+            if i == 0:
+                self._checked(probe, run, f"n={n}")
+            timing, tele = self._time(lambda run=run: run.run(1), budget_s=self.plan.gemm_budget_s,
+                                      min_repeats=min(self.plan.min_repeats, 3), estimate_runs=1)
+            rate = run.flops_per_rep / timing.min_s
+            tried.append({"n": n, "best_flops_per_s": rate, "median_flops_per_s": run.flops_per_rep / timing.median_s,
+                          "timing": timing.to_dict()})
+            if best is None or rate > best[0]:
+                best = (rate, run.flops_per_rep / timing.median_s, timing, tele, n)
+            run.release()
+            self._step(f"{probe.name} n={n}")
+        if best is None:
+            return
+        rate, med, timing, tele, n = best
+        self.sweeps.setdefault("gemm", {})[probe.name] = tried
+        self._compute_ceiling(probe, rate, med, timing, tele, f"best over n = {list(self.plan.gemm_sizes)} "
+                              f"(n={n}); {probe.accounting}; {probe.note}".rstrip("; "), {"n": n})
+
+    def _compute_ceiling(self, probe: Probe, rate: float, median_rate: float, timing: Timing,
+                         tele: dict[str, Any], note: str, params: dict[str, Any]) -> None:
+        clock = tele.get("sm_clock_mhz_median") or tele.get("cpu_clock_mhz_median")
+        kind_label = "GEMM" if probe.kind == "gemm" else "FMA"
+        name = f"{probe.dtype} {kind_label} ({probe.name})"
+        self.ceilings.append(Ceiling(name=name, kind="compute", value=rate, dtype=probe.dtype, source="measured",
+                                     clock_mhz=clock, note=note))
+        self.details.append({
+            "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": "compute", "level": None,
+            "dtype": probe.dtype, "value": rate, "unit": "FLOP/s", "clock_mhz": clock, "source": "measured",
+            "median_value": median_rate, "cv": timing.cv, "noisy": timing.noisy, "params": params,
+            "timing": timing.to_dict(), "telemetry": _short_telemetry(tele), "note": note,
+        })
+
+
+    def _run_intensity(self, probe: Probe) -> None:
+        dtype = probe.dtype or "fp32"
+        pairs = self.plan.fmas_per_element(dtype)
+        points: list[dict[str, Any]] = []
+        self.sweeps["intensity"][probe.name] = {"dtype": dtype, "working_set_bytes": self.plan.intensity_working_set_bytes,
+                                                "flush": "flush" if self.plan.flush_intensity else "none",
+                                                "accounting": probe.accounting, "points": points}
+        flush = self.device.flush if self.plan.flush_intensity else None
+        llc = self.device.info.last_level_cache_bytes
+        for target, k in pairs:
+            ws = self.plan.intensity_working_set(target)
+            run = probe.setup(working_set_bytes=ws, fmas_per_element=k)
+            self._checked(probe, run, f"k={k}")
+            timing, tele = self._time(lambda run=run: run.run(1), budget_s=self.plan.intensity_budget_s, flush=flush,
+                                      min_repeats=min(self.plan.min_repeats, 3), estimate_runs=1)
+            flops, nbytes = run.flops_per_rep, run.bytes_per_rep
+            points.append({
+                "fmas_per_element": k, "target_intensity": target, "intensity": flops / nbytes,
+                "working_set_bytes": run.working_set_bytes,
+                "resident": "dram" if not llc or run.working_set_bytes >= 4 * llc else "cache",
+                "flops_per_call": flops, "bytes_per_call": nbytes,
+                "best_flops_per_s": flops / timing.min_s, "median_flops_per_s": flops / timing.median_s,
+                "best_bytes_per_s": nbytes / timing.min_s, "cv": timing.cv, "noisy": timing.noisy,
+                "clock_mhz": tele.get("sm_clock_mhz_median") or tele.get("cpu_clock_mhz_median"),
+                "timing": timing.to_dict(), "telemetry": _short_telemetry(tele), "params": run.params,
+            })
+            run.release()
+            self._step(f"{probe.name} {flops / nbytes:g} FLOP/B")
+        low = sorted((p for p in points if p["resident"] == "dram"), key=lambda p: p["intensity"])[:3]
+        if low:
+            # The in-place update (read + write of the same line, no write-allocate) streams
+            # more than the read-only / STREAM-counted ceilings: keep its own bandwidth.
+            self.sweeps["intensity"][probe.name]["memory_bound_bytes_per_s"] = float(
+                statistics.median(p["best_bytes_per_s"] for p in low))
+
+    # -- assembly ----------------------------------------------------------------------
+    def _result(self, *, complete: bool, during: str | None) -> RooflineResult:
+        from roofprof.results import provenance
+
+        info = self.device.info
+        roofline = Roofline(device=_device_label(info), ceilings=tuple(self.ceilings))
+        warnings = list(self.warnings)
+        noisy = [d["name"] for d in self.details if d.get("noisy")]
+        if noisy:
+            warnings.append("timing spread (CV) above 5% in some calls of: " + ", ".join(noisy)
+                            + " (ceilings use the fastest call; medians are in the result)")
+        load_end = _loadavg()
+        others = _others_cpu_percent(self.cpu_at_start, _cpu_jiffies())
+        if others is not None and others > 5.0:
+            warnings.append(f"other processes used {others:.0f}% of the machine's CPU time during the measurement: "
+                            "the ceilings are likely low; rerun on a quiet machine")
+        prov = provenance(device=info.to_dict(), plan=self.plan.name,
+                          load_average_start=list(self.load_at_start) if self.load_at_start else None,
+                          load_average_end=list(load_end) if load_end else None,
+                          other_processes_cpu_percent=others)
+        return RooflineResult(
+            roofline=roofline, device=info, ceilings=tuple(dict(d) for d in self.details),
+            sweeps={k: (dict(v) if isinstance(v, dict) else v) for k, v in self.sweeps.items()},
+            plateaus=dict(self.plateaus), probes=tuple(self.probe_records),
+            spec_comparison=spec_comparison(info, self.details), plan=self.plan.to_dict(), provenance=prov,
+            warnings=tuple(dict.fromkeys(warnings)), complete=complete, interrupted_during=during,
+            elapsed_s=time.perf_counter() - self.t0,
+        )
+
+
+# --------------------------------------------------------------------------- spec comparison
+
+
+def spec_comparison(info: DeviceInfo, ceilings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each measured ceiling beside its datasheet value (percent), where the device has a spec.
+
+    ``compute`` probes compare with the vector rate of the dtype (``peak_flops_per_s``),
+    ``gemm`` probes with the best matmul rate (tensor cores where the GPU has them), DRAM
+    bandwidth with ``memory_bytes_per_s``. Devices without a spec (every CPU) get
+    ``{"available": False, "note": ...}``.
+    """
+    if info.spec_id is None:
+        why = ("CPUs have no datasheet rows in data/gpus.json: these ceilings are measured only"
+               if info.kind == "cpu" else f"{info.name!r} matches no row of data/gpus.json")
+        return {"available": False, "note": why, "rows": []}
+    from roofprof.specs import load_gpu
+
+    spec = load_gpu(info.spec_id)
+    rows = []
+    for c in ceilings:
+        ref: float | None = None
+        what = ""
+        if c["kind"] == "memory" and c.get("level") == "dram":
+            ref, what = spec.memory_bytes_per_s, "memory_bytes_per_s"
+        elif c["kind"] == "compute" and c.get("probe_kind") == "gemm":
+            try:
+                ref, what = spec.matmul_peak_flops_per_s(c["dtype"]), f"matmul peak {c['dtype']}"
+            except RoofprofError:
+                ref = None
+        elif c["kind"] == "compute":
+            ref, what = spec.peak_flops_per_s.get(c["dtype"]), f"peak_flops_per_s[{c['dtype']}]"
+        if not ref:
+            continue
+        clock_ratio = None
+        if c.get("clock_mhz") and c["kind"] == "compute":
+            spec_clock = spec.tensor_clock_mhz if c.get("probe_kind") == "gemm" else spec.vector_clock_mhz
+            clock_ratio = c["clock_mhz"] / spec_clock if spec_clock else None
+        rows.append({"ceiling": c["name"], "measured": c["value"], "spec": ref, "spec_field": what,
+                     "percent_of_spec": 100.0 * c["value"] / ref, "clock_mhz": c.get("clock_mhz"),
+                     "clock_ratio_to_spec": clock_ratio})
+    return {"available": True, "spec_id": spec.id, "spec_name": spec.name, "rows": rows,
+            "note": "datasheet values from data/gpus.json; percent = measured / datasheet"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _device_label(info: DeviceInfo) -> str:
+    return f"{info.name} ({info.label}, measured)"
+
+
+def _loadavg() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except (OSError, AttributeError):
+        return None
+
+
+def _cpu_jiffies() -> tuple[int, int, int] | None:
+    """(total, busy, this process) CPU ticks from /proc (Linux), or None elsewhere."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        total = sum(fields)
+        busy = total - fields[3] - fields[4]  # minus idle and iowait
+        return total, busy, int(own[11]) + int(own[12])  # utime + stime of all our threads
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _others_cpu_percent(start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> float | None:
+    """Percent of all CPU time used by other processes between two :func:`_cpu_jiffies`."""
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    other = (end[1] - start[1]) - (end[2] - start[2])
+    return max(0.0, 100.0 * other / (end[0] - start[0]))
+
+
+def _median_or_none(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v]
+    return float(statistics.median(vals)) if vals else None
+
+
+def _short_telemetry(tele: Mapping[str, Any]) -> dict[str, Any]:
+    keep = ("available", "reason", "source", "samples", "sm_clock_mhz_median", "sm_clock_mhz_min",
+            "mem_clock_mhz_median", "power_w_median", "temperature_c_max", "utilisation",
+            "clocks_event_reasons", "throttled", "cpu_clock_mhz_median", "cpu_clock_mhz_min")
+    return {k: tele[k] for k in keep if k in tele and tele[k] not in (None, "", [], ())}
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v >= 10 or v.is_integer() else f"{v:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def replace_plan(plan: RooflinePlan, **changes: Any) -> RooflinePlan:
+    """A copy of ``plan`` with fields changed (e.g. ``intensities``)."""
+    return replace(plan, **changes)

@@ -1,0 +1,264 @@
+"""Timing: clocks, raw samples and their statistics, repeat counts sized by a time budget.
+
+A :class:`Clock` times one call: ``start()`` then ``stop()`` returns the elapsed seconds,
+both synchronising the device first (so queued work is inside the interval).
+:class:`PerfCounterClock` is the host implementation (``time.perf_counter``); the CUDA
+device brings a CUDA-event clock with the same two methods.
+
+:func:`benchmark` runs a callable the way ``triton.testing.do_bench`` does: a few calls to
+estimate its duration, warm-up calls filling ``warmup_s``, then as many timed calls as fit
+``budget_s`` (bounded by ``min_repeats``/``max_repeats``), with an optional cache flush
+(outside the timed interval) or a rotation among several input sets before each timed
+call. The result is a :class:`Timing` that keeps every raw sample and derives min, median,
+IQR and CV; a CV above 5 % marks it ``noisy``.
+
+>>> t = Timing(samples_s=(1.0, 1.1, 0.9, 1.0))
+>>> t.min_s, t.median_s, round(t.cv, 3), t.noisy
+(0.9, 1.0, 0.082, True)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+#: A coefficient of variation above this marks a timing as noisy.
+NOISY_CV = 0.05
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Times one interval on a device.
+
+    ``start()`` synchronises the device, then marks the start; ``stop()`` synchronises,
+    marks the end and returns the elapsed time in seconds (a float; ``<= 0`` means "no
+    timing available", e.g. CUDA events under the simulator). ``name`` says which clock.
+    """
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> float: ...
+
+
+class PerfCounterClock:
+    """Host wall clock (``time.perf_counter``), synchronising the device first.
+
+    Args:
+        synchronize: called before reading the clock at start and stop (the device's
+            ``synchronize``; ``None`` for synchronous CPU code).
+
+    >>> c = PerfCounterClock()
+    >>> c.start(); elapsed = c.stop()
+    >>> elapsed >= 0.0
+    True
+    """
+
+    name = "perf_counter"
+    resolution_s = time.get_clock_info("perf_counter").resolution
+
+    def __init__(self, synchronize: Callable[[], Any] | None = None):
+        self._sync = synchronize
+        self._t0: float | None = None
+
+    def start(self) -> None:
+        if self._sync is not None:
+            self._sync()
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if self._sync is not None:
+            self._sync()
+        t1 = time.perf_counter()
+        if self._t0 is None:
+            raise RuntimeError("PerfCounterClock.stop() called before start()")
+        elapsed, self._t0 = t1 - self._t0, None
+        return elapsed
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Raw per-call times of one benchmark and the statistics derived from them.
+
+    Attributes:
+        samples_s: every timed call, in seconds, in the order run.
+        flush: how caches were treated between timed calls: ``"none"`` (warm), ``"flush"``
+            (a flush callable ran before each call), ``"rotate:N"`` (N input sets used in
+            turn) or ``"flush+rotate:N"``.
+        warmup_runs: untimed calls after the estimate.
+        estimate_s: the per-call estimate that sized the repeats.
+        clock: name of the clock used.
+    """
+
+    samples_s: tuple[float, ...]
+    flush: str = "none"
+    warmup_runs: int = 0
+    estimate_s: float = 0.0
+    clock: str = "perf_counter"
+
+    def __post_init__(self) -> None:
+        if not self.samples_s:
+            raise ValueError("a Timing needs at least one sample")
+
+    @property
+    def n(self) -> int:
+        """Number of timed calls."""
+        return len(self.samples_s)
+
+    @property
+    def min_s(self) -> float:
+        """Fastest call (seconds): the least disturbed run, used for peak ceilings."""
+        return min(self.samples_s)
+
+    @property
+    def max_s(self) -> float:
+        return max(self.samples_s)
+
+    @property
+    def median_s(self) -> float:
+        """Median call time (seconds)."""
+        return float(statistics.median(self.samples_s))
+
+    @property
+    def mean_s(self) -> float:
+        return float(statistics.fmean(self.samples_s))
+
+    @property
+    def quartiles_s(self) -> tuple[float, float]:
+        """First and third quartiles (linear interpolation, as numpy's default)."""
+        if self.n < 2:
+            return (self.samples_s[0], self.samples_s[0])
+        q = statistics.quantiles(self.samples_s, n=4, method="inclusive")
+        return (float(q[0]), float(q[2]))
+
+    @property
+    def iqr_s(self) -> float:
+        """Interquartile range (seconds)."""
+        q1, q3 = self.quartiles_s
+        return q3 - q1
+
+    @property
+    def stdev_s(self) -> float:
+        """Sample standard deviation (seconds); 0 for a single sample."""
+        return float(statistics.stdev(self.samples_s)) if self.n > 1 else 0.0
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation, stdev / mean (0 for a single sample)."""
+        mean = self.mean_s
+        return self.stdev_s / mean if mean > 0 else 0.0
+
+    @property
+    def noisy(self) -> bool:
+        """True when the CV exceeds :data:`NOISY_CV` (5 %)."""
+        return self.cv > NOISY_CV
+
+    def to_dict(self, samples: bool = True) -> dict[str, Any]:
+        """Statistics (and, by default, the raw samples) as a JSON-ready dict."""
+        d: dict[str, Any] = {
+            "n": self.n, "min_s": self.min_s, "median_s": self.median_s, "mean_s": self.mean_s,
+            "iqr_s": self.iqr_s, "cv": self.cv, "noisy": self.noisy, "flush": self.flush,
+            "warmup_runs": self.warmup_runs, "estimate_s": self.estimate_s, "clock": self.clock,
+        }
+        if samples:
+            d["samples_s"] = list(self.samples_s)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Timing:
+        return cls(samples_s=tuple(d["samples_s"]), flush=d.get("flush", "none"),
+                   warmup_runs=int(d.get("warmup_runs", 0)), estimate_s=float(d.get("estimate_s", 0.0)),
+                   clock=d.get("clock", "perf_counter"))
+
+
+def repeat_counts(estimate_s: float, *, budget_s: float, warmup_s: float, min_repeats: int,
+                  max_repeats: int) -> tuple[int, int]:
+    """``(warm-up calls, timed calls)`` for a call estimated at ``estimate_s`` seconds.
+
+    Like ``do_bench``: warm-up fills ``warmup_s`` (0 when one call already exceeds it: the
+    estimate calls warmed up), timed calls fill ``budget_s``, clamped to
+    ``[min_repeats, max_repeats]``. A non-positive estimate (no timing available) gives
+    ``max_repeats``.
+
+    >>> repeat_counts(0.01, budget_s=0.1, warmup_s=0.02, min_repeats=3, max_repeats=100)
+    (2, 10)
+    >>> repeat_counts(1.0, budget_s=0.1, warmup_s=0.02, min_repeats=3, max_repeats=100)
+    (0, 3)
+    """
+    if min_repeats < 1 or max_repeats < min_repeats:
+        raise ValueError(f"need 1 <= min_repeats <= max_repeats, got {min_repeats}, {max_repeats}")
+    if not (estimate_s > 0 and math.isfinite(estimate_s)):
+        return 0, max_repeats
+    warmup = int(warmup_s / estimate_s * (1 + 1e-9))  # (1 + 1e-9): 0.15 / 0.05 is 3, not 2.999...
+    repeats = int(budget_s / estimate_s * (1 + 1e-9))
+    return max(0, min(warmup, max_repeats)), max(min_repeats, min(repeats, max_repeats))
+
+
+def benchmark(
+    fn: Callable[[], Any] | Sequence[Callable[[], Any]],
+    *,
+    clock: Clock | None = None,
+    budget_s: float = 0.1,
+    warmup_s: float = 0.025,
+    flush: Callable[[], Any] | None = None,
+    min_repeats: int = 3,
+    max_repeats: int = 1000,
+    estimate_runs: int = 2,
+) -> Timing:
+    """Time ``fn`` with repeats sized by a time budget; return every sample.
+
+    Args:
+        fn: the call to time, or a sequence of equivalent calls on different input sets,
+            used in turn (rotation: each timed call finds its inputs out of cache).
+        clock: a :class:`Clock` (default: :class:`PerfCounterClock` without sync).
+        budget_s: target total time of the timed calls (seconds).
+        warmup_s: target time of untimed warm-up calls after the estimate.
+        flush: called before every estimate and timed call, outside the timed interval
+            (e.g. a device's cache flush).
+        min_repeats, max_repeats: bounds on the number of timed calls.
+        estimate_runs: timed calls used to estimate the duration (not kept as samples).
+
+    Returns:
+        A :class:`Timing` recording the flush mode, warm-up count and estimate.
+
+    >>> t = benchmark(lambda: sum(range(100)), budget_s=0.01, warmup_s=0.0)
+    >>> t.n >= 3 and t.flush == "none"
+    True
+    """
+    calls = list(fn) if isinstance(fn, Sequence) else [fn]
+    if not calls or not all(callable(c) for c in calls):
+        raise TypeError("benchmark() needs a callable or a non-empty sequence of callables")
+    clock = clock or PerfCounterClock()
+    mode = "none"
+    if len(calls) > 1:
+        mode = f"rotate:{len(calls)}"
+    if flush is not None:
+        mode = "flush" if mode == "none" else f"flush+{mode}"
+
+    turn = 0
+
+    def timed_call() -> float:
+        nonlocal turn
+        call = calls[turn % len(calls)]
+        turn += 1
+        if flush is not None:
+            flush()
+        clock.start()
+        call()
+        return clock.stop()
+
+    estimates = [timed_call() for _ in range(max(1, estimate_runs))]
+    estimate = float(statistics.median(estimates))
+    n_warmup, n_repeat = repeat_counts(estimate, budget_s=budget_s, warmup_s=warmup_s,
+                                       min_repeats=min_repeats, max_repeats=max_repeats)
+    for _ in range(n_warmup):
+        calls[turn % len(calls)]()
+        turn += 1
+    samples = tuple(timed_call() for _ in range(n_repeat))
+    return Timing(samples_s=samples, flush=mode, warmup_runs=n_warmup, estimate_s=estimate,
+                  clock=getattr(clock, "name", type(clock).__name__))

@@ -1,0 +1,391 @@
+"""Probe accounting, plateau detection, the roofline assembly (on a simulated device) and refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from roofprof.devices.base import CheckResult, DeviceInfo, Probe, ProbeRun
+from roofprof.devices.cpu import CpuDevice
+from roofprof.errors import ConfigError
+from roofprof.probes import (
+    Plateau,
+    ProbeCheckError,
+    RooflineInterrupted,
+    RooflinePlan,
+    RooflineResult,
+    find_plateaus,
+    level_windows,
+    load_result,
+    measure_roofline,
+    spec_comparison,
+)
+from roofprof.roofline import load_roofline
+from roofprof.telemetry import NullSampler
+
+KiB, MiB = 1024, 1024**2
+CACHES = {"l1": 64 * KiB, "l2": 2 * MiB, "l3": 32 * MiB}
+LEVEL_BW = {"l1": 600e9, "l2": 220e9, "l3": 180e9, "dram": 36e9}
+PEAK = {"fp32": 230e9, "fp64": 115e9}
+GEMM = {"fp32": 205e9, "fp64": 105e9}
+
+
+def true_level(ws: float) -> str:
+    if ws <= CACHES["l1"]:
+        return "l1"
+    if ws <= CACHES["l2"]:
+        return "l2"
+    if ws <= CACHES["l3"]:
+        return "l3"
+    return "dram"
+
+
+class SimClock:
+    """A fake clock reading the simulated time that the fake kernels advance."""
+
+    name = "sim"
+
+    def __init__(self, state):
+        self.state = state
+
+    def start(self):
+        self.t0 = self.state["t"]
+
+    def stop(self):
+        return self.state["t"] - self.t0
+
+
+class SimDevice:
+    """A device whose kernels cost modelled time: a staircase, FMA peaks, GEMM rates."""
+
+    def __init__(self, free=64 * 2**30, fail_check=None, interrupt_at=None, spec_id=None, kind="cpu"):
+        self.state = {"t": 0.0, "setups": [], "flushes": 0}
+        self.free, self.fail_check, self.interrupt_at = free, fail_check, interrupt_at
+        self._info = DeviceInfo(kind=kind, index=0, name="Sim CPU", compute_units=2, memory_bytes=64 * 2**30,
+                                cache_bytes=CACHES, spec_id=spec_id)
+
+    @property
+    def info(self):
+        return self._info
+
+    def clock(self):
+        return SimClock(self.state)
+
+    def flush(self):
+        self.state["flushes"] += 1
+
+    def sampler(self, interval_s=0.01):
+        return NullSampler("simulated device")
+
+    def free_memory_bytes(self):
+        return self.free
+
+    def synchronize(self):
+        pass
+
+    def implementations(self):
+        return ()
+
+    def _run(self, name, seconds_per_rep, flops, nbytes, ws, params=None):
+        self.state["setups"].append(name)
+        if self.interrupt_at == name:
+            raise KeyboardInterrupt
+
+        def run(reps):
+            self.state["t"] += seconds_per_rep * reps + 2e-6  # + a launch overhead
+
+        ok = self.fail_check != name
+        return ProbeRun(run=run, flops_per_rep=flops, bytes_per_rep=nbytes,
+                        check=lambda: CheckResult(ok, 0.0 if ok else 1.0, 0.0 if ok else 1.0, 1e-6, "sim"),
+                        working_set_bytes=ws, params=params or {})
+
+    def probes(self):
+        def bw(name, per_elem):
+            def setup(*, working_set_bytes):
+                n = working_set_bytes // per_elem
+                nbytes = per_elem * n
+                return self._run(name, nbytes / LEVEL_BW[true_level(nbytes)], n, nbytes, nbytes)
+            return setup
+
+        def fma(dtype):
+            def setup():
+                flops = 2.0 * 16 * 8192
+                return self._run(f"fma-{dtype}", flops / PEAK[dtype], flops, 1.0, 65536)
+            return setup
+
+        def gemm(dtype):
+            def setup(*, size):
+                flops = 2.0 * size**3
+                return self._run(f"gemm-{dtype}", flops / GEMM[dtype], flops, 3.0 * size * size * 8, 3 * size * size * 8)
+            return setup
+
+        def intensity(dtype):
+            item = 8 if dtype == "fp64" else 4
+
+            def setup(*, working_set_bytes, fmas_per_element):
+                n = working_set_bytes // item
+                flops, nbytes = 2.0 * fmas_per_element * n, 2.0 * item * n
+                t = max(flops / PEAK[dtype], nbytes / LEVEL_BW["dram"])
+                return self._run(f"intensity-{dtype}", t, flops, nbytes, working_set_bytes,
+                                 {"fmas_per_element": fmas_per_element})
+            return setup
+
+        return (
+            Probe("read", "bandwidth", bw("read", 8), accounting="8 B/element"),
+            Probe("triad", "bandwidth", bw("triad", 24), accounting="24 B/element"),
+            Probe("fma-fp32", "compute", fma("fp32"), dtype="fp32"),
+            Probe("fma-fp64", "compute", fma("fp64"), dtype="fp64"),
+            Probe("gemm-fp32", "gemm", gemm("fp32"), dtype="fp32"),
+            Probe("gemm-fp64", "gemm", gemm("fp64"), dtype="fp64"),
+            Probe("intensity-fp64", "intensity", intensity("fp64"), dtype="fp64"),
+        )
+
+
+def sim_plan(device, name="quick"):
+    return RooflinePlan.for_device(device.info, name)
+
+
+# --------------------------------------------------------------------------- plan and accounting
+
+
+def test_plans_sized_from_caches():
+    info = SimDevice().info
+    quick, full, test = (RooflinePlan.for_device(info, n) for n in ("quick", "full", "test"))
+    assert quick.working_set_sizes[0] == 4 * KiB
+    assert quick.working_set_sizes[-1] == 16 * CACHES["l3"]
+    assert len(full.working_set_sizes) > len(quick.working_set_sizes) > len(test.working_set_sizes)
+    ratios = {b / a for a, b in zip(quick.working_set_sizes, quick.working_set_sizes[1:], strict=False)}
+    assert ratios == {2.0}
+    assert full.intensities[0] == 0.125 and full.intensities[-1] == 1024
+    assert quick.intensity_working_set_bytes >= 8 * CACHES["l3"]
+    # far right of the ridge the working set shrinks to bound the call
+    assert full.intensity_working_set(0.125) == full.intensity_working_set_bytes
+    assert full.intensity_working_set(1024) * 2 * 1024 <= full.intensity_max_call_flops
+    assert full.intensity_working_set(1024) >= MiB
+    with pytest.raises(ConfigError):
+        RooflinePlan.for_device(info, "huge")
+
+
+def test_intensity_to_fmas_per_element():
+    plan = RooflinePlan.for_device(SimDevice().info, "full")
+    fp64 = dict(plan.fmas_per_element("fp64"))
+    assert fp64[0.125] == 1 and fp64[1.0] == 8 and fp64[1024.0] == 8192
+    fp32 = dict(plan.fmas_per_element("fp32"))
+    assert 0.125 not in fp32 and fp32[0.25] == 1  # half an FMA per element is not a kernel
+
+
+def test_cpu_probe_accounting_is_exact():
+    probes = {p.name: p for p in CpuDevice().probes()}
+    r = probes["read"].setup(working_set_bytes=64 * KiB)
+    n = r.params["elements"]
+    assert n * 8 == r.working_set_bytes == 64 * KiB
+    assert (r.bytes_per_rep, r.flops_per_rep) == (8.0 * n, float(n))
+    t = probes["triad"].setup(working_set_bytes=48 * KiB)
+    n = t.params["elements_per_array"]
+    assert (t.bytes_per_rep, t.flops_per_rep, t.working_set_bytes) == (24.0 * n, 2.0 * n, 24 * n)
+    f = probes["fma-fp32"].setup()
+    assert f.flops_per_rep == 2 * 16 * f.params["elements"]
+    g = probes["gemm-fp64"].setup(size=64)
+    assert g.flops_per_rep == 2 * 64**3 and g.bytes_per_rep == 3 * 64 * 64 * 8
+    for dtype, item in (("fp64", 8), ("fp32", 4)):
+        s = probes[f"intensity-{dtype}"].setup(working_set_bytes=1 * MiB, fmas_per_element=32)
+        n = s.params["elements"]
+        assert s.flops_per_rep == 2 * 32 * n and s.bytes_per_rep == 2 * item * n
+        assert s.flops_per_rep / s.bytes_per_rep == 32 / item
+        assert s.params["unroll"] * s.params["inner_passes"] == 32
+
+
+def test_cpu_probes_pass_their_checks():
+    for p in CpuDevice().probes():
+        kw = {"bandwidth": {"working_set_bytes": 256 * KiB}, "compute": {}, "gemm": {"size": 96},
+              "intensity": {"working_set_bytes": 512 * KiB, "fmas_per_element": 4}}[p.kind]
+        run = p.setup(**kw)
+        res = run.check()
+        assert res.ok, (p.name, res)
+        run.run(1)
+
+
+# --------------------------------------------------------------------------- plateaus
+
+
+def test_level_windows():
+    w = dict((lvl, (lo, hi)) for lvl, lo, hi in level_windows(CACHES))
+    assert w["l1"] == (8 * KiB, 32 * KiB)
+    assert w["l2"] == (256 * KiB, 1 * MiB)
+    assert w["l3"] == (4 * MiB, 16 * MiB)
+    assert w["dram"] == (256 * MiB, math.inf)
+    assert level_windows({}) == [("dram", 0.0, math.inf)]
+
+
+def synthetic_staircase(noise=0.03, seed=0):
+    rng = np.random.default_rng(seed)
+    sizes = [4 * KiB * 2 ** (i / 2) for i in range(37)]  # 4 KiB .. 1 GiB
+    true = []
+    for s in sizes:
+        lvl = true_level(s)
+        true.append(LEVEL_BW[lvl])
+    values = [v * (1 + noise * rng.standard_normal()) for v in true]
+    # transitions: between levels the bandwidth is in between
+    for i, s in enumerate(sizes):
+        for _lvl, size in CACHES.items():
+            if size < s < 2 * size:
+                values[i] = (values[i] + values[i - 1]) / 2
+    return sizes, values
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_plateaus_from_cache_sizes(seed):
+    sizes, values = synthetic_staircase(seed=seed)
+    plats = {p.level: p for p in find_plateaus(sizes, values, CACHES)}
+    assert set(plats) == {"l1", "l2", "l3", "dram"}
+    for lvl, p in plats.items():
+        assert p.value == pytest.approx(LEVEL_BW[lvl], rel=0.06)
+        assert p.method == "cache-sizes" and p.points >= 2
+    assert plats["dram"].min_bytes >= 8 * CACHES["l3"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_plateaus_by_segmentation(seed):
+    sizes, values = synthetic_staircase(noise=0.02, seed=seed)
+    plats = find_plateaus(sizes, values)
+    levels = [p.level for p in plats]
+    assert levels[0] == "l1" and levels[-1] == "dram"
+    by = {p.level: p for p in plats}
+    assert by["l1"].value == pytest.approx(LEVEL_BW["l1"], rel=0.06)
+    assert by["dram"].value == pytest.approx(LEVEL_BW["dram"], rel=0.06)
+    assert all(p.method == "segmentation" for p in plats)
+
+
+def test_plateau_edge_cases():
+    assert find_plateaus([], []) == []
+    assert find_plateaus([1, 2], [0.0, -1.0]) == []
+    one = find_plateaus([1e3, 2e3], [5.0, 5.1])
+    assert [p.level for p in one] == ["l1"]
+    assert isinstance(one[0], Plateau) and one[0].to_dict()["points"] == 2
+
+
+# --------------------------------------------------------------------------- measured roofline (simulated device)
+
+
+def test_measure_roofline_on_simulated_device():
+    dev = SimDevice()
+    calls, checkpoints = [], []
+    result = measure_roofline(dev, plan=sim_plan(dev), progress=lambda d, t, label: calls.append((d, t)),
+                              checkpoint=checkpoints.append)
+    assert result.complete and result.interrupted_during is None
+    roof = result.roofline
+    for lvl, bw in LEVEL_BW.items():
+        assert roof.memory_bandwidth(lvl) == pytest.approx(bw, rel=0.01), lvl
+    for dtype in ("fp32", "fp64"):
+        assert roof.compute_peak(dtype) == pytest.approx(PEAK[dtype], rel=0.01)
+        gemm = [c for c in result.ceilings if c["probe"] == f"gemm-{dtype}"][0]
+        assert gemm["value"] == pytest.approx(GEMM[dtype], rel=0.01)
+    assert all(c.source == "measured" for c in roof.ceilings)
+    # the intensity sweep follows min(peak, bandwidth x intensity)
+    sweep = result.sweeps["intensity"]["intensity-fp64"]
+    assert sweep["flush"] == "flush" and dev.state["flushes"] > 0
+    for p in sweep["points"]:
+        model = min(PEAK["fp64"], LEVEL_BW["dram"] * p["intensity"])
+        assert p["best_flops_per_s"] == pytest.approx(model, rel=0.02)
+    assert [p["intensity"] for p in sweep["points"]] == list(RooflinePlan.for_device(dev.info, "quick").intensities)
+    # progress and checkpoints
+    assert calls[-1][0] == calls[-1][1] > 0
+    assert len(checkpoints) == len(dev.probes()) and not checkpoints[-1].complete
+    # every probe was checked, raw samples kept
+    assert {p["name"] for p in result.probes} == {p.name for p in dev.probes()}
+    points = result.sweeps["bandwidth"]["read"]
+    assert all(p["timing"]["samples_s"] for p in points)
+    assert [p.get("level") for p in points if p["working_set_bytes"] in (16 * KiB, 512 * KiB, 8 * MiB, 256 * MiB)] == [
+        "l1", "l2", "l3", "dram"]
+    assert result.spec_comparison["available"] is False
+    assert any("telemetry unavailable" in w for w in result.warnings)
+
+
+def test_result_is_json_and_round_trips(tmp_path):
+    dev = SimDevice()
+    result = measure_roofline(dev, plan=sim_plan(dev, "test"))
+    text = json.dumps(result.to_dict(), allow_nan=False)
+    assert json.loads(text)["schema"] == "roofprof.roofline/1"
+    path = result.write(tmp_path / "roofline.json")
+    assert load_roofline(path) == result.roofline
+    again = load_result(path)
+    assert again.roofline == result.roofline and again.device == result.device
+    assert again.sweeps == json.loads(json.dumps(result.to_dict()))["sweeps"]
+    assert RooflineResult.from_dict(result.to_dict()).complete
+    with pytest.raises(ConfigError):
+        RooflineResult.from_dict({"nothing": 1})
+
+
+def test_memory_refusal_happens_before_allocating():
+    dev = SimDevice(free=100 * MiB)
+    with pytest.raises(ConfigError) as err:
+        measure_roofline(dev, quick=True)
+    msg = str(err.value)
+    assert "MiB" in msg and "free" in msg and "bandwidth sweep" in msg
+    assert dev.state["setups"] == []
+
+
+def test_failed_check_stops_before_timing():
+    dev = SimDevice(fail_check="fma-fp64")
+    with pytest.raises(ProbeCheckError, match="fma-fp64"):
+        measure_roofline(dev, plan=sim_plan(dev, "test"))
+
+
+def test_interrupt_keeps_what_finished():
+    dev = SimDevice(interrupt_at="triad")
+    with pytest.raises(RooflineInterrupted) as err:
+        measure_roofline(dev, plan=sim_plan(dev, "test"))
+    partial = err.value.result
+    assert isinstance(err.value, KeyboardInterrupt)
+    assert not partial.complete and partial.interrupted_during == "triad" == err.value.during
+    names = {c["probe"] for c in partial.ceilings}
+    assert {"fma-fp32", "fma-fp64", "gemm-fp32", "gemm-fp64", "read"} <= names and "triad" not in names
+    json.dumps(partial.to_dict(), allow_nan=False)
+
+
+def test_probe_selection():
+    dev = SimDevice()
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"), probes=["read"])
+    assert {c["probe"] for c in r.ceilings} == {"read"}
+    with pytest.raises(ConfigError, match="unknown probe"):
+        measure_roofline(dev, plan="test", probes=["nope"])
+
+
+def test_spec_comparison_for_a_gpu():
+    info = DeviceInfo(kind="cuda", index=0, name="NVIDIA H100 80GB HBM3", compute_units=132,
+                      memory_bytes=80 * 2**30, spec_id="h100-sxm")
+    from roofprof.specs import load_gpu
+
+    spec = load_gpu("h100-sxm")
+    details = [
+        {"name": "DRAM read", "kind": "memory", "level": "dram", "value": 0.9 * spec.memory_bytes_per_s},
+        {"name": "L2 read", "kind": "memory", "level": "l2", "value": 1e13},
+        {"name": "bf16 GEMM", "kind": "compute", "probe_kind": "gemm", "dtype": "bf16",
+         "value": 0.8 * spec.matmul_peak_flops_per_s("bf16"), "clock_mhz": spec.tensor_clock_mhz},
+        {"name": "fp32 FMA", "kind": "compute", "probe_kind": "compute", "dtype": "fp32",
+         "value": 0.5 * spec.peak_flops_per_s["fp32"]},
+    ]
+    cmp = spec_comparison(info, details)
+    rows = {r["ceiling"]: r for r in cmp["rows"]}
+    assert cmp["available"] and cmp["spec_id"] == "h100-sxm"
+    assert rows["DRAM read"]["percent_of_spec"] == pytest.approx(90.0)
+    assert rows["bf16 GEMM"]["percent_of_spec"] == pytest.approx(80.0)
+    assert rows["bf16 GEMM"]["clock_ratio_to_spec"] == pytest.approx(1.0)
+    assert rows["fp32 FMA"]["percent_of_spec"] == pytest.approx(50.0)
+    assert "L2 read" not in rows
+
+
+def test_real_cpu_test_plan(tmp_path):
+    """The CPU device end to end with the tiny test plan (values are not asserted: no speed in tests)."""
+    result = measure_roofline(CpuDevice(), plan="test")
+    roof = result.roofline
+    assert set(roof.dtypes) == {"fp32", "fp64"}
+    assert "dram" in roof.levels and "l1" in roof.levels
+    assert all(c["value"] > 0 for c in result.ceilings)
+    assert all(p["check"]["ok"] for p in result.probes)
+    assert result.sweeps["intensity"]["intensity-fp64"]["points"]
+    json.dumps(result.to_dict(), allow_nan=False)
+    assert result.provenance["libraries"]["numba"]

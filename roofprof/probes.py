@@ -656,7 +656,8 @@ class _Run:
     def _compute_ceiling(self, probe: Probe, rate: float, median_rate: float, timing: Timing,
                          tele: dict[str, Any], note: str, params: dict[str, Any]) -> None:
         clock = tele.get("sm_clock_mhz_median") or tele.get("cpu_clock_mhz_median")
-        kind_label = "GEMM" if probe.kind == "gemm" else "FMA"
+        # GEMM (library), tensor-core mma.sync throughput, or CUDA-core/SIMD FMA chains
+        kind_label = "GEMM" if probe.kind == "gemm" else ("tensor mma.sync" if "mma" in probe.name else "FMA")
         name = f"{probe.dtype} {kind_label} ({probe.name})"
         self.ceilings.append(Ceiling(name=name, kind="compute", value=rate, dtype=probe.dtype, source="measured",
                                      clock_mhz=clock, note=note))
@@ -762,13 +763,21 @@ def spec_comparison(info: DeviceInfo, ceilings: Sequence[Mapping[str, Any]]) -> 
                 ref, what = spec.matmul_peak_flops_per_s(c["dtype"]), f"matmul peak {c['dtype']}"
             except RoofprofError:
                 ref = None
-        elif c["kind"] == "compute":
+        elif c["kind"] == "compute" and "mma" in str(c.get("probe", "")):
+            try:  # tensor-core throughput probes compare with the dense tensor rate
+                ref, what = spec.matmul_peak_flops_per_s(c["dtype"]), f"matmul peak {c['dtype']}"
+            except RoofprofError:
+                ref = None
+        elif c["kind"] == "compute" and c["dtype"] in ("fp32", "fp64"):
             ref, what = spec.peak_flops_per_s.get(c["dtype"]), f"peak_flops_per_s[{c['dtype']}]"
+        elif c["kind"] == "compute":
+            continue  # e.g. bf16x2 FMA on CUDA cores: datasheets print no vector rate for it
         if not ref:
             continue
         clock_ratio = None
         if c.get("clock_mhz") and c["kind"] == "compute":
-            spec_clock = spec.tensor_clock_mhz if c.get("probe_kind") == "gemm" else spec.vector_clock_mhz
+            tensor = c.get("probe_kind") == "gemm" or "mma" in str(c.get("probe", ""))
+            spec_clock = spec.tensor_clock_mhz if tensor else spec.vector_clock_mhz
             clock_ratio = c["clock_mhz"] / spec_clock if spec_clock else None
         rows.append({"ceiling": c["name"], "measured": c["value"], "spec": ref, "spec_field": what,
                      "percent_of_spec": 100.0 * c["value"] / ref, "clock_mhz": c.get("clock_mhz"),

@@ -389,3 +389,26 @@ def test_real_cpu_test_plan(tmp_path):
     assert result.sweeps["intensity"]["intensity-fp64"]["points"]
     json.dumps(result.to_dict(), allow_nan=False)
     assert result.provenance["libraries"]["numba"]
+
+
+def test_spec_comparison_pairs_each_probe_with_the_right_datasheet_rate():
+    from roofprof.devices.base import DeviceInfo
+    from roofprof.probes import spec_comparison
+
+    info = DeviceInfo(kind="cuda", index=0, name="NVIDIA H100 80GB HBM3", compute_units=132,
+                      memory_bytes=80 * 10**9, spec_id="h100-sxm")
+    ceilings = [
+        {"name": "bf16 tensor mma.sync (mma-bf16)", "probe": "mma-bf16", "probe_kind": "compute", "kind": "compute",
+         "dtype": "bf16", "value": 600e12, "clock_mhz": 1830.0},
+        {"name": "bf16 FMA (fma-bf16x2)", "probe": "fma-bf16x2", "probe_kind": "compute", "kind": "compute",
+         "dtype": "bf16", "value": 130e12},
+        {"name": "fp32 FMA (fma-fp32)", "probe": "fma-fp32", "probe_kind": "compute", "kind": "compute",
+         "dtype": "fp32", "value": 60e12, "clock_mhz": 1980.0},
+        {"name": "DRAM read", "probe": "read", "kind": "memory", "level": "dram", "value": 3.0e12},
+    ]
+    rows = {r["ceiling"]: r for r in spec_comparison(info, ceilings)["rows"]}
+    assert rows["bf16 tensor mma.sync (mma-bf16)"]["spec"] == 989.4e12
+    assert rows["bf16 tensor mma.sync (mma-bf16)"]["clock_ratio_to_spec"] == 1.0
+    assert "bf16 FMA (fma-bf16x2)" not in rows  # no datasheet vector bf16 rate to compare with
+    assert rows["fp32 FMA (fma-fp32)"]["percent_of_spec"] == 100.0 * 60e12 / 66.9e12
+    assert rows["DRAM read"]["spec"] == 3.35e12

@@ -23,4 +23,14 @@ def __getattr__(name: str):
         from roofprof.rollup import predict
 
         return predict
+    if name in ("profile", "validate"):
+        # The modules roofprof.profile / roofprof.validate are callable: roofprof.profile(...)
+        # runs roofprof.profile.profile(...), whichever of the two Python resolves.
+        import importlib
+
+        return importlib.import_module(f"roofprof.{name}")
+    if name == "measure":
+        from roofprof.profile import measure
+
+        return measure
     raise AttributeError(f"module 'roofprof' has no attribute {name!r}")

@@ -1,9 +1,19 @@
 """Roll per-op estimates up into prefill (time to first token) and decode (tokens/s).
 
-An *estimator* turns one :class:`~roofprof.workload.Op` into seconds. ``spec`` and
-``empirical`` are the same roofline model (``max(FLOPs / peak, bytes / bandwidth)``) over a
-datasheet or a measured :class:`~roofprof.roofline.Roofline`; ``measured`` (per-op times
-from ``roofprof profile``) plugs in behind the same :class:`Estimator` protocol.
+An *estimator* turns one :class:`~roofprof.workload.Op` into seconds. Four sit side by side:
+
+* ``spec``: the roofline model (``max(FLOPs / peak, bytes / bandwidth)``) over the
+  datasheet (:class:`RooflineEstimator` on ``Roofline.from_spec``);
+* ``empirical``: the same model over the measured ceilings of this machine;
+* ``measured``: the sum of measured per-op times (:class:`MeasuredEstimator`, fed by
+  ``roofprof profile`` with :class:`OpTime` records), with or without the per-kernel
+  launch overhead (each op takes at least ``kernels × launch_s``: the host cannot issue
+  kernels faster than that);
+* ``real``: a real model forward pass timed on the same machine (:class:`RealRun`, from
+  ``roofprof validate``), against which :func:`compare` reports each estimator's residual
+  ``predicted / real − 1``.
+
+This module is arithmetic only: no devices, no timing, no I/O.
 
 >>> p = predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000, convention="seed")
 >>> round(p.decode.seconds * 1e3, 1), round(p.prefill.seconds * 1e3)
@@ -12,9 +22,10 @@ from ``roofprof profile``) plugs in behind the same :class:`Estimator` protocol.
 
 from __future__ import annotations
 
+import math
 import warnings as _warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from roofprof.roofline import Roofline
@@ -224,8 +235,10 @@ def predict(
                                        dtype=dtype, convention=convention), estimator)
     decode = estimate_phase(llama_ops(model, "decode", batch=batch, prompt_tokens=prompt_tokens,
                                       context_tokens=context, dtype=dtype, convention=convention), estimator)
+    notes.extend(w for w in getattr(estimator, "warnings", ()) if w not in notes)
     ridge = estimator.ridge(dtype) if hasattr(estimator, "ridge") else float("nan")
-    machine = getattr(getattr(estimator, "roofline", None), "device", None) or str(gpu)
+    machine = (getattr(getattr(estimator, "roofline", None), "device", None) or getattr(estimator, "machine", None)
+               or str(gpu))
     if isinstance(gpu, str) or isinstance(gpu, GpuSpec):
         machine = (gpu if isinstance(gpu, GpuSpec) else load_gpu(gpu)).id
     return Prediction(model, machine, estimator.name, estimator.describe(), prefill, decode, ridge, tuple(notes))
@@ -235,3 +248,242 @@ def sweep(model: str | ModelSpec, *, batches: Sequence[int] = (1,), contexts: Se
           **kwargs: Any) -> list[Prediction]:
     """Predictions over a grid of batch sizes and decode contexts (same other arguments)."""
     return [predict(model, batch=b, context_tokens=c, **kwargs) for b in batches for c in contexts]
+
+
+# --------------------------------------------------------------------------- measured
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """A measured op, as the ``measured`` estimator uses it.
+
+    Attributes:
+        seconds: time of one call (median of the timed calls), in seconds.
+        impl: the implementation that was timed (``torch``, ``numba``, ...).
+        kernels: device kernels one call launches (for the launch-overhead model).
+        spread_s: interquartile range of the timed calls, in seconds.
+        note: anything a reader should know (rotation, flush, noisy, ...).
+        host_s: per-call time of back-to-back calls without synchronising (asynchronous
+            devices: the rate the host can issue this op, kernels and framework overhead
+            included); 0 when not measured (CPU: the timed call already includes it).
+    """
+
+    seconds: float
+    impl: str
+    kernels: int = 1
+    spread_s: float = 0.0
+    note: str = ""
+    host_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class MeasuredEstimator:
+    """Per-op times from measurements (``measured``), with the launch-overhead model.
+
+    Args:
+        times: measured ops, keyed by :attr:`Op.shape_key` (identical shapes share one).
+        launch_s: per-kernel launch overhead (seconds), from the launch-latency probe.
+        include_launch: when true, an op takes ``max(measured, kernels × launch_s, host_s)``.
+        fallback: estimator for ops with no measurement (the empirical roofline); each
+            such op is noted and listed in :attr:`warnings`.
+        measure: called for an op with no entry in ``times`` (profiles it on demand);
+            returns an :class:`OpTime`, or ``None`` with the reason in the second item.
+        classify: gives the bound (``memory``/``compute``) of an op at its intensity.
+        name: ``measured`` or ``measured-no-launch``.
+        inputs: what the measurements came from (device, roofline file, result files).
+
+    >>> from roofprof.workload import Op
+    >>> op = Op("q_proj", "gemm", "decode", 1, 64, 64, "fp32", 8192.0, 16896.0, count=2)
+    >>> est = MeasuredEstimator({op.shape_key: OpTime(2e-6, "torch", kernels=1)}, launch_s=5e-6)
+    >>> est.estimate(op).seconds, est.estimate(op).bound
+    (5e-06, 'launch')
+    >>> MeasuredEstimator({op.shape_key: OpTime(2e-6, "torch")}, launch_s=5e-6, include_launch=False).estimate(op).seconds
+    2e-06
+    """
+
+    def __init__(self, times: Mapping[tuple, OpTime] | None = None, *, launch_s: float = 0.0,
+                 include_launch: bool = True, fallback: Estimator | None = None,
+                 measure: Callable[[Op], tuple[OpTime | None, str]] | None = None,
+                 classify: Callable[[Op], str] | None = None, name: str | None = None,
+                 inputs: Mapping[str, Any] | None = None):
+        self.times: dict[tuple, OpTime] = dict(times or {})
+        self.launch_s = float(launch_s)
+        self.include_launch = include_launch
+        self.fallback = fallback
+        self.measure = measure
+        self.classify = classify
+        self.name = name or ("measured" if include_launch else "measured-no-launch")
+        self.inputs = dict(inputs or {})
+        self.missing: dict[tuple, str] = {}
+        self.warnings: list[str] = []
+        device = self.inputs.get("device") or {}
+        self.machine = (f"{device.get('name')} ({device.get('label')})" if isinstance(device, Mapping) and device
+                        else None)
+
+    def with_launch(self, include_launch: bool, name: str | None = None) -> MeasuredEstimator:
+        """The same measurements with the launch overhead counted or not (shares the table)."""
+        other = MeasuredEstimator(self.times, launch_s=self.launch_s, include_launch=include_launch,
+                                  fallback=self.fallback, measure=self.measure, classify=self.classify,
+                                  name=name, inputs=self.inputs)
+        other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
+        return other
+
+    def lookup(self, op: Op) -> OpTime | None:
+        """The measurement of ``op``'s shape, measuring it on demand if a ``measure`` is set."""
+        key = op.shape_key
+        if key in self.times:
+            return self.times[key]
+        if key in self.missing:
+            return None
+        if self.measure is not None:
+            found, reason = self.measure(op)
+            if found is not None:
+                self.times[key] = found
+                return found
+        else:
+            reason = "no measurement of this shape"
+        self.missing[key] = reason
+        self.warnings.append(f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}): not measured ({reason}); "
+                             f"counted from {self.fallback.name if self.fallback else 'nothing (0 s)'}")
+        _warnings.warn(self.warnings[-1], stacklevel=3)
+        return None
+
+    def estimate(self, op: Op) -> OpEstimate:
+        found = self.lookup(op)
+        if found is None:
+            if self.fallback is None:
+                return OpEstimate(0.0, "unmeasured", f"not measured: {self.missing[op.shape_key]}")
+            est = self.fallback.estimate(op)
+            return OpEstimate(est.seconds, est.bound,
+                              f"not measured ({self.missing[op.shape_key]}): {self.fallback.name} roofline")
+        launch = max(found.kernels * self.launch_s, found.host_s)
+        bound = self.classify(op) if self.classify else "measured"
+        seconds = found.seconds
+        if self.include_launch and launch > seconds:
+            seconds, bound = launch, "launch"
+        return OpEstimate(seconds, bound, f"{found.impl}" + (f"; {found.note}" if found.note else ""))
+
+    def ridge(self, dtype: str) -> float:
+        return self.fallback.ridge(dtype) if hasattr(self.fallback, "ridge") else float("nan")
+
+    def describe(self) -> dict[str, Any]:
+        d = {"launch_overhead_s": self.launch_s, "launch_overhead_counted": self.include_launch,
+             "launch_model": "each op takes max(measured time, kernels x launch overhead, host issue time)",
+             "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
+             "unmeasured_ops": [{"shape_key": list(k), "reason": r} for k, r in self.missing.items()],
+             "fallback": self.fallback.name if self.fallback else None, **self.inputs}
+        if self.fallback is not None and hasattr(self.fallback, "describe"):
+            d["ceilings"] = self.fallback.describe().get("ceilings", [])
+        return d
+
+
+# --------------------------------------------------------------------------- real runs
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """A real model forward pass timed on the machine (the ``real`` estimator).
+
+    ``prefill_s`` is the time of one prefill of ``prompt_tokens`` per sequence (TTFT without
+    network); ``decode_s`` the median time of one decode step at ``context_tokens`` cached
+    tokens per sequence. ``num_layers`` is the layer count actually run (models too large
+    for the device are scaled by layer count; ``scaled_from`` then holds the original).
+    """
+
+    model: str
+    batch: int
+    prompt_tokens: int
+    context_tokens: int
+    prefill_s: float
+    decode_s: float
+    num_layers: int
+    scaled_from: int | None = None
+    source: str = ""
+    prefill_spread_s: float = 0.0
+    decode_spread_s: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.batch / self.decode_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tokens_per_second"] = self.tokens_per_second
+        return d
+
+
+def residual(predicted: float, real: float) -> float:
+    """``predicted / real − 1`` (signed: positive means the estimator is slower than reality).
+
+    >>> residual(1.1, 1.0)
+    0.10000000000000009
+    """
+    return predicted / real - 1.0 if real > 0 else float("nan")
+
+
+def compare(predictions: Mapping[str, Prediction], real: RealRun | None) -> list[dict[str, Any]]:
+    """One row per estimator (and one for ``real``): TTFT, s/step, tokens/s and residuals.
+
+    Residuals are ``predicted / real − 1`` for prefill (TTFT) and for the decode step
+    (NaN without a real run). ``predictions`` maps a label to a prediction made for the same
+    model, batch, prompt and context as ``real``.
+
+    >>> p = predict("llama-3.2-1b", gpu="h100-sxm", prompt_tokens=128, dtype="bf16")
+    >>> real = RealRun("llama-3.2-1b", 1, 128, 128, p.prefill.seconds * 2, p.decode.seconds * 2, 16)
+    >>> [round(r["decode_residual"], 3) for r in compare({"spec": p}, real)]
+    [-0.5, 0.0]
+    """
+    rows = []
+    for label, p in predictions.items():
+        rows.append({"estimator": label, "ttft_s": p.prefill.seconds, "decode_step_s": p.decode.seconds,
+                     "tokens_per_second": p.tokens_per_second, "prefill_bound": p.prefill.bound,
+                     "decode_bound": p.decode.bound,
+                     "ttft_residual": residual(p.prefill.seconds, real.prefill_s) if real else float("nan"),
+                     "decode_residual": residual(p.decode.seconds, real.decode_s) if real else float("nan")})
+    if real is not None:
+        rows.append({"estimator": "real", "ttft_s": real.prefill_s, "decode_step_s": real.decode_s,
+                     "tokens_per_second": real.tokens_per_second, "prefill_bound": "", "decode_bound": "",
+                     "ttft_residual": 0.0, "decode_residual": 0.0})
+    return rows
+
+
+def decode_turning_point(predictions: Sequence[Prediction]) -> dict[str, Any] | None:
+    """In a batch sweep (same context), the first batch whose decode step is compute-bound.
+
+    Returns ``{"batch": B, "previous_batch": b}`` (the bound changes between them), or
+    ``None`` when every batch has the same bound.
+
+    >>> ps = sweep("llama-3.1-8b", batches=(1, 64, 512), gpu="h100-sxm", prompt_tokens=128)
+    >>> decode_turning_point(ps)["batch"]
+    512
+    """
+    ordered = sorted(predictions, key=lambda p: p.decode.workload.batch)
+    for prev, cur in zip(ordered, ordered[1:], strict=False):
+        if prev.decode.bound != "compute" and cur.decode.bound == "compute":
+            return {"batch": cur.decode.workload.batch, "previous_batch": prev.decode.workload.batch}
+    return None
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x`` or None when NaN/inf (JSON has no NaN)."""
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def phase_sweep(model: str | ModelSpec, estimator: Estimator, *, phase: str = "decode",
+                batches: Sequence[int] = (1,), contexts: Sequence[int | None] = (None,), prompt_tokens: int = 128,
+                dtype: str = "bf16", convention: str | Counting = "engine") -> list[PhasePrediction]:
+    """One phase only (default: the decode step) over a grid of batches and contexts.
+
+    Cheaper than :func:`sweep` when only decode matters (a measured estimator would
+    otherwise profile every prefill shape too).
+
+    >>> est = RooflineEstimator(Roofline.from_spec(load_gpu("h100-sxm")))
+    >>> [p.bound for p in phase_sweep("llama-3.1-8b", est, batches=(1, 512), contexts=(128,))]
+    ['memory', 'compute']
+    """
+    model = load_model(model) if not isinstance(model, ModelSpec) else model
+    return [estimate_phase(llama_ops(model, phase, batch=b, prompt_tokens=prompt_tokens, context_tokens=c,
+                                     dtype=dtype, convention=convention), estimator)
+            for b in batches for c in contexts]

@@ -1,0 +1,292 @@
+"""``roofprof run``: the main job, end to end, on the machine at hand.
+
+doctor → roofline (quick probes) → profile (prefill and decode, every op, every
+implementation) → predictions (``spec``, ``empirical``, ``measured`` with and without
+launch overhead; a decode batch sweep and a context sweep) → validation (a real model
+forward pass on the same device, each estimator's residual) → a self-contained HTML
+report (``<out>/index.html``) with the JSON and CSV behind it.
+
+The model defaults to what the device can hold and finish in minutes: Llama 3.2 1B in
+fp32 on a CPU, Llama 3.1 8B in bf16 on a GPU (scaled by layer count if it does not fit).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings as _warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roofprof.errors import ConfigError
+
+Progress = Callable[[str, int, int], None]
+Step = Callable[[str], None]
+
+STEPS = ("doctor", "roofline", "profile", "predictions", "validation", "report")
+
+
+@dataclass
+class RunResult:
+    """Everything ``run`` produced (also written to ``out``)."""
+
+    out: Path
+    model: str
+    dtype: str
+    device: dict[str, Any]
+    doctor: list[dict[str, Any]] = field(default_factory=list)
+    roofline: Any = None  # Roofline (measured)
+    roofline_result: Any = None  # probes.RooflineResult
+    spec_roofline: Any = None
+    profiles: dict[str, Any] = field(default_factory=dict)  # phase -> ProfileResult
+    predictions: dict[str, Any] = field(default_factory=dict)  # estimator label -> Prediction
+    unavailable: dict[str, str] = field(default_factory=dict)  # estimator label -> why not
+    batch_sweep: dict[str, list] = field(default_factory=dict)  # estimator label -> [PhasePrediction]
+    context_sweep: dict[str, list] = field(default_factory=dict)
+    validation: Any = None
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def elapsed_s(self) -> float:
+        return sum(self.step_seconds.values())
+
+
+def default_model(kind: str) -> tuple[str, str]:
+    """(model id, dtype) that a device of this kind can hold and run in minutes.
+
+    >>> default_model("cpu")
+    ('llama-3.2-1b', 'fp32')
+    """
+    return ("llama-3.2-1b", "fp32") if kind == "cpu" else ("llama-3.1-8b", "bf16")
+
+
+def doctor_rows() -> list[dict[str, Any]]:
+    """Environment rows ``{component, ok, detail}``.
+
+    Adapter: reuses ``roofprof.cli.roofline.doctor_report`` (the measurement helper's
+    ``roofprof doctor``) when present, and adds what ``run`` itself needs (transformers,
+    torch threads, load average).
+    """
+    import importlib.util
+
+    rows: list[dict[str, Any]] = []
+    try:
+        from roofprof.cli.roofline import doctor_report
+
+        rows.extend(doctor_report())
+    except Exception as exc:  # noqa: BLE001 - the doctor must never stop the run
+        rows.append({"component": "doctor", "ok": False, "detail": f"doctor unavailable: {exc}"})
+    has_tf = importlib.util.find_spec("transformers") is not None
+    rows.append({"component": "transformers", "ok": has_tf,
+                 "detail": "installed: validate runs LlamaForCausalLM" if has_tf
+                 else "not installed: validate runs the plain-torch Llama (pip install 'roofprof[hf]' for HF)"})
+    try:
+        import torch
+
+        rows.append({"component": "torch threads", "ok": True, "detail": f"{torch.get_num_threads()} intra-op threads"})
+    except ImportError:
+        rows.append({"component": "torch", "ok": False, "detail": "not installed: pip install 'roofprof[torch]'"})
+    try:
+        load = os.getloadavg()
+        cpus = os.cpu_count() or 1
+        busy = load[0] > 0.5 * cpus
+        rows.append({"component": "load average", "ok": not busy,
+                     "detail": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpus} CPUs"
+                     + (": other processes compete for the cores; measurements will be noisy" if busy else "")})
+    except OSError:
+        pass
+    return rows
+
+
+def run(
+    model: str = "auto",
+    *,
+    device: Any = "auto",
+    dtype: str | None = None,
+    out: str | os.PathLike = "roofprof-report",
+    batch: int = 1,
+    prompt_tokens: int = 128,
+    batches: Sequence[int] = (1, 8, 64, 256),
+    contexts: Sequence[int] | None = None,
+    quick: bool = True,
+    roofline: Any = None,
+    threads: int | None = None,
+    budget_s: float = 0.15,
+    decode_steps: int = 8,
+    validate: bool = True,
+    backend: str = "auto",
+    attention: str = "fused",
+    impls: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    step: Step | None = None,
+) -> RunResult:
+    """Run the whole pipeline and write the report; see the module docstring.
+
+    Args:
+        model: id or config path, or ``auto`` (:func:`default_model` for the device).
+        device: ``auto | cpu | cuda:N``.
+        dtype: default ``fp32`` on a CPU, ``bf16`` on a GPU (the real model runs in it too).
+        out: output folder (``index.html``, ``report.json``, CSVs, per-step JSON).
+        batch, prompt_tokens: the validated prefill/decode shape.
+        batches, contexts: decode sweeps (contexts default to a few multiples of the prompt).
+        quick: quick roofline probes; ``roofline`` uses a roofline.json instead.
+        threads: torch/numba threads for profile and validation alike.
+        budget_s: timed seconds per op and implementation.
+        validate: run the real model (needs torch).
+        progress: ``progress(label, done, total)`` within a step; ``step(name)`` at each step.
+
+    Raises:
+        RoofprofError: unwritable ``out``, unknown model/device, a model that cannot fit.
+    """
+    from roofprof.profile import (
+        Profiler,
+        resolve_roofline,
+        select_device,
+        set_threads,
+        single_openmp_runtime,
+        spec_roofline,
+    )
+    from roofprof.results import check_writable_dir
+    from roofprof.rollup import RooflineEstimator, phase_sweep, predict
+    from roofprof.specs import load_model
+    from roofprof.workload import Counting, llama_ops
+
+    openmp = single_openmp_runtime()  # before the roofline probes start numba's threads
+    folder = check_writable_dir(out)
+    dev = select_device(device)
+    info = dev.info
+    if model == "auto":
+        model, auto_dtype = default_model(info.kind)
+        dtype = dtype or auto_dtype
+    dtype = dtype or ("fp32" if info.kind == "cpu" else "bf16")
+    spec = load_model(model)
+    threads = set_threads(threads)
+    counting = Counting(attention=attention)
+    result = RunResult(folder, spec.id, dtype, info.to_dict())
+    result.settings = {"batch": batch, "prompt_tokens": prompt_tokens, "batches": list(batches),
+                       "contexts": list(contexts or []), "quick": quick, "threads": threads, "budget_s": budget_s,
+                       "decode_steps": decode_steps, "attention": attention, "counting": counting.describe(),
+                       "backend": backend, "device": info.label, "numba_threading_layer": openmp}
+    t_step = [time.perf_counter()]
+
+    def begin(name: str) -> None:
+        t_step[0] = time.perf_counter()
+        if step:
+            step(name)
+
+    def end(name: str) -> None:
+        result.step_seconds[name] = time.perf_counter() - t_step[0]
+
+    # 1. doctor
+    begin("doctor")
+    result.doctor = doctor_rows()
+    end("doctor")
+
+    # 2. roofline
+    begin("roofline")
+    if roofline is not None:
+        measured, source = resolve_roofline(roofline, dev)
+    else:
+        from roofprof.profile import _measure_roofline
+
+        measured, source, rr = _measure_roofline(dev, quick=quick, progress=progress)
+        result.roofline_result = rr
+        if rr is not None and hasattr(rr, "write"):
+            rr.write(folder / "roofline.json")
+            result.files["roofline"] = "roofline.json"
+            result.warnings.extend(f"roofline: {w}" for w in getattr(rr, "warnings", ()))
+        if measured is None:
+            result.warnings.append(f"no measured roofline: {source}")
+    result.roofline = measured
+    result.spec_roofline = spec_roofline(dev)
+    result.settings["roofline_source"] = source
+    end("roofline")
+
+    # 3. profile
+    begin("profile")
+    profiler = Profiler(spec, dev, impls=impls, budget_s=budget_s, threads=threads,
+                        roofline=measured if measured is not None else "none", progress=progress)
+    context = prompt_tokens + 2 + decode_steps // 2  # the validated decode context (see validate)
+    for phase in ("prefill", "decode"):
+        w = llama_ops(spec, phase, batch=batch, prompt_tokens=prompt_tokens,
+                      context_tokens=context if phase == "decode" else None, dtype=dtype, convention=counting)
+        prof = profiler.profile(w)
+        result.profiles[phase] = prof
+        prof.write(folder / f"profile-{phase}.json")
+        result.files[f"profile-{phase}"] = f"profile-{phase}.json"
+    result.warnings.extend(dict.fromkeys(profiler.warnings))
+    end("profile")
+
+    # 4. predictions
+    begin("predictions")
+    estimators: dict[str, Any] = {}
+    if result.spec_roofline is not None:
+        estimators["spec"] = RooflineEstimator(result.spec_roofline, name="spec", source=f"data/gpus.json:{info.spec_id}")
+    else:
+        result.unavailable["spec"] = ("no datasheet for this device in data/gpus.json (CPUs have none)"
+                                      if info.kind == "cpu" else f"{info.name} matches no datasheet row")
+    if measured is not None:
+        estimators["empirical"] = RooflineEstimator(measured, name="empirical", source=source)
+    else:
+        result.unavailable["empirical"] = "no measured roofline"
+    measured_est = profiler.estimator(include_launch=True)
+    estimators["measured"] = measured_est
+    estimators["measured-no-launch"] = measured_est.with_launch(False)
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        for label, est in estimators.items():
+            result.predictions[label] = predict(spec, estimator=est, prompt_tokens=prompt_tokens, batch=batch,
+                                                context_tokens=context, dtype=dtype, convention=counting)
+        contexts = list(contexts or sorted({prompt_tokens, 4 * prompt_tokens, 32 * prompt_tokens}))
+        result.settings["contexts"] = contexts
+        sweep_estimators = {k: v for k, v in estimators.items() if k in ("spec", "empirical", "measured")}
+        n = len(sweep_estimators) * (len(batches) + len(contexts))
+        i = 0
+        for label, est in sweep_estimators.items():
+            if progress:
+                progress(f"decode sweeps ({label})", i, n)
+            result.batch_sweep[label] = phase_sweep(spec, est, batches=batches, contexts=(context,),
+                                                    prompt_tokens=prompt_tokens, dtype=dtype, convention=counting)
+            result.context_sweep[label] = phase_sweep(spec, est, batches=(batch,), contexts=contexts,
+                                                      prompt_tokens=prompt_tokens, dtype=dtype, convention=counting)
+            i += len(batches) + len(contexts)
+    result.warnings.extend(w for w in measured_est.warnings if w not in result.warnings)
+    end("predictions")
+
+    # 5. validation
+    begin("validation")
+    if validate:
+        from roofprof.validate import predict_for
+        from roofprof.validate import validate as run_validation
+
+        try:
+            val = run_validation(spec, device=dev, dtype=dtype, batch=batch, prompt_tokens=prompt_tokens,
+                                 decode_steps=decode_steps, warmup_steps=2, attention=attention, backend=backend,
+                                 threads=threads, progress=progress)
+            if val.memory.scaled:
+                result.warnings.append(val.memory.describe())
+            # each estimator predicts exactly what the real run did (the scaled model, if scaled)
+            with _warnings.catch_warnings():
+                _warnings.simplefilter("ignore")
+                result.validation = val.with_predictions(predict_for(val, estimators))
+        except ConfigError as exc:
+            result.warnings.append(f"validation skipped: {exc}")
+        except Exception as exc:  # noqa: BLE001 - DeviceUnavailableError (no torch) and the like
+            result.warnings.append(f"validation skipped: {exc}")
+    end("validation")
+
+    # 6. report
+    begin("report")
+    from roofprof.report import write_run_report
+
+    result.step_seconds["report"] = 0.0
+    write_run_report(result)
+    end("report")
+    write_run_report(result, html=False)  # final JSON with the report step's time
+    return result
+

@@ -1,0 +1,506 @@
+"""Validate: time a real Llama forward pass on the device and hold the estimators against it.
+
+:func:`validate` builds a Llama model from the config with random weights, on the device
+being measured: Hugging Face transformers' ``LlamaForCausalLM`` when transformers is
+installed (``backend="hf"``), else the plain-torch model of :mod:`roofprof.llama_torch`
+(the same architecture, ``backend="torch"``). It times
+
+* **prefill**: one forward pass over ``prompt_tokens`` per sequence into an empty KV cache
+  (logits of the last token only, as generation does): the time to first token without
+  network; one untimed warm-up pass first, then ``prefill_repeats`` timed ones;
+* **decode**: after the prefill, ``warmup_steps`` untimed decode steps, then
+  ``decode_steps`` timed ones, one token per sequence each, with the KV cache growing.
+
+Times come from the device clock: CUDA events on a GPU, ``perf_counter`` on a CPU (both
+synchronise before reading). The medians form a :class:`~roofprof.rollup.RealRun`.
+
+Attention runs as the counting convention says: ``fused`` → SDPA (a fused
+FlashAttention-style kernel on CPU and GPU), ``unfused`` → eager attention (scores through
+memory). Whatever the backend, lm_head runs on the last token, the embedding is a gather
+and the elementwise ops are separate kernels: the ``engine`` counting.
+
+A model too large for the device's free memory is scaled by layer count (the embedding,
+head and KV cache stay whole) and the scaling is stated; the predictions it is compared
+with are made for the same scaled model. A model that does not fit even with one layer is
+a :class:`~roofprof.errors.ConfigError` (exit 2) giving the memory needed and available.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import statistics
+import sys
+import time
+import types
+import warnings as _warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.profile import CONTENDED_SHARE, Contention
+from roofprof.rollup import Estimator, Prediction, RealRun, compare, predict
+from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec, list_models, load_model
+from roofprof.workload import Counting
+
+Progress = Callable[[str, int, int], None]
+BACKENDS = ("auto", "hf", "torch")
+TORCH_MISSING = ("roofprof validate runs a real model and needs torch: pip install 'roofprof[torch]' "
+                 "(CPU only: pip install torch==2.13.0 first); transformers is optional: 'roofprof[hf]'")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How much memory the real run needs, how much there is, and the layers that fit."""
+
+    needed_bytes: float
+    available_bytes: float
+    num_layers: int
+    original_layers: int
+    per_layer_bytes: float
+    fixed_bytes: float
+
+    @property
+    def scaled(self) -> bool:
+        return self.num_layers < self.original_layers
+
+    def describe(self) -> str:
+        """One line for the output."""
+        if not self.scaled:
+            return (f"all {self.original_layers} layers fit ({self.needed_bytes / 1e9:.2f} GB needed, "
+                    f"{self.available_bytes / 1e9:.2f} GB usable)")
+        return (f"scaled from {self.original_layers} to {self.num_layers} layers to fit: the full model needs "
+                f"{self.needed_bytes / 1e9:.2f} GB, {self.available_bytes / 1e9:.2f} GB usable; predictions are "
+                f"made for the same {self.num_layers}-layer model")
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """A real run, what it ran on, and each estimator's residual against it."""
+
+    real: RealRun
+    model: ModelSpec
+    dtype: str
+    backend: str
+    attention: str
+    device: Mapping[str, Any]
+    threads: int | None
+    clock: str
+    prefill_samples_s: tuple[float, ...]
+    decode_samples_s: tuple[float, ...]
+    memory: MemoryPlan
+    counting: Counting
+    telemetry: Mapping[str, Any] = field(default_factory=dict)
+    predictions: Mapping[str, Prediction] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    build_s: float = 0.0
+
+    def comparison(self) -> list[dict[str, Any]]:
+        """Rows of :func:`roofprof.rollup.compare` (one per estimator, then ``real``)."""
+        return compare(self.predictions, self.real)
+
+    def with_predictions(self, predictions: Mapping[str, Prediction]) -> ValidationResult:
+        return dataclasses.replace(self, predictions=dict(predictions))
+
+    def to_dict(self) -> dict[str, Any]:
+        from roofprof.results import provenance
+
+        return {
+            "real": self.real.to_dict(), "model": self.model.id, "num_layers": self.model.num_layers,
+            "dtype": self.dtype, "backend": self.backend, "attention": self.attention,
+            "counting": self.counting.describe(), "device": dict(self.device), "threads": self.threads,
+            "clock": self.clock, "prefill_samples_s": list(self.prefill_samples_s),
+            "decode_samples_s": list(self.decode_samples_s),
+            "memory": {**dataclasses.asdict(self.memory), "scaled": self.memory.scaled,
+                       "note": self.memory.describe()},
+            "telemetry": dict(self.telemetry), "build_s": self.build_s,
+            "comparison": [{k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
+                           for row in self.comparison()],
+            "warnings": list(self.warnings), "provenance": provenance(device=dict(self.device)),
+        }
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def memory_plan(spec: ModelSpec, dtype: str, *, batch: int, prompt_tokens: int, total_tokens: int,
+                available_bytes: float, attention: str = "fused", max_layers: int | None = None) -> MemoryPlan:
+    """Layers that fit in ``available_bytes`` for a run of ``total_tokens`` per sequence.
+
+    Needs: weights (tied embeddings once), the KV cache of ``total_tokens``, and prefill
+    activations (a few hidden-size and intermediate-size rows per token, the eager score
+    matrix, last-token logits), plus 10 % slack.
+
+    Raises:
+        ConfigError: not even one layer fits (the message gives both figures).
+
+    >>> m = load_model("llama-3.1-8b")
+    >>> p = memory_plan(m, "bf16", batch=1, prompt_tokens=128, total_tokens=160, available_bytes=8e9)
+    >>> p.scaled, p.num_layers < 32
+    (True, True)
+    """
+    e = BYTES_PER_ELEMENT[dtype]
+    rows = batch * prompt_tokens
+    embed = spec.vocab_size * spec.hidden_size * e
+    head = 0 if spec.tie_word_embeddings else embed
+    acts = rows * (6 * spec.hidden_size + 3 * spec.intermediate_size + spec.q_size + 2 * spec.kv_size) * e
+    if attention != "fused":
+        acts += 2 * batch * spec.num_heads * prompt_tokens * prompt_tokens * max(e, 4)
+    acts += batch * spec.vocab_size * 4
+    per_layer = (spec.layer_param_count() * e + batch * total_tokens * 2 * spec.kv_size * e * 2) * 1.1
+    fixed = (embed + head + spec.hidden_size * e + acts) * 1.1
+    needed = fixed + per_layer * spec.num_layers
+    fit = int((available_bytes - fixed) // per_layer) if available_bytes > fixed else 0
+    layers = min(spec.num_layers, fit, max_layers or spec.num_layers)
+    if layers < 1:
+        one = fixed + per_layer
+        raise ConfigError(f"{spec.id} in {dtype} cannot fit on this device even scaled to one layer: it needs "
+                          f"{one / 1e9:.2f} GB with 1 of {spec.num_layers} layers ({needed / 1e9:.2f} GB whole) "
+                          f"and {available_bytes / 1e9:.2f} GB is available")
+    return MemoryPlan(needed, available_bytes, layers, spec.num_layers, per_layer, fixed)
+
+
+# --------------------------------------------------------------------------- models
+
+
+def raw_config(model: str | ModelSpec) -> dict[str, Any]:
+    """The HF config dict behind a model id or path (empty for a bare ModelSpec)."""
+    if isinstance(model, ModelSpec):
+        return {}
+    text = str(model)
+    if text in list_models():
+        from roofprof.specs import _data_root
+
+        return json.loads((_data_root() / "models" / f"{text}.json").read_text())
+    if Path(text).is_file():
+        return json.loads(Path(text).read_text())
+    return {}
+
+
+def _scaled(spec: ModelSpec, layers: int) -> ModelSpec:
+    if layers == spec.num_layers:
+        return spec
+    return dataclasses.replace(spec, num_layers=layers, id=f"{spec.id} ({layers} of {spec.num_layers} layers)")
+
+
+def has_transformers() -> bool:
+    return importlib.util.find_spec("transformers") is not None
+
+
+def build_hf_model(spec: ModelSpec, cfg: Mapping[str, Any], dtype: str, device: str, attention: str):
+    """transformers' ``LlamaForCausalLM`` with random weights (built on meta, then allocated)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from roofprof.llama_torch import fill_random_, torch_dtype
+
+    keep = {k: v for k, v in cfg.items() if not k.startswith("_") and k not in ("architectures", "torch_dtype", "dtype")}
+    keep.update(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+                num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+                num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
+                tie_word_embeddings=spec.tie_word_embeddings)
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        config = LlamaConfig(**keep)
+        config._attn_implementation = "sdpa" if attention == "fused" else "eager"
+        with torch.device("meta"):
+            model = LlamaForCausalLM(config)
+    model = model.to(torch_dtype(dtype))
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for i, (name, p) in enumerate(model.named_parameters()):
+            if "norm" in name:
+                p.fill_(1.0)
+            else:
+                fill_random_(p, seed=i + 1)
+    if spec.tie_word_embeddings:
+        model.tie_weights()
+    for parent in model.modules():  # RoPE tables were emptied with the rest: rebuild them
+        for child_name, child in list(parent.named_children()):
+            if hasattr(child, "inv_freq"):
+                setattr(parent, child_name, type(child)(config=config).to(device))
+    return model.eval()
+
+
+def build_torch_model(spec: ModelSpec, cfg: Mapping[str, Any], dtype: str, device: str, attention: str):
+    """The plain-torch Llama of :mod:`roofprof.llama_torch`, random weights."""
+    from roofprof.llama_torch import TorchLlama, torch_dtype
+
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    return TorchLlama(spec, dtype=torch_dtype(dtype), device=device, attention=attention,
+                      rope_theta=float(cfg.get("rope_theta", 10000.0)), rope_scaling=scaling,
+                      eps=float(cfg.get("rms_norm_eps", 1e-6))).eval()  # transformers' defaults
+
+
+class _Runner:
+    """Calls a model the same way whatever the backend: prefill → cache, decode step(cache)."""
+
+    def __init__(self, model, backend: str):
+        import inspect
+
+        self.model, self.backend = model, backend
+        if backend == "hf":
+            params = inspect.signature(model.forward).parameters
+            self.cache_kw = "cache" if "cache" in params else "past_key_values"
+            self.keep_kw = ("logits_to_keep" if "logits_to_keep" in params else
+                            "num_logits_to_keep" if "num_logits_to_keep" in params else None)
+
+    def prefill(self, ids):
+        if self.backend == "torch":
+            from roofprof.llama_torch import KVCache
+
+            cache = KVCache()
+            return self.model(ids, cache), cache
+        kw = {"use_cache": True}
+        if self.keep_kw:
+            kw[self.keep_kw] = 1
+        out = self.model(input_ids=ids, **kw)
+        cache = out.get("cache") if "cache" in out else out.get("past_key_values")
+        return out.logits, cache
+
+    def step(self, ids, cache):
+        if self.backend == "torch":
+            return self.model(ids, cache)
+        kw = {"use_cache": True, self.cache_kw: cache}
+        if self.keep_kw:
+            kw[self.keep_kw] = 1
+        return self.model(input_ids=ids, **kw).logits
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def validate(
+    model: str | ModelSpec,
+    *,
+    device: Any = "auto",
+    dtype: str | None = None,
+    batch: int = 1,
+    prompt_tokens: int = 128,
+    decode_steps: int = 8,
+    warmup_steps: int = 2,
+    prefill_repeats: int = 3,
+    attention: str = "fused",
+    backend: str = "auto",
+    threads: int | None = None,
+    max_layers: int | None = None,
+    memory_fraction: float = 0.8,
+    estimators: Mapping[str, Estimator] | None = None,
+    progress: Progress | None = None,
+) -> ValidationResult:
+    """Run a real Llama forward pass (prefill, then decode steps) on ``device`` and time it.
+
+    Args:
+        model: id or HF config path (or a ModelSpec).
+        device: ``auto | cpu | cuda:N`` or a Device.
+        dtype: ``fp32`` (default on a CPU), ``bf16`` (default on a GPU), ``fp16``.
+        batch, prompt_tokens: prefill shape; decode continues these sequences.
+        decode_steps, warmup_steps, prefill_repeats: timed and untimed repetitions.
+        attention: ``fused`` (SDPA) or ``unfused`` (eager), matching the counting.
+        backend: ``hf`` (transformers), ``torch`` (plain torch) or ``auto`` (hf if installed).
+        threads: torch threads (use the same as for ``profile``).
+        max_layers: run at most this many layers (the model is scaled, and says so).
+        memory_fraction: share of the device's free memory the run may use.
+        estimators: label → estimator; each predicts the same (possibly scaled) model,
+            batch, prompt and decode context, and its residual is reported.
+
+    Returns:
+        A :class:`ValidationResult` (``.real`` the timings, ``.comparison()`` the residuals).
+
+    Raises:
+        DeviceUnavailableError: torch (or transformers for ``backend="hf"``) is missing.
+        ConfigError: the model does not fit even with one layer; bad sizes or choices.
+    """
+    if importlib.util.find_spec("torch") is None:
+        raise DeviceUnavailableError(TORCH_MISSING)
+    if backend not in BACKENDS:
+        from roofprof.errors import UnknownNameError
+
+        raise UnknownNameError("backend", backend, BACKENDS)
+    if backend == "hf" and not has_transformers():
+        raise DeviceUnavailableError("backend 'hf' needs transformers: pip install 'roofprof[hf]' (or use --backend torch)")
+    if attention not in ("fused", "unfused"):
+        raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
+    for name, value, low in (("batch", batch, 1), ("prompt tokens", prompt_tokens, 1),
+                             ("decode steps", decode_steps, 1), ("warm-up steps", warmup_steps, 0),
+                             ("prefill repeats", prefill_repeats, 1)):
+        if value < low:
+            raise ConfigError(f"{name} must be at least {low}, got {value}")
+    import torch
+
+    from roofprof.profile import (
+        select_device,
+        set_threads,
+        single_openmp_runtime,
+        torch_device_name,
+    )
+
+    single_openmp_runtime()
+    dev = select_device(device)
+    info = dev.info
+    dtype = dtype or ("fp32" if info.kind == "cpu" else "bf16")
+    if info.kind == "cpu" and dtype in ("fp16",):
+        raise ConfigError("fp16 matmuls on the CPU have no fast path in torch; use fp32 (or bf16)")
+    spec_full = model if isinstance(model, ModelSpec) else load_model(model)
+    cfg = raw_config(model)
+    chosen = ("hf" if has_transformers() else "torch") if backend == "auto" else backend
+    threads = set_threads(threads)
+    total = prompt_tokens + warmup_steps + decode_steps + 1
+    plan = memory_plan(spec_full, dtype, batch=batch, prompt_tokens=prompt_tokens, total_tokens=total,
+                       available_bytes=dev.free_memory_bytes() * memory_fraction, attention=attention,
+                       max_layers=max_layers)
+    spec = _scaled(spec_full, plan.num_layers)
+    notes = [plan.describe()] if plan.scaled else []
+    tdev = torch_device_name(dev)
+    steps_total = 2 + prefill_repeats + warmup_steps + decode_steps
+    done = 0
+
+    def tick(label: str) -> None:
+        nonlocal done
+        if progress:
+            progress(label, done, steps_total)
+        done += 1
+
+    tick(f"building {spec.id} ({chosen}, {dtype}, random weights)")
+    t0 = time.perf_counter()
+    build = build_hf_model if chosen == "hf" else build_torch_model
+    net = build(spec, cfg, dtype, tdev, attention)
+    dev.synchronize()
+    build_s = time.perf_counter() - t0
+    backend_label = (f"transformers {_version('transformers')} LlamaForCausalLM" if chosen == "hf"
+                     else "plain torch (roofprof.llama_torch.TorchLlama)")
+    runner = _Runner(net, chosen)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, spec.vocab_size, (batch, prompt_tokens), generator=gen).to(tdev)
+    clock = dev.clock()
+    prefill_s: list[float] = []
+    decode_s: list[float] = []
+    sampler = dev.sampler(interval_s=0.05)
+    prefill_share: list[float] = []
+    decode_share: list[float] = []
+    on_cpu = info.kind == "cpu"
+
+    def timed(fn, shares):
+        meter = Contention()
+        with meter:
+            clock.start()
+            out = fn()
+            elapsed = clock.stop()
+        shares.append(meter.share)
+        return out, elapsed
+
+    with torch.inference_mode(), sampler:
+        tick("prefill warm-up")
+        logits, cache = runner.prefill(ids)
+        r = 0
+        # On a CPU, a sample during which other processes took the cores is repeated (a few at most)
+        while len(prefill_s) < prefill_repeats + 2:
+            cache = None  # free the previous pass's KV cache first
+            tick(f"prefill {r + 1}/{prefill_repeats} ({batch}×{prompt_tokens} tokens)"
+                 + (" (again: machine busy)" if r >= prefill_repeats else ""))
+            (logits, cache), elapsed = timed(lambda: runner.prefill(ids), prefill_share)
+            prefill_s.append(elapsed)
+            r += 1
+            if r >= prefill_repeats and (not on_cpu or _clean_count(prefill_share) >= min(2, prefill_repeats)):
+                break
+        nxt = logits[:, -1:].argmax(-1)
+        i = 0
+        while True:
+            tick(f"decode step {i + 1}/{warmup_steps + decode_steps}" + (" (warm-up)" if i < warmup_steps else ""))
+            logits, elapsed = timed(lambda nxt=nxt, cache=cache: runner.step(nxt, cache),
+                                    decode_share if i >= warmup_steps else [])
+            if i >= warmup_steps:
+                decode_s.append(elapsed)
+            nxt = logits[:, -1:].argmax(-1)
+            i += 1
+            done_steps = len(decode_s)
+            if done_steps >= decode_steps and (not on_cpu or _clean_count(decode_share) >= decode_steps
+                                               or done_steps >= 2 * decode_steps):
+                break
+        finite = bool(torch.isfinite(logits).all())
+    summary = sampler.summary()
+    prefill_used, prefill_note = _uncontended(prefill_s, prefill_share, 1)
+    decode_used, decode_note = _uncontended(decode_s, decode_share, min(3, decode_steps))
+    telemetry = summary.to_dict() if hasattr(summary, "to_dict") else {}
+    del net, cache, logits
+    if tdev.startswith("cuda"):
+        torch.cuda.empty_cache()
+    if not finite:
+        notes.append("the real model produced non-finite logits (random weights); timings are still valid")
+    notes.extend(n for n in (prefill_note, decode_note) if n)
+    telemetry["other_cpu_share"] = {"prefill": prefill_share, "decode": decode_share}
+    context = prompt_tokens + warmup_steps + len(decode_s) // 2
+    real = RealRun(spec_full.id, batch, prompt_tokens, context, statistics.median(prefill_used),
+                   statistics.median(decode_used), spec.num_layers, spec_full.num_layers if plan.scaled else None,
+                   f"{backend_label}, attention {'sdpa' if attention == 'fused' else 'eager'}, {dtype}, "
+                   f"{getattr(clock, 'name', 'clock')}", _iqr(prefill_used), _iqr(decode_used))
+    counting = Counting(attention=attention)
+    result = ValidationResult(real, spec, dtype, backend_label, attention, info.to_dict(), threads,
+                              getattr(clock, "name", type(clock).__name__), tuple(prefill_s), tuple(decode_s),
+                              plan, counting, telemetry, {}, tuple(notes), build_s)
+    tick("done")
+    if estimators:
+        result = result.with_predictions(predict_for(result, estimators))
+    return result
+
+
+def predict_for(result: ValidationResult, estimators: Mapping[str, Estimator]) -> dict[str, Prediction]:
+    """Each estimator's prediction for exactly what ``result`` ran (model as scaled, shapes, context)."""
+    r = result.real
+    out = {}
+    for label, est in estimators.items():
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")
+            out[label] = predict(result.model, estimator=est, prompt_tokens=r.prompt_tokens, batch=r.batch,
+                                 context_tokens=r.context_tokens, dtype=result.dtype, convention=result.counting)
+    return out
+
+
+def _clean_count(shares: list[float]) -> int:
+    return sum(1 for x in shares if x <= CONTENDED_SHARE)
+
+
+def _uncontended(samples: list[float], shares: list[float], keep: int) -> tuple[list[float], str]:
+    """The samples taken while no other process used the CPUs (if at least ``keep``), and a note.
+
+    >>> _uncontended([1.0, 5.0, 1.1], [0.0, 0.6, 0.05], 1)
+    ([1.0, 1.1], '1 of 3 samples dropped: other processes used the CPUs meanwhile (up to 60%)')
+    """
+    clean = [x for x, sh in zip(samples, shares, strict=False) if sh <= CONTENDED_SHARE]
+    if len(clean) == len(samples):
+        return samples, ""
+    worst = max(shares, default=0.0)
+    if len(clean) >= keep:
+        return clean, (f"{len(samples) - len(clean)} of {len(samples)} samples dropped: other processes used "
+                       f"the CPUs meanwhile (up to {worst:.0%})")
+    return samples, (f"machine busy: other processes used up to {worst:.0%} of the CPUs during the real run; "
+                     "its timings are inflated")
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return float(q[2] - q[0])
+
+
+def _version(pkg: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+class _CallableModule(types.ModuleType):
+    """``roofprof.validate(...)`` calls :func:`validate`: the module and the function share the name."""
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        return validate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,336 @@
+"""roofprof profile: correctness first, every op measured, placement, faults, cache, CLI (tiny model)."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import roofprof
+from roofprof.cli import main
+from roofprof.devices.base import CheckResult
+from roofprof.profile import (
+    Measurement,
+    MeasurementCache,
+    Profiler,
+    measure,
+    measured_estimator,
+    profile,
+)
+from roofprof.roofline import Ceiling, Roofline
+from roofprof.specs import ModelSpec
+from roofprof.torch_ops import SUPPORTED, TorchOps
+from roofprof.workload import Counting, llama_ops
+
+torch = pytest.importorskip("torch")
+
+TINY = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+ROOF = Roofline("literal", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
+                            Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
+TINY_CFG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": True,
+            "max_position_embeddings": 256, "rope_theta": 10000.0}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOFPROF_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY_CFG))
+    return path
+
+
+@pytest.fixture
+def roofline_file(tmp_path):
+    path = tmp_path / "roofline.json"
+    path.write_text(json.dumps({"roofline": ROOF.to_dict()}))
+    return path
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_torch_ops_cover_every_op_and_pass_their_checks(phase, attention, dtype):
+    w = llama_ops(TINY, phase, batch=2, prompt_tokens=12, context_tokens=7, dtype=dtype,
+                  convention=Counting(attention=attention))
+    impl = TorchOps(TINY, cache_bytes=1 << 16)
+    rng = np.random.default_rng(0)
+    for op in w.ops:
+        assert op.name in SUPPORTED and impl.supports(op) is None
+        prepared = impl.prepare(op, rng)
+        check = prepared.check()
+        assert check.ok, (op.name, check)
+        assert prepared.run() is not None
+        assert prepared.kernels >= 1
+        prepared.release()
+
+
+def test_gemm_weights_rotate_beyond_the_cache():
+    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]  # q_proj, 16 KiB of weights
+    prepared = TorchOps(TINY, cache_bytes=64 << 10).prepare(op, np.random.default_rng(0))
+    assert len(prepared.calls) == 8  # 2 × 64 KiB / 16 KiB
+    assert "rotated" in prepared.note
+
+
+def test_profile_every_op_placed_on_the_roofline():
+    r = profile(TINY, "decode", context_tokens=8, roofline=ROOF, budget_s=0.002, impls=["torch"])
+    assert [o.op.name for o in r.ops] == [o.name for o in llama_ops(TINY, "decode", context_tokens=8,
+                                                                     dtype="fp32").ops]
+    assert all(o.chosen is not None and o.chosen.check.ok for o in r.ops)
+    q = next(o for o in r.ops if o.op.name == "q_proj")
+    p = q.placement()
+    assert p["attainable_flops_per_s"] == pytest.approx(ROOF.attainable(q.op.intensity, "fp32"))
+    assert p["percent_of_roof"] == pytest.approx(100 * q.op.flops / q.seconds / p["attainable_flops_per_s"])
+    assert p["bound"] == "memory"
+    assert r.seconds == pytest.approx(sum(o.seconds * o.op.count for o in r.ops))
+    from roofprof.report import clean
+
+    d = json.loads(json.dumps(clean(r.to_dict())))
+    assert d["ops"][2]["implementations"][0]["check"]["ok"] is True
+    assert d["launch_overhead_s"] > 0 and d["threads"] >= 1
+
+
+def test_identical_shapes_measured_once():
+    class Counting_:
+        name = "count"
+        calls = 0
+
+        def supports(self, op):
+            return None if op.kind == "gemm" else "gemm only"
+
+        def prepare(self, op, rng):
+            Counting_.calls += 1
+            return _Prepared(ok=True)
+
+    prof = Profiler(TINY, "cpu", roofline="none", budget_s=0.001, impls=["torch"])
+    prof.impls.append(Counting_())
+    w = llama_ops(TINY, "prefill", prompt_tokens=8, dtype="fp32")
+    prof.profile(w)
+    gemm_shapes = {o.shape_key for o in w.ops if o.kind == "gemm"}
+    assert Counting_.calls == len(gemm_shapes) < sum(1 for o in w.ops if o.kind == "gemm")
+
+
+class _Prepared:
+    kernels = 1
+
+    def __init__(self, ok=True, boom=False):
+        self.ok, self.boom = ok, boom
+
+    def run(self):
+        if self.boom:
+            raise RuntimeError("kernel crashed")
+
+    def check(self):
+        self.run()
+        return CheckResult(self.ok, 1.0 if not self.ok else 0.0, 1.0 if not self.ok else 0.0, 1e-6, "fake")
+
+    def release(self):
+        pass
+
+
+class _Fake:
+    def __init__(self, name, ok=True, boom=False):
+        self.name, self.ok, self.boom = name, ok, boom
+
+    def supports(self, op):
+        return None
+
+    def prepare(self, op, rng):
+        return _Prepared(self.ok, self.boom)
+
+
+@pytest.mark.filterwarnings("ignore:.*failed its correctness check", "ignore:.*no implementation measured it")
+def test_failed_check_is_reported_and_excluded_with_a_warning():
+    prof = Profiler(TINY, "cpu", roofline=ROOF, budget_s=0.001, impls=["torch"])
+    prof.impls = [_Fake("bad", ok=False), _Fake("crash", boom=True)]
+    w = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32")
+    with pytest.warns(UserWarning, match="failed its correctness check"):
+        r = prof.profile(w)
+    first = r.ops[0]
+    assert [m.status for m in first.measurements] == ["failed", "error"]
+    assert first.chosen is None and r.seconds == 0.0
+    assert any("excluded" in msg for msg in r.warnings) and any("raised RuntimeError" in m for m in r.warnings)
+    # the roll-up counts such ops from the empirical roofline, with a warning
+    est = prof.estimator()
+    with pytest.warns(UserWarning, match="not measured"):
+        p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, context_tokens=4, dtype="fp32")
+    assert p.decode.seconds == pytest.approx(sum(ROOF.time_s(o.flops, o.bytes, "fp32") * o.count for o in w.ops))
+    assert any("failed" in x for x in p.warnings)
+
+
+def test_prefer_and_fastest_choice():
+    prof = Profiler(TINY, "cpu", roofline="none", impls=["torch"])
+    from roofprof.timing import Timing
+
+    a = Measurement("numpy", "ok", timing=Timing((1e-6,)))
+    b = Measurement("torch", "ok", timing=Timing((2e-6,)))
+    c = Measurement("numba", "failed")
+    assert prof.choose([a, b, c]).impl == "torch"
+    prof.prefer = ("fastest",)
+    assert prof.choose([a, b, c]).impl == "numpy"
+    assert prof.choose([c]) is None
+
+
+def test_measurement_cache_roundtrip(tmp_path):
+    from roofprof.timing import Timing
+
+    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
+    cache = MeasurementCache("abc", folder=tmp_path)
+    m = Measurement("torch", "ok", "n", Timing((1e-6, 2e-6)), CheckResult(True, 0.0, 0.0, 1e-5), 1, {"clock_mhz": 2600})
+    cache.put(op, m)
+    again = MeasurementCache("abc", folder=tmp_path).get(op, "torch")
+    assert again.seconds == m.seconds and again.check.ok and again.telemetry["clock_mhz"] == 2600
+
+
+def test_measured_estimator_profiles_on_demand_then_uses_the_cache(roofline_file):
+    est = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                             impls=["torch"], include_launch=False)
+    p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, dtype="fp32")
+    assert p.estimator == "measured-no-launch" and p.decode.seconds > 0 and not p.warnings
+    inputs = p.to_dict()["estimator_inputs"]
+    assert inputs["roofline_file"] == str(roofline_file) and inputs["measured_ops"]
+    again = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, impls=["torch"],
+                               include_launch=False)
+    called = []
+    inner = again.measure
+
+    def spy(op):
+        called.append(op.name)
+        return inner(op)
+
+    again.measure = spy
+    p2 = roofprof.predict(TINY, estimator=again, prompt_tokens=4, dtype="fp32")
+    assert called  # every shape went through the profiler ...
+    assert p2.decode.seconds == pytest.approx(p.decode.seconds)  # ... which found them in the cache
+
+
+def test_measure_places_a_user_function():
+    a = np.ones((128, 128), dtype=np.float32)
+    r = roofprof.measure(lambda: a @ a, flops=2 * 128**3, bytes=3 * 128 * 128 * 4, roofline=ROOF, budget_s=0.005)
+    d = r.to_dict()
+    assert r.seconds > 0 and d["intensity"] == pytest.approx(2 * 128**3 / (3 * 128 * 128 * 4))
+    assert d["attainable_flops_per_s"] == pytest.approx(min(1e11, 1e10 * d["intensity"]))
+    assert d["bound"] == "compute"
+    with pytest.raises(roofprof.RoofprofError):
+        measure(lambda: None, flops=0, bytes=0, roofline="none")
+
+
+def test_package_facade_is_callable():
+    assert callable(roofprof.profile) and callable(roofprof.validate)
+    r = roofprof.profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"])
+    assert r.workload.phase == "decode"
+
+
+def test_all_cpu_implementations_on_a_decode_pass():
+    r = profile(TINY, "decode", context_tokens=4, roofline=ROOF, budget_s=0.002)
+    names = {m.impl for o in r.ops for m in o.measurements}
+    assert {"numpy", "numba", "torch"} <= names
+    q = next(o for o in r.ops if o.op.name == "q_proj")
+    assert all(m.ok for m in q.measurements)
+    norm = next(o for o in r.ops if o.op.name == "attn_norm")
+    assert {m.impl: m.status for m in norm.measurements}["numpy"] == "unsupported"
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_profile_json_and_sweep_table(capsys, tiny_config, roofline_file, tmp_path):
+    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--phase", "both", "--prompt", "8",
+                             "--roofline", str(roofline_file), "--impl", "torch", "--budget", "0.001",
+                             "--format", "json", "--out", str(tmp_path / "p.json"))
+    assert code == 0, err
+    d = json.loads(out)
+    assert [p["phase"] for p in d["profiles"]] == ["prefill", "decode"]
+    op = d["profiles"][1]["ops"][2]
+    assert {"seconds_per_call", "flops_per_s", "bytes_per_s", "intensity", "attainable_flops_per_s",
+            "percent_of_roof", "bound", "implementations"} <= set(op)
+    assert json.loads((tmp_path / "p.json").read_text())["profiles"]
+    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--batch", "1,4", "--prompt", "8",
+                             "--roofline", "none", "--impl", "torch", "--budget", "0.001")
+    assert code == 0 and "Sweep" in out and "q_proj" in out
+
+
+def test_cli_predict_measured(capsys, tiny_config, roofline_file):
+    # measure the shapes once with a tiny budget: the CLI then finds them in the cache
+    warm = measured_estimator(str(tiny_config), device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001)
+    roofprof.predict(str(tiny_config), estimator=warm, prompt_tokens=8, dtype="fp32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, out, err = run_cli(capsys, "predict", "--model", str(tiny_config), "--estimator", "measured",
+                                 "--device", "cpu", "--dtype", "fp32", "--prompt", "8",
+                                 "--roofline", str(roofline_file), "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["estimator"] == "measured" and d["decode"]["seconds_per_token"] > 0
+    assert d["estimator_inputs"]["measured_ops"] and d["prefill"]["seconds"] > 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--phase", "middle"), "prefill"),
+    (("--impl", "cuda-magic"), "torch"),
+    (("--batch", "0"), "--batch"),
+    (("--attention", "flash"), "fused"),
+])
+def test_cli_profile_bad_input(capsys, tiny_config, args, needle):
+    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--roofline", "none", *args)
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_host_issue_time_measured_on_asynchronous_devices():
+    import dataclasses
+
+    from roofprof.devices.cpu import CpuDevice
+
+    cpu = CpuDevice()
+
+    class AsyncCpu:  # the CPU posing as an asynchronous device
+        info = dataclasses.replace(cpu.info, kind="cuda")
+
+        def __getattr__(self, name):
+            return getattr(cpu, name)
+
+    prof = Profiler(TINY, AsyncCpu(), impls=["torch"], roofline="none", budget_s=0.001)
+    prof.impls = [_Fake("fake")]
+    prof._launch_s = 1e-6  # (the launch probe would need a real GPU)
+    w = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32")
+    r = prof.profile(w)
+    assert all(o.chosen.host_s > 0 for o in r.ops)
+    assert all(t.host_s > 0 for t in r.op_times().values())
+
+
+@pytest.mark.gpu
+def test_profile_on_a_gpu_checks_and_times_every_op():
+    r = profile(TINY, "decode", context_tokens=8, device="cuda:0", dtype="bf16", roofline="none", budget_s=0.01,
+                impls=["torch"])
+    assert all(o.chosen is not None and o.chosen.check.ok for o in r.ops)
+    assert all(o.chosen.host_s > 0 for o in r.ops)  # back-to-back issue time measured on the GPU
+    assert r.launch_s > 0
+
+
+def test_contended_measurements_are_repeated(monkeypatch):
+    import roofprof.profile as rp
+
+    shares = iter([0.6, 0.0] * 100)
+
+    class FakeContention:
+        available = True
+        wall_s = 0.01
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.share = next(shares)
+
+    monkeypatch.setattr(rp, "Contention", FakeContention)
+    monkeypatch.setattr(rp.time, "sleep", lambda s: None)
+    r = profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"])
+    t = r.ops[2].chosen.telemetry
+    assert t["attempts"] == 2 and t["other_cpu_share"] == 0.0 and "contended" not in t

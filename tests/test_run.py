@@ -1,0 +1,105 @@
+"""roofprof run end to end on a tiny model: every step, the files, a readable self-contained report."""
+
+import base64
+import json
+import re
+
+import pytest
+
+from roofprof.cli import main
+from roofprof.roofline import Ceiling, Roofline
+from roofprof.run import default_model, run
+
+pytest.importorskip("torch")
+
+TINY_CFG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": True,
+            "max_position_embeddings": 256, "rope_theta": 10000.0}
+ROOF = Roofline("literal", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
+                            Ceiling("DRAM", "memory", 1e10, level="dram", source="measured"),
+                            Ceiling("L2", "memory", 5e10, level="l2", source="measured")))
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOFPROF_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY_CFG))
+    return str(path)
+
+
+@pytest.fixture
+def roofline_file(tmp_path):
+    path = tmp_path / "roofline.json"
+    path.write_text(json.dumps({"roofline": ROOF.to_dict()}))
+    return path
+
+
+def test_default_model_fits_the_device_kind():
+    assert default_model("cpu") == ("llama-3.2-1b", "fp32")
+    assert default_model("cuda") == ("llama-3.1-8b", "bf16")
+
+
+def test_run_end_to_end(tiny, roofline_file, tmp_path):
+    steps, progress = [], []
+    out = tmp_path / "report"
+    r = run(tiny, device="cpu", out=out, prompt_tokens=8, batches=(1, 4), contexts=(8, 32), roofline=roofline_file,
+            budget_s=0.001, decode_steps=2, impls=["torch"], backend="torch",
+            progress=lambda label, done, total: progress.append(label), step=steps.append)
+    assert steps == ["doctor", "roofline", "profile", "predictions", "validation", "report"]
+    assert progress  # every step reports progress
+    assert set(r.profiles) == {"prefill", "decode"}
+    assert set(r.predictions) == {"empirical", "measured", "measured-no-launch"}
+    assert "spec" in r.unavailable  # no datasheet for a CPU
+    rows = {row["estimator"]: row for row in r.validation.comparison()}
+    assert set(rows) == {"empirical", "measured", "measured-no-launch", "real"}
+    for label in ("empirical", "measured"):
+        assert rows[label]["decode_residual"] == pytest.approx(rows[label]["decode_step_s"] / rows["real"]["decode_step_s"] - 1)
+    assert [p.workload.batch for p in r.batch_sweep["measured"]] == [1, 4]
+    assert [p.workload.context_tokens for p in r.context_sweep["measured"]] == [8, 32]
+    for name in ("index.html", "report.json", "measured_ops.csv", "predicted_ops.csv", "comparison.csv", "sweeps.csv",
+                 "profile-prefill.json", "profile-decode.json", "roofline.png", "breakdown.png", "estimators.png",
+                 "sweeps.png"):
+        assert (out / name).stat().st_size > 0, name
+    payload = json.loads((out / "report.json").read_text())  # strict JSON (no NaN)
+    assert payload["validation"]["real"]["decode_s"] > 0
+    assert set(payload["step_seconds"]) == set(steps)
+    html = (out / "index.html").read_text()
+    assert "Estimators against the real run" in html and "Roofline with every op" in html
+    assert "Measured ops: decode" in html and "Clocks and throttling" in html and "Provenance" in html
+    # self-contained: charts inline, nothing fetched from elsewhere
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
+    assert len(images) >= 4 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
+    assert not re.search(r"(src|href)=['\"]https?://", html)
+
+
+def test_cli_run(capsys, tiny, roofline_file, tmp_path):
+    out = tmp_path / "r"
+    code = main(["run", "--model", tiny, "--device", "cpu", "--out", str(out), "--prompt", "8", "--batch-sweep", "1,2",
+                 "--context-sweep", "8,16", "--roofline", str(roofline_file), "--budget", "0.001", "--steps", "2",
+                 "--impl", "torch", "--backend", "torch"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "measured" in captured.out and "real" in captured.out and "index.html" in captured.out
+    assert "step: validation" in captured.err  # progress on stderr
+    assert (out / "index.html").exists()
+
+
+def test_cli_run_bad_input(capsys, tiny):
+    assert main(["run", "--model", tiny, "--batch-sweep", "0"]) == 2
+    assert main(["run", "--model", "llama-9"]) == 2
+    err = capsys.readouterr().err
+    assert "llama-3" in err
+
+
+@pytest.mark.slow
+def test_run_with_quick_roofline_and_all_implementations(tiny, tmp_path):
+    r = run(tiny, device="cpu", out=tmp_path / "full", prompt_tokens=8, batches=(1, 2), contexts=(8,),
+            budget_s=0.002, decode_steps=2)
+    assert r.roofline is not None and (tmp_path / "full" / "roofline.json").exists()
+    names = {m.impl for o in r.profiles["decode"].ops for m in o.measurements}
+    assert {"numpy", "numba", "torch"} <= names

@@ -1,0 +1,163 @@
+"""roofprof validate: a real (tiny) Llama forward pass, layer scaling, faults, residuals, CLI."""
+
+import importlib.util
+import json
+import warnings
+
+import pytest
+
+from roofprof.cli import main
+from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.rollup import MeasuredEstimator, OpTime
+from roofprof.specs import ModelSpec, load_model
+from roofprof.validate import memory_plan, validate
+from roofprof.workload import llama_ops
+
+torch = pytest.importorskip("torch")
+HAS_HF = importlib.util.find_spec("transformers") is not None
+
+TINY_CFG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": True,
+            "max_position_embeddings": 256, "rope_theta": 10000.0,
+            "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                             "original_max_position_embeddings": 128, "rope_type": "llama3"}}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOFPROF_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY_CFG))
+    return str(path)
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("hf", marks=pytest.mark.skipif(not HAS_HF, reason="no transformers"))])
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_real_run_times_prefill_and_decode(tiny, backend, attention):
+    r = validate(tiny, device="cpu", backend=backend, attention=attention, prompt_tokens=12, decode_steps=3,
+                 warmup_steps=1, prefill_repeats=2)
+    real = r.real
+    assert real.prefill_s > 0 and real.decode_s > 0
+    assert len(r.prefill_samples_s) == 2 and len(r.decode_samples_s) == 3
+    assert real.context_tokens == 12 + 1 + 1 and real.num_layers == 3 and real.scaled_from is None
+    assert r.dtype == "fp32" and r.clock == "perf_counter"
+    assert (backend == "hf") == ("transformers" in r.backend)
+    assert r.counting.attention == attention
+    assert json.loads(json.dumps(r.to_dict()))["real"]["decode_s"] == real.decode_s
+
+
+def test_plain_torch_matches_transformers_numerically():
+    if not HAS_HF:
+        pytest.skip("no transformers")
+    from roofprof.llama_torch import KVCache, TorchLlama
+    from roofprof.validate import build_hf_model
+
+    spec = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+    hf = build_hf_model(spec, {"rope_theta": 10000.0, "max_position_embeddings": 256}, "fp32", "cpu", "fused")
+    plain = TorchLlama(spec, rope_theta=10000.0, eps=1e-6, init=False)
+    with torch.no_grad():  # copy HF's weights into the plain model
+        for i, layer in enumerate(hf.model.layers):
+            mine = plain.layers[i]
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                getattr(mine, name).weight.copy_(getattr(layer.self_attn, name).weight)
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                getattr(mine, name).weight.copy_(getattr(layer.mlp, name).weight)
+        plain.embed.weight.copy_(hf.model.embed_tokens.weight)
+    ids = torch.tensor([[1, 5, 9, 2, 7]])
+    with torch.inference_mode():
+        ref = hf(input_ids=ids).logits[:, -1:]
+        cache = KVCache()
+        mine = plain(ids, cache)
+        assert torch.allclose(mine, ref, atol=1e-5, rtol=1e-4)
+        for attention in ("unfused",):
+            plain.attention = attention
+            assert torch.allclose(plain(ids, KVCache()), ref, atol=1e-5, rtol=1e-4)
+
+
+def test_model_too_large_is_scaled_by_layers_and_says_so():
+    m = load_model("llama-3.1-8b")
+    plan = memory_plan(m, "bf16", batch=1, prompt_tokens=128, total_tokens=140, available_bytes=6e9)
+    assert plan.scaled and 1 <= plan.num_layers < 32
+    assert "scaled from 32 to" in plan.describe() and "GB" in plan.describe()
+
+
+def test_model_that_cannot_fit_even_scaled_is_refused():
+    m = load_model("llama-3.1-8b")
+    with pytest.raises(ConfigError, match=r"needs .* GB .* available"):
+        memory_plan(m, "bf16", batch=1, prompt_tokens=128, total_tokens=140, available_bytes=1e9)
+
+
+def test_max_layers_scales_and_predictions_follow(tiny):
+    ops = {}
+    for phase in ("prefill", "decode"):
+        for o in llama_ops(load_model(tiny), phase, prompt_tokens=8, context_tokens=10, dtype="fp32").ops:
+            ops[o.shape_key] = OpTime(1e-4, "lit")
+    est = MeasuredEstimator(ops)
+    r = validate(tiny, device="cpu", backend="torch", max_layers=2, prompt_tokens=8, decode_steps=2, warmup_steps=1,
+                 estimators={"measured": est})
+    assert r.model.num_layers == 2 and r.real.scaled_from == 3 and r.memory.scaled
+    assert any("scaled from 3 to 2" in w for w in r.warnings)
+    p = r.predictions["measured"]
+    assert p.decode.workload.model.num_layers == 2  # predicted for the model that ran
+    assert p.decode.workload.context_tokens == r.real.context_tokens
+    rows = {row["estimator"]: row for row in r.comparison()}
+    assert rows["measured"]["decode_residual"] == pytest.approx(p.decode.seconds / r.real.decode_s - 1)
+
+
+def test_missing_torch_names_the_extra(tiny, monkeypatch):
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find(name, *a))
+    with pytest.raises(DeviceUnavailableError, match=r"roofprof\[torch\]"):
+        validate(tiny, device="cpu")
+
+
+def test_missing_transformers_for_hf_backend(tiny, monkeypatch):
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real_find(name, *a))
+    with pytest.raises(DeviceUnavailableError, match=r"roofprof\[hf\]"):
+        validate(tiny, device="cpu", backend="hf")
+    r = validate(tiny, device="cpu", backend="auto", prompt_tokens=4, decode_steps=1, warmup_steps=0,
+                 prefill_repeats=1)
+    assert "plain torch" in r.backend
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_validate_json_with_measured_residuals(capsys, tiny, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, out, err = run_cli(capsys, "validate", "--model", tiny, "--device", "cpu", "--backend", "torch",
+                                 "--prompt", "8", "--steps", "2", "--roofline", "none", "--estimators", "measured",
+                                 "--budget", "0.001", "--format", "json", "--out", str(tmp_path / "v.json"))
+    assert code == 0, err
+    d = json.loads(out)
+    labels = [row["estimator"] for row in d["comparison"]]
+    assert labels == ["measured", "measured-no-launch", "real"]
+    assert d["comparison"][0]["decode_residual"] is not None
+    assert json.loads((tmp_path / "v.json").read_text())["real"]["prefill_s"] > 0
+
+
+def test_cli_validate_table_and_errors(capsys, tiny):
+    code, out, err = run_cli(capsys, "validate", "--model", tiny, "--device", "cpu", "--backend", "torch", "--prompt",
+                             "4", "--steps", "1", "--estimators", "", "--repeats", "1")
+    assert code == 0 and "real run" in out
+    code, out, err = run_cli(capsys, "validate", "--model", "llama-3.1-405b", "--device", "cpu", "--estimators", "")
+    assert code == 2 and "cannot fit" in err and "GB" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys, "validate", "--model", tiny, "--estimators", "oracle")
+    assert code == 2 and "spec, empirical, measured" in err
+
+
+@pytest.mark.gpu
+def test_real_run_on_a_gpu_with_cuda_events(tiny):
+    r = validate(tiny, device="cuda:0", prompt_tokens=16, decode_steps=3)
+    assert r.dtype == "bf16" and r.real.decode_s > 0 and r.real.prefill_s > 0
+    assert "perf_counter" not in r.clock  # CUDA events

@@ -179,3 +179,67 @@ def collect_cmd(
     else:
         print_counters(coll.records, title=f"Nsight Compute counters ({len(coll.records)} kernels)")
     typer.echo(f"counters written to {folder / 'counters.json'} (raw CSV: {coll.csv_path})", err=True)
+
+
+@counters_app.command("ops-pass", hidden=True)
+def ops_pass_cmd(
+    model: str = typer.Option(..., "--model"),
+    phase: str = typer.Option(..., "--phase"),
+    batch: int = typer.Option(1, "--batch"),
+    prompt: int = typer.Option(128, "--prompt"),
+    context: int | None = typer.Option(None, "--context"),
+    dtype: str = typer.Option("bf16", "--dtype"),
+    device: str = typer.Option("auto", "--device"),
+    attention: str = typer.Option("fused", "--attention"),
+    impl: str | None = typer.Option(None, "--impl"),
+    manifest: Path = typer.Option(..., "--manifest"),
+) -> None:
+    """Child of `profile --counters` (runs under ncu): each op checked, then run once in its NVTX range."""
+    from roofprof.counters_profile import run_ops_once
+    from roofprof.devices import select
+    from roofprof.results import write_json_atomic
+    from roofprof.specs import load_model
+    from roofprof.workload import Counting, llama_ops
+
+    workload = llama_ops(load_model(model), phase, batch=batch, prompt_tokens=prompt, context_tokens=context,
+                         dtype=dtype, convention=Counting(attention=attention))
+    impls = [s.strip() for s in impl.split(",")] if impl else None
+    write_json_atomic(manifest, run_ops_once(workload, select(device), impls=impls))  # type: ignore[arg-type]
+
+
+def profile_with_counters(*, model: str, phases: Sequence[str], batch: int, prompt: int, context: int | None,
+                          dtype: str, device: str, attention: str, impls: Sequence[str] | None,
+                          out: Path | None, clock_control: str, roofline: Any = None, fmt: str = "table") -> None:
+    """`roofprof profile --counters`: every op of the pass once under ncu, hierarchical roofline, comparison."""
+    from roofprof.counters_profile import child_command, profile_counters
+
+    out_dir = Path(out) if out is not None and Path(out).suffix == "" else Path("roofprof-counters")
+    payloads = {}
+    for phase in phases:
+        folder = out_dir / phase
+        manifest = folder / "manifest.json"
+        child = child_command(model=model, phase=phase, batch=batch, prompt=prompt, context=context, dtype=dtype,
+                              device=device, attention=attention, impls=impls, manifest=manifest)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            payloads[phase] = profile_counters(child, manifest, folder, roofline=roofline, clock_control=clock_control)
+        _show_warnings(caught)
+    if fmt == "json":
+        typer.echo(json.dumps(payloads, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    for phase, payload in payloads.items():
+        table = Table(title=f"{phase}: counters vs the workload model (flagged beyond 10%)")
+        for col in ("op@impl", "kernels", "time", "FLOPs counter/analytic", "DRAM bytes counter/minimum",
+                    "expected pipe", "flags"):
+            table.add_column(col)
+        for c in payload.get("ops", []):
+            table.add_row(c["op"], str(c["kernels"]), _fmt(c["time_s"], "s"),
+                          "—" if c["flop_ratio"] is None else f"{c['flop_ratio']:.2f}",
+                          "—" if c["excess_traffic"] is None else f"{c['excess_traffic']:.2f}",
+                          "—" if c["expected_pipe_fraction"] is None else f"{100 * c['expected_pipe_fraction']:.0f}%",
+                          ", ".join(c["flags"]) or "ok")
+        Console().print(table)
+        typer.echo(f"counters, hierarchical roofline and plot written to {out_dir / phase}", err=True)

@@ -84,6 +84,8 @@ def profile(
     budget: float = typer.Option(0.2, "--budget", help="Timed seconds per op and implementation."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the profile JSON here (a list for sweeps)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv."),
+    counters: bool = typer.Option(False, "--counters", help="Run each op once under Nsight Compute (ncu): hierarchical roofline, counters vs analytic counts (--out is then a folder)."),
+    clock_control: str = typer.Option("none", "--clock-control", help="ncu clock control with --counters: none (as run) | base."),
 ) -> None:
     """Measure every op of a Llama pass on this device (correctness first) and place it on the roofline."""
     from roofprof.profile import Profiler
@@ -103,6 +105,17 @@ def profile(
     spec = load_model(model)
     dev, dtype = _dtype(dtype, device)
     impls = [s.strip() for s in impl.split(",")] if impl else None
+    if counters:
+        from roofprof.cli.counters import profile_with_counters
+        from roofprof.counters import find_ncu
+
+        find_ncu()  # no ncu: exit 2 with how to install it, before anything runs
+        if len(batches) > 1 or len(contexts) > 1:
+            raise ConfigError("--counters profiles one batch and context at a time")
+        profile_with_counters(model=model, phases=phases, batch=batches[0], prompt=prompt, context=contexts[0],
+                              dtype=dtype, device=device, attention=attention, impls=impls, out=out,
+                              clock_control=clock_control, fmt="json" if fmt == "json" else "table")
+        return
     results = []
     with _progress(sys.stderr.isatty()) as (progress, step):
         prof = Profiler(spec, dev, impls=impls, budget_s=budget, threads=threads, roofline=roofline, progress=progress)

@@ -688,6 +688,9 @@ def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
             cells = _split_row(line)
         except csv.Error as exc:
             raise NotNcuOutputError(f"{source}: line {i + 1}: not a CSV row ({exc}): {line[:120]!r}") from exc
+        short = len(header) - len(cells)
+        if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells):]):
+            cells += [""] * short  # older ncu ends metric rows before the Rule columns
         if len(cells) != len(header):
             raise NotNcuOutputError(
                 f"{source}: line {i + 1}: {len(cells)} fields where the header has {len(header)}: "

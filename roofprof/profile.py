@@ -8,11 +8,13 @@ achieved FLOP/s and bytes/s, analytic intensity, the attainable roof at that int
 percent of roof and the bound.
 
 Implementations: the device's own (``roofprof.devices``: numpy/BLAS and numba GEMMs on the
-CPU; Numba, CuPy, cuBLAS on a GPU) plus :class:`roofprof.torch_ops.TorchOps` when torch is
-installed, which covers every op (norms, RoPE, SiLU·mul, residuals, attention through SDPA
+CPU; Numba, CuPy, cuBLAS, a torch GEMM on a GPU) plus :class:`roofprof.torch_ops.TorchOps`
+when torch is installed (named ``torch``, or ``torch-eager`` where the device has its own
+``torch``), which covers every op (norms, RoPE, SiLU·mul, residuals, attention through SDPA
 or eager, the embedding gather) with the calls eager PyTorch makes. For the roll-up, one
 measurement per op is chosen: the first of ``prefer`` that passed its check (default
-``torch``: what the validated model runs), else the fastest that passed. An op whose kernel
+``reference``: that torch implementation, what the validated model runs), else the fastest
+that passed. An op whose kernel
 fails its check is reported and excluded, with a warning; an op no implementation covers
 is counted from the empirical roofline, with a warning.
 
@@ -50,7 +52,9 @@ from roofprof.specs import ModelSpec, load_model
 from roofprof.workload import Counting, Op, Workload, llama_ops
 
 Progress = Callable[[str, int, int], None]
-DEFAULT_PREFER = ("torch",)
+#: The roll-up prefers the implementation of :mod:`roofprof.torch_ops` (what the validated model runs),
+#: whatever name it carries on the device ("torch", or "torch-eager" next to a device's own "torch" GEMM).
+DEFAULT_PREFER = ("reference",)
 
 
 # --------------------------------------------------------------------------- records
@@ -258,7 +262,7 @@ def set_threads(threads: int | None) -> int | None:
 
 
 #: Share of all CPUs used by other processes above which a CPU measurement counts as contended.
-CONTENDED_SHARE = 0.15
+CONTENDED_SHARE = 0.05
 
 
 class Contention:
@@ -473,14 +477,17 @@ def device_fingerprint(device, threads: int | None = None) -> str:
 class MeasurementCache:
     """Measurements on disk, one JSON file per device fingerprint, keyed by shape and impl."""
 
-    def __init__(self, fingerprint: str, folder: Path | None = None, enabled: bool = True):
+    def __init__(self, fingerprint: str, folder: Path | None = None, enabled: bool = True,
+                 model_key: Sequence[int] = ()):
         self.path = (folder or _cache_dir()) / f"measurements-{fingerprint}.json"
         self.enabled = enabled
+        self.model_key = list(model_key)
         self._data: dict[str, Any] | None = None
 
-    @staticmethod
-    def key(op: Op, impl: str) -> str:
-        return json.dumps([*op.shape_key, impl])
+    def key(self, op: Op, impl: str) -> str:
+        """Shape and implementation; for non-GEMM ops also the head layout (RoPE and attention
+        depend on heads and head size, which their shapes do not spell out)."""
+        return json.dumps([*op.shape_key, impl, *(self.model_key if op.kind != "gemm" else [])])
 
     def _load(self) -> dict[str, Any]:
         if self._data is None:
@@ -519,7 +526,8 @@ class Profiler:
         model: the model the ops come from (the torch implementations need its head counts).
         device: a Device or ``"auto" | "cpu" | "cuda:N"``.
         impls: implementation names to run (default: all available).
-        prefer: implementations preferred for the roll-up, in order; then the fastest.
+        prefer: implementations preferred for the roll-up, in order, then the fastest; ``reference``
+            stands for the torch implementation of every op (:mod:`roofprof.torch_ops`).
         budget_s, warmup_s: timing budget per measurement (seconds).
         threads: torch/numba intra-op threads (None: leave as is).
         roofline: measured roofline for placement (see :func:`resolve_roofline`).
@@ -535,13 +543,17 @@ class Profiler:
         self.openmp = single_openmp_runtime()
         self.device = select_device(device)
         self.threads = set_threads(threads)
-        self.prefer = tuple(prefer)
+        self._prefer_arg = tuple(prefer)
         self.budget_s, self.warmup_s, self.max_repeats = budget_s, warmup_s, max_repeats
         self.progress = progress
         self.rng = np.random.default_rng(seed)
+        self.reference_impl: str | None = None
         self.impls = self._implementations(impls)
+        self.prefer = tuple(n for name in self._prefer_arg
+                            for n in ((self.reference_impl,) if name == "reference" else (name,)) if n)
         self.roofline, self.roofline_source = resolve_roofline(roofline, self.device, progress=progress)
-        self.cache = MeasurementCache(device_fingerprint(self.device, self.threads), enabled=use_cache)
+        self.cache = MeasurementCache(device_fingerprint(self.device, self.threads), enabled=use_cache,
+                                      model_key=(model.num_heads, model.num_kv_heads, model.head_dim))
         self._measured: dict[tuple, Measurement] = {}
         self._last_impl: str | None = None
         self.switch_idle_s = 0.3
@@ -566,6 +578,7 @@ class Profiler:
             if any(i.name == "torch" for i in impls):
                 torch_impl.name = "torch-eager"
             impls.append(torch_impl)
+            self.reference_impl = torch_impl.name
         except ImportError:
             pass
         if names:

@@ -432,7 +432,8 @@ def validate(
         notes.append("the real model produced non-finite logits (random weights); timings are still valid")
     notes.extend(n for n in (prefill_note, decode_note) if n)
     telemetry["other_cpu_share"] = {"prefill": prefill_share, "decode": decode_share}
-    context = prompt_tokens + warmup_steps + len(decode_s) // 2
+    # the planned median context (extra steps taken on a busy machine move it by a few tokens only)
+    context = prompt_tokens + warmup_steps + decode_steps // 2
     real = RealRun(spec_full.id, batch, prompt_tokens, context, statistics.median(prefill_used),
                    statistics.median(decode_used), spec.num_layers, spec_full.num_layers if plan.scaled else None,
                    f"{backend_label}, attention {'sdpa' if attention == 'fused' else 'eager'}, {dtype}, "

@@ -334,3 +334,24 @@ def test_contended_measurements_are_repeated(monkeypatch):
     r = profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"])
     t = r.ops[2].chosen.telemetry
     assert t["attempts"] == 2 and t["other_cpu_share"] == 0.0 and "contended" not in t
+
+
+def test_reference_implementation_preferred_even_next_to_a_device_torch_gemm():
+    from roofprof.devices.cpu import CpuDevice
+
+    cpu = CpuDevice()
+
+    class WithTorchGemm:  # a device that brings its own GEMM-only implementation called "torch"
+        info = cpu.info
+
+        def implementations(self):
+            return (_Fake("torch"),)
+
+        def __getattr__(self, name):
+            return getattr(cpu, name)
+
+    prof = Profiler(TINY, WithTorchGemm(), roofline="none", budget_s=0.001)
+    assert [i.name for i in prof.impls] == ["torch", "torch-eager"]
+    assert prof.prefer == ("torch-eager",) and prof.reference_impl == "torch-eager"
+    r = prof.profile(llama_ops(TINY, "decode", context_tokens=4, dtype="fp32"))
+    assert all(o.chosen.impl == "torch-eager" for o in r.ops)

@@ -122,7 +122,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
             ax.axvline(ridge, color="gray", ls=":", lw=1)
             ax.annotate(f"DRAM ridge {ridge:,.1f} FLOP/B", (ridge, peak), textcoords="offset points",
                         xytext=(4, -14), fontsize=8, color="dimgray")
-    for phase, name, x, y in points:
+    for phase, _name, x, y in points:
         color, marker = PHASE_STYLE.get(phase, ("black", "s"))
         ax.scatter([x], [y], s=46, color=color, marker=marker, zorder=5, edgecolor="white", linewidth=0.6)
     for phase, (color, marker) in PHASE_STYLE.items():
@@ -135,7 +135,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     merged: dict[tuple, list[str]] = {}  # ops measured as one shape sit on one spot: one label "q/o"
-    for phase, name, x, y in points:
+    for phase, _name, x, y in points:
         merged.setdefault((phase, x, y), []).append(SHORT.get(name, name))
     _label_points(ax, [("/".join(names), x, y, PHASE_STYLE.get(phase, ("black", ""))[0])
                        for (phase, x, y), names in merged.items()])

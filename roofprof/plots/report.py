@@ -135,7 +135,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     merged: dict[tuple, list[str]] = {}  # ops measured as one shape sit on one spot: one label "q/o"
-    for phase, _name, x, y in points:
+    for phase, name, x, y in points:
         merged.setdefault((phase, x, y), []).append(SHORT.get(name, name))
     _label_points(ax, [("/".join(names), x, y, PHASE_STYLE.get(phase, ("black", ""))[0])
                        for (phase, x, y), names in merged.items()])

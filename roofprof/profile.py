@@ -263,6 +263,8 @@ def set_threads(threads: int | None) -> int | None:
 
 #: Share of all CPUs used by other processes above which a CPU measurement counts as contended.
 CONTENDED_SHARE = 0.05
+#: Timing rounds of a whole-pass profile (every op visited once per round).
+ROUNDS = 5
 
 
 class Contention:
@@ -623,56 +625,30 @@ class Profiler:
         return self._measured[key]
 
     def _measure_impl(self, impl, op: Op) -> Measurement:
-        cached = self.cache.get(op, impl.name)
-        if cached is not None:
-            return cached
-        reason = impl.supports(op)
-        if reason:
-            return Measurement(impl.name, "unsupported", reason)
-        prepared = None
+        """One op alone (on demand): check, then time with retries on a busy machine."""
+        prepared, check, result = self._prepare_checked(impl, op)
+        if result is not None:
+            return result
         try:
-            prepared = impl.prepare(op, self.rng)
-            check = prepared.check()
-            kernels = int(getattr(prepared, "kernels", 1))
-            if not check.ok:
-                msg = (f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}) with {impl.name}: failed its correctness "
-                       f"check (relative error {check.max_rel_error:.2e} > {check.tolerance:.2e}); excluded")
-                self.warnings.append(msg)
-                _warnings.warn(msg, stacklevel=2)
-                return Measurement(impl.name, "failed", check.note, None, check, kernels)
             timing, telemetry = self._time(prepared, op)
             host_s = self._host_issue_s(prepared, timing) if self.device.info.kind != "cpu" else 0.0
-            m = Measurement(impl.name, "ok", getattr(prepared, "note", "") or check.note, timing, check, kernels,
-                            telemetry, host_s)
+            m = Measurement(impl.name, "ok", getattr(prepared, "note", "") or check.note, timing, check,
+                            int(getattr(prepared, "kernels", 1)), telemetry, host_s)
             self.cache.put(op, m)
             return m
-        except ConfigError as exc:
-            return Measurement(impl.name, "unsupported", str(exc))
         except Exception as exc:  # noqa: BLE001 - a kernel that raises is reported, never fatal
             msg = f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__}: {exc}"
             self.warnings.append(msg)
             return Measurement(impl.name, "error", msg)
         finally:
-            if prepared is not None:
-                prepared.release()
+            prepared.release()
 
     def _time(self, prepared, op: Op):
         """Time one prepared op; on a CPU, re-measure (up to ``retries`` times) when other
         processes took a share of the cores during the measurement (see :class:`Contention`)."""
         from roofprof.timing import benchmark
 
-        calls = getattr(prepared, "calls", None) or [prepared.run]
-        flush = None
-        if len(calls) == 1 and self.roofline is not None and op.bytes:
-            # no rotation: flush between calls when the op should stream its data from DRAM
-            try:
-                if self.roofline.bound(op.intensity, op.dtype) == "memory" and op.weight_bytes:
-                    flush = self.device.flush
-            except ConfigError:
-                pass
-        before = getattr(prepared, "before_call", None)
-        if before is not None:
-            flush = before if flush is None else (lambda f=flush, b=before: (b(), f()))
+        calls, flush = self._calls_and_flush(prepared, op)
         best = None
         attempts = 1 + (self.retries if self.device.info.kind == "cpu" else 0)
         for attempt in range(attempts):
@@ -699,6 +675,161 @@ class Profiler:
         if meter.available and meter.share > CONTENDED_SHARE:
             telemetry["contended"] = True
         return timing, telemetry
+
+    def _calls_and_flush(self, prepared, op: Op):
+        """The equivalent calls to rotate over, and what to run before each timed call."""
+        calls = list(getattr(prepared, "calls", None) or [prepared.run])
+        flush = None
+        if len(calls) == 1 and self.roofline is not None and op.bytes:
+            # no rotation: flush between calls when the op should stream its data from DRAM
+            try:
+                if self.roofline.bound(op.intensity, op.dtype) == "memory" and op.weight_bytes:
+                    flush = self.device.flush
+            except ConfigError:
+                pass
+        before = getattr(prepared, "before_call", None)
+        if before is not None:
+            flush = before if flush is None else (lambda f=flush, b=before: (b(), f()))
+        return calls, flush
+
+    def _prepare_checked(self, impl, op: Op):
+        """``(prepared, check, None)`` for an op that passed its check, else ``(None, None, Measurement)``."""
+        cached = self.cache.get(op, impl.name)
+        if cached is not None:
+            return None, None, cached
+        reason = impl.supports(op)
+        if reason:
+            return None, None, Measurement(impl.name, "unsupported", reason)
+        prepared = None
+        try:
+            prepared = impl.prepare(op, self.rng)
+            check = prepared.check()
+            if not check.ok:
+                msg = (f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}) with {impl.name}: failed its correctness "
+                       f"check (relative error {check.max_rel_error:.2e} > {check.tolerance:.2e}); excluded")
+                self.warnings.append(msg)
+                _warnings.warn(msg, stacklevel=3)
+                prepared.release()
+                return None, None, Measurement(impl.name, "failed", check.note, None, check,
+                                               int(getattr(prepared, "kernels", 1)))
+            return prepared, check, None
+        except ConfigError as exc:
+            result = Measurement(impl.name, "unsupported", str(exc))
+        except Exception as exc:  # noqa: BLE001 - a kernel that raises is reported, never fatal
+            msg = f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__}: {exc}"
+            self.warnings.append(msg)
+            result = Measurement(impl.name, "error", msg)
+        if prepared is not None:
+            prepared.release()
+        return None, None, result
+
+    def _measure_group(self, impl, ops: Sequence[Op], phase: str, *, done: int = 0, total: int = 0) -> None:
+        """Measure ``ops`` with one implementation in interleaved rounds.
+
+        Every op is checked first; then each gets a warm-up and a one-call estimate that
+        sizes its timed calls (``budget_s``), and the timed calls are spread over
+        :data:`ROUNDS` rounds that visit every op in turn (reversed every other round). A
+        slowdown of the machine lasting a second or two then touches one round of many ops
+        instead of every sample of one, and the median shrugs it off. On a CPU, rounds
+        during which other processes used the cores (:class:`Contention`) are dropped when
+        enough samples remain.
+        """
+        import math
+
+        from roofprof.timing import Timing, repeat_counts
+
+        todo = [op for op in ops if (op.shape_key, impl.name) not in self._measured]
+        if not todo:
+            return
+        if self._last_impl not in (None, impl.name):
+            time.sleep(self.switch_idle_s)  # let the previous runtime's worker threads go to sleep
+        staged = []
+        for i, op in enumerate(todo):
+            if self.progress:
+                self.progress(f"{phase} {op.name} {op.m}×{op.n}×{op.k} [{impl.name}]: check", done + i, total)
+            prepared, check, result = self._prepare_checked(impl, op)
+            if result is not None:
+                self._measured[(op.shape_key, impl.name)] = result
+                continue
+            calls, flush = self._calls_and_flush(prepared, op)
+            staged.append({"op": op, "prepared": prepared, "check": check, "calls": calls, "flush": flush,
+                           "turn": 0, "rounds": []})
+        if not staged:
+            return
+        clock = self.device.clock()
+
+        def timed(st) -> float:
+            call = st["calls"][st["turn"] % len(st["calls"])]
+            st["turn"] += 1
+            if st["flush"] is not None:
+                st["flush"]()
+            clock.start()
+            call()
+            return clock.stop()
+
+        try:
+            for st in staged:  # warm up and estimate, one op at a time
+                st["calls"][0]()
+                est = timed(st)
+                warm, n = repeat_counts(est, budget_s=self.budget_s, warmup_s=self.warmup_s,
+                                        min_repeats=ROUNDS, max_repeats=self.max_repeats)
+                for _ in range(warm):
+                    st["calls"][st["turn"] % len(st["calls"])]()
+                    st["turn"] += 1
+                st.update(estimate=est, warmup=warm, per_round=max(1, math.ceil(n / ROUNDS)))
+            sampler = self.device.sampler(interval_s=0.05)
+            on_cpu = self.device.info.kind == "cpu"
+            with sampler:
+                for r in range(ROUNDS):
+                    order = staged if r % 2 == 0 else staged[::-1]
+                    for j, st in enumerate(order):
+                        if self.progress:
+                            self.progress(f"{phase} timing round {r + 1}/{ROUNDS} [{impl.name}]",
+                                          done + len(todo) + (r * len(order) + j) * len(todo) // (ROUNDS * len(order)),
+                                          total)
+                        meter = Contention()
+                        with meter:
+                            samples = [timed(st) for _ in range(st["per_round"])]
+                        st["rounds"].append((samples, meter.share if (on_cpu and meter.available) else None))
+            summary = sampler.summary()
+            base_telemetry = summary.to_dict() if hasattr(summary, "to_dict") else {}
+            if hasattr(summary, "clock_mhz"):
+                base_telemetry["clock_mhz"] = summary.clock_mhz
+            for st in staged:
+                op = st["op"]
+                rounds = st["rounds"]
+                clean = [s for s, share in rounds if share is None or share <= CONTENDED_SHARE]
+                kept = clean if sum(len(s) for s in clean) >= 3 else [s for s, _ in rounds]
+                samples = tuple(x for s in kept for x in s)
+                shares = [share for _, share in rounds if share is not None]
+                telemetry = dict(base_telemetry)
+                telemetry.update(rounds=len(rounds), rounds_kept=len(kept),
+                                 other_cpu_share=max(shares) if shares else None)
+                if shares and len(kept) < len(rounds):
+                    telemetry["rounds_dropped_busy"] = len(rounds) - len(kept)
+                if shares and min(shares) > CONTENDED_SHARE:
+                    telemetry["contended"] = True
+                mode = "interleaved" + (f"+rotate:{len(st['calls'])}" if len(st["calls"]) > 1 else "") + \
+                    ("+flush" if st["flush"] is not None else "")
+                timing = Timing(samples_s=samples, flush=mode, warmup_runs=st["warmup"], estimate_s=st["estimate"],
+                                clock=getattr(clock, "name", type(clock).__name__))
+                prepared = st["prepared"]
+                host_s = self._host_issue_s(prepared, timing) if not on_cpu else 0.0
+                m = Measurement(impl.name, "ok", getattr(prepared, "note", "") or st["check"].note, timing,
+                                st["check"], int(getattr(prepared, "kernels", 1)), telemetry, host_s)
+                self.cache.put(op, m)
+                self._measured[(op.shape_key, impl.name)] = m
+            self._last_impl = impl.name
+        except Exception as exc:  # noqa: BLE001 - a kernel that raises while timed is reported, never fatal
+            for st in staged:
+                op = st["op"]
+                if (op.shape_key, impl.name) not in self._measured:
+                    msg = f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__} while timed: {exc}"
+                    self.warnings.append(msg)
+                    self._measured[(op.shape_key, impl.name)] = Measurement(impl.name, "error", msg)
+        finally:
+            for st in staged:
+                st["prepared"].release()
 
     def _host_issue_s(self, prepared, timing) -> float:
         """Per-call wall time of back-to-back calls with one synchronisation at the end.
@@ -757,13 +888,9 @@ class Profiler:
         # runtime at a time owns the cores, with an idle gap between runtimes
         impls = self.ordered_impls()
         shapes = list({op.shape_key: op for op in ops}.values())
-        total, done = len(impls) * len(shapes), 0
-        for impl in impls:
-            for op in shapes:
-                if self.progress:
-                    self.progress(f"{workload.phase} {op.name} {op.m}×{op.n}×{op.k} [{impl.name}]", done, total)
-                self._get(impl, op)
-                done += 1
+        total = len(impls) * len(shapes) * 2  # checks, then interleaved timing rounds
+        for i, impl in enumerate(impls):
+            self._measure_group(impl, shapes, workload.phase, done=i * len(shapes) * 2, total=total)
         for op in ops:
             ms = self.measure_shape(op)
             chosen = self.choose(ms)

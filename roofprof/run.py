@@ -211,7 +211,9 @@ def run(
     begin("profile")
     profiler = Profiler(spec, dev, impls=impls, budget_s=budget_s, threads=threads,
                         roofline=measured if measured is not None else "none", progress=progress)
-    context = prompt_tokens + 2 + decode_steps // 2  # the validated decode context (see validate)
+    from roofprof.validate import validation_context
+
+    context = validation_context(prompt_tokens, 2, decode_steps, 3)  # the validated decode context
     for phase in ("prefill", "decode"):
         w = llama_ops(spec, phase, batch=batch, prompt_tokens=prompt_tokens,
                       context_tokens=context if phase == "decode" else None, dtype=dtype, convention=counting)
@@ -266,7 +268,7 @@ def run(
 
         try:
             val = run_validation(spec, device=dev, dtype=dtype, batch=batch, prompt_tokens=prompt_tokens,
-                                 decode_steps=decode_steps, warmup_steps=2, attention=attention, backend=backend,
+                                 decode_steps=decode_steps, warmup_steps=2, prefill_repeats=3, attention=attention, backend=backend,
                                  threads=threads, progress=progress)
             if val.memory.scaled:
                 result.warnings.append(val.memory.describe())

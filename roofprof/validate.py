@@ -355,7 +355,7 @@ def validate(
     spec = _scaled(spec_full, plan.num_layers)
     notes = [plan.describe()] if plan.scaled else []
     tdev = torch_device_name(dev)
-    steps_total = 2 + prefill_repeats + warmup_steps + decode_steps
+    steps_total = 2 + prefill_repeats * (1 + warmup_steps + -(-decode_steps // prefill_repeats))
     done = 0
 
     def tick(label: str) -> None:
@@ -392,33 +392,36 @@ def validate(
         shares.append(meter.share)
         return out, elapsed
 
+    steps_per_rep = -(-decode_steps // prefill_repeats)
     with torch.inference_mode(), sampler:
-        tick("prefill warm-up")
+        tick("warm-up (prefill and decode)")
         logits, cache = runner.prefill(ids)
-        r = 0
-        # On a CPU, a sample during which other processes took the cores is repeated (a few at most)
-        while len(prefill_s) < prefill_repeats + 2:
-            cache = None  # free the previous pass's KV cache first
-            tick(f"prefill {r + 1}/{prefill_repeats} ({batch}×{prompt_tokens} tokens)"
-                 + (" (again: machine busy)" if r >= prefill_repeats else ""))
+        for _ in range(warmup_steps):
+            logits = runner.step(logits[:, -1:].argmax(-1), cache)
+        # Repetitions interleave a timed prefill and timed decode steps, so that a slow spell
+        # of the machine touches one repetition, not every sample of one phase. On a CPU, a
+        # repetition whose samples other processes disturbed is followed by another (two at most).
+        rep = 0
+        while True:
+            cache = None  # free the previous repetition's KV cache first
+            tick(f"repetition {rep + 1}/{prefill_repeats}: prefill ({batch}×{prompt_tokens} tokens)"
+                 + (" (again: machine busy)" if rep >= prefill_repeats else ""))
             (logits, cache), elapsed = timed(lambda: runner.prefill(ids), prefill_share)
             prefill_s.append(elapsed)
-            r += 1
-            if r >= prefill_repeats and (not on_cpu or _clean_count(prefill_share) >= min(2, prefill_repeats)):
-                break
-        nxt = logits[:, -1:].argmax(-1)
-        i = 0
-        while True:
-            tick(f"decode step {i + 1}/{warmup_steps + decode_steps}" + (" (warm-up)" if i < warmup_steps else ""))
-            logits, elapsed = timed(lambda nxt=nxt, cache=cache: runner.step(nxt, cache),
-                                    decode_share if i >= warmup_steps else [])
-            if i >= warmup_steps:
-                decode_s.append(elapsed)
             nxt = logits[:, -1:].argmax(-1)
-            i += 1
-            done_steps = len(decode_s)
-            if done_steps >= decode_steps and (not on_cpu or _clean_count(decode_share) >= decode_steps
-                                               or done_steps >= 2 * decode_steps):
+            for i in range(warmup_steps + steps_per_rep):
+                tick(f"repetition {rep + 1}/{prefill_repeats}: decode step {i + 1}/{warmup_steps + steps_per_rep}"
+                     + (" (warm-up)" if i < warmup_steps else ""))
+                logits, elapsed = timed(lambda nxt=nxt, cache=cache: runner.step(nxt, cache),
+                                        decode_share if i >= warmup_steps else [])
+                if i >= warmup_steps:
+                    decode_s.append(elapsed)
+                nxt = logits[:, -1:].argmax(-1)
+            rep += 1
+            if rep >= prefill_repeats and (
+                    not on_cpu or rep >= prefill_repeats + 2
+                    or (_clean_count(prefill_share) >= min(2, prefill_repeats)
+                        and _clean_count(decode_share) >= min(decode_steps, len(decode_s)) - steps_per_rep)):
                 break
         finite = bool(torch.isfinite(logits).all())
     summary = sampler.summary()
@@ -432,8 +435,7 @@ def validate(
         notes.append("the real model produced non-finite logits (random weights); timings are still valid")
     notes.extend(n for n in (prefill_note, decode_note) if n)
     telemetry["other_cpu_share"] = {"prefill": prefill_share, "decode": decode_share}
-    # the planned median context (extra steps taken on a busy machine move it by a few tokens only)
-    context = prompt_tokens + warmup_steps + decode_steps // 2
+    context = validation_context(prompt_tokens, warmup_steps, decode_steps, prefill_repeats)
     real = RealRun(spec_full.id, batch, prompt_tokens, context, statistics.median(prefill_used),
                    statistics.median(decode_used), spec.num_layers, spec_full.num_layers if plan.scaled else None,
                    f"{backend_label}, attention {'sdpa' if attention == 'fused' else 'eager'}, {dtype}, "
@@ -446,6 +448,20 @@ def validate(
     if estimators:
         result = result.with_predictions(predict_for(result, estimators))
     return result
+
+
+def validation_context(prompt_tokens: int, warmup_steps: int = 2, decode_steps: int = 8,
+                       prefill_repeats: int = 3) -> int:
+    """Cached tokens at the median timed decode step of :func:`validate` (what predictions use).
+
+    Each repetition prefills ``prompt_tokens``, takes ``warmup_steps`` untimed steps, then
+    ``ceil(decode_steps / prefill_repeats)`` timed ones.
+
+    >>> validation_context(128, 2, 8, 3)
+    131
+    """
+    per_rep = -(-decode_steps // prefill_repeats)
+    return prompt_tokens + warmup_steps + per_rep // 2
 
 
 def predict_for(result: ValidationResult, estimators: Mapping[str, Estimator]) -> dict[str, Prediction]:

@@ -314,10 +314,10 @@ def test_profile_on_a_gpu_checks_and_times_every_op():
     assert r.launch_s > 0
 
 
-def test_contended_measurements_are_repeated(monkeypatch):
+def _fake_contention(monkeypatch, pattern):
     import roofprof.profile as rp
 
-    shares = iter([0.6, 0.0] * 100)
+    shares = iter(pattern * 1000)
 
     class FakeContention:
         available = True
@@ -331,9 +331,23 @@ def test_contended_measurements_are_repeated(monkeypatch):
 
     monkeypatch.setattr(rp, "Contention", FakeContention)
     monkeypatch.setattr(rp.time, "sleep", lambda s: None)
-    r = profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"])
+
+
+def test_busy_rounds_are_dropped_from_a_profile(monkeypatch):
+    _fake_contention(monkeypatch, [0.6, 0.0])
+    r = profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.01, impls=["torch"])
     t = r.ops[2].chosen.telemetry
-    assert t["attempts"] == 2 and t["other_cpu_share"] == 0.0 and "contended" not in t
+    assert t["rounds"] == 5 and t["rounds_kept"] + t["rounds_dropped_busy"] == 5 and t["rounds_dropped_busy"] >= 2
+    assert r.ops[2].chosen.timing.flush.startswith("interleaved")
+
+
+def test_contended_single_measurement_is_repeated(monkeypatch):
+    _fake_contention(monkeypatch, [0.6, 0.0])
+    prof = Profiler(TINY, "cpu", impls=["torch"], roofline="none", budget_s=0.001)
+    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
+    found, _ = prof.op_time(op)  # the on-demand path of the measured estimator
+    t = prof._measured[(op.shape_key, "torch")].telemetry
+    assert found is not None and t["attempts"] == 2 and t["other_cpu_share"] == 0.0 and "contended" not in t
 
 
 def test_reference_implementation_preferred_even_next_to_a_device_torch_gemm():

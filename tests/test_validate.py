@@ -42,7 +42,7 @@ def test_real_run_times_prefill_and_decode(tiny, backend, attention):
                  warmup_steps=1, prefill_repeats=2)
     real = r.real
     assert real.prefill_s > 0 and real.decode_s > 0
-    assert len(r.prefill_samples_s) == 2 and len(r.decode_samples_s) == 3
+    assert len(r.prefill_samples_s) == 2 and len(r.decode_samples_s) == 4  # 2 repetitions × ceil(3 / 2) steps
     assert real.context_tokens == 12 + 1 + 1 and real.num_layers == 3 and real.scaled_from is None
     assert r.dtype == "fp32" and r.clock == "perf_counter"
     assert (backend == "hf") == ("transformers" in r.backend)

@@ -270,8 +270,7 @@ def run(
             val = run_validation(spec, device=dev, dtype=dtype, batch=batch, prompt_tokens=prompt_tokens,
                                  decode_steps=decode_steps, warmup_steps=2, prefill_repeats=3, attention=attention, backend=backend,
                                  threads=threads, progress=progress)
-            if val.memory.scaled:
-                result.warnings.append(val.memory.describe())
+            result.warnings.extend(f"validation: {w}" for w in val.warnings)  # scaling, a busy machine
             # each estimator predicts exactly what the real run did (the scaled model, if scaled)
             with _warnings.catch_warnings():
                 _warnings.simplefilter("ignore")

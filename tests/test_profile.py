@@ -337,7 +337,8 @@ def test_busy_rounds_are_dropped_from_a_profile(monkeypatch):
     _fake_contention(monkeypatch, [0.6, 0.0])
     r = profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.01, impls=["torch"])
     t = r.ops[2].chosen.telemetry
-    assert t["rounds"] == 5 and t["rounds_kept"] + t["rounds_dropped_busy"] == 5 and t["rounds_dropped_busy"] >= 2
+    # busy, clean, busy, clean, busy: 2 clean rounds of 5, so a sixth (clean) one is added
+    assert t["rounds"] == 6 and t["rounds_kept"] == 3 and t["rounds_dropped_busy"] == 3
     assert r.ops[2].chosen.timing.flush.startswith("interleaved")
 
 

@@ -349,53 +349,6 @@ def single_openmp_runtime() -> str:
     return "workqueue selected"
 
 
-def torch_device_name(device) -> str:
-    """The torch device string of a roofprof device (``cpu``, ``cuda:0``)."""
-    info = device.info
-    return "cpu" if info.kind == "cpu" else f"cuda:{info.index}"
-
-
-def launch_overhead_s(device, *, samples: int = 2000) -> float:
-    """Per-kernel launch (issue) overhead of the device, in seconds.
-
-    Uses the measurement helper's launch-latency probe when ``roofprof.probes`` provides
-    one (``measure_launch_latency``/``launch_latency``); otherwise this adapter times
-    ``samples`` back-to-back tiny torch ops and divides the wall time (with one
-    synchronisation at the end): the rate at which the host can issue kernels. Without
-    torch, 0.
-    """
-    try:
-        from roofprof import probes
-    except ImportError:
-        probes = None
-    for name in ("measure_launch_latency", "launch_latency", "launch_latency_s"):
-        fn = getattr(probes, name, None) if probes is not None else None
-        if callable(fn):
-            try:
-                value = fn(device)
-            except TypeError:
-                continue
-            value = getattr(value, "seconds", getattr(value, "median_s", value))
-            if isinstance(value, (int, float)) and value > 0:
-                return float(value)
-    try:
-        import torch
-    except ImportError:
-        return 0.0
-    dev = torch_device_name(device)
-    x = torch.zeros(8, device=dev)
-    y = torch.empty_like(x)
-    best = float("inf")
-    for _ in range(3):
-        device.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(samples):
-            torch.add(x, 1.0, out=y)
-        device.synchronize()
-        best = min(best, (time.perf_counter() - t0) / samples)
-    return best
-
-
 def _measure_roofline(device, quick: bool = True, progress: Progress | None = None):
     """Measured roofline through ``roofprof.probes.measure_roofline`` → (Roofline | None, source, result)."""
     try:
@@ -575,7 +528,7 @@ class Profiler:
             from roofprof.torch_ops import TorchOps
 
             info = self.device.info
-            torch_impl = TorchOps(self.model, torch_device_name(self.device),
+            torch_impl = TorchOps(self.model, self.device.info.torch_device,
                                   cache_bytes=info.last_level_cache_bytes or (32 << 20))
             if any(i.name == "torch" for i in impls):
                 torch_impl.name = "torch-eager"
@@ -597,7 +550,7 @@ class Profiler:
     def launch_s(self) -> float:
         """Per-kernel launch overhead (measured once, lazily)."""
         if self._launch_s is None:
-            self._launch_s = launch_overhead_s(self.device)
+            self._launch_s = self.device.launch_overhead_s()
         return self._launch_s
 
     # -- measuring -----------------------------------------------------------------------

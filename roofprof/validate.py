@@ -335,7 +335,6 @@ def validate(
         select_device,
         set_threads,
         single_openmp_runtime,
-        torch_device_name,
     )
 
     single_openmp_runtime()
@@ -354,7 +353,7 @@ def validate(
                        max_layers=max_layers)
     spec = _scaled(spec_full, plan.num_layers)
     notes = [plan.describe()] if plan.scaled else []
-    tdev = torch_device_name(dev)
+    tdev = dev.info.torch_device
     steps_total = 2 + prefill_repeats * (1 + warmup_steps + -(-decode_steps // prefill_repeats))
     done = 0
 

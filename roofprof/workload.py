@@ -37,7 +37,7 @@ as a matmul, elementwise ops fused) reproduces the back-of-envelope ``2·P·T`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from roofprof.errors import ConfigError, UnknownNameError
@@ -45,6 +45,16 @@ from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
 
 PHASES = ("prefill", "decode")
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
+#: What an op computes (implementations dispatch on this):
+#: ``linear`` x·Wᵀ with a weight matrix; ``onehot_matmul`` the embedding counted as a matmul
+#: over the table (seed convention); ``gather`` embedding rows; ``rmsnorm``; ``rope``;
+#: ``add`` residual add; ``silu_mul`` SiLU(gate)·up; ``sdpa`` fused attention;
+#: ``qk_matmul``/``softmax``/``pv_matmul`` the eager attention steps; ``allreduce`` a collective.
+OP_FNS = ("linear", "onehot_matmul", "gather", "rmsnorm", "rope", "add", "silu_mul", "sdpa",
+          "qk_matmul", "softmax", "pv_matmul", "allreduce")
+#: Chart groups, in display order.
+OP_GROUPS = ("attention", "q/k/v/o projections", "MLP GEMMs", "lm_head + embedding",
+             "norms + elementwise")
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,9 @@ class Op:
     kv_bytes: float = 0.0
     scope: str = "layer"  # "layer" (repeated per decoder layer) or "model" (embedding, head)
     note: str = ""
+    fn: str = ""
+    group: str = ""
+    short: str = ""
 
     @property
     def intensity(self) -> float:
@@ -113,6 +126,82 @@ class Op:
     @property
     def total_bytes(self) -> float:
         return self.bytes * self.count
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How one model replica is laid out over devices: ``tp``-way tensor parallelism and
+    ``pp`` pipeline stages (1 and 1: a single device)."""
+
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+    @property
+    def devices(self) -> int:
+        """Devices one replica occupies."""
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What is run: the one key of workload building, roll-up, profiling and caching.
+
+    Frozen and hashable. ``context_tokens`` are the tokens already in the KV cache per
+    sequence for decode (``None``: the prompt length). Build one with :meth:`of`, which
+    accepts a model id or path and a convention name.
+
+    >>> s = Scenario.of("llama-3.2-1b", "decode", prompt_tokens=128)
+    >>> s.context_tokens, s.dtype, s.parallel.tp
+    (128, 'bf16', 1)
+    """
+
+    model: ModelSpec
+    phase: str
+    batch: int = 1
+    prompt_tokens: int = 0
+    context_tokens: int | None = None
+    dtype: str = "bf16"
+    counting: Counting = field(default_factory=Counting)
+    parallel: Parallel = field(default_factory=Parallel)
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise UnknownNameError("phase", self.phase, PHASES)
+        if self.dtype not in DTYPES:
+            raise UnknownNameError("dtype", self.dtype, DTYPES)
+        if self.batch < 1:
+            raise ConfigError(f"batch must be at least 1, got {self.batch}")
+        if self.context_tokens is None:
+            object.__setattr__(self, "context_tokens", self.prompt_tokens)
+        if self.phase == "prefill" and self.prompt_tokens < 1:
+            raise ConfigError(f"prompt tokens must be at least 1 for prefill, got {self.prompt_tokens}")
+        if self.context_tokens < 0:
+            raise ConfigError(f"context tokens must be 0 or more, got {self.context_tokens}")
+
+    @classmethod
+    def of(cls, model: str | ModelSpec, phase: str, *, batch: int = 1, prompt_tokens: int = 0,
+           context_tokens: int | None = None, dtype: str = "bf16", convention: str | Counting = "engine",
+           parallel: Parallel | None = None) -> Scenario:
+        """A scenario from loose arguments (a model id/path or spec, a convention name).
+
+        Raises:
+            ConfigError, UnknownNameError: unknown model, phase, dtype or convention; bad sizes.
+        """
+        from roofprof.specs import load_model
+
+        spec = model if isinstance(model, ModelSpec) else load_model(model)
+        return cls(spec, phase, batch, prompt_tokens, context_tokens, dtype, _counting(convention),
+                   parallel or Parallel())
+
+    def replace(self, **changes) -> Scenario:
+        """A copy with some fields changed (``phase``, ``batch``, ``context_tokens``...)."""
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -210,6 +299,21 @@ def _counting(convention: str | Counting) -> Counting:
     return CONVENTIONS[convention]
 
 
+_PROJ, _MLP, _ATTN, _HEAD, _ELEM = OP_GROUPS[1], OP_GROUPS[2], OP_GROUPS[0], OP_GROUPS[3], OP_GROUPS[4]
+#: Llama op name -> (fn, chart group, short label).
+_LLAMA_ROLES = {
+    "embedding": ("gather", _HEAD, "emb"), "lm_head": ("linear", _HEAD, "head"),
+    "q_proj": ("linear", _PROJ, "q"), "k_proj": ("linear", _PROJ, "k"), "v_proj": ("linear", _PROJ, "v"),
+    "o_proj": ("linear", _PROJ, "o"), "gate_proj": ("linear", _MLP, "gate"), "up_proj": ("linear", _MLP, "up"),
+    "down_proj": ("linear", _MLP, "down"), "attn_norm": ("rmsnorm", _ELEM, "anorm"),
+    "mlp_norm": ("rmsnorm", _ELEM, "mnorm"), "final_norm": ("rmsnorm", _ELEM, "fnorm"),
+    "rope": ("rope", _ELEM, "rope"), "attn_residual": ("add", _ELEM, "res1"),
+    "mlp_residual": ("add", _ELEM, "res2"), "silu_mul": ("silu_mul", _ELEM, "silu"),
+    "attention": ("sdpa", _ATTN, "attn"), "attn_scores": ("qk_matmul", _ATTN, "QK"),
+    "attn_softmax": ("softmax", _ATTN, "softmax"), "attn_pv": ("pv_matmul", _ATTN, "PV"),
+}
+
+
 @dataclass
 class _Builder:
     model: ModelSpec
@@ -252,6 +356,16 @@ class _Builder:
 
     # -- the pass ----------------------------------------------------------------------
     def ops(self) -> list[Op]:
+        """The pass, each op tagged with what it computes (``fn``) and its chart group."""
+        tagged = []
+        for op in self._ops():
+            fn, group, short = _LLAMA_ROLES[op.name]
+            if op.name == "embedding" and op.k:
+                fn = "onehot_matmul"
+            tagged.append(replace(op, fn=fn, group=group, short=short))
+        return tagged
+
+    def _ops(self) -> list[Op]:
         m, e, rows = self.model, self.e, self.rows
         h = m.hidden_size
         ops = [self.embedding()]

@@ -50,6 +50,18 @@ class DeviceInfo:
         clock_mhz: nominal or maximum clock, if known.
         spec_id: id of the matching ``data/gpus.json`` row, or None (always None for CPUs).
         extra: free-form strings (driver, compute capability, ISA, threading layer, ...).
+
+    Capabilities, declared by the backend so host code never branches on ``kind``:
+
+        asynchronous: kernel launches return before the work is done (a GPU); the host's
+            issue time then matters and the clock must synchronise.
+        shared_host: measurements compete with other processes for the same cores (a CPU),
+            so contention is judged and contended measurements are retried.
+        default_dtype: the compute dtype used when none is asked for (``fp32`` on a CPU,
+            ``bf16`` on a GPU).
+        default_model: the reference model sized for this kind of device (``run``'s default).
+        torch_device: the torch device string (``"cpu"``, ``"cuda:0"``).
+        compute_unit_name: what ``compute_units`` counts (``"cores"``, ``"SMs"``).
     """
 
     kind: str
@@ -61,6 +73,12 @@ class DeviceInfo:
     clock_mhz: float | None = None
     spec_id: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+    asynchronous: bool = False
+    shared_host: bool = True
+    default_dtype: str = "fp32"
+    default_model: str = "llama-3.2-1b"
+    torch_device: str = "cpu"
+    compute_unit_name: str = "cores"
 
     @property
     def label(self) -> str:
@@ -246,3 +264,34 @@ class Device(Protocol):
     def synchronize(self) -> None:
         """Wait for queued work to finish (no-op on the CPU)."""
         ...
+
+    def launch_overhead_s(self) -> float:
+        """Per-kernel launch (issue) cost in seconds that a framework-driven pass pays on top
+        of the kernels' own time (0.0 when it cannot be measured)."""
+        ...
+
+
+def torch_issue_overhead_s(device: Device, *, samples: int = 2000, rounds: int = 3) -> float | None:
+    """Seconds per back-to-back tiny torch op on ``device`` (best of ``rounds``), or None
+    without torch: the rate at which an eager framework issues kernels.
+
+    Times ``samples`` ``torch.add`` calls with one synchronisation at the end, so on an
+    asynchronous device it is the host's issue rate, not the kernels' duration.
+    """
+    try:
+        import torch
+    except ImportError:
+        return None
+    import time
+
+    x = torch.zeros(8, device=device.info.torch_device)
+    y = torch.empty_like(x)
+    best = float("inf")
+    for _ in range(rounds):
+        device.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(samples):
+            torch.add(x, 1.0, out=y)
+        device.synchronize()
+        best = min(best, (time.perf_counter() - t0) / samples)
+    return best

@@ -192,6 +192,12 @@ class CpuDevice:
     def synchronize(self) -> None:
         """No-op: numba and numpy calls return when their work is done."""
 
+    def launch_overhead_s(self) -> float:
+        """Per-op dispatch cost of an eager torch pass on this CPU (seconds; 0.0 without torch)."""
+        from roofprof.devices.base import torch_issue_overhead_s
+
+        return torch_issue_overhead_s(self) or 0.0
+
     def clock(self) -> PerfCounterClock:
         return PerfCounterClock(synchronize=self.synchronize)
 

@@ -366,7 +366,9 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
         extra["smem_per_sm_bytes"] = str(facts["smem_per_sm_bytes"])
     info = DeviceInfo(kind="cuda", index=index, name=name, compute_units=int(sm), memory_bytes=int(total),
                       cache_bytes={"l2": int(l2)} if l2 else {}, clock_mhz=float(clock_mhz) if clock_mhz else None,
-                      spec_id=spec.id if spec else None, extra=extra)
+                      spec_id=spec.id if spec else None, extra=extra, asynchronous=True,
+                      shared_host=False, default_dtype="bf16", default_model="llama-3.1-8b",
+                      torch_device=f"cuda:{index}", compute_unit_name="SMs")
     return info, facts
 
 
@@ -681,6 +683,18 @@ class CudaDevice:
         from roofprof.devices.cuda_probes import launch_latency
 
         return launch_latency(self, launches)
+
+    def launch_overhead_s(self) -> float:
+        """Per-kernel launch cost of an eager pass: torch's issue rate when torch is installed
+        (what the validated model pays), else ``max`` of the GPU's per-launch time and the
+        host's issue time for ``probe_empty`` (seconds)."""
+        from roofprof.devices.base import torch_issue_overhead_s
+
+        issued = torch_issue_overhead_s(self)
+        if issued is not None:
+            return issued
+        lat = self.launch_latency()
+        return float(max(lat["gpu_s_per_launch"], lat["host_issue_s_per_launch"]))
 
     def probes(self) -> tuple:
         from roofprof.devices.cuda_probes import cuda_probes

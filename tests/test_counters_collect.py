@@ -16,7 +16,9 @@ import pytest
 
 from roofprof import counters as c
 from roofprof.cli import main
-from roofprof.errors import ConfigError
+from roofprof.counters import collection
+from roofprof.errors import ConfigError, RoofprofError
+from roofprof.selftest.counters import selftest_check
 
 S = "sm__sass_thread_inst_executed_op_{}_pred_on.sum"
 
@@ -129,7 +131,7 @@ def test_run_under_ncu_with_fake_ncu(fake_ncu, tmp_path):
     assert argv[-3:] == ["python", "-c", "print('a b')"]  # an argument list, no shell
     assert argv[argv.index("--clock-control") + 1] == "none" and argv[argv.index("--cache-control") + 1] == "all"
     metrics = argv[argv.index("--metrics") + 1].split(",")
-    assert {c._base(m) for m in metrics} <= set(AVAILABLE)
+    assert {collection._base(m) for m in metrics} <= set(AVAILABLE)
     assert "sm__ops_path_tensor_src_bf16_dst_fp32.sum" in metrics and S.format("dfma") not in metrics
     dropped = [str(w.message) for w in caught if issubclass(w.category, c.CounterWarning)]
     assert any("dropped" in m and S.format("dfma") in m for m in dropped)
@@ -168,16 +170,16 @@ def test_no_kernels_profiled_explains_the_nvtx_filter(fake_ncu, tmp_path, monkey
 def test_ncu_not_installed(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("ROOFPROF_NCU", raising=False)
-    monkeypatch.setattr(c, "_install_candidates", lambda: [])
+    monkeypatch.setattr(collection, "_install_candidates", lambda: [])
     with pytest.raises(c.NcuNotFoundError, match="install Nsight Compute"):
         c.find_ncu()
     with pytest.raises(c.NcuNotFoundError, match="ROOFPROF_NCU"):
         c.run_under_ncu(["true"], tmp_path / "ncu.csv")
-    assert issubclass(c.NcuNotFoundError, c.RoofprofError)
+    assert issubclass(c.NcuNotFoundError, RoofprofError)
 
 
 def test_cli_collect_with_fake_ncu(fake_ncu, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(c, "detect_compute_capability", lambda: "9.0")
+    monkeypatch.setattr(collection, "detect_compute_capability", lambda: "9.0")
     out = tmp_path / "run"
     code = main(["counters", "collect", "--out", str(out), "--format", "json", "--", "python", "-c", "pass"])
     captured = capsys.readouterr()
@@ -243,8 +245,8 @@ def test_selftest_check_assembly_with_fake_ncu(fake_ncu, tmp_path, monkeypatch):
     body = "".join(f'"{i}","1  ""<default domain>:{r}:none""","{k}","9.0","{a}","{b}","{t}","{f}","{g}"\n'
                    for i, r, k, a, b, t, f, g in rows)  # fmt: skip
     Path(tmp_path / "synthetic.csv").write_text(header + body)
-    monkeypatch.setattr(c, "detect_compute_capability", lambda: "9.0")
-    result = c.selftest_check(tmp_path / "st")
+    monkeypatch.setattr(collection, "detect_compute_capability", lambda: "9.0")
+    result = selftest_check(tmp_path / "st")
     assert result["passed"], result["checks"]
     assert result["family"] == "hopper" and result["metric_names_verified"]
     assert result["table_names_seen"]["sm__ops_path_tensor_src_bf16_dst_fp32.sum"] is True

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from roofprof import counters as c
+from roofprof.selftest.counters import selftest_check
 
 
 @pytest.mark.gpu
@@ -26,7 +27,7 @@ def test_counters_selftest_on_this_gpu(tmp_path):
         pytest.skip(str(exc))
     pytest.importorskip("torch")
     out = Path(os.environ.get("ROOFPROF_SELFTEST_OUT", tmp_path))
-    result = c.selftest_check(out)
+    result = selftest_check(out)
     print(json.dumps({k: result[k] for k in ("family", "cc", "metrics_dropped", "checks", "ops")}, indent=1))
     seen = result["table_names_seen"]
     if result["family"] == "hopper" and result["metric_names_verified"]:

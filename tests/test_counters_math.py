@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from roofprof import counters as c
+from roofprof.counters.collection import _base
+from roofprof.counters.hierarchical import expected_pipes
 from roofprof.errors import ConfigError
 
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -113,7 +115,7 @@ def test_bytes_sector_fallbacks_and_units():
 
 
 def test_plan_metrics_verified_against_query():
-    available = {c._base(m) for m in (
+    available = {_base(m) for m in (
         "gpu__time_duration.sum", "dram__bytes_op_read.sum", "dram__bytes_op_write.sum", "lts__t_bytes.sum",
         "l1tex__t_bytes.sum", S.format("ffma"), S.format("fadd"), T.format("src_bf16_dst_fp32"))}  # fmt: skip
     plan = c.plan_metrics("hopper", "hierarchical", available)
@@ -121,7 +123,7 @@ def test_plan_metrics_verified_against_query():
     assert T.format("src_bf16_dst_fp32") in plan.metrics
     assert S.format("dfma") in plan.dropped and T.format("src_tf32_dst_fp32") in plan.dropped
     assert "sm__inst_executed_pipe_tensor.sum" not in plan.dropped  # optional diagnostic
-    assert all(c._base(m) in available for m in plan.metrics)
+    assert all(_base(m) in available for m in plan.metrics)
     unverified = c.plan_metrics("hopper")
     assert unverified.dropped == () and unverified.metrics[0] == "gpu__time_duration.sum"
     assert T.format("src_fp8") in unverified.metrics
@@ -131,11 +133,11 @@ def test_plan_metrics_verified_against_query():
 
 
 def test_expected_pipes():
-    assert c.expected_pipes("gemm", "bf16") == ("tensor:bf16",)
-    assert c.expected_pipes("attention", "fp8") == ("tensor:fp8",)
-    assert c.expected_pipes("elementwise", "bf16") == ("cuda:fp32", "cuda:fp16")
-    assert c.expected_pipes("gemm", "fp32") == ("cuda:fp32",)
-    assert c.expected_pipes("gemm", "fp64") == ("tensor:fp64", "cuda:fp64")
+    assert expected_pipes("gemm", "bf16") == ("tensor:bf16",)
+    assert expected_pipes("attention", "fp8") == ("tensor:fp8",)
+    assert expected_pipes("elementwise", "bf16") == ("cuda:fp32", "cuda:fp16")
+    assert expected_pipes("gemm", "fp32") == ("cuda:fp32",)
+    assert expected_pipes("gemm", "fp64") == ("tensor:fp64", "cuda:fp64")
 
 
 def test_compare_with_ops_on_the_real_fixtures():

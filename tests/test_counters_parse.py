@@ -16,6 +16,9 @@ import pytest
 
 from roofprof import counters as c
 from roofprof.cli import main
+from roofprof.counters.metrics import parse_number
+from roofprof.counters.parse import _nvtx_stack
+from roofprof.errors import DeviceUnavailableError
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 GEMM = FIX / "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_gemm_tiled.csv"
@@ -148,9 +151,9 @@ def test_raw_units_prefixes_and_nvtx_ranges():
 
 
 def test_nvtx_stack_forms():
-    assert c._nvtx_stack('1  "<default domain>:a:none"  "<default domain>:roofprof.b:none"') == ("a", "roofprof.b")
-    assert c._nvtx_stack("") == ()
-    assert c._nvtx_stack("7:roofprof.x:none") == ("roofprof.x",)
+    assert _nvtx_stack('1  "<default domain>:a:none"  "<default domain>:roofprof.b:none"') == ("a", "roofprof.b")
+    assert _nvtx_stack("") == ()
+    assert _nvtx_stack("7:roofprof.x:none") == ("roofprof.x",)
 
 
 @pytest.mark.parametrize(
@@ -165,12 +168,12 @@ def test_unit_scale(unit, scale, base):
 
 
 def test_parse_number():
-    assert c.parse_number("53,261,312") == 53_261_312
-    assert c.parse_number(" 1,234.5 ") == 1234.5
-    assert c.parse_number("4.0e-05") == 4e-5
-    assert c.parse_number("") is None and c.parse_number("n/a") is None
+    assert parse_number("53,261,312") == 53_261_312
+    assert parse_number(" 1,234.5 ") == 1234.5
+    assert parse_number("4.0e-05") == 4e-5
+    assert parse_number("") is None and parse_number("n/a") is None
     with pytest.raises(ValueError):
-        c.parse_number("CachePreferNone")
+        parse_number("CachePreferNone")
 
 
 # ---------------------------------------------------------------- errors
@@ -318,5 +321,5 @@ def test_ncu_rep_without_ncu_report(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ncu_report", None)  # import fails
     rep = tmp_path / "r.ncu-rep"
     rep.write_bytes(b"binary")
-    with pytest.raises(c.DeviceUnavailableError, match="pip install ncu-report"):
+    with pytest.raises(DeviceUnavailableError, match="pip install ncu-report"):
         c.load_counters(rep)

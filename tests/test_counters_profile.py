@@ -8,7 +8,12 @@ import sys
 import pytest
 from test_counters_collect import AVAILABLE, FAKE_NCU  # noqa: F401  (shared fake ncu)
 
-from roofprof.counters_profile import child_command, counter_op_name, profile_counters, run_ops_once
+from roofprof.counters.ops_pass import (
+    child_command,
+    counter_op_name,
+    profile_counters,
+    run_ops_once,
+)
 from roofprof.devices import select
 from roofprof.results import write_json_atomic
 from roofprof.specs import load_model
@@ -89,7 +94,7 @@ def test_profile_counters_without_ncu_exits_2(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.delenv("ROOFPROF_NCU", raising=False)
-    monkeypatch.setattr("roofprof.counters._install_candidates", lambda: [])
+    monkeypatch.setattr("roofprof.counters.collection._install_candidates", lambda: [])
     code = main(["profile", "--counters", "--device", "cpu", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err
     assert code == 2 and "ncu" in err and len(err.strip().splitlines()) == 1

@@ -11,6 +11,7 @@ from fakegpu import fake_device
 
 from roofprof import selftest as S
 from roofprof.cli import main
+from roofprof.selftest.sections import _failed_paths
 
 SPEC = {"id": "h100-sxm", "memory_bytes_per_s": 3.35e12, "vector_clock_mhz": 1980.0, "tensor_clock_mhz": 1830.0,
         "sm_count": 132, "peak_flops_per_s": {"fp32": 66.9e12, "bf16": 989.4e12, "fp64": 33.5e12}}
@@ -123,7 +124,7 @@ def test_aggregate_uses_only_common_ops_for_comparisons():
             rec("torch", "b", 0.0, status="failed")]
     assert S.common_ops(recs, ("cupy", "torch"), model="llama-3.1-8b") == ["a"]
     agg = S.aggregate(recs, impl="cupy", model="llama-3.1-8b", phase="decode", dtype="bf16", ops=["a"])
-    assert agg["time_s"] == 1.0 and agg["ops"] == ["a"]
+    assert agg.time_s == 1.0 and agg.ops == ("a",)
     assert S.aggregate(recs, impl="numba", model="llama-3.1-8b", phase="decode", dtype="bf16") is None
 
 
@@ -232,4 +233,4 @@ def test_failed_kernels_are_never_timed():
         {"kernel": "gemv_splitk_reduce_bf16", "ok": False}, {"kernel": "numba gemm_tiled_fp32", "ok": False},
         {"kernel": "numba read_fp32", "ok": False}, {"kernel": "impl cublas fp16 1×4096×4096", "ok": False},
         {"kernel": "gemm_mma_fp16_f32", "ok": True}]}
-    assert S._failed_paths(st) == {("cupy", "bf16"), ("numba", "fp32"), ("cublas", "fp16")}
+    assert _failed_paths(st) == {("cupy", "bf16"), ("numba", "fp32"), ("cublas", "fp16")}

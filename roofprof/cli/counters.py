@@ -195,7 +195,7 @@ def ops_pass_cmd(
     manifest: Path = typer.Option(..., "--manifest"),
 ) -> None:
     """Child of `profile --counters` (runs under ncu): each op checked, then run once in its NVTX range."""
-    from roofprof.counters_profile import run_ops_once
+    from roofprof.counters.ops_pass import run_ops_once
     from roofprof.devices import select
     from roofprof.results import write_json_atomic
     from roofprof.specs import load_model
@@ -211,7 +211,7 @@ def profile_with_counters(*, model: str, phases: Sequence[str], batch: int, prom
                           dtype: str, device: str, attention: str, impls: Sequence[str] | None,
                           out: Path | None, clock_control: str, roofline: Any = None, fmt: str = "table") -> None:
     """`roofprof profile --counters`: every op of the pass once under ncu, hierarchical roofline, comparison."""
-    from roofprof.counters_profile import child_command, profile_counters
+    from roofprof.counters.ops_pass import child_command, profile_counters
 
     out_dir = Path(out) if out is not None and Path(out).suffix == "" else Path("roofprof-counters")
     payloads = {}

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roofprof import counters
+from roofprof.counters.collection import run_under_ncu
+from roofprof.counters.hierarchical import compare_with_ops, place_hierarchical, records_to_json
+from roofprof.counters.nvtx import op_range
 from roofprof.results import check_writable_dir, provenance, read_json, write_json_atomic
 from roofprof.workload import Workload
 
@@ -79,7 +81,7 @@ def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None
                     manifest.append({**entry, "status": "failed", "check": check.to_dict()})
                     continue
                 device.synchronize()
-                with counters.op_range(entry["name"]):
+                with op_range(entry["name"]):
                     prepared.run()
                     device.synchronize()
                 manifest.append({**entry, "status": "ran", "check": check.to_dict()})
@@ -110,12 +112,12 @@ def profile_counters(child: list[str], manifest: Path, out_dir: str | os.PathLik
         ConfigError: ``out_dir`` is not writable (checked before anything runs).
     """
     out = check_writable_dir(out_dir)
-    records = counters.run_under_ncu(child, out / "counters.csv", clock_control=clock_control, **ncu_options)
+    records = run_under_ncu(child, out / "counters.csv", clock_control=clock_control, **ncu_options)
     ran = [CounterOp(**{k: e[k] for k in CounterOp.__dataclass_fields__})
            for e in read_json(manifest) if e["status"] == "ran"]
-    comparisons = counters.compare_with_ops(records, ran)
-    placements = counters.place_hierarchical(records, roofline)
-    payload = counters.records_to_json(records, placements, comparisons,
+    comparisons = compare_with_ops(records, ran)
+    placements = place_hierarchical(records, roofline)
+    payload = records_to_json(records, placements, comparisons,
                                        manifest=read_json(manifest), clock_control=clock_control,
                                        provenance=provenance(roofline=getattr(roofline, "device", None)))
     write_json_atomic(out / "counters.json", payload)

@@ -1,0 +1,347 @@
+"""Parse Nsight Compute output: CSV (details page and ``--page raw``) and ``.ncu-rep`` reports."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from roofprof.counters.errors import (
+    PERMISSION_HINT,
+    CollectionError,
+    CounterPermissionError,
+    CounterWarning,
+    NotNcuOutputError,
+)
+from roofprof.counters.metrics import _KNOWN_METRICS, TIME_METRIC, KernelCounters, parse_number
+from roofprof.errors import ConfigError, DeviceUnavailableError
+
+# --------------------------------------------------------------------------- CSV parsing
+
+_METRIC_NAME = re.compile(r"^[a-z0-9]+__[A-Za-z0-9_.]+$")
+_CHATTER = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
+_DETAILS_REQUIRED = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
+_LABEL_ALIASES = {"Duration": TIME_METRIC}  # details pages printed with --section SpeedOfLight
+
+
+def _is_chatter(line: str) -> bool:
+    return line.startswith(_CHATTER)
+
+
+def _check_permission(line: str) -> None:
+    if "ERR_NVGPUCTRPERM" in line:
+        raise CounterPermissionError(PERMISSION_HINT)
+
+
+def _nvtx_stack(cell: str) -> tuple[str, ...]:
+    """Range names from ncu's ``thread Domain:Push/Pop_Range:...`` cell, outermost first.
+
+    The cell holds the thread id then one quoted ``domain:range:payload...`` entry per
+    range on the stack, e.g. ``1 "<default domain>:roofprof.gemm:none:none:..."``.
+    """
+    cell = (cell or "").strip()
+    if not cell:
+        return ()
+    entries = re.findall(r'"([^"]*)"', cell) or [cell]
+    names = []
+    for entry in entries:
+        parts = entry.split(":")
+        if len(parts) >= 2 and parts[1].strip() and parts[1].strip().lower() != "none":
+            names.append(parts[1].strip())
+    return tuple(names)
+
+
+def _split_row(line: str) -> list[str]:
+    return next(csv.reader([line]))
+
+
+def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
+    """Parse Nsight Compute CSV output (details page or ``--page raw``) into records.
+
+    Lines before the header (``==PROF==`` lines, the program's own output, a BOM) are
+    skipped, and so are ncu's ``==...==`` lines after it. Numbers may carry thousands
+    separators; ``n/a`` values are dropped with a :class:`CounterWarning`.
+
+    Raises:
+        NotNcuOutputError: no ``"ID","Process ID",...`` header, or a row that does not fit
+            it; the message names the first bad line (1-based).
+        CounterPermissionError: the output holds ncu's ``ERR_NVGPUCTRPERM`` error.
+        CollectionError: ncu's output says it profiled no kernel.
+
+    >>> csv_text = '''==PROF== Connected to process 1
+    ... "ID","Process ID","Kernel Name","CC","gpu__time_duration.sum","dram__bytes.sum"
+    ... "","","","","nsecond","Mbyte"
+    ... "0","1","k","9.0","1,500","2.5"'''
+    >>> [(k.name, k.time_s, k.dram_bytes) for k in parse_ncu_csv(csv_text)]
+    [('k', 1.5e-06, 2500000.0)]
+    """
+    lines = text.splitlines()
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    header_at = None
+    first_bad: tuple[int, str] | None = None
+    no_kernels = None
+    for i, raw in enumerate(lines):
+        line = raw.strip()
+        _check_permission(line)
+        if line.startswith('"ID",'):
+            header_at = i
+            break
+        if "No kernels were profiled" in line:
+            no_kernels = line
+        if line and not _is_chatter(line) and first_bad is None:
+            first_bad = (i + 1, raw)
+    if header_at is None:
+        if no_kernels:
+            raise CollectionError(f"{source}: ncu profiled no kernel ({no_kernels.strip()})")
+        if first_bad is None:
+            raise NotNcuOutputError(
+                f"{source} is not Nsight Compute CSV output: line {len(lines) or 1}: no CSV "
+                "header (expected a line starting with \"ID\",\"Process ID\" from `ncu --csv`)"
+            )
+        n, bad = first_bad
+        raise NotNcuOutputError(
+            f"{source} is not Nsight Compute CSV output: line {n}: {bad[:120]!r}; expected a "
+            "header starting with \"ID\",\"Process ID\" (from `ncu --csv`)"
+        )
+    header = _split_row(lines[header_at].strip())
+    rows: list[tuple[int, list[str]]] = []
+    for i in range(header_at + 1, len(lines)):
+        line = lines[i].strip()
+        _check_permission(line)
+        if not line or _is_chatter(line):
+            continue
+        try:
+            cells = _split_row(line)
+        except csv.Error as exc:
+            raise NotNcuOutputError(f"{source}: line {i + 1}: not a CSV row ({exc}): {line[:120]!r}") from exc
+        short = len(header) - len(cells)
+        if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells):]):
+            cells += [""] * short  # older ncu ends metric rows before the Rule columns
+        if len(cells) != len(header):
+            raise NotNcuOutputError(
+                f"{source}: line {i + 1}: {len(cells)} fields where the header has {len(header)}: "
+                f"{line[:120]!r}"
+            )
+        rows.append((i + 1, cells))
+    if "Metric Name" in header:
+        missing = [c for c in _DETAILS_REQUIRED if c not in header]
+        if missing:
+            raise NotNcuOutputError(
+                f"{source}: line {header_at + 1}: details-page header lacks {', '.join(missing)}"
+            )
+        return _parse_details(header, rows, source)
+    if "Kernel Name" not in header:
+        raise NotNcuOutputError(f"{source}: line {header_at + 1}: header has no \"Kernel Name\" column")
+    return _parse_raw(header, rows, source)
+
+
+def _kernel_info(header: list[str], cells: list[str]) -> dict[str, Any]:
+    col = {h: i for i, h in enumerate(header)}
+
+    def get(name: str) -> str | None:
+        if name not in col:
+            return None
+        return cells[col[name]].strip() or None
+
+    nvtx_cols = [i for i, h in enumerate(header) if "Push/Pop_Range" in h]
+    stack: tuple[str, ...] = ()
+    for i in nvtx_cols:
+        stack += _nvtx_stack(cells[i])
+    return {
+        "name": get("Kernel Name") or "?",
+        "cc": get("CC"),
+        "device": get("Device"),
+        "grid_size": get("Grid Size"),
+        "block_size": get("Block Size"),
+        "process": get("Process Name") or get("Process ID"),
+        "nvtx_ranges": stack,
+    }
+
+
+def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[str]) -> float | str | None:
+    try:
+        value = parse_number(text)
+    except ValueError:
+        if metric in _KNOWN_METRICS:
+            raise NotNcuOutputError(
+                f"{source}: line {line_no}: metric {metric} has the non-numeric value {text!r}"
+            ) from None
+        return text.strip()
+    if value is None:
+        na.append(metric)
+    return value
+
+
+def _warn_na(na: list[str], source: str) -> None:
+    if na:
+        names = sorted(set(na))
+        warnings.warn(
+            f"{source}: {len(names)} metric(s) reported n/a (not supported on this GPU or ncu): "
+            f"{', '.join(names[:8])}{' ...' if len(names) > 8 else ''}; dropped",
+            CounterWarning,
+            stacklevel=3,
+        )
+
+
+def _parse_details(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
+    col = {h: i for i, h in enumerate(header)}
+    kernels: dict[str, dict[str, Any]] = {}
+    na: list[str] = []
+    for line_no, cells in rows:
+        kid = cells[col["ID"]].strip()
+        if not kid.lstrip("-").isdigit():
+            raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid!r} is not an integer")
+        entry = kernels.get(kid)
+        if entry is None:
+            entry = kernels[kid] = {"info": _kernel_info(header, cells), "metrics": {}}
+        name = cells[col["Metric Name"]].strip()
+        if not name:
+            continue  # rule rows and section headers carry no metric
+        unit = cells[col["Metric Unit"]].strip()
+        value = _metric_value(cells[col["Metric Value"]], name, line_no, source, na)
+        if value is None:
+            continue
+        entry["metrics"].setdefault(name, (value, unit))
+        alias = _LABEL_ALIASES.get(name)
+        if alias and isinstance(value, float):
+            entry["metrics"].setdefault(alias, (value, unit))
+    _warn_na(na, source)
+    return [
+        KernelCounters(int(kid), metrics=e["metrics"], source=f"{source} (details page)", **e["info"])
+        for kid, e in kernels.items()
+    ]
+
+
+def _parse_raw(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
+    col = {h: i for i, h in enumerate(header)}
+    metric_cols = [(i, h) for i, h in enumerate(header) if _METRIC_NAME.match(h)]
+    units = [""] * len(header)
+    if "ID" not in col:
+        raise NotNcuOutputError(f"{source}: raw-page header has no \"ID\" column")
+    if rows and not rows[0][1][col["ID"]].strip():  # the units row under the header
+        units = [u.strip() for u in rows[0][1]]
+        rows = rows[1:]
+    records = []
+    na: list[str] = []
+    for line_no, cells in rows:
+        kid = cells[col["ID"]].strip()
+        if not kid.lstrip("-").isdigit():
+            raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid!r} is not an integer")
+        metrics: dict[str, tuple[float | str, str]] = {}
+        for i, name in metric_cols:
+            value = _metric_value(cells[i], name, line_no, source, na)
+            if value is not None:
+                metrics[name] = (value, units[i])
+        records.append(
+            KernelCounters(int(kid), metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells))
+        )
+    _warn_na(na, source)
+    return records
+
+
+def read_ncu_csv(path: str | os.PathLike) -> list[KernelCounters]:
+    """Read an Nsight Compute CSV file (details or raw page); see :func:`parse_ncu_csv`.
+
+    Raises:
+        ConfigError: the file is missing or not text; NotNcuOutputError as in parse_ncu_csv.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"file not found: {str(p)!r}") from exc
+    except UnicodeDecodeError as exc:
+        raise NotNcuOutputError(f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
+    return parse_ncu_csv(text, source=str(p))
+
+
+def read_ncu_report(path: str | os.PathLike) -> list[KernelCounters]:
+    """Read a ``.ncu-rep`` report through NVIDIA's ``ncu_report`` module (package ``ncu-report``).
+
+    Raises:
+        DeviceUnavailableError: ``ncu_report`` is not installed (the message gives the
+            install line and the CSV-export alternative).
+        ConfigError: the file is missing or cannot be loaded.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"file not found: {str(p)!r}")
+    try:
+        import ncu_report  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise DeviceUnavailableError(
+            f"reading {p.name} needs NVIDIA's ncu_report module: `pip install ncu-report` (matching "
+            "your Nsight Compute version), or export it to CSV first: "
+            f"`ncu --import {p} --csv --page raw --print-units base > {p.stem}.csv`"
+        ) from exc
+    try:
+        context = ncu_report.load_report(str(p))
+    except Exception as exc:  # the module raises its own types
+        raise ConfigError(f"cannot load Nsight Compute report {str(p)!r}: {exc}") from exc
+    records = []
+    for r in range(context.num_ranges()):
+        rng = context.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+            metrics: dict[str, tuple[float | str, str]] = {}
+            for name in action.metric_names():
+                value, unit = _report_metric(action.metric_by_name(name))
+                if value is not None:
+                    metrics[name] = (value, unit)
+            cc = None
+            major = metrics.get("device__attribute_compute_capability_major")
+            minor = metrics.get("device__attribute_compute_capability_minor")
+            if major and minor and isinstance(major[0], float) and isinstance(minor[0], float):
+                cc = f"{int(major[0])}.{int(minor[0])}"
+            records.append(
+                KernelCounters(
+                    len(records),
+                    str(action.name()),
+                    metrics,
+                    nvtx_ranges=_report_nvtx(action),
+                    cc=cc,
+                    source=f"{p} (ncu-rep)",
+                )
+            )
+    return records
+
+
+def _report_metric(metric: Any) -> tuple[float | str | None, str]:
+    unit_fn = getattr(metric, "unit", None)
+    unit = str(unit_fn()) if callable(unit_fn) else ""
+    kind = str(getattr(metric, "kind", lambda: "")()).upper()
+    try:
+        if "STRING" in kind:
+            return str(metric.as_string()), unit
+        value = metric.as_double()
+    except Exception:
+        return None, unit
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None, unit
+    return float(value), unit
+
+
+def _report_nvtx(action: Any) -> tuple[str, ...]:
+    try:
+        state = action.nvtx_state()
+        names: list[str] = []
+        for domain_id in state.domains():
+            names.extend(str(n) for n in state.domain_by_id(domain_id).push_pop_ranges())
+        return tuple(names)
+    except Exception:
+        return ()
+
+
+def load_counters(path: str | os.PathLike) -> list[KernelCounters]:
+    """Read counters from an ncu CSV (any suffix) or a ``.ncu-rep`` report."""
+    p = Path(path)
+    if p.suffix == ".ncu-rep":
+        return read_ncu_report(p)
+    return read_ncu_csv(p)

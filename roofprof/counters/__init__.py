@@ -59,23 +59,17 @@ from __future__ import annotations
 from typing import Any
 
 from roofprof.counters.collection import (
-    CACHE_CONTROLS,
-    CLOCK_CONTROLS,
     Collection,
     MetricPlan,
     build_ncu_command,
     collect,
     detect_compute_capability,
     find_ncu,
-    ncu_version,
-    parse_query_metrics,
     plan_metrics,
     query_available_metrics,
     run_under_ncu,
 )
 from roofprof.counters.errors import (
-    NCU_INSTALL_HINT,
-    PERMISSION_HINT,
     CollectionError,
     CounterPermissionError,
     CounterWarning,
@@ -84,29 +78,21 @@ from roofprof.counters.errors import (
     UnknownLevelError,
 )
 from roofprof.counters.hierarchical import (
-    TENSOR_OP_DTYPES,
     HierarchicalPlacement,
     LevelPlacement,
     OpComparison,
     compare_with_ops,
-    expected_pipes,
     group_by_range,
     place_hierarchical,
     records_to_json,
 )
 from roofprof.counters.metrics import (
-    BYTE_METRICS,
     CUDA_CORE_FLOPS,
-    CUDA_CORE_FLOPS_EXTRA,
     LEVELS,
     METRIC_SETS,
-    SECTOR_BYTES,
-    TENSOR_INST_METRIC,
     TENSOR_METRICS,
-    TIME_METRIC,
     KernelCounters,
     family_for_cc,
-    parse_number,
     unit_scale,
 )
 from roofprof.counters.nvtx import (
@@ -120,6 +106,8 @@ from roofprof.counters.parse import load_counters, parse_ncu_csv, read_ncu_csv, 
 
 __all__ = [
     "CUDA_CORE_FLOPS",
+    "Collection",
+    "CollectionError",
     "CounterPermissionError",
     "CounterWarning",
     "DEFAULT_NVTX_INCLUDE",
@@ -128,11 +116,13 @@ __all__ = [
     "LEVELS",
     "LevelPlacement",
     "METRIC_SETS",
+    "MetricPlan",
     "NVTX_PREFIX",
     "NcuNotFoundError",
     "NotNcuOutputError",
     "OpComparison",
     "TENSOR_METRICS",
+    "UnknownLevelError",
     "build_ncu_command",
     "collect",
     "compare_with_ops",
@@ -153,13 +143,8 @@ __all__ = [
     "records_to_json",
     "run_under_ncu",
     "selftest_check",
+    "unit_scale",
 ]
-
-# Re-exported for callers of the single module this package replaced; not part of __all__.
-_COMPAT = (BYTE_METRICS, CACHE_CONTROLS, CLOCK_CONTROLS, CUDA_CORE_FLOPS_EXTRA, Collection, CollectionError,
-           MetricPlan, NCU_INSTALL_HINT, PERMISSION_HINT, SECTOR_BYTES, TENSOR_INST_METRIC, TENSOR_OP_DTYPES,
-           TIME_METRIC, UnknownLevelError, expected_pipes, ncu_version, parse_number, parse_query_metrics,
-           unit_scale)
 
 
 def __getattr__(name: str) -> Any:

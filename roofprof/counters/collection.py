@@ -1,4 +1,12 @@
-"""Run a command under Nsight Compute: find ``ncu``, plan the metrics, build the command, collect."""
+"""Run a command under Nsight Compute: find ``ncu``, plan the metrics, build the command, collect.
+
+The command is an argument list, never a shell string. Metric names are checked against
+``ncu --query-metrics`` before collection; names this ncu lacks are dropped with a
+:class:`~roofprof.counters.errors.CounterWarning`. Failures raise
+:class:`~roofprof.counters.errors.NcuNotFoundError`,
+:class:`~roofprof.counters.errors.CounterPermissionError` or
+:class:`~roofprof.counters.errors.CollectionError`.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +41,22 @@ from roofprof.counters.metrics import (
 from roofprof.counters.nvtx import DEFAULT_NVTX_INCLUDE
 from roofprof.counters.parse import _check_permission, parse_ncu_csv
 from roofprof.errors import ConfigError
+
+__all__ = [
+    "CACHE_CONTROLS",
+    "CLOCK_CONTROLS",
+    "Collection",
+    "MetricPlan",
+    "build_ncu_command",
+    "collect",
+    "detect_compute_capability",
+    "find_ncu",
+    "ncu_version",
+    "parse_query_metrics",
+    "plan_metrics",
+    "query_available_metrics",
+    "run_under_ncu",
+]
 
 # --------------------------------------------------------------------------- collection
 

@@ -6,6 +6,17 @@ from collections.abc import Sequence
 
 from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError
 
+__all__ = [
+    "CollectionError",
+    "CounterPermissionError",
+    "CounterWarning",
+    "NCU_INSTALL_HINT",
+    "NcuNotFoundError",
+    "NotNcuOutputError",
+    "PERMISSION_HINT",
+    "UnknownLevelError",
+]
+
 
 class CounterWarning(UserWarning):
     """Something about the counters is missing or approximate (a dropped metric, n/a values)."""

@@ -1,4 +1,10 @@
-"""Place kernels on the hierarchical (L1/L2/DRAM) roofline and compare counters with analytic ops."""
+"""Kernels on the hierarchical (L1/L2/DRAM) roofline, and counters against analytic op counts.
+
+:func:`place_hierarchical` places each kernel at every memory level (intensity = FLOPs /
+bytes at that level, against the measured or datasheet roofline); :func:`compare_with_ops`
+matches kernels to the ops of a workload by NVTX range and flags excess traffic, FLOPs off
+the analytic count, and FLOPs on an unexpected pipe. CPU-only.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,18 @@ from roofprof.counters.errors import UnknownLevelError
 from roofprof.counters.metrics import LEVELS, KernelCounters
 from roofprof.counters.nvtx import nvtx_name
 from roofprof.errors import ConfigError, RoofprofError
+
+__all__ = [
+    "HierarchicalPlacement",
+    "LevelPlacement",
+    "OpComparison",
+    "TENSOR_OP_DTYPES",
+    "compare_with_ops",
+    "expected_pipes",
+    "group_by_range",
+    "place_hierarchical",
+    "records_to_json",
+]
 
 # --------------------------------------------------------------------------- roofline placement
 

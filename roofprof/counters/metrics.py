@@ -11,6 +11,26 @@ from typing import Any
 from roofprof.counters.errors import UnknownLevelError
 from roofprof.counters.nvtx import NVTX_PREFIX
 
+__all__ = [
+    "BYTE_METRICS",
+    "BYTE_SOURCE_NOTES",
+    "CC_EXCEPTIONS",
+    "CC_MAJOR_FAMILY",
+    "CUDA_CORE_FLOPS",
+    "CUDA_CORE_FLOPS_EXTRA",
+    "KernelCounters",
+    "LEVELS",
+    "METRIC_SETS",
+    "SECTOR_BYTES",
+    "TENSOR_INST_METRIC",
+    "TENSOR_METRICS",
+    "TIME_METRIC",
+    "TensorAlternatives",
+    "family_for_cc",
+    "parse_number",
+    "unit_scale",
+]
+
 # --------------------------------------------------------------------------- metric tables
 
 LEVELS: tuple[str, ...] = ("l1", "l2", "dram")

@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+__all__ = ["DEFAULT_NVTX_INCLUDE", "NVTX_PREFIX", "nvtx_name", "nvtx_range", "op_range"]
+
 # --------------------------------------------------------------------------- NVTX helpers
 
 NVTX_PREFIX = "roofprof."

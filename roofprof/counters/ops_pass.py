@@ -29,6 +29,8 @@ from roofprof.counters.nvtx import op_range
 from roofprof.results import check_writable_dir, provenance, read_json, write_json_atomic
 from roofprof.workload import Workload
 
+__all__ = ["CounterOp", "child_command", "counter_op_name", "profile_counters", "run_ops_once"]
+
 
 @dataclass(frozen=True)
 class CounterOp:

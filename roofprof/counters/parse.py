@@ -20,6 +20,8 @@ from roofprof.counters.errors import (
 from roofprof.counters.metrics import _KNOWN_METRICS, TIME_METRIC, KernelCounters, parse_number
 from roofprof.errors import ConfigError, DeviceUnavailableError
 
+__all__ = ["load_counters", "parse_ncu_csv", "read_ncu_csv", "read_ncu_report"]
+
 # --------------------------------------------------------------------------- CSV parsing
 
 _METRIC_NAME = re.compile(r"^[a-z0-9]+__[A-Za-z0-9_.]+$")

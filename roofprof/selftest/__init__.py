@@ -166,14 +166,16 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
                 continue
             deadline = max(deadlines[name], time.perf_counter() + MIN_SECTION_S)
             if time.perf_counter() > st.t0 + st.budget_s + 30:
-                res["sections"][name] = SectionResult("skipped", 0.0, "no time left in the budget").to_dict()
+                note = "no time left in the budget"
+                res["sections"][name] = SectionResult("skipped", 0.0, note).to_dict()
                 continue
             st.progress(f"selftest: {name} (until +{deadline - st.t0:.0f} s)")
             t = time.perf_counter()
             try:
                 status, note = runners[name](dev, st, deadline)
             except KeyboardInterrupt:
-                res["sections"][name] = SectionResult("interrupted", time.perf_counter() - t, "Ctrl-C").to_dict()
+                elapsed = time.perf_counter() - t
+                res["sections"][name] = SectionResult("interrupted", elapsed, "Ctrl-C").to_dict()
                 raise
             except Exception as exc:  # noqa: BLE001 - a section failing never loses the others
                 status, note = "error", f"{type(exc).__name__}: {exc}"

@@ -70,14 +70,15 @@ def selftest_ops() -> list[Op]:
     """The two ops the workload runs, with their analytic FLOPs and minimum bytes (one call each).
 
     The GEMM ``[M,K]·[K,N]`` in bf16 (``2*M*N*K`` FLOPs, each operand read or written once);
-    the axpy ``y += 2x`` on V fp32 elements (an FMA per element: ``2V`` FLOPs; x, y read, y written).
+    the axpy ``y += 2x`` on V fp32 elements (an FMA each: ``2V`` FLOPs; x, y read, y written).
     """
     m, n, k, v = _SELFTEST_M, _SELFTEST_N, _SELFTEST_K, _SELFTEST_VECTOR
     bf16, fp32 = BYTES_PER_ELEMENT["bf16"], BYTES_PER_ELEMENT["fp32"]
     return [
         Op(name="selftest.gemm_bf16", kind="gemm", phase="selftest", m=m, n=n, k=k, dtype="bf16",
            flops=2.0 * m * n * k, bytes=float(bf16 * (m * k + k * n + m * n)), scope="model"),
-        Op(name="selftest.axpy_fp32", kind="elementwise", phase="selftest", m=1, n=v, k=0, dtype="fp32",
+        Op(name="selftest.axpy_fp32", kind="elementwise", phase="selftest", m=1, n=v, k=0,
+           dtype="fp32",
            flops=2.0 * v, bytes=float(fp32 * 3 * v), scope="model"),
     ]  # fmt: skip
 
@@ -138,7 +139,8 @@ def selftest_check(out_dir: str | os.PathLike, *, ncu: str | None = None, timeou
         "family": family,
         "cc": cc,
         "metric_names_verified": available is not None,
-        "table_names_seen": {name: (collection._base(name) in available) if available else None for name in table_names},
+        "table_names_seen": {name: (collection._base(name) in available) if available else None
+                             for name in table_names},
         "metrics_requested": list(coll.plan.metrics),
         "metrics_dropped": list(coll.plan.dropped),
         "warnings": [str(w.message) for w in caught],

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+__all__ = ["markdown_report"]
+
 
 def _fmt_rate(v: float | None, unit: str) -> str:
     if v is None:

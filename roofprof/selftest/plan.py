@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["BenchCase", "MODELS", "PROMPT_TOKENS", "benchmark_plan", "gemm_ops"]
+
 MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b")
 """The models whose Llama passes are benchmarked (full plan)."""
 PROMPT_TOKENS = 512

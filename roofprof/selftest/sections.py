@@ -1,4 +1,9 @@
-"""The GPU sections of ``roofprof selftest``: correctness, roofline, benchmarks, counters, pytest."""
+"""The GPU sections of ``roofprof selftest``: correctness, roofline, benchmarks, counters, pytest.
+
+Each runner takes ``(device, state, deadline)``, stops between steps once
+``time.perf_counter()`` passes ``deadline``, writes what it measured into the state's
+results and returns ``(status, note)``. GPU libraries are imported inside the runners.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from roofprof.selftest.plan import benchmark_plan, gemm_ops
 from roofprof.selftest.state import SectionTimeout, _State, _write
 from roofprof.selftest.targets import aggregate, common_ops
 from roofprof.specs import BYTES_PER_ELEMENT
+
+__all__ = ["Measurement", "find_tests_dir"]
 
 # --------------------------------------------------------------------------- section: correctness
 
@@ -357,7 +364,8 @@ def _section_benchmarks(dev: Any, st: _State, deadline: float) -> tuple[str, str
                         bench["records"].append({**base, "status": "failed",
                                                  "note": "its kernels failed the correctness section: not timed"})
                         continue
-                    bench["records"].append({**base, **_measure(dev, impl, op, rng, clock, benchmark).to_dict()})
+                    measured = _measure(dev, impl, op, rng, clock, benchmark)
+                    bench["records"].append({**base, **measured.to_dict()})
     st.results["telemetry_benchmarks"] = sampler.summary().to_dict()
     _add_ratios(bench)
     ok = sum(r["status"] == "ok" for r in bench["records"])
@@ -390,9 +398,10 @@ class Measurement:
     def to_dict(self) -> dict[str, Any]:
         """The benchmark record's fields in ``selftest.json`` (only those its status carries)."""
         if self.status == "ok":
-            return {"status": self.status, "median_s": self.median_s, "min_s": self.min_s, "cv": self.cv,
-                    "noisy": self.noisy, "repeats": self.repeats, "flush": self.flush, "kernels": self.kernels,
-                    "note": self.note, "check": self.check, "bytes_per_s": self.bytes_per_s,
+            return {"status": self.status, "median_s": self.median_s, "min_s": self.min_s,
+                    "cv": self.cv, "noisy": self.noisy, "repeats": self.repeats,
+                    "flush": self.flush, "kernels": self.kernels, "note": self.note,
+                    "check": self.check, "bytes_per_s": self.bytes_per_s,
                     "flops_per_s": self.flops_per_s}
         out: dict[str, Any] = {"status": self.status, "note": self.note}
         if self.check is not None:
@@ -411,10 +420,12 @@ def _measure(dev: Any, impl: Any, op: Any, rng: np.random.Generator, clock: Any,
         flush = dev.flush if _memory_bound(dev, op) else None
         timing = benchmark(prep.run, clock=clock, budget_s=0.05, warmup_s=0.01, flush=flush, min_repeats=5,
                            max_repeats=200, estimate_runs=1)
-        return Measurement("ok", note=getattr(prep, "note", ""), check=chk.to_dict(), median_s=timing.median_s,
+        median_s = timing.median_s
+        return Measurement("ok", note=getattr(prep, "note", ""), check=chk.to_dict(),
+                           median_s=median_s,
                            min_s=timing.min_s, cv=timing.cv, noisy=timing.noisy, repeats=timing.n,
                            flush=timing.flush, kernels=getattr(prep, "kernels", 1),
-                           bytes_per_s=op.bytes / timing.median_s, flops_per_s=op.flops / timing.median_s)
+                           bytes_per_s=op.bytes / median_s, flops_per_s=op.flops / median_s)
     except ConfigError as exc:
         return Measurement("unsupported", note=str(exc))
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is reported, never fatal
@@ -444,8 +455,9 @@ def _add_ratios(bench: dict[str, Any]) -> None:
         mine = aggregate(recs, impl=impl, model=model, phase=phase, batch=batch, dtype=dtype, ops=ops) if ops else None
         ref = aggregate(recs, impl="cublas", model=model, phase=phase, batch=batch, dtype=dtype, ops=ops) if ops else None
         summary.append({"model": model, "phase": phase, "batch": batch, "dtype": dtype, "impl": impl,
-                        "time_s": agg.time_s, "bytes_per_s": agg.bytes_per_s, "flops_per_s": agg.flops_per_s,
-                        "ops": list(agg.ops), "vs_cublas": ref.time_s / mine.time_s if mine and ref else None})
+                        "time_s": agg.time_s, "bytes_per_s": agg.bytes_per_s,
+                        "flops_per_s": agg.flops_per_s, "ops": list(agg.ops),
+                        "vs_cublas": ref.time_s / mine.time_s if mine and ref else None})
     bench["summary"] = summary
 
 

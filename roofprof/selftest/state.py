@@ -12,6 +12,8 @@ from roofprof.selftest.markdown import markdown_report
 from roofprof.selftest.plan import BenchCase
 from roofprof.selftest.targets import clock_scaled, evaluate_targets
 
+__all__ = ["Progress", "SectionResult", "SectionTimeout"]
+
 Progress = Callable[[str], Any]
 """Called with one-line status messages."""
 

@@ -1,4 +1,9 @@
-"""The acceptance targets of ``roofprof selftest``: pure arithmetic on the results dict (CPU-tested)."""
+"""The acceptance targets of ``roofprof selftest``: pure arithmetic on the results dict.
+
+Nothing here touches a GPU: every function reads the results dict that ``selftest.json``
+holds (or literal records in the CPU tests). A target whose inputs are missing is "not
+measured", never a failure.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,22 @@ from typing import Any
 
 from roofprof.devices.cuda_impls import GEMV_MAX_M
 
+__all__ = [
+    "Aggregate",
+    "Target",
+    "aggregate",
+    "clock_scaled",
+    "common_ops",
+    "evaluate_targets",
+    "fp32_lanes_per_sm",
+    "hbm_probe",
+    "status_word",
+]
+
 
 @dataclass(frozen=True)
 class Target:
-    """One pass/fail acceptance target: ``value`` compared with ``threshold`` (value ≥ threshold)."""
+    """One pass/fail acceptance target: ``value`` compared with ``threshold`` (pass: ≥)."""
 
     id: str
     description: str
@@ -45,7 +62,7 @@ def hbm_probe(ceilings: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None
 
 @dataclass(frozen=True)
 class Aggregate:
-    """Time-weighted totals of one implementation over some GEMMs of one pass (:func:`aggregate`)."""
+    """Time-weighted totals of one implementation over GEMMs of one pass (:func:`aggregate`)."""
 
     time_s: float
     bytes: float
@@ -55,12 +72,15 @@ class Aggregate:
     ops: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"time_s": self.time_s, "bytes": self.bytes, "flops": self.flops, "bytes_per_s": self.bytes_per_s,
-                "flops_per_s": self.flops_per_s, "ops": list(self.ops)}
+        """``{"time_s", "bytes", "flops", "bytes_per_s", "flops_per_s", "ops"}`` (ops as a list)."""
+        return {"time_s": self.time_s, "bytes": self.bytes, "flops": self.flops,
+                "bytes_per_s": self.bytes_per_s, "flops_per_s": self.flops_per_s,
+                "ops": list(self.ops)}
 
 
 def aggregate(records: Iterable[Mapping[str, Any]], *, impl: str, model: str, phase: str, dtype: str,
-              batch: int | None = None, ops: Iterable[str] | None = None, min_m: int = 0) -> Aggregate | None:
+              batch: int | None = None, ops: Iterable[str] | None = None,
+              min_m: int = 0) -> Aggregate | None:
     """Time-weighted totals of one implementation over the GEMMs of one pass.
 
     Sums ``count × median_s``, ``count × bytes`` and ``count × flops`` over the ok records
@@ -151,9 +171,10 @@ def evaluate_targets(results: Mapping[str, Any]) -> list[Target]:
     if fma and fma.get("clock_mhz") and device.get("compute_units") and lanes:
         ideal = device["compute_units"] * lanes * 2 * fma["clock_mhz"] * 1e6
     seen = f", clock seen {fma['clock_mhz']:.0f} MHz" if fma and fma.get("clock_mhz") else ""
+    lanes_s = f"lanes/SM {lanes:.0f}" if lanes else "lanes/SM not in the datasheet row"
     out.append(_ratio_target("fp32_fma", "FP32 FMA probe ≥ 95% of SMs × FP32 lanes × 2 × SM clock seen", 0.95,
                              fma["value"] if fma else None, ideal,
-                             (f"lanes/SM {lanes:.0f}" if lanes else "lanes/SM not in the datasheet row") + seen))
+                             lanes_s + seen))
 
     bf16_all = [c for c in ceilings if c.get("dtype") == "bf16" and c.get("kind") == "compute" and c.get("value")]
     attainable = max((c["value"] for c in bf16_all), default=None)

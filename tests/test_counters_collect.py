@@ -131,7 +131,7 @@ def test_run_under_ncu_with_fake_ncu(fake_ncu, tmp_path):
     assert argv[-3:] == ["python", "-c", "print('a b')"]  # an argument list, no shell
     assert argv[argv.index("--clock-control") + 1] == "none" and argv[argv.index("--cache-control") + 1] == "all"
     metrics = argv[argv.index("--metrics") + 1].split(",")
-    assert {collection._base(m) for m in metrics} <= set(AVAILABLE)
+    assert {collection.base_metric_name(m) for m in metrics} <= set(AVAILABLE)
     assert "sm__ops_path_tensor_src_bf16_dst_fp32.sum" in metrics and S.format("dfma") not in metrics
     dropped = [str(w.message) for w in caught if issubclass(w.category, c.CounterWarning)]
     assert any("dropped" in m and S.format("dfma") in m for m in dropped)

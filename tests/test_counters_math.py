@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from roofprof import counters as c
-from roofprof.counters.collection import _base
+from roofprof.counters.collection import base_metric_name
 from roofprof.counters.hierarchical import expected_pipes
 from roofprof.errors import ConfigError
 
@@ -115,7 +115,7 @@ def test_bytes_sector_fallbacks_and_units():
 
 
 def test_plan_metrics_verified_against_query():
-    available = {_base(m) for m in (
+    available = {base_metric_name(m) for m in (
         "gpu__time_duration.sum", "dram__bytes_op_read.sum", "dram__bytes_op_write.sum", "lts__t_bytes.sum",
         "l1tex__t_bytes.sum", S.format("ffma"), S.format("fadd"), T.format("src_bf16_dst_fp32"))}  # fmt: skip
     plan = c.plan_metrics("hopper", "hierarchical", available)
@@ -123,7 +123,7 @@ def test_plan_metrics_verified_against_query():
     assert T.format("src_bf16_dst_fp32") in plan.metrics
     assert S.format("dfma") in plan.dropped and T.format("src_tf32_dst_fp32") in plan.dropped
     assert "sm__inst_executed_pipe_tensor.sum" not in plan.dropped  # optional diagnostic
-    assert all(_base(m) in available for m in plan.metrics)
+    assert all(base_metric_name(m) in available for m in plan.metrics)
     unverified = c.plan_metrics("hopper")
     assert unverified.dropped == () and unverified.metrics[0] == "gpu__time_duration.sum"
     assert T.format("src_fp8") in unverified.metrics

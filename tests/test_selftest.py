@@ -12,6 +12,7 @@ from fakegpu import fake_device
 from roofprof import selftest as S
 from roofprof.cli import main
 from roofprof.selftest.sections import _failed_paths
+from roofprof.selftest.state import RunState
 
 SPEC = {"id": "h100-sxm", "memory_bytes_per_s": 3.35e12, "vector_clock_mhz": 1980.0, "tensor_clock_mhz": 1830.0,
         "sm_count": 132, "peak_flops_per_s": {"fp32": 66.9e12, "bf16": 989.4e12, "fp64": 33.5e12}}
@@ -228,7 +229,7 @@ def test_sections_stop_at_their_deadline_and_keep_what_finished(tmp_path, monkey
 
 
 def test_failed_kernels_are_never_timed():
-    st = S._State(out=None, budget_s=1, quick=True, progress=lambda m: None)
+    st = RunState(out=None, budget_s=1, quick=True, progress=lambda m: None)
     st.results["correctness"] = {"kernels": [
         {"kernel": "gemv_splitk_reduce_bf16", "ok": False}, {"kernel": "numba gemm_tiled_fp32", "ok": False},
         {"kernel": "numba read_fp32", "ok": False}, {"kernel": "impl cublas fp16 1×4096×4096", "ok": False},

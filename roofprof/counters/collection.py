@@ -27,16 +27,15 @@ from roofprof.counters.errors import (
     NcuNotFoundError,
 )
 from roofprof.counters.metrics import (
-    _GENERIC_TENSOR,
     BYTE_METRICS,
     CUDA_CORE_FLOPS,
     CUDA_CORE_FLOPS_EXTRA,
     METRIC_SETS,
     TENSOR_INST_METRIC,
-    TENSOR_METRICS,
     TIME_METRIC,
     KernelCounters,
     family_for_cc,
+    tensor_table,
 )
 from roofprof.counters.nvtx import DEFAULT_NVTX_INCLUDE
 from roofprof.counters.parse import _check_permission, parse_ncu_csv
@@ -47,6 +46,7 @@ __all__ = [
     "CLOCK_CONTROLS",
     "Collection",
     "MetricPlan",
+    "base_metric_name",
     "build_ncu_command",
     "collect",
     "detect_compute_capability",
@@ -181,7 +181,12 @@ class MetricPlan:
     metrics_set: str = "hierarchical"
 
 
-def _base(name: str) -> str:
+def base_metric_name(name: str) -> str:
+    """A metric name without its rollup suffix, as ``ncu --query-metrics`` lists it.
+
+    >>> base_metric_name("dram__bytes_read.sum")
+    'dram__bytes_read'
+    """
     return name.split(".", 1)[0]
 
 
@@ -206,7 +211,7 @@ def plan_metrics(
         raise ConfigError(f"unknown metrics set {metrics_set!r}; valid choices: {', '.join(METRIC_SETS)}")
 
     def ok(name: str) -> bool:
-        return available is None or _base(name) in available
+        return available is None or base_metric_name(name) in available
 
     chosen: list[str] = []
     dropped: list[str] = []
@@ -238,7 +243,7 @@ def plan_metrics(
         for pairs in extra.values():
             # unverified names: only when ncu confirms them
             take_each((m for m, _ in pairs if available is not None), optional=True)
-        table = TENSOR_METRICS.get(family or "", _GENERIC_TENSOR) if family else _GENERIC_TENSOR
+        table = tensor_table(family)
         for alts in table.values():
             take_alternatives([tuple(m for m, _ in alt) for alt in alts])
         take_each([TENSOR_INST_METRIC], optional=True)

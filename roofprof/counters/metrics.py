@@ -28,6 +28,7 @@ __all__ = [
     "TensorAlternatives",
     "family_for_cc",
     "parse_number",
+    "tensor_table",
     "unit_scale",
 ]
 
@@ -183,6 +184,15 @@ def _generic_tensor_table() -> dict[str, TensorAlternatives]:
 
 
 _GENERIC_TENSOR = _generic_tensor_table()
+
+
+def tensor_table(family: str | None) -> dict[str, TensorAlternatives]:
+    """The tensor-core metric table of an architecture family; unknown or ``None``: every name.
+
+    >>> sorted(tensor_table("volta")) == sorted(TENSOR_METRICS["volta"])
+    True
+    """
+    return TENSOR_METRICS.get(family or "", _GENERIC_TENSOR) if family else _GENERIC_TENSOR
 
 # --------------------------------------------------------------------------- units
 
@@ -369,7 +379,7 @@ class KernelCounters:
 
     def tensor_source(self, dtype: str) -> tuple[tuple[str, float], ...] | None:
         """The tensor-core counters used for ``dtype`` on this kernel's architecture."""
-        table = TENSOR_METRICS.get(self.family or "", _GENERIC_TENSOR) if self.family else _GENERIC_TENSOR
+        table = tensor_table(self.family)
         for alt in table.get(dtype, ()):
             if all(self.value(m) is not None for m, _ in alt):
                 return alt
@@ -379,7 +389,7 @@ class KernelCounters:
     def tensor_flops(self) -> dict[str, float]:
         """Tensor-core FLOPs (operations) per source dtype; only dtypes collected."""
         out: dict[str, float] = {}
-        table = TENSOR_METRICS.get(self.family or "", _GENERIC_TENSOR) if self.family else _GENERIC_TENSOR
+        table = tensor_table(self.family)
         for dtype in table:
             alt = self.tensor_source(dtype)
             if alt is not None:

@@ -43,16 +43,8 @@ from typing import Any
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.selftest.markdown import markdown_report
 from roofprof.selftest.plan import MODELS, PROMPT_TOKENS, BenchCase, benchmark_plan, gemm_ops
-from roofprof.selftest.sections import (
-    Measurement,
-    _section_benchmarks,
-    _section_correctness,
-    _section_counters,
-    _section_pytest,
-    _section_roofline,
-    find_tests_dir,
-)
-from roofprof.selftest.state import Progress, SectionResult, SectionTimeout, _State, _write
+from roofprof.selftest.sections import RUNNERS, Measurement, find_tests_dir
+from roofprof.selftest.state import Progress, RunState, SectionResult, SectionTimeout, write_results
 from roofprof.selftest.targets import (
     Aggregate,
     Target,
@@ -144,7 +136,7 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
         raise ConfigError(f"unknown selftest section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
     dev = open_gpu(device)
     out = check_writable_dir(out_dir)
-    st = _State(out=out, budget_s=float(budget_s), quick=quick, progress=progress or (lambda msg: None),
+    st = RunState(out=out, budget_s=float(budget_s), quick=quick, progress=progress or (lambda msg: None),
                 roofline_plan=roofline_plan, bench_cases=bench_cases)
     res = st.results
     res.update({"schema": SCHEMA, "complete": False, "quick": quick, "budget_s": budget_s,
@@ -157,8 +149,6 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
     except Exception as exc:  # noqa: BLE001
         res["skipped_probes"] = [{"probe": "*", "reason": f"catalogue failed: {exc}"}]
     deadlines = _deadlines(st.budget_s, st.t0)
-    runners = {"correctness": _section_correctness, "roofline": _section_roofline, "benchmarks": _section_benchmarks,
-               "counters": _section_counters, "pytest": _section_pytest}
     try:
         for name in SECTIONS:
             if name not in sections:
@@ -172,7 +162,7 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
             st.progress(f"selftest: {name} (until +{deadline - st.t0:.0f} s)")
             t = time.perf_counter()
             try:
-                status, note = runners[name](dev, st, deadline)
+                status, note = RUNNERS[name](dev, st, deadline)
             except KeyboardInterrupt:
                 elapsed = time.perf_counter() - t
                 res["sections"][name] = SectionResult("interrupted", elapsed, "Ctrl-C").to_dict()
@@ -181,10 +171,10 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
                 status, note = "error", f"{type(exc).__name__}: {exc}"
             res["sections"][name] = SectionResult(status, time.perf_counter() - t, note).to_dict()
             _release(dev)
-            _write(st, complete=False)
+            write_results(st, complete=False)
         res["complete"] = all(s.get("status") in ("ok", "skipped") for s in res["sections"].values())
     finally:
-        _write(st, complete=res.get("complete", False))
+        write_results(st, complete=res.get("complete", False))
     return res
 
 

@@ -22,15 +22,14 @@ from roofprof.counters import collection
 from roofprof.counters.errors import CounterWarning
 from roofprof.counters.hierarchical import compare_with_ops
 from roofprof.counters.metrics import (
-    _GENERIC_TENSOR,
     BYTE_METRICS,
     CUDA_CORE_FLOPS,
     CUDA_CORE_FLOPS_EXTRA,
     LEVELS,
     TENSOR_INST_METRIC,
-    TENSOR_METRICS,
     TIME_METRIC,
     family_for_cc,
+    tensor_table,
 )
 from roofprof.specs import BYTES_PER_ELEMENT
 from roofprof.workload import Op
@@ -108,7 +107,7 @@ def selftest_check(out_dir: str | os.PathLike, *, ncu: str | None = None, timeou
         warnings.simplefilter("always", CounterWarning)
         available = collection.query_available_metrics(ncu_path)
         table_names = sorted(
-            {m for alts in TENSOR_METRICS.get(family or "", _GENERIC_TENSOR).values() for alt in alts for m, _ in alt}
+            {m for alts in tensor_table(family).values() for alt in alts for m, _ in alt}
             | {m for alts in BYTE_METRICS.values() for alt in alts for m in alt}
             | {m for pairs in CUDA_CORE_FLOPS.values() for m, _ in pairs}
             | {m for pairs in CUDA_CORE_FLOPS_EXTRA.get(family or "", {}).values() for m, _ in pairs}
@@ -139,7 +138,7 @@ def selftest_check(out_dir: str | os.PathLike, *, ncu: str | None = None, timeou
         "family": family,
         "cc": cc,
         "metric_names_verified": available is not None,
-        "table_names_seen": {name: (collection._base(name) in available) if available else None
+        "table_names_seen": {name: (collection.base_metric_name(name) in available) if available else None
                              for name in table_names},
         "metrics_requested": list(coll.plan.metrics),
         "metrics_dropped": list(coll.plan.dropped),

@@ -21,23 +21,23 @@ import numpy as np
 
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.selftest.plan import benchmark_plan, gemm_ops
-from roofprof.selftest.state import SectionTimeout, _State, _write
+from roofprof.selftest.state import RunState, SectionTimeout, write_results
 from roofprof.selftest.targets import aggregate, common_ops
 from roofprof.specs import BYTES_PER_ELEMENT
 
-__all__ = ["Measurement", "find_tests_dir"]
+__all__ = ["RUNNERS", "Measurement", "Runner", "find_tests_dir"]
 
 # --------------------------------------------------------------------------- section: correctness
 
 
-def _record(st: _State, kernel: str, ok: bool, note: str, **extra: Any) -> None:
+def _record(st: RunState, kernel: str, ok: bool, note: str, **extra: Any) -> None:
     corr = st.results.setdefault("correctness", {"kernels": []})
     corr["kernels"].append({"kernel": kernel, "ok": bool(ok), "note": note, **extra})
     if not ok:
         st.progress(f"  FAILED {kernel}: {note}")
 
 
-def _section_correctness(dev: Any, st: _State, deadline: float) -> tuple[str, str]:
+def _section_correctness(dev: Any, st: RunState, deadline: float) -> tuple[str, str]:
     st.results["correctness"] = {"kernels": []}
     steps: list[tuple[str, Callable[[], None]]] = [
         ("CUDA C GEMV", lambda: _check_gemv_entries(dev, st)),
@@ -77,7 +77,7 @@ def _run_check(prep_factory: Callable[[], Any]) -> tuple[bool, float, str]:
         prep.release()
 
 
-def _check_gemv_entries(dev: Any, st: _State) -> None:
+def _check_gemv_entries(dev: Any, st: RunState) -> None:
     from roofprof.devices.cuda_impls import gemv_prepared
 
     cm = dev.kernels.models
@@ -111,7 +111,7 @@ def _check_gemv_entries(dev: Any, st: _State) -> None:
             _record(st, entry, not bad, note, cases=len(results), worst_rel_error=worst)
 
 
-def _check_gemm_entries(dev: Any, st: _State) -> None:
+def _check_gemm_entries(dev: Any, st: RunState) -> None:
     from roofprof.devices.cuda_impls import CupyBuffers, PreparedGemm
 
     cm = dev.kernels.models
@@ -148,7 +148,7 @@ def _check_gemm_entries(dev: Any, st: _State) -> None:
                     f"K 8/48/264); worst rel. error {worst:.2e}", cases=len(results), worst_rel_error=worst)
 
 
-def _check_probes(dev: Any, st: _State) -> None:
+def _check_probes(dev: Any, st: RunState) -> None:
     st.results["probe_checks"] = {}
     for probe in dev.probes():
         kwargs: dict[str, Any] = {}
@@ -180,7 +180,7 @@ def _check_probes(dev: Any, st: _State) -> None:
         _record(st, "probe_empty", False, f"{type(exc).__name__}: {exc}")
 
 
-def _check_numba_registry(dev: Any, st: _State) -> None:
+def _check_numba_registry(dev: Any, st: RunState) -> None:
     from roofprof.devices.cuda import kernels_module
     from roofprof.devices.cuda_impls import numba_cuda_reason
 
@@ -219,7 +219,7 @@ def _check_numba_registry(dev: Any, st: _State) -> None:
             _record(st, f"numba {name}", False, f"{type(exc).__name__}: {exc}")
 
 
-def _check_impls(dev: Any, st: _State) -> None:
+def _check_impls(dev: Any, st: RunState) -> None:
     from roofprof.specs import load_model
     from roofprof.workload import llama_ops
 
@@ -255,7 +255,7 @@ def _check_impls(dev: Any, st: _State) -> None:
 # --------------------------------------------------------------------------- section: roofline
 
 
-def _section_roofline(dev: Any, st: _State, deadline: float) -> tuple[str, str]:
+def _section_roofline(dev: Any, st: RunState, deadline: float) -> tuple[str, str]:
     from roofprof.probes import RooflineInterrupted, measure_roofline
 
     checks = st.results.get("probe_checks")
@@ -272,7 +272,7 @@ def _section_roofline(dev: Any, st: _State, deadline: float) -> tuple[str, str]:
 
     def keep(result) -> None:
         st.results["roofline"] = _roofline_summary(result)
-        _write(st, complete=False)
+        write_results(st, complete=False)
 
     status = "ok"
     try:
@@ -302,7 +302,7 @@ def _roofline_summary(result: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- section: benchmarks
 
 
-def _failed_paths(st: _State) -> set[tuple[str, str]]:
+def _failed_paths(st: RunState) -> set[tuple[str, str]]:
     """(impl, dtype) pairs whose kernels failed correctness (never timed)."""
     bad: set[tuple[str, str]] = set()
     for k in (st.results.get("correctness") or {}).get("kernels") or []:
@@ -328,7 +328,7 @@ def _memory_bound(dev: Any, op: Any) -> bool:
     return op.intensity < ridge if ridge else op.m <= 64
 
 
-def _section_benchmarks(dev: Any, st: _State, deadline: float) -> tuple[str, str]:
+def _section_benchmarks(dev: Any, st: RunState, deadline: float) -> tuple[str, str]:
     from roofprof.timing import benchmark
 
     bench = st.results.setdefault("benchmarks", {"records": [], "summary": []})
@@ -464,7 +464,7 @@ def _add_ratios(bench: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- sections: counters, pytest
 
 
-def _section_counters(dev: Any, st: _State, deadline: float) -> tuple[str, str]:
+def _section_counters(dev: Any, st: RunState, deadline: float) -> tuple[str, str]:
     from roofprof.selftest.counters import selftest_check
 
     remaining = max(20.0, deadline - time.perf_counter())
@@ -484,7 +484,7 @@ def find_tests_dir() -> Path | None:
     return here if (here / "conftest.py").is_file() else None
 
 
-def _section_pytest(dev: Any, st: _State, deadline: float) -> tuple[str, str]:
+def _section_pytest(dev: Any, st: RunState, deadline: float) -> tuple[str, str]:
     folder = find_tests_dir()
     if folder is None:
         st.results["pytest"] = {"returncode": None, "note": "no tests folder (roofprof installed without its tests)"}
@@ -505,3 +505,12 @@ def _section_pytest(dev: Any, st: _State, deadline: float) -> tuple[str, str]:
                             "tail": "\n".join(lines[-40:])}
     # 5: no test selected (no gpu-marked tests collected) is not a failure of the GPU
     return ("ok" if proc.returncode in (0, 5) else "failed"), summary.strip("= ")
+
+
+Runner = Callable[[Any, RunState, float], tuple[str, str]]
+"""A section runner: ``(device, state, deadline on time.perf_counter()) -> (status, note)``."""
+
+RUNNERS: dict[str, Runner] = {"correctness": _section_correctness, "roofline": _section_roofline,
+                              "benchmarks": _section_benchmarks, "counters": _section_counters,
+                              "pytest": _section_pytest}
+"""The runner of each section, by name (the order of ``roofprof.selftest.SECTIONS``)."""

@@ -12,10 +12,11 @@ from roofprof.selftest.markdown import markdown_report
 from roofprof.selftest.plan import BenchCase
 from roofprof.selftest.targets import clock_scaled, evaluate_targets
 
-__all__ = ["Progress", "SectionResult", "SectionTimeout"]
+__all__ = ["Progress", "RunState", "SectionResult", "SectionTimeout", "write_results"]
 
 Progress = Callable[[str], Any]
 """Called with one-line status messages."""
+
 
 class SectionTimeout(KeyboardInterrupt):
     """Raised from a progress callback to stop a section at its deadline (caught, never escapes).
@@ -40,7 +41,7 @@ class SectionResult:
 
 
 @dataclass
-class _State:
+class RunState:
     """What one run is building: the results dict (``selftest.json``), clock and options."""
 
     out: Path
@@ -53,11 +54,11 @@ class _State:
     results: dict[str, Any] = field(default_factory=dict)
 
     def elapsed(self) -> float:
+        """Seconds since the run started."""
         return time.perf_counter() - self.t0
 
 
-
-def _write(st: _State, complete: bool) -> None:
+def write_results(st: RunState, complete: bool) -> None:
     """Write ``selftest.json`` and ``selftest.md`` whole, targets re-evaluated from the results."""
     from roofprof.results import provenance, write_json_atomic, write_text_atomic
 

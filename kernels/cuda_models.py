@@ -12,7 +12,12 @@ For every kernel this module holds what a host needs and what a CPU test can che
   ldmatrix addressing, the documented ``mma.sync`` m16n8k16 fragment layout, edge masking) and
   :func:`gemv_model` the split-K partition of ``gemv.cu`` (vector body, scalar tail, lane striding,
   warp butterfly). Tests check both against ``A @ B.T`` on ragged shapes, so a slip in the index
-  arithmetic shows up without a GPU. Only a GPU run proves the kernels themselves.
+  arithmetic shows up without a GPU. Only a GPU run proves the kernels themselves;
+* for the probes: :func:`read_probe_vectors` (the read probes' thread -> vector mapping) and the
+  per-SM footprint it implies (:func:`read_probe_sm_footprint_bytes`), why ``probe_read_u4``
+  bypasses L1 and how to size the L1 probe ``probe_read_l1_u4``; which compiler and GPU give a
+  real fp8 probe (:func:`fp8_mma_probe_unavailable`); the ``%globaltimer`` delay kernel's
+  argument (:func:`delay_probe_ns`).
 
 Dtypes are the project's strings (``fp64 fp32 tf32 bf16 fp16 fp8 int8``). Nothing here imports
 roofprof host logic; errors are ``ValueError`` (bad shapes or names) and ``FileNotFoundError``.

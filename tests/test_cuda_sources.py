@@ -9,7 +9,9 @@ Every ``kernels/cuda/*.cu`` is compiled once per architecture (sm_80, sm_89, sm_
   signature, so the host side can rely on the argument order and types;
 * the SASS (``cuobjdump -sass``, which needs ``nvdisasm``): tensor-core instructions in the GEMM
   and mma probes, 128-bit global loads in the GEMV and bandwidth probes, LDGSTS (cp.async) and
-  LDSM (ldmatrix) in the GEMM, enough FMA/MMA instructions per loop that nothing was hoisted.
+  LDSM (ldmatrix) in the GEMM, enough FMA/MMA instructions per loop that nothing was hoisted;
+  L1-bypassing loads (``LDG.E.128.STRONG.GPU``) in the L2 read probe and L1-allocating ones in
+  the L1 probe; a ``%globaltimer`` spin loop in the delay kernel.
 
 Skipped with a reason when nvcc, cuobjdump or nvdisasm is missing (pip wheels
 ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` carry the last two). A GPU run is still

@@ -111,7 +111,13 @@ __device__ __forceinline__ void add4(uint4& a, const uint4& b) {
 // allocates in the unified L1/texture cache: with a per-SM footprint below the L1 size every pass
 // after the first hits L1.
 struct LoadL2 {
-  static __device__ __forceinline__ uint4 load(const uint4* p) { return __ldcg(p); }
+  static __device__ __forceinline__ uint4 load(const uint4* p) {
+#ifdef __CUDACC__
+    return __ldcg(p);
+#else  // compiled as host C++ by the replay harness of tests/test_cuda_device.py
+    return *p;
+#endif
+  }
 };
 struct LoadL1 {
   static __device__ __forceinline__ uint4 load(const uint4* p) { return __ldg(p); }
@@ -119,7 +125,7 @@ struct LoadL1 {
 
 // Thread t of the grid reads vectors t, t + stride, t + 2 stride, ... (stride = all threads), the
 // SAME vectors in every pass; kernels/cuda_models.py read_probe_vectors replays the mapping.
-template <typename Load>
+template <typename Load = LoadL2>
 __device__ __forceinline__ void read_body(const uint4* __restrict__ src, long long n_vec,
                                           int passes, unsigned flag, unsigned* out) {
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -518,8 +524,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 
 extern "C" __global__ void probe_empty() {}
 
-extern "C" __global__ void probe_delay_ns(unsigned long long ns,
-                                          unsigned long long* __restrict__ out) {
+// Launched with 1 block of 32 threads (THREADS is only the upper bound).
+extern "C" __global__ void __launch_bounds__(THREADS)
+    probe_delay_ns(unsigned long long ns, unsigned long long* __restrict__ out) {
   delay_body(ns, out);
 }
 

@@ -12,7 +12,12 @@ For every kernel this module holds what a host needs and what a CPU test can che
   ldmatrix addressing, the documented ``mma.sync`` m16n8k16 fragment layout, edge masking) and
   :func:`gemv_model` the split-K partition of ``gemv.cu`` (vector body, scalar tail, lane striding,
   warp butterfly). Tests check both against ``A @ B.T`` on ragged shapes, so a slip in the index
-  arithmetic shows up without a GPU. Only a GPU run proves the kernels themselves.
+  arithmetic shows up without a GPU. Only a GPU run proves the kernels themselves;
+* for the probes: :func:`read_probe_vectors` (the read probes' thread -> vector mapping) and the
+  per-SM footprint it implies (:func:`read_probe_sm_footprint_bytes`), why ``probe_read_u4``
+  bypasses L1 and how to size the L1 probe ``probe_read_l1_u4``; which compiler and GPU give a
+  real fp8 probe (:func:`fp8_mma_probe_unavailable`); the ``%globaltimer`` delay kernel's
+  argument (:func:`delay_probe_ns`).
 
 Dtypes are the project's strings (``fp64 fp32 tf32 bf16 fp16 fp8 int8``). Nothing here imports
 roofprof host logic; errors are ``ValueError`` (bad shapes or names) and ``FileNotFoundError``.
@@ -199,10 +204,12 @@ def _build_signatures() -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     for dt in GEMM_IN_DTYPES:
         for out in (dt, "f32"):
             sigs[f"gemm_mma_{dt}_{out}"] = ("gemm_mma.cu", _GEMM_SIG)
-    sigs["probe_read_u4"] = ("probes.cu", (
+    read_sig = (
         ("const uint4*", "src"), ("long long", "n_vec"), ("int", "passes"),
         ("unsigned int", "flag"), ("unsigned int*", "out"),
-    ))
+    )
+    sigs["probe_read_u4"] = ("probes.cu", read_sig)
+    sigs["probe_read_l1_u4"] = ("probes.cu", read_sig)
     sigs["probe_copy_u4"] = ("probes.cu", (
         ("const uint4*", "src"), ("uint4*", "dst"), ("long long", "n_vec"),
     ))
@@ -212,6 +219,9 @@ def _build_signatures() -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
     for dt in MMA_PROBE_DTYPES:
         sigs[f"probe_mma_{dt}"] = ("probes.cu", _COMPUTE_PROBE_SIG)
     sigs["probe_empty"] = ("probes.cu", ())
+    sigs["probe_delay_ns"] = ("probes.cu", (
+        ("unsigned long long", "ns"), ("unsigned long long*", "out"),
+    ))
     sigs["probe_intensity_fp32"] = ("probes.cu", (
         ("const float4*", "src"), ("long long", "n_vec"), ("int", "nfma"),
         ("unsigned int", "flag"), ("unsigned int*", "out"),
@@ -224,8 +234,18 @@ ENTRY_SIGNATURES = _build_signatures()
 
 ``T`` is ``__nv_bfloat16`` or ``__half`` (per the ``bf16``/``fp16`` in the name), ``TO`` the
 GEMM's output type (``T`` or ``float`` for ``_f32``). With CuPy pass device arrays for pointers,
-``numpy.int32`` for ``int``, ``numpy.uint32`` for ``unsigned int`` and ``numpy.int64`` for
-``long long``.
+``numpy.int32`` for ``int``, ``numpy.uint32`` for ``unsigned int``, ``numpy.int64`` for
+``long long`` and ``numpy.uint64`` for ``unsigned long long``.
+
+Probe entries of ``probes.cu`` beyond the compute/bandwidth families:
+
+* ``probe_read_u4`` reads with L1-bypassing ``ld.global.cg`` loads (HBM, L2 and the read sweep);
+  ``probe_read_l1_u4`` (same arguments) with L1-allocating ``__ldg`` loads, for an L1 ceiling
+  (size its buffer with :func:`read_probe_n_vec_for_sm_footprint`); see :data:`READ_PROBE_ENTRIES`.
+* ``probe_delay_ns(ns, out)``: a launch-hiding delay of ``ns`` nanoseconds measured on the GPU's
+  ``%globaltimer`` (independent of the SM clock); launch :func:`probe_launch` geometry, ``out`` one
+  ``unsigned long long`` that receives the elapsed timer nanoseconds.
+* ``probe_mma_fp8`` is an empty kernel unless :func:`fp8_mma_probe_unavailable` returns None.
 """
 
 
@@ -235,7 +255,7 @@ def c_type_size(c_type: str) -> int:
     >>> c_type_size("const T*"), c_type_size("int"), c_type_size("long long")
     (8, 4, 8)
     """
-    if c_type.endswith("*") or c_type == "long long":
+    if c_type.endswith("*") or c_type in ("long long", "unsigned long long"):
         return 8
     if c_type in ("int", "unsigned int", "float"):
         return 4
@@ -836,10 +856,60 @@ FP8_MMA_SYNC_SASS = {
 here. On Hopper the native fp8 tensor path is wgmma (QGMMA), which these probes do not use."""
 
 
+FP8_MMA_MIN_CC = (8, 9)
+"""Oldest compute capability with an fp8 (e4m3) ``mma.sync``."""
+
+FP8_MMA_MIN_NVRTC = (12, 4)
+"""Oldest NVRTC/nvcc (major, minor) whose PTX (ISA 8.4) has fp8 ``mma.sync``; ``probes.cu``
+compiles ``probe_mma_fp8`` to an empty kernel under an older one (``__CUDACC_VER_*`` guard)."""
+
+
 def fp8_mma_probe_supported(cc: tuple[int, int]) -> bool:
     """Whether ``probe_mma_fp8`` does work on a device of compute capability ``cc`` (>= 8.9; on
-    older targets its body is compiled out)."""
-    return tuple(cc) >= (8, 9)
+    older targets its body is compiled out). The compiler matters too: see
+    :func:`fp8_mma_probe_unavailable`."""
+    return tuple(cc) >= FP8_MMA_MIN_CC
+
+
+def _version_pair(value: object, what: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(v) for v in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be a (major, minor) pair of integers, got {value!r}") from exc
+    return major, minor
+
+
+def fp8_mma_probe_unavailable(nvrtc_version: tuple[int, int] | None,
+                              cc: tuple[int, int]) -> str | None:
+    """Why ``probe_mma_fp8`` does no work when ``probes.cu`` is compiled by NVRTC
+    ``nvrtc_version`` (e.g. CuPy's ``cupy.cuda.nvrtc.getVersion()``, ``(12, 1)``) for a GPU of
+    compute capability ``cc`` (e.g. ``(9, 0)``); None when it is a real probe.
+
+    Two conditions, both compiled into the kernel: the GPU needs sm_89+ and the compiler PTX ISA
+    8.4 (NVRTC >= 12.4); otherwise the kernel is empty and must be skipped, never timed (it would
+    report an absurd rate). ``nvrtc_version=None`` (unknown) counts as unavailable. The other
+    ``probes.cu`` entries compile and work either way. Raises ``ValueError`` for a malformed pair.
+
+    >>> fp8_mma_probe_unavailable((12, 9), (9, 0)) is None
+    True
+    >>> fp8_mma_probe_unavailable((12, 1), (9, 0))
+    'fp8 mma.sync needs PTX ISA 8.4 (NVRTC 12.4 or newer); this NVRTC is 12.1, so probes.cu compiles probe_mma_fp8 to an empty kernel'
+    >>> fp8_mma_probe_unavailable((13, 0), (8, 0))
+    'fp8 mma.sync needs compute capability 8.9 or newer (sm_89+); this GPU is sm_80'
+    """
+    major, minor = _version_pair(cc, "cc")
+    if (major, minor) < FP8_MMA_MIN_CC:
+        return ("fp8 mma.sync needs compute capability 8.9 or newer (sm_89+); "
+                f"this GPU is sm_{major}{minor}")
+    if nvrtc_version is None:
+        return ("fp8 mma.sync needs NVRTC 12.4 or newer and the NVRTC version is unknown, so "
+                "probe_mma_fp8 may be an empty kernel")
+    nv = _version_pair(nvrtc_version, "nvrtc_version")
+    if nv < FP8_MMA_MIN_NVRTC:
+        return ("fp8 mma.sync needs PTX ISA 8.4 (NVRTC 12.4 or newer); "
+                f"this NVRTC is {nv[0]}.{nv[1]}, so probes.cu compiles probe_mma_fp8 to an "
+                "empty kernel")
+    return None
 
 
 def fp8_mma_sync_native(cc: tuple[int, int]) -> bool | None:
@@ -848,16 +918,21 @@ def fp8_mma_sync_native(cc: tuple[int, int]) -> bool | None:
     return None if note is None else note.startswith("native")
 
 
+_ONE_WARP_PROBES = ("probe_empty", "probe_delay_ns")
+
+
 def probe_launch(entry: str, sm_count: int, blocks_per_sm: int = 4) -> Launch:
     """Launch of a throughput probe: grid ``sm_count * blocks_per_sm`` blocks (a multiple of the
-    SM count) of 256 threads; ``probe_empty`` is 1 block of 32 threads.
+    SM count) of 256 threads; ``probe_empty`` and ``probe_delay_ns`` are 1 block of 32 threads.
 
     >>> probe_launch("probe_fma_fp32", 132).grid
     (528, 1, 1)
+    >>> probe_launch("probe_delay_ns", 132).block
+    (32, 1, 1)
     """
     if entry not in ENTRY_SIGNATURES or ENTRY_SIGNATURES[entry][0] != "probes.cu":
         raise ValueError(f"unknown probe {entry!r}; valid: {', '.join(entries('probes.cu'))}")
-    if entry == "probe_empty":
+    if entry in _ONE_WARP_PROBES:
         return Launch("probes.cu", entry, (1, 1, 1), (32, 1, 1))
     _check_positive(sm_count=sm_count, blocks_per_sm=blocks_per_sm)
     smem = PROBE_SMEM_STATIC_BYTES if entry == "probe_smem_u4" else 0
@@ -866,13 +941,103 @@ def probe_launch(entry: str, sm_count: int, blocks_per_sm: int = 4) -> Launch:
 
 
 def probe_out_words(launch: Launch) -> int:
-    """32-bit words the ``out`` buffer of a probe needs: one per launched thread."""
+    """32-bit words the ``out`` buffer of a probe needs: one per launched thread
+    (``probe_delay_ns``: 2, i.e. one ``unsigned long long``; ``probe_empty``: none needed)."""
+    if launch.entry == "probe_delay_ns":
+        return 2
     return launch.threads
 
 
+DELAY_MAX_NS = 1_000_000_000
+"""Longest delay ``probe_delay_ns`` spins for (its ``ns`` argument is capped here)."""
+
+
+def delay_probe_ns(delay_s: float) -> int:
+    """The ``ns`` argument of ``probe_delay_ns`` for a delay of ``delay_s`` seconds, rounded up
+    and capped at :data:`DELAY_MAX_NS`. Raises ``ValueError`` for a negative or non-finite value.
+
+    >>> delay_probe_ns(60e-6)
+    60000
+    """
+    if not isinstance(delay_s, (int, float)) or not math.isfinite(delay_s) or delay_s < 0:
+        raise ValueError(f"delay_s must be a finite number >= 0, got {delay_s!r}")
+    return min(DELAY_MAX_NS, math.ceil(round(delay_s * 1e9, 3)))
+
+
+READ_PROBE_ENTRIES = {"l2": "probe_read_u4", "l1": "probe_read_l1_u4"}
+"""Read-probe entry per cache level its loads may be served from: ``probe_read_u4``
+(``ld.global.cg``, never L1) for HBM, L2 and the read sweep; ``probe_read_l1_u4`` (``__ldg``,
+L1-allocating) for an L1 ceiling. Same arguments, same per-thread result."""
+
+
 def read_probe_bytes(n_vec: int, passes: int = 1) -> int:
-    """Bytes read by ``probe_read_u4``: ``16 * n_vec * passes``."""
+    """Bytes read by ``probe_read_u4`` / ``probe_read_l1_u4``: ``16 * n_vec * passes``."""
     return 16 * n_vec * passes
+
+
+def read_probe_vectors(n_vec: int, launch: Launch, block: int) -> np.ndarray:
+    """Numpy replay of the read probes' index arithmetic for one block and one pass: the vector
+    indices its threads load, in the kernel's order (thread-major: per thread the 4-way unrolled
+    body ``i, i+s, i+2s, i+3s`` then the tail ``i += s``, with ``i`` starting at the global thread
+    id and ``s`` the grid's thread count). Every pass loads the same vectors. A Python loop over
+    the block's threads: meant for test-sized ``n_vec``.
+
+    >>> read_probe_vectors(10, Launch("probes.cu", "probe_read_u4", (2, 1, 1), (2, 1, 1)), 1).tolist()
+    [2, 6, 3, 7]
+    """
+    _check_positive(n_vec=n_vec)
+    stride = launch.threads
+    threads = math.prod(launch.block)
+    if not 0 <= block < math.prod(launch.grid):
+        raise ValueError(f"block {block} outside the grid {launch.grid}")
+    out: list[int] = []
+    for t in range(block * threads, (block + 1) * threads):
+        i = t
+        while i + 3 * stride < n_vec:
+            out.extend((i, i + stride, i + 2 * stride, i + 3 * stride))
+            i += 4 * stride
+        while i < n_vec:
+            out.append(i)
+            i += stride
+    return np.asarray(out, dtype=np.int64)
+
+
+def read_probe_sm_footprint_bytes(n_vec: int, launch: Launch, sm_count: int) -> int:
+    """Bytes one SM's resident blocks read per pass of a read probe (upper bound over SMs):
+    ``ceil(grid / sm_count)`` blocks times the largest block footprint (block 0). With every
+    block resident for the whole launch (grid = ``sm_count * 4``), a pass re-reads exactly these
+    bytes on that SM, so they stay in its L1 when they fit and the loads allocate in L1 — why the
+    L2 probe uses L1-bypassing loads. Example: the L2/4 buffer of an H100 (50 MiB L2, 132 SMs)
+    is 112 KiB per SM at most (99 KB on average):
+
+    >>> read_probe_sm_footprint_bytes((50 << 20) // 4 // 16, probe_launch("probe_read_u4", 132), 132)
+    114688
+    """
+    _check_positive(n_vec=n_vec, sm_count=sm_count)
+    stride = launch.threads
+    threads = math.prod(launch.block)
+    per_thread = [max(0, _cdiv(n_vec - t, stride)) for t in range(threads)]  # block 0 is largest
+    blocks_per_sm = _cdiv(math.prod(launch.grid), sm_count)
+    return blocks_per_sm * sum(per_thread) * 16
+
+
+def read_probe_n_vec_for_sm_footprint(sm_footprint_bytes: int, launch: Launch,
+                                      sm_count: int) -> int:
+    """Largest ``n_vec`` (a multiple of the grid's thread count, so every thread reads the same
+    number of vectors) whose :func:`read_probe_sm_footprint_bytes` is at most
+    ``sm_footprint_bytes``, e.g. 64 KiB per SM for an L1 probe with ``probe_read_l1_u4``.
+    Raises ``ValueError`` when not even one vector per thread fits.
+
+    >>> read_probe_n_vec_for_sm_footprint(64 * 1024, probe_launch("probe_read_l1_u4", 132), 132)
+    540672
+    """
+    _check_positive(sm_footprint_bytes=sm_footprint_bytes, sm_count=sm_count)
+    stride = launch.threads
+    blocks_per_sm = _cdiv(math.prod(launch.grid), sm_count)
+    per_thread = sm_footprint_bytes // (16 * math.prod(launch.block) * blocks_per_sm)
+    if per_thread < 1:
+        raise ValueError(f"{sm_footprint_bytes} bytes per SM is less than one vector per thread")
+    return per_thread * stride
 
 
 def copy_probe_bytes(n_vec: int) -> int:

@@ -54,7 +54,11 @@ from typing import Any
 import numpy as np
 from numba import cuda
 from numba.cuda import config as _cuda_config
-from numba.cuda.types import float16, float32, float64, int64, uint64
+
+try:  # numba-cuda >= 0.21 vendors its own type system ("Vendor in types and datamodel", #533)
+    from numba.cuda.types import float16, float32, float64, int64, uint64
+except ImportError:  # numba-cuda 0.20.x types its kernels with numba.core.types
+    from numba.core.types import float16, float32, float64, int64, uint64
 
 Shape = Mapping[str, int]
 Launch = tuple[tuple[int, int, int], tuple[int, int, int]]

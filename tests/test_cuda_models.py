@@ -256,6 +256,106 @@ def test_fp8_support_table():
     assert cm.fp8_mma_sync_native((7, 5)) is None
 
 
+@pytest.mark.parametrize(("nvrtc", "cc", "available"), [
+    ((12, 1), (9, 0), False), ((12, 3), (8, 9), False), ((11, 8), (9, 0), False),
+    ((12, 4), (8, 9), True), ((12, 9), (9, 0), True), ((13, 0), (10, 0), True),
+    ((13, 0), (8, 6), False), ((12, 9), (8, 0), False), (None, (9, 0), False),
+])
+def test_fp8_probe_availability_by_compiler_and_gpu(nvrtc, cc, available):
+    why = cm.fp8_mma_probe_unavailable(nvrtc, cc)
+    assert (why is None) == available, why
+    if not available:
+        assert "fp8 mma.sync" in why
+        if tuple(cc) < (8, 9):
+            assert f"sm_{cc[0]}{cc[1]}" in why
+        elif nvrtc is not None:
+            assert f"{nvrtc[0]}.{nvrtc[1]}" in why and "12.4" in why
+
+
+def test_fp8_probe_availability_rejects_malformed_versions():
+    for bad in ((12,), "12.4", (12, "x"), 12):
+        with pytest.raises(ValueError, match="nvrtc_version"):
+            cm.fp8_mma_probe_unavailable(bad, (9, 0))
+    with pytest.raises(ValueError, match="cc"):
+        cm.fp8_mma_probe_unavailable((12, 4), None)
+
+
+def test_fp8_guard_in_source_matches_the_model():
+    """probes.cu's preprocessor test and FP8_MMA_MIN_NVRTC must name the same release."""
+    text = cm.source_path("probes.cu").read_text()
+    major, minor = cm.FP8_MMA_MIN_NVRTC
+    assert (f"__CUDACC_VER_MAJOR__ > {major} || (__CUDACC_VER_MAJOR__ == {major} && "
+            f"__CUDACC_VER_MINOR__ >= {minor})") in text
+    assert f"__CUDA_ARCH__ >= {cm.FP8_MMA_MIN_CC[0]}{cm.FP8_MMA_MIN_CC[1]}0" in text
+    # both fp8 asm sites sit behind the combined guard, none behind a bare arch test
+    assert text.count("#if ROOFPROF_FP8_MMA") == 2
+    assert "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890\n" not in text
+
+
+# ------------------------------------------------------------------ read probes: access pattern
+@pytest.mark.parametrize("n_vec", [1, 7, 64, 64 * 4 + 3, 64 * 9 + 63, 64 * 12])
+def test_read_probe_replay_partitions_the_buffer(n_vec):
+    """Over all blocks each vector is read exactly once per pass; per thread the 4-way body
+    and the tail together cover i = t, t + s, ...; every pass repeats the same vectors."""
+    launch = cm.Launch("probes.cu", "probe_read_u4", (4, 1, 1), (16, 1, 1))
+    per_block = [cm.read_probe_vectors(n_vec, launch, b) for b in range(4)]
+    seen = np.concatenate(per_block)
+    assert np.array_equal(np.sort(seen), np.arange(n_vec))
+    for b, vecs in enumerate(per_block):  # block b owns the residues [16b, 16b + 16) mod 64
+        assert np.all((vecs % 64) // 16 == b)
+
+
+@pytest.mark.parametrize(("n_vec", "grid", "sm"), [(1000, 8, 2), (64 * 5, 4, 4), (7, 6, 3),
+                                                   (64 * 8 + 17, 8, 2)])
+def test_read_probe_sm_footprint_matches_the_replay(n_vec, grid, sm):
+    launch = cm.Launch("probes.cu", "probe_read_u4", (grid, 1, 1), (16, 1, 1))
+    largest = max(len(np.unique(cm.read_probe_vectors(n_vec, launch, b))) for b in range(grid))
+    expected = -(-grid // sm) * largest * 16
+    assert cm.read_probe_sm_footprint_bytes(n_vec, launch, sm) == expected
+
+
+def test_l2_probe_share_per_sm_fits_l1_hence_the_bypassing_loads():
+    """The desk-check's numbers: the L2/4 buffer and the read sweep's L2 window put at most a
+    few hundred KB on each SM, i.e. in reach of a 256 KB L1: with L1-cached loads every pass
+    after the first would hit L1. probe_read_u4 therefore loads with ld.global.cg."""
+    for l2_bytes, sms in ((50 << 20, 132), (60_000_000, 132), (40 << 20, 108)):
+        launch = cm.probe_launch("probe_read_u4", sms)
+        per_sm = cm.read_probe_sm_footprint_bytes(l2_bytes // 4 // 16, launch, sms)
+        assert 64 * 1024 < per_sm <= 256 * 1024, per_sm
+    text = cm.source_path("probes.cu").read_text()
+    assert "read_body<LoadL2>(src, n_vec, passes, flag, out);" in text
+    assert "read_body<LoadL1>(src, n_vec, passes, flag, out);" in text
+    assert "return __ldcg(p);" in text
+
+
+def test_l1_probe_sizing_inverts_the_footprint():
+    for sms in (1, 108, 132):
+        launch = cm.probe_launch("probe_read_l1_u4", sms)
+        for budget in (64 * 1024, 100_000, 16 * 256 * 4):
+            n_vec = cm.read_probe_n_vec_for_sm_footprint(budget, launch, sms)
+            assert n_vec % launch.threads == 0
+            assert cm.read_probe_sm_footprint_bytes(n_vec, launch, sms) <= budget
+            bigger = n_vec + launch.threads
+            assert cm.read_probe_sm_footprint_bytes(bigger, launch, sms) > budget
+    with pytest.raises(ValueError, match="one vector per thread"):
+        cm.read_probe_n_vec_for_sm_footprint(1000, cm.probe_launch("probe_read_l1_u4", 4), 4)
+
+
+# ------------------------------------------------------------------ launch-hiding delay
+def test_delay_probe_model():
+    launch = cm.probe_launch("probe_delay_ns", 132)
+    assert (launch.grid, launch.block) == ((1, 1, 1), (32, 1, 1))
+    assert cm.probe_out_words(launch) == 2  # one unsigned long long
+    assert cm.delay_probe_ns(40e-6) == 40_000 and cm.delay_probe_ns(0) == 0
+    assert cm.delay_probe_ns(1.5e-9) == 2
+    assert cm.delay_probe_ns(5.0) == cm.DELAY_MAX_NS
+    for bad in (-1e-6, float("nan"), float("inf"), "40us"):
+        with pytest.raises(ValueError, match="delay_s"):
+            cm.delay_probe_ns(bad)
+    text = cm.source_path("probes.cu").read_text()
+    assert "%%globaltimer" in text and f"MAX_DELAY_NS = {cm.DELAY_MAX_NS}ull" in text
+
+
 # ------------------------------------------------------------------ launch geometry
 def test_gemm_launch_geometry():
     launch = cm.gemm_launch(130, 136, 264, "fp16", "fp32")
@@ -324,4 +424,7 @@ def test_signatures_are_consistent():
             assert cm.c_type_size(c_type) in (4, 8)
     assert len(cm.entries("gemv.cu")) == 2 * (2 * len(cm.GEMV_M_TILES) + 1)
     assert len(cm.entries("gemm_mma.cu")) == 4
-    assert len(cm.entries("probes.cu")) == 14
+    assert len(cm.entries("probes.cu")) == 16
+    assert cm.ENTRY_SIGNATURES["probe_read_l1_u4"] == cm.ENTRY_SIGNATURES["probe_read_u4"]
+    assert set(cm.READ_PROBE_ENTRIES.values()) <= set(cm.entries("probes.cu"))
+    assert [cm.c_type_size(t) for t, _ in cm.ENTRY_SIGNATURES["probe_delay_ns"][1]] == [8, 8]

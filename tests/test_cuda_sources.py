@@ -9,7 +9,9 @@ Every ``kernels/cuda/*.cu`` is compiled once per architecture (sm_80, sm_89, sm_
   signature, so the host side can rely on the argument order and types;
 * the SASS (``cuobjdump -sass``, which needs ``nvdisasm``): tensor-core instructions in the GEMM
   and mma probes, 128-bit global loads in the GEMV and bandwidth probes, LDGSTS (cp.async) and
-  LDSM (ldmatrix) in the GEMM, enough FMA/MMA instructions per loop that nothing was hoisted.
+  LDSM (ldmatrix) in the GEMM, enough FMA/MMA instructions per loop that nothing was hoisted;
+  L1-bypassing loads (``LDG.E.128.STRONG.GPU``) in the L2 read probe and L1-allocating ones in
+  the L1 probe; a ``%globaltimer`` spin loop in the delay kernel.
 
 Skipped with a reason when nvcc, cuobjdump or nvdisasm is missing (pip wheels
 ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` carry the last two). A GPU run is still
@@ -150,6 +152,12 @@ def parse_sass(sass: str) -> dict[str, list[str]]:
     return {name: _SASS_LINE.findall(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
+def sass_bodies(sass: str) -> dict[str, str]:
+    """Per function: its SASS text (opcodes with operands), for checks on operands."""
+    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
 def parse_kparams(elf: str) -> dict[str, list[int]]:
     """Per entry: parameter sizes in bytes, by ordinal (from EIATTR_KPARAM_INFO)."""
     out: dict[str, list[int]] = {}
@@ -271,6 +279,7 @@ def test_probe_sass(compiled, arch):
     f = _sass(compiled, "probes.cu", arch)
     per_iter_fma = cm.PROBE_FMA_NACC * cm.PROBE_FMA_UNROLL
     assert count(f["probe_read_u4"], LDG128) >= 4
+    assert count(f["probe_read_l1_u4"], LDG128) >= 4
     assert count(f["probe_copy_u4"], LDG128) >= 4
     assert count(f["probe_copy_u4"], r"STG\.E\.128.*") >= 4
     assert count(f["probe_intensity_fp32"], LDG128) >= 2
@@ -294,6 +303,57 @@ def test_probe_sass(compiled, arch):
     else:  # sm_90: emulated (unpack to f16 + 2 HMMA per mma), and not hoisted out of the loop
         assert count(fp8, r"F2FP\.F16\.E4M3\.UNPACK_B") >= 1
         assert count(fp8, r"HMMA\.16816\.F32") >= 2 * nacc
+
+
+# ld.global.cg as nvcc 13.0 emits it for sm_80..sm_90: a GPU-scope strong load, served by L2
+# (the per-SM L1 is not coherent at GPU scope, so such a load never hits or allocates there).
+L1_BYPASSING = r"LDG\.E\.128\.STRONG\.(GPU|SYS)"
+# Weak loads (LDG.E.128) and the read-only path (LDG.E.128.CONSTANT) are cached in L1.
+L1_CACHED = r"LDG\.E\.128(\.CONSTANT)?"
+
+
+@needs_sass
+@pytest.mark.parametrize("arch", ARCHS)
+def test_l2_read_probe_loads_bypass_l1(compiled, arch):
+    """probe_read_u4 (the L2 probe and the read sweep) re-reads each SM's share every pass: its
+    loads must not be L1-allocating, or the "L2" ceiling is the L1 hit rate. Before the fix
+    they were LDG.E.128.CONSTANT (__ldg)."""
+    read = _sass(compiled, "probes.cu", arch)["probe_read_u4"]
+    loads = [op for op in read if op.startswith("LDG")]
+    assert count(read, L1_BYPASSING) >= 4, loads
+    assert all(re.fullmatch(L1_BYPASSING, op) for op in loads), f"L1-cached loads on {arch}: {loads}"
+    assert not count(read, L1_CACHED)
+
+
+@needs_sass
+@pytest.mark.parametrize("arch", ARCHS)
+def test_l1_read_probe_loads_allocate_in_l1(compiled, arch):
+    """probe_read_l1_u4 is the explicit L1 ceiling: the same loop with read-only-path loads."""
+    read_l1 = _sass(compiled, "probes.cu", arch)["probe_read_l1_u4"]
+    loads = [op for op in read_l1 if op.startswith("LDG")]
+    assert count(read_l1, r"LDG\.E\.128\.CONSTANT") >= 4, loads
+    assert not count(read_l1, L1_BYPASSING), loads
+
+
+@needs_sass
+@pytest.mark.parametrize("arch", ARCHS)
+def test_delay_kernel_spins_on_the_global_timer(compiled, arch):
+    """probe_delay_ns reads %globaltimer (SR_GLOBALTIMERLO/HI in SASS) before and inside its
+    loop, never the SM clock, so its length does not depend on clocks or a calibration."""
+    assert compiled[("probes.cu", arch)].sass
+    body = sass_bodies(compiled[("probes.cu", arch)].sass)["probe_delay_ns"]
+    reads = re.findall(r"\b(?:CS2R|S2R|S2UR)(?:\.\w+)*\s+\w+,\s*(SR_\w+)", body)
+    timer = [r for r in reads if r.startswith("SR_GLOBALTIMER")]
+    assert len(timer) >= 2, reads  # the start time and the one re-read every loop trip
+    assert not [r for r in reads if r.startswith("SR_CLOCK")], reads
+    # the spin loop: a backward branch whose body re-reads the timer
+    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)
+    timer_at = [int(a, 16) for a, text in lines if "SR_GLOBALTIMER" in text]
+    loops = [(int(m.group(1), 16), int(a, 16)) for a, text in lines
+             if (m := re.search(r"\bBRA\s+(?:`\()?(?:0x)?([0-9a-f]+)", text)) and int(m.group(1), 16) < int(a, 16)]
+    assert any(lo <= t < hi for lo, hi in loops for t in timer_at), (loops, timer_at)
+    ops = parse_sass(compiled[("probes.cu", arch)].sass)["probe_delay_ns"]
+    assert count(ops, r"STG\.E\.64") == 1, ops
 
 
 # ----------------------------------------------------------------------------------- NVRTC

@@ -12,9 +12,14 @@
 // chosen by the host, a multiple of the SM count for the throughput probes; see cuda_models.py):
 //   Bandwidth (16-byte vectors, grid-stride loops, 4 independent loads in flight per thread):
 //     probe_read_u4(const uint4* src, long long n_vec, int passes, unsigned flag, unsigned* out)
-//         reads n_vec * 16 bytes `passes` times. HBM: a buffer >= 2x L2, passes = 1.
-//         L2-resident: the SAME kernel on a small buffer (<= L2/2, e.g. L2/4), passes > 1, after an
-//         untimed warm-up launch; every pass after the first hits L2 (bytes = passes * 16 * n_vec).
+//         reads n_vec * 16 bytes `passes` times with L1-bypassing ld.global.cg loads (every
+//         thread re-reads the same vectors each pass; .cg keeps those re-reads out of L1).
+//         HBM: a buffer >= 2x L2, passes = 1. L2-resident: the SAME kernel on a small buffer
+//         (<= L2/2, e.g. L2/4), passes > 1, after an untimed warm-up launch; every pass after
+//         the first hits L2 (bytes = passes * 16 * n_vec).
+//     probe_read_l1_u4(same arguments as probe_read_u4)
+//         the same loop with L1-allocating __ldg loads: the L1 ceiling when each SM's share of
+//         the buffer (cuda_models.read_probe_sm_footprint_bytes) fits in its L1, passes > 1.
 //     probe_copy_u4(const uint4* src, uint4* dst, long long n_vec)
 //         bytes = 2 * 16 * n_vec (read + write).
 //     probe_smem_u4(int iters, unsigned seed, unsigned flag, unsigned* out)
@@ -27,9 +32,13 @@
 //     probe_mma_{bf16,fp16,tf32,fp8,int8}(int iters, unsigned seed, unsigned flag, unsigned* out)
 //         each warp issues MMA_NACC independent mma.sync per iteration on register fragments;
 //         FLOPs per warp per mma = 2*m*n*k: m16n8k16 (bf16, fp16), m16n8k8 (tf32), m16n8k32 (fp8
-//         e4m3, int8 s8; int8 counts integer ops). fp8 needs sm_89+: compiled for an older target
-//         the kernel body is empty (the host must not time it there).
+//         e4m3, int8 s8; int8 counts integer ops). fp8 needs sm_89+ and nvcc/NVRTC >= 12.4
+//         (PTX ISA 8.4): otherwise the kernel body is empty (the host must not time it there;
+//         cuda_models.fp8_mma_probe_unavailable says when).
 //   Launch latency: probe_empty() with no arguments, 1 block of 32 threads.
+//   Launch-hiding delay: probe_delay_ns(unsigned long long ns, unsigned long long* out), 1 block
+//         of 1..32 threads: spins on %globaltimer until ns nanoseconds (capped at 1 s) have
+//         passed, independent of the SM clock; out[0] = elapsed timer ns (>= ns).
 //   Intensity sweep (mixbench-style, fp32):
 //     probe_intensity_fp32(const float4* src, long long n_vec, int nfma, unsigned flag,
 //                          unsigned* out)
@@ -41,6 +50,26 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+// fp8 (e4m3) mma.sync needs sm_89+ AND PTX ISA 8.4, i.e. nvcc/NVRTC 12.4 or newer: an older
+// NVRTC emits a lower .version and its assembler rejects the instruction, which would fail the
+// whole file. NVRTC defines __CUDACC_VER_MAJOR__/__CUDACC_VER_MINOR__ like nvcc. Without the
+// feature probe_mma_fp8 compiles to an empty kernel; cuda_models.fp8_mma_probe_unavailable
+// (nvrtc_version, cc) tells the host so (it must then skip the probe, never time it).
+// (-DROOFPROF_PTX_HAS_FP8_MMA=0/1 overrides the version test; the tests use it.)
+#ifndef ROOFPROF_PTX_HAS_FP8_MMA
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define ROOFPROF_PTX_HAS_FP8_MMA 1
+#else
+#define ROOFPROF_PTX_HAS_FP8_MMA 0
+#endif
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && ROOFPROF_PTX_HAS_FP8_MMA
+#define ROOFPROF_FP8_MMA 1
+#else
+#define ROOFPROF_FP8_MMA 0
+#endif
 
 namespace roofprof_probes {
 
@@ -75,6 +104,28 @@ __device__ __forceinline__ void add4(uint4& a, const uint4& b) {
 }
 
 // ---------------------------------------------------------------- bandwidth
+// Load policies of read_body. LoadL2: ld.global.cg ("cache global", SASS LDG.E.128.STRONG.GPU
+// on sm_80..sm_90) is served by L2 and never allocates in the per-SM L1, so a pass that re-reads
+// what the same SM read in the previous pass still goes to L2: the L2 probe and the read sweep
+// measure L2/HBM, never L1. LoadL1: __ldg, the read-only path (LDG.E.128.CONSTANT), which
+// allocates in the unified L1/texture cache: with a per-SM footprint below the L1 size every pass
+// after the first hits L1.
+struct LoadL2 {
+  static __device__ __forceinline__ uint4 load(const uint4* p) {
+#ifdef __CUDACC__
+    return __ldcg(p);
+#else  // compiled as host C++ by the replay harness of tests/test_cuda_device.py
+    return *p;
+#endif
+  }
+};
+struct LoadL1 {
+  static __device__ __forceinline__ uint4 load(const uint4* p) { return __ldg(p); }
+};
+
+// Thread t of the grid reads vectors t, t + stride, t + 2 stride, ... (stride = all threads), the
+// SAME vectors in every pass; kernels/cuda_models.py read_probe_vectors replays the mapping.
+template <typename Load = LoadL2>
 __device__ __forceinline__ void read_body(const uint4* __restrict__ src, long long n_vec,
                                           int passes, unsigned flag, unsigned* out) {
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -83,16 +134,16 @@ __device__ __forceinline__ void read_body(const uint4* __restrict__ src, long lo
   for (int p = 0; p < passes; ++p) {
     long long i = start;
     for (; i + 3 * stride < n_vec; i += 4 * stride) {
-      const uint4 v0 = __ldg(src + i);
-      const uint4 v1 = __ldg(src + i + stride);
-      const uint4 v2 = __ldg(src + i + 2 * stride);
-      const uint4 v3 = __ldg(src + i + 3 * stride);
+      const uint4 v0 = Load::load(src + i);
+      const uint4 v1 = Load::load(src + i + stride);
+      const uint4 v2 = Load::load(src + i + 2 * stride);
+      const uint4 v3 = Load::load(src + i + 3 * stride);
       add4(acc, v0);
       add4(acc, v1);
       add4(acc, v2);
       add4(acc, v3);
     }
-    for (; i < n_vec; i += stride) add4(acc, __ldg(src + i));
+    for (; i < n_vec; i += stride) add4(acc, Load::load(src + i));
   }
   keep(fold(acc), flag, out);
 }
@@ -267,7 +318,7 @@ struct MmaFp8 {  // m16n8k32 e4m3: A four .b32 (4 e4m3 each), B two .b32
   static __device__ __forceinline__ unsigned operand(unsigned h) { return e4m3x4_bits(h); }
   static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4],
                                              const unsigned (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#if ROOFPROF_FP8_MMA
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
@@ -391,6 +442,29 @@ __device__ __forceinline__ void intensity_body(const float4* __restrict__ src, l
   keep(acc, flag, out);
 }
 
+// ---------------------------------------------------------------- launch-hiding delay
+// Spins on the GPU's global nanosecond timer (%globaltimer), so the delay does not depend on the
+// SM clock (idle 345 MHz or boosted) nor on a host-side calibration. Every thread spins; thread 0
+// of block 0 stores the elapsed timer nanoseconds (>= ns) in out[0]. The timer may tick in steps
+// of up to ~1 us on some GPUs, so the delay is ns rounded up to the tick. ns is capped at 1 s.
+constexpr unsigned long long MAX_DELAY_NS = 1000000000ull;
+
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void delay_body(unsigned long long ns, unsigned long long* out) {
+  const unsigned long long want = ns < MAX_DELAY_NS ? ns : MAX_DELAY_NS;
+  const unsigned long long t0 = global_timer_ns();
+  unsigned long long elapsed = 0;
+  do {
+    elapsed = global_timer_ns() - t0;
+  } while (elapsed < want);
+  if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = elapsed;
+}
+
 }  // namespace roofprof_probes
 
 using namespace roofprof_probes;
@@ -398,7 +472,13 @@ using namespace roofprof_probes;
 extern "C" __global__ void __launch_bounds__(THREADS)
     probe_read_u4(const uint4* __restrict__ src, long long n_vec, int passes, unsigned flag,
                   unsigned* __restrict__ out) {
-  read_body(src, n_vec, passes, flag, out);
+  read_body<LoadL2>(src, n_vec, passes, flag, out);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+    probe_read_l1_u4(const uint4* __restrict__ src, long long n_vec, int passes, unsigned flag,
+                     unsigned* __restrict__ out) {
+  read_body<LoadL1>(src, n_vec, passes, flag, out);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -432,7 +512,7 @@ ROOFPROF_MMA_PROBE(probe_mma_tf32, MmaTf32)
 
 extern "C" __global__ void __launch_bounds__(THREADS)
     probe_mma_fp8(int iters, unsigned seed, unsigned flag, unsigned* __restrict__ out) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#if ROOFPROF_FP8_MMA
   mma_body<MmaFp8>(iters, seed, flag, out);
 #endif
 }
@@ -443,6 +523,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 }
 
 extern "C" __global__ void probe_empty() {}
+
+// Launched with 1 block of 32 threads (THREADS is only the upper bound).
+extern "C" __global__ void __launch_bounds__(THREADS)
+    probe_delay_ns(unsigned long long ns, unsigned long long* __restrict__ out) {
+  delay_body(ns, out);
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
     probe_intensity_fp32(const float4* __restrict__ src, long long n_vec, int nfma, unsigned flag,

@@ -4,7 +4,7 @@
 by numpy (device arrays are numpy arrays; events read ``time.perf_counter``);
 ``fake_nvml()`` an NVML with one GPU; ``FakeKernels`` executes the CUDA C entry points the
 host launches with numpy replays (``gemv``/``gemm_mma`` as matrix products, the probes
-through ``roofprof.devices.cuda_probes``' replays), optionally with a deliberate bug.
+through the replays in ``kernels/cuda_models.py``), optionally with a deliberate bug.
 
 It proves the host side (launch arguments, buffers, poisoning, checks, accounting,
 refusals, result files) without a GPU; it proves nothing about the kernels themselves.
@@ -17,8 +17,8 @@ import types
 
 import numpy as np
 
-from roofprof.devices import cuda_probes as cpb
-from roofprof.devices.cuda_impls import bf16_bits, bf16_to_f32
+from roofprof.devices.cuda import bf16_bits, bf16_to_f32
+from roofprof.devices.cuda import probes as cpb
 
 
 class FakeCudaError(RuntimeError):

@@ -15,17 +15,11 @@ from fakegpu import FakeCudaError, fake_cupy, fake_device, fake_nvml
 
 from roofprof import devices
 from roofprof.devices import cuda as cuda_mod
-from roofprof.devices import cuda_probes as cpb
 from roofprof.devices.cuda import (
+    CublasGemm,
     CudaDevice,
     CudaEventClock,
     CudaKernelError,
-    dtype_unsupported,
-    flush_bytes_for,
-    memory_refusal,
-)
-from roofprof.devices.cuda_impls import (
-    CublasGemm,
     CupyBuffers,
     CupyKernels,
     CupyReference,
@@ -34,7 +28,12 @@ from roofprof.devices.cuda_impls import (
     attention_group,
     bf16_bits,
     bf16_to_f32,
+    dtype_unsupported,
+    flush_bytes_for,
+    memory_refusal,
 )
+from roofprof.devices.cuda import device as cuda_device_mod
+from roofprof.devices.cuda import probes as cpb
 from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError
 from roofprof.specs import load_model
 from roofprof.workload import Op, llama_ops
@@ -81,7 +80,8 @@ def test_real_cupy_without_a_gpu_is_unavailable():
 
 
 def test_select_cuda_without_gpu_is_an_exit_2_error(monkeypatch):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: ([], "no NVIDIA driver (NVML library not found)"))
+    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [
+        devices.DeviceStatus("cuda", "-", False, "no NVIDIA driver (NVML library not found)")])
     with pytest.raises(DeviceUnavailableError) as info:
         devices.select("cuda:0")
     assert isinstance(info.value, RoofprofError) and info.value.exit_code == 2
@@ -89,7 +89,7 @@ def test_select_cuda_without_gpu_is_an_exit_2_error(monkeypatch):
 
 
 def test_select_auto_falls_back_to_cpu_when_cuda_is_unusable(monkeypatch):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: (["NVIDIA H100 80GB HBM3"], ""))
+    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
     monkeypatch.setitem(sys.modules, "cupy", None)
     sel = devices.select_device("auto")
     assert sel.device.info.kind == "cpu"
@@ -97,9 +97,9 @@ def test_select_auto_falls_back_to_cpu_when_cuda_is_unusable(monkeypatch):
 
 
 def test_select_cuda_opens_the_cuda_device(monkeypatch):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: (["NVIDIA H100 80GB HBM3"], ""))
-    monkeypatch.setattr(cuda_mod, "_import_cupy", lambda: fake_cupy())
-    monkeypatch.setattr(cuda_mod, "_nvml_identity", lambda nv, pci, index: (
+    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
+    monkeypatch.setattr(cuda_device_mod, "import_cupy", lambda: fake_cupy())
+    monkeypatch.setattr(cuda_device_mod, "_nvml_identity", lambda nv, pci, index: (
         {"name": "NVIDIA H100 80GB HBM3", "nvml_index": 0, "max_sm_clock_mhz": 1980}, ""))
     dev = devices.select("cuda:0")
     assert dev.info.kind == "cuda" and dev.info.spec_id == "h100-sxm"

@@ -245,7 +245,7 @@ class NvmlSampler(_ThreadSampler):
         self._nvml = nv
         reason = _nvml.init(nv)  # joins the process's NVML session: free while a device holds one
         if reason:
-            raise RuntimeError(reason)
+            raise RuntimeError(f"NVML: {reason}")
         self._initialised = True
         self._handle = nv.nvmlDeviceGetHandleByIndex(self.handle_index)
         h = self._handle

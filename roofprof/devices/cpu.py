@@ -49,9 +49,10 @@ from roofprof.timing import PerfCounterClock
 if TYPE_CHECKING:
     from roofprof.probes import RooflinePlan
 
-__all__ = ["AUTO_FALLBACK", "KIND", "NAMES", "NP_DTYPES", "WHAT", "CpuDevice", "NumbaGemm", "NumpyGemm", "aligned_empty", "allowed_cpus",
-           "cache_sizes", "cpu_info", "cpu_probes", "cpu_roofline_plan", "enumerate", "open", "roofline_plan", "setup_fma",
-           "setup_gemm", "setup_intensity", "setup_read", "setup_triad"]
+__all__ = ["AUTO_FALLBACK", "KIND", "NAMES", "NP_DTYPES", "WHAT", "CpuDevice", "NumbaGemm", "NumpyGemm",
+           "ProbeArena", "aligned_empty", "allowed_cpus", "cache_sizes", "cpu_info", "cpu_probes",
+           "cpu_roofline_plan", "enumerate", "open", "roofline_plan", "setup_fma", "setup_gemm",
+           "setup_intensity", "setup_read", "setup_triad"]
 
 #: The device kind (and device string) of this backend.
 KIND = "cpu"
@@ -273,7 +274,7 @@ class CpuDevice:
 # --------------------------------------------------------------------------- probes
 
 
-class _Arena:
+class ProbeArena:
     """A growable, 64-byte aligned float64 buffer shared by the sizes of one sweep."""
 
     def __init__(self) -> None:
@@ -300,11 +301,11 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
     return rng if rng is not None else np.random.default_rng(PROBE_SEED)
 
 
-def setup_read(device: CpuDevice, arena: _Arena, *, working_set_bytes: int,
+def setup_read(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
                rng: np.random.Generator | None = None) -> ProbeRun:
     """The ``read`` bandwidth probe at one working set (bytes): a parallel float64 sum.
 
-    >>> run = setup_read(CpuDevice(), _Arena(), working_set_bytes=1 << 16)
+    >>> run = setup_read(CpuDevice(), ProbeArena(), working_set_bytes=1 << 16)
     >>> run.bytes_per_rep == 8 * run.params["elements"] and run.check().ok
     True
     """
@@ -329,7 +330,7 @@ def setup_read(device: CpuDevice, arena: _Arena, *, working_set_bytes: int,
                     working_set_bytes=8 * n, params={"elements": n, "threads": nt})
 
 
-def setup_triad(device: CpuDevice, arena: _Arena, *, working_set_bytes: int,
+def setup_triad(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
                 rng: np.random.Generator | None = None) -> ProbeRun:
     """The ``triad`` bandwidth probe (STREAM ``a = b + s·c``) at one working set (bytes)."""
     k, rng = _kernels(), _rng(rng)
@@ -411,7 +412,7 @@ def setup_gemm(device: CpuDevice, dtype: str, *, size: int, rng: np.random.Gener
                     working_set_bytes=3 * n * n * item, params={"n": n})
 
 
-def setup_intensity(device: CpuDevice, arena: _Arena, dtype: str, *, working_set_bytes: int,
+def setup_intensity(device: CpuDevice, arena: ProbeArena, dtype: str, *, working_set_bytes: int,
                     fmas_per_element: int, rng: np.random.Generator | None = None) -> ProbeRun:
     """The ``intensity-<dtype>`` probe: ``fmas_per_element`` FMAs per element read and written."""
     k, rng = _kernels(), _rng(rng)
@@ -448,8 +449,8 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
     """The CPU probe catalogue (see the module docstring): the ``setup_*`` functions bound to
     this device, their buffers and one random stream for the checks."""
     rng = np.random.default_rng(PROBE_SEED)
-    read_arena, triad_arena = _Arena(), _Arena()
-    sweep_arenas: dict[str, _Arena] = {"fp32": _Arena(), "fp64": _Arena()}
+    read_arena, triad_arena = ProbeArena(), ProbeArena()
+    sweep_arenas: dict[str, ProbeArena] = {"fp32": ProbeArena(), "fp64": ProbeArena()}
     fma_accounting = ("FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
                       "elements independent), data L1-resident")
     blas = _blas_name()

@@ -52,6 +52,12 @@ from roofprof.workload import Op
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
+__all__ = ["FMA_SEED", "ITERS_PER_REP", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
+           "flag_check", "fma_probe_fold", "hash32", "intensity_probe_folds", "launch_latency", "merge_checks",
+           "read_check", "read_probe_folds", "round_to_precision", "setup_copy", "setup_d2d", "setup_fma",
+           "setup_intensity", "setup_mma", "setup_read", "setup_smem", "skipped_probes", "smem_probe_fold"]
+
+#: The replays of probes.cu live beside the gemv/gemm replays in ``kernels/cuda_models.py``.
 _cm = kernels_module("cuda_models")
 hash32 = _cm.hash32
 read_probe_folds = _cm.read_probe_folds
@@ -115,7 +121,7 @@ def _split_iters(total: int, limit: int = MAX_ITERS_PER_LAUNCH) -> list[int]:
     return out or [0]
 
 
-class _Arena:
+class ProbeArena:
     """A growable device buffer (uint8) shared by the sizes of one sweep, filled once with random bits."""
 
     def __init__(self, device: CudaDevice, what: str, seed: int):
@@ -179,7 +185,7 @@ def read_check(device: CudaDevice, launch: Any, rng: np.random.Generator | None 
                                  "replayed in numpy")
 
 
-def setup_read(device: CudaDevice, arena: _Arena, *, working_set_bytes: int, fixed_bytes: int | None = None,
+def setup_read(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int, fixed_bytes: int | None = None,
                rng: np.random.Generator | None = None) -> ProbeRun:
     """``read`` (and ``read-l2`` with ``fixed_bytes``): ``probe_read_u4`` over the working set,
     a repetition being one more pass in the same launch."""
@@ -201,7 +207,7 @@ def setup_read(device: CudaDevice, arena: _Arena, *, working_set_bytes: int, fix
                             "repetition": "one more pass in the same launch"})
 
 
-def setup_copy(device: CudaDevice, arena: _Arena, *, working_set_bytes: int,
+def setup_copy(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
                rng: np.random.Generator | None = None) -> ProbeRun:
     """``copy``: ``probe_copy_u4`` from one half of the working set to the other."""
     cm, cp, rng = _cuda_models(device), device.cupy, _rng(rng)
@@ -258,7 +264,7 @@ def setup_smem(device: CudaDevice, *, working_set_bytes: int = 0,
                     working_set_bytes=cm.PROBE_SMEM_STATIC_BYTES, params={"grid": launch.grid[0]})
 
 
-def setup_d2d(device: CudaDevice, arena: _Arena, *, working_set_bytes: int,
+def setup_d2d(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
               rng: np.random.Generator | None = None) -> ProbeRun:
     """``d2d-copy``: ``cudaMemcpyAsync`` device to device of half the working set."""
     cp, rng = device.cupy, _rng(rng)
@@ -363,7 +369,7 @@ def setup_mma(device: CudaDevice, dtype: str) -> ProbeRun:
                     params={"grid": launch.grid[0], "iters_per_rep": ITERS_PER_REP})
 
 
-def setup_intensity(device: CudaDevice, arena: _Arena, *, working_set_bytes: int, fmas_per_element: int,
+def setup_intensity(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int, fmas_per_element: int,
                     rng: np.random.Generator | None = None) -> ProbeRun:
     """``intensity-fp32``: ``probe_intensity_fp32`` with ``nfma = max(1, k/2)`` per element."""
     cm, cp, rng = _cuda_models(device), device.cupy, _rng(rng)
@@ -421,8 +427,8 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
     skipped: list[dict[str, str]] = []
     probes: list[Probe] = []
 
-    def arena(what: str, seed: int) -> _Arena:
-        return _Arena(device, what, seed)
+    def arena(what: str, seed: int) -> ProbeArena:
+        return ProbeArena(device, what, seed)
 
     probes.append(Probe("read", "bandwidth", partial(setup_read, device, arena("the read probe buffer", 1), rng=rng),
                         accounting="bytes = 16·n_vec per pass (uint4 __ldg loads, grid-stride, 4 in flight)",
@@ -521,8 +527,3 @@ def launch_latency(device: CudaDevice, launches: int = 200, rounds: int = 5) -> 
         host = min(host, t_host / launches)
     return {"gpu_s_per_launch": gpu, "host_issue_s_per_launch": host, "launches": launches, "rounds": rounds}
 
-
-__all__ = ["FMA_SEED", "ITERS_PER_REP", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "cuda_probes", "flag_check",
-           "fma_probe_fold", "hash32", "intensity_probe_folds", "launch_latency", "merge_checks", "read_check",
-           "read_probe_folds", "round_to_precision", "setup_copy", "setup_d2d", "setup_fma", "setup_intensity",
-           "setup_mma", "setup_read", "setup_smem", "skipped_probes", "smem_probe_fold"]

@@ -64,6 +64,7 @@ from roofprof.devices.cuda._runtime import (
 from roofprof.devices.cuda.impls import cuda_implementations
 from roofprof.devices.cuda.probes import cuda_probes, launch_latency
 from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.specs import load_gpu, match_gpu
 from roofprof.telemetry import NullSampler, NvmlSampler, Sampler
 
 if TYPE_CHECKING:
@@ -133,8 +134,6 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
     Raises:
         DeviceUnavailableError: no such GPU or CUDA unusable (the CUDA error in the message).
     """
-    from roofprof.specs import match_gpu
-
     errors = cuda_error_types(cp)
     try:
         count = int(cp.cuda.runtime.getDeviceCount())
@@ -270,8 +269,6 @@ class CudaDevice:
     @property
     def spec(self):
         """The datasheet row (:class:`~roofprof.specs.GpuSpec`) or None."""
-        from roofprof.specs import load_gpu
-
         return load_gpu(self._info.spec_id) if self._info.spec_id else None
 
     def unsupported(self, dtype: str, path: str) -> str | None:

@@ -116,7 +116,10 @@ def cuda_devices() -> tuple[list[str], str]:
 
     Never raises. NVML lists them; without NVML, CUDA (CuPy) does.
     """
-    rows = backend("cuda").enumerate()
+    try:
+        rows = backend("cuda").enumerate()
+    except UnknownNameError:
+        return [], "no CUDA backend in roofprof.devices.BACKENDS"
     names = [r.name for r in rows if r.usable]
     return names, "" if names else "; ".join(r.reason for r in rows if r.reason) or "no GPU"
 

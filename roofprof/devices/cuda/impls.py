@@ -368,7 +368,8 @@ def gemm_probe_setup(device: CudaDevice, dtype: str, backend: str) -> Callable[.
     through cuBLAS (``backend="cublas"``) or ``torch.matmul`` (``"torch"``)."""
     def setup(*, size: int) -> ProbeRun:
         n = int(size)
-        op = Op(f"gemm-probe-{n}", "gemm", "prefill", n, n, n, dtype, 2.0 * n**3, 3.0 * n * n * ITEMSIZE[dtype])
+        op = Op(f"gemm-probe-{n}", "gemm", "prefill", n, n, n, dtype, 2.0 * n**3, 3.0 * n * n * ITEMSIZE[dtype],
+                fn="linear")
         rng = np.random.default_rng(n)
         impl = CublasGemm(device) if backend == "cublas" else TorchGemm(device)
         prep = impl.prepare(op, rng)

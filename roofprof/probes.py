@@ -41,6 +41,7 @@ from typing import Any
 from roofprof.devices.base import Device, DeviceInfo, Probe, ProbeRun
 from roofprof.errors import ConfigError, RoofprofError
 from roofprof.roofline import Ceiling, Roofline
+from roofprof.specs import BYTES_PER_ELEMENT
 from roofprof.timing import Timing, benchmark
 
 SCHEMA = "roofprof.roofline/1"
@@ -52,7 +53,6 @@ SWEEP_MAX_FACTOR = 16
 PLANS = ("full", "quick", "test")
 KiB, MiB = 1024, 1024**2
 _LEVEL_LABEL = {"l1": "L1", "l2": "L2", "l3": "L3", "dram": "DRAM", "smem": "shared memory"}
-_BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 Progress = Callable[[int, int, str], Any]
 
@@ -74,7 +74,8 @@ class RooflineInterrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class RooflinePlan:
-    """How much to measure. Build with :meth:`for_device`; every size in bytes, time in s.
+    """How much to measure. A device builds it (``device.roofline_plan(name)``, through
+    :meth:`sized`); every size in bytes, time in s.
 
     ``intensities`` are target FLOP/byte values; an intensity probe of dtype *d* gets
     ``k = intensity · itemsize(d)`` FMAs per element (one element read and written:
@@ -100,21 +101,43 @@ class RooflinePlan:
 
     @classmethod
     def for_device(cls, info: DeviceInfo, name: str = "full") -> RooflinePlan:
+        """The plan ``name`` that the backend of ``info.kind`` declares for this device.
+
+        The sizing numbers belong to the backends (``roofprof.devices.cpu.cpu_roofline_plan``,
+        ``roofprof.devices.cuda.cuda_roofline_plan``); a device also offers its plan as
+        ``device.roofline_plan(name)``.
+
+        Raises:
+            ConfigError: unknown plan name.
+            UnknownNameError: no backend of that kind.
+        """
+        from roofprof.devices import backend
+
+        return backend(info.kind).roofline_plan(info, name)
+
+    @classmethod
+    def sized(cls, info: DeviceInfo, name: str, *, min_intensity_working_set_bytes: int = 0,
+              **knobs: Any) -> RooflinePlan:
         """The ``full``, ``quick`` or ``test`` plan sized from the device's caches.
 
         Working sets run from ``2 KiB × compute units`` (at least 4 KiB) to
         ``16 × LLC`` (``full``: step √2; ``quick``: step 2; ``test``: one size per level),
         so that the DRAM plateau (from ``8 × LLC``, see :func:`level_windows`) has points.
-        The intensity sweep works on ``8 ×`` all caches together, shrunk for the points
-        whose call would exceed ``intensity_max_call_flops`` (far right of the ridge,
-        where the working set no longer matters).
+        The intensity sweep works on ``8 ×`` all caches together (at least
+        ``min_intensity_working_set_bytes``), shrunk for the points whose call would exceed
+        ``intensity_max_call_flops`` (far right of the ridge, where the working set no longer
+        matters). ``knobs`` are the device's budgets and sizes for ``full``/``quick`` (the
+        other fields of this record); ``test`` is the same tiny plan on every device.
+
+        Raises:
+            ConfigError: unknown plan name.
         """
         if name not in PLANS:
             raise ConfigError(f"unknown plan {name!r}; valid: {', '.join(PLANS)}")
         llc = info.last_level_cache_bytes or 32 * MiB
         total_cache = sum(info.cache_bytes.values()) or llc
         lo = max(4 * KiB, 2 * KiB * max(1, info.compute_units))
-        ws_int = max(DRAM_FACTOR * total_cache, 4 * MiB)
+        ws_int = max(DRAM_FACTOR * total_cache, 4 * MiB, int(min_intensity_working_set_bytes))
         if name == "test":
             windows = level_windows(info.cache_bytes)
             sizes = tuple(hi for _, _, hi in windows if math.isfinite(hi)) + (DRAM_FACTOR * llc,)
@@ -127,26 +150,7 @@ class RooflinePlan:
                        warmup_s=0.0)
         step = 2.0 if name == "quick" else math.sqrt(2.0)
         sizes = _geometric(lo, SWEEP_MAX_FACTOR * llc, step)
-        if info.kind == "cuda":
-            # GPUs: larger GEMMs and a DRAM-sized sweep; the CUDA device may pass its own plan.
-            return cls(name=name, working_set_sizes=sizes, point_budget_s=0.03 if name == "quick" else 0.1,
-                       target_call_s=0.002, compute_budget_s=0.2 if name == "quick" else 0.5, compute_call_s=0.01,
-                       gemm_sizes=(4096,) if name == "quick" else (4096, 8192), gemm_budget_s=0.2,
-                       intensity_working_set_bytes=max(ws_int, 256 * MiB),
-                       intensities=tuple(2.0**e for e in range(-3, 11, 2 if name == "quick" else 1)),
-                       intensity_budget_s=0.02, intensity_dtypes=("fp32", "fp64"), min_repeats=5,
-                       intensity_max_call_flops=1e12)
-        if name == "quick":
-            return cls(name=name, working_set_sizes=sizes, point_budget_s=0.03, target_call_s=0.003,
-                       compute_budget_s=0.25, compute_call_s=0.02, gemm_sizes=(1024, 2048), gemm_budget_s=0.2,
-                       intensity_working_set_bytes=ws_int,
-                       intensities=tuple(2.0**e for e in (-3, -1, 1, 3, 5, 7, 9)),
-                       intensity_budget_s=0.02, min_repeats=5, intensity_max_call_flops=5e9)
-        return cls(name=name, working_set_sizes=sizes, point_budget_s=0.1, target_call_s=0.005,
-                   compute_budget_s=1.0, compute_call_s=0.03, gemm_sizes=(1024, 2048, 3072), gemm_budget_s=0.6,
-                   intensity_working_set_bytes=ws_int, intensities=tuple(2.0**e for e in range(-3, 11)),
-                   intensity_budget_s=0.05, intensity_dtypes=("fp64", "fp32"), min_repeats=7,
-                   intensity_max_call_flops=1.5e10)
+        return cls(name=name, working_set_sizes=sizes, intensity_working_set_bytes=ws_int, **knobs)
 
     def intensity_working_set(self, intensity: float) -> int:
         """Working set (bytes) for the sweep point at ``intensity`` FLOP/byte.
@@ -161,7 +165,7 @@ class RooflinePlan:
 
     def fmas_per_element(self, dtype: str) -> list[tuple[float, int]]:
         """``(target intensity, k)`` pairs this plan runs for an intensity probe of ``dtype``."""
-        item = _BYTES_PER_ELEMENT.get(dtype, 4)
+        item = BYTES_PER_ELEMENT.get(dtype, 4)
         out = []
         for intensity in self.intensities:
             k = intensity * item
@@ -429,7 +433,7 @@ def measure_roofline(device: Device, quick: bool = False, progress: Progress | N
     if plan is None:
         plan = "quick" if quick else "full"
     if isinstance(plan, str):
-        plan = RooflinePlan.for_device(info, plan)
+        plan = device.roofline_plan(plan)
     catalogue = tuple(device.probes())
     if probes is not None:
         unknown = sorted(set(probes) - {p.name for p in catalogue})
@@ -746,8 +750,7 @@ def spec_comparison(info: DeviceInfo, ceilings: Sequence[Mapping[str, Any]]) -> 
     ``{"available": False, "note": ...}``.
     """
     if info.spec_id is None:
-        why = ("CPUs have no datasheet rows in data/gpus.json: these ceilings are measured only"
-               if info.kind == "cpu" else f"{info.name!r} matches no row of data/gpus.json")
+        why = info.spec_note or f"{info.name!r} matches no row of data/gpus.json"
         return {"available": False, "note": why, "rows": []}
     from roofprof.specs import load_gpu
 

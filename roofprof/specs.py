@@ -18,10 +18,10 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
@@ -30,10 +30,7 @@ BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8
 
 def _data_root():
     """The shipped data folder (``roofprof.data`` package, i.e. the repo's ``data/``)."""
-    try:
-        return resources.files("roofprof.data")
-    except ModuleNotFoundError:  # running from a source tree without installing
-        return Path(__file__).resolve().parents[1] / "data"
+    return data_root()
 
 
 # --------------------------------------------------------------------------- GPUs

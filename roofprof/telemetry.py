@@ -236,14 +236,16 @@ class NvmlSampler(_ThreadSampler):
         self._missing: dict[str, str] = {}
 
     def _open(self) -> None:
-        nv = self._nvml
-        if nv is None:
-            try:
-                import pynvml as nv  # noqa: PLC0415
-            except ImportError as exc:
-                raise RuntimeError("nvidia-ml-py (pynvml) is not installed") from exc
-            self._nvml = nv
-        nv.nvmlInit()
+        from roofprof.devices import (
+            _nvml,  # the one NVML shim (imported here: devices sit above telemetry)
+        )
+
+        self._shim = _nvml
+        nv = _nvml.load(self._nvml)  # NvmlUnavailable (a RuntimeError) without nvidia-ml-py
+        self._nvml = nv
+        reason = _nvml.init(nv)  # joins the process's NVML session: free while a device holds one
+        if reason:
+            raise RuntimeError(f"NVML: {reason}")
         self._initialised = True
         self._handle = nv.nvmlDeviceGetHandleByIndex(self.handle_index)
         h = self._handle
@@ -275,9 +277,7 @@ class NvmlSampler(_ThreadSampler):
     def _close(self) -> None:
         if self._initialised:
             self._initialised = False
-            shutdown = getattr(self._nvml, "nvmlShutdown", None)
-            if shutdown is not None:
-                shutdown()
+            self._shim.shutdown(self._nvml)
 
     def _read(self, field: str) -> Any:
         """One field: try its calls in order; drop calls the driver lacks; None on failure."""
@@ -286,8 +286,8 @@ class NvmlSampler(_ThreadSampler):
             try:
                 return calls[0]()
             except Exception as exc:  # noqa: BLE001
-                kind = _nvml_error_kind(self._nvml, exc)
-                if kind in ("FunctionNotFound", "NotSupported", "missing"):
+                kind = self._shim.error_kind(exc, self._nvml)
+                if kind in ("function_not_found", "not_supported", "missing"):
                     calls.pop(0)  # permanently: fall back on the next call, if any
                     if not calls:
                         self._missing[field] = kind
@@ -341,18 +341,8 @@ def reason_names(mask: int) -> tuple[str, ...]:
     return tuple(names)
 
 
-class _FunctionMissing(Exception):
+class _FunctionMissing(AttributeError):
     """The NVML module has no such function (an older nvidia-ml-py)."""
-
-
-def _nvml_error_kind(nv: Any, exc: Exception) -> str:
-    if isinstance(exc, (_FunctionMissing, AttributeError)):
-        return "missing"
-    for kind in ("FunctionNotFound", "NotSupported"):
-        cls = getattr(nv, f"NVMLError_{kind}", None)
-        if isinstance(cls, type) and isinstance(exc, cls):
-            return kind
-    return "other"
 
 
 # --------------------------------------------------------------------------- CPU

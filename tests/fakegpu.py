@@ -4,7 +4,7 @@
 by numpy (device arrays are numpy arrays; events read ``time.perf_counter``);
 ``fake_nvml()`` an NVML with one GPU; ``FakeKernels`` executes the CUDA C entry points the
 host launches with numpy replays (``gemv``/``gemm_mma`` as matrix products, the probes
-through ``roofprof.devices.cuda_probes``' replays), optionally with a deliberate bug.
+through the replays in ``kernels/cuda_models.py``), optionally with a deliberate bug.
 
 It proves the host side (launch arguments, buffers, poisoning, checks, accounting,
 refusals, result files) without a GPU; it proves nothing about the kernels themselves.
@@ -17,8 +17,8 @@ import types
 
 import numpy as np
 
-from roofprof.devices import cuda_probes as cpb
-from roofprof.devices.cuda_impls import bf16_bits, bf16_to_f32
+from roofprof.devices.cuda import bf16_bits, bf16_to_f32
+from roofprof.devices.cuda import probes as cpb
 
 
 class FakeCudaError(RuntimeError):
@@ -37,10 +37,10 @@ class _Event:
 
 
 class _Device:
-    def __init__(self, index=0, cc="90"):
+    def __init__(self, index=0, cc="90", pci_bus_id="0000:1B:00.0"):
         self.id = index
         self.compute_capability = cc
-        self.pci_bus_id = "0000:1B:00.0"
+        self.pci_bus_id = pci_bus_id
 
     def use(self):
         return None
@@ -78,8 +78,10 @@ class _RandomState:
 
 
 def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int = 8 << 30, total: int = 16 << 30,
-              clock_khz: int | None = 1_980_000, device_count: int = 1):
-    """A CuPy stand-in: numpy arrays as device arrays, perf_counter events, fixed attributes."""
+              clock_khz: int | None = 1_980_000, device_count: int = 1, pci_bus_ids: tuple[str, ...] = ()):
+    """A CuPy stand-in: numpy arrays as device arrays, perf_counter events, fixed attributes.
+
+    ``pci_bus_ids[i]`` is the PCI bus id of device ``i`` (default ``0000:1B:00.0`` for all)."""
     cp = types.SimpleNamespace()
     for n in ("empty", "full", "zeros", "asarray", "count_nonzero", "isfinite", "matmul", "exp", "sqrt",
               "concatenate", "take", "triu", "array_equal", "uint8", "uint16", "uint32", "float16", "float32",
@@ -120,7 +122,7 @@ def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int 
         return (b.t - a.t) * 1000.0
 
     cp.cuda = types.SimpleNamespace(runtime=runtime, Event=_Event, get_elapsed_time=elapsed,
-                                    Device=lambda i=0: _Device(i, name_cc),
+                                    Device=lambda i=0: _Device(i, name_cc, *pci_bus_ids[i:i + 1]),
                                     get_current_stream=lambda: types.SimpleNamespace(ptr=0),
                                     driver=types.SimpleNamespace())
     cp.get_default_memory_pool = lambda: pool
@@ -132,20 +134,30 @@ class NVMLError(Exception):
     """Stands for pynvml.NVMLError."""
 
 
-def fake_nvml(name: str = "NVIDIA H100 80GB HBM3", fail_init: bool = False):
-    """An NVML with one GPU named ``name`` (``fail_init``: nvmlInit raises NVMLError)."""
-    nv = types.SimpleNamespace(NVMLError=NVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2)
+def fake_nvml(name: str = "NVIDIA H100 80GB HBM3", fail_init: bool = False,
+              gpus: tuple[tuple[str, str], ...] | None = None):
+    """An NVML with one GPU named ``name`` (``fail_init``: nvmlInit raises NVMLError), or the
+    GPUs ``gpus`` given as ``(name, NVML PCI bus id)`` pairs in NVML index order.
+
+    ``nv.calls`` counts ``nvmlInit``/``nvmlShutdown``."""
+    gpus = tuple(gpus) if gpus is not None else ((name, "00000000:1B:00.0"),)
+    nv = types.SimpleNamespace(NVMLError=NVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
+                               calls={"init": 0, "shutdown": 0})
 
     def init():
+        nv.calls["init"] += 1
         if fail_init:
             raise NVMLError("Driver Not Loaded")
 
+    def shutdown():
+        nv.calls["shutdown"] += 1
+
     nv.nvmlInit = init
-    nv.nvmlShutdown = lambda: None
-    nv.nvmlDeviceGetCount = lambda: 1
+    nv.nvmlShutdown = shutdown
+    nv.nvmlDeviceGetCount = lambda: len(gpus)
     nv.nvmlDeviceGetHandleByIndex = lambda i: ("h", i)
-    nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=b"00000000:1B:00.0")
-    nv.nvmlDeviceGetName = lambda h: name
+    nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=gpus[h[1]][1].encode())
+    nv.nvmlDeviceGetName = lambda h: gpus[h[1]][0]
     nv.nvmlSystemGetDriverVersion = lambda: "580.00"
     nv.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000
     nv.nvmlDeviceGetMaxClockInfo = lambda h, which: 1980 if which == 1 else 2619

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import roofprof.devices as devices
+import roofprof.devices.cuda as cuda_backend
 import roofprof.probes as probes
 from roofprof.cli import main
 from roofprof.roofline import load_roofline
@@ -61,7 +62,7 @@ def test_unwritable_out_exits_2_before_measuring(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:7"])
 def test_unknown_device_exits_2_listing_devices(tmp_path, monkeypatch, capsys, device):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: (["NVIDIA H100 80GB HBM3"], ""))
+    monkeypatch.setattr(cuda_backend, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
     monkeypatch.setattr(probes, "measure_roofline", lambda *a, **k: pytest.fail("measured anyway"))
     code = main(["roofline", "--device", device, "--out", str(tmp_path)])
     assert code == 2
@@ -70,7 +71,8 @@ def test_unknown_device_exits_2_listing_devices(tmp_path, monkeypatch, capsys, d
 
 
 def test_cuda_without_gpu_exits_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: ([], "no NVIDIA driver (NVML library not found)"))
+    monkeypatch.setattr(cuda_backend, "enumerate", lambda: [
+        devices.DeviceStatus("cuda", "-", False, "no NVIDIA driver (NVML library not found)")])
     assert main(["roofline", "--device", "cuda:0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "not available" in err and "auto, cpu" in err

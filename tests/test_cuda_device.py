@@ -15,17 +15,11 @@ from fakegpu import FakeCudaError, fake_cupy, fake_device, fake_nvml
 
 from roofprof import devices
 from roofprof.devices import cuda as cuda_mod
-from roofprof.devices import cuda_probes as cpb
 from roofprof.devices.cuda import (
+    CublasGemm,
     CudaDevice,
     CudaEventClock,
     CudaKernelError,
-    dtype_unsupported,
-    flush_bytes_for,
-    memory_refusal,
-)
-from roofprof.devices.cuda_impls import (
-    CublasGemm,
     CupyBuffers,
     CupyKernels,
     CupyReference,
@@ -34,8 +28,13 @@ from roofprof.devices.cuda_impls import (
     attention_group,
     bf16_bits,
     bf16_to_f32,
+    dtype_unsupported,
+    flush_bytes_for,
+    memory_refusal,
 )
-from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError
+from roofprof.devices.cuda import device as cuda_device_mod
+from roofprof.devices.cuda import probes as cpb
+from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError, UnknownNameError
 from roofprof.specs import load_model
 from roofprof.workload import Op, llama_ops
 
@@ -81,7 +80,8 @@ def test_real_cupy_without_a_gpu_is_unavailable():
 
 
 def test_select_cuda_without_gpu_is_an_exit_2_error(monkeypatch):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: ([], "no NVIDIA driver (NVML library not found)"))
+    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [
+        devices.DeviceStatus("cuda", "-", False, "no NVIDIA driver (NVML library not found)")])
     with pytest.raises(DeviceUnavailableError) as info:
         devices.select("cuda:0")
     assert isinstance(info.value, RoofprofError) and info.value.exit_code == 2
@@ -89,7 +89,7 @@ def test_select_cuda_without_gpu_is_an_exit_2_error(monkeypatch):
 
 
 def test_select_auto_falls_back_to_cpu_when_cuda_is_unusable(monkeypatch):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: (["NVIDIA H100 80GB HBM3"], ""))
+    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
     monkeypatch.setitem(sys.modules, "cupy", None)
     sel = devices.select_device("auto")
     assert sel.device.info.kind == "cpu"
@@ -97,9 +97,9 @@ def test_select_auto_falls_back_to_cpu_when_cuda_is_unusable(monkeypatch):
 
 
 def test_select_cuda_opens_the_cuda_device(monkeypatch):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: (["NVIDIA H100 80GB HBM3"], ""))
-    monkeypatch.setattr(cuda_mod, "_import_cupy", lambda: fake_cupy())
-    monkeypatch.setattr(cuda_mod, "_nvml_identity", lambda nv, pci, index: (
+    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
+    monkeypatch.setattr(cuda_device_mod, "import_cupy", lambda: fake_cupy())
+    monkeypatch.setattr(cuda_device_mod, "_nvml_identity", lambda nv, pci, index: (
         {"name": "NVIDIA H100 80GB HBM3", "nvml_index": 0, "max_sm_clock_mhz": 1980}, ""))
     dev = devices.select("cuda:0")
     assert dev.info.kind == "cuda" and dev.info.spec_id == "h100-sxm"
@@ -539,3 +539,89 @@ def test_launch_latency_on_the_fake():
     lat = dev.launch_latency(launches=20)
     assert lat["gpu_s_per_launch"] > 0 and lat["host_issue_s_per_launch"] > 0
     assert dev.fake_kernels.launches.count("probe_empty") >= 20 * 5
+
+
+# --------------------------------------------------------------------------- selection without NVML, PCI matching
+
+
+def test_selection_without_nvml_counts_gpus_through_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(device_count=2))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    rows = devices.available_devices()
+    assert [r.label for r in rows if r.usable] == ["cpu", "cuda:0", "cuda:1"]
+    assert devices.cuda_devices() == (["Fake GPU", "Fake GPU"], "")
+    sel = devices.select_device("cuda:1")
+    dev = sel.device
+    assert dev.info.kind == "cuda" and dev.info.index == 1 and sel.reason == "cuda:1 requested (Fake GPU)"
+    assert "not installed" in dev.info.extra["nvml"]
+    with dev.sampler() as s:
+        pass
+    assert not s.summary().available and "pynvml" in s.summary().reason
+    auto = devices.select_device("auto")
+    assert auto.device.info.kind == "cuda" and auto.reason == "auto: GPU 'Fake GPU' works (cuda:0)"
+    with pytest.raises(UnknownNameError, match="cuda:1"):
+        devices.select("cuda:2")
+
+
+def test_without_nvml_and_cupy_the_reason_names_both(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    (row,) = cuda_mod.enumerate()
+    assert not row.usable and "pynvml" in row.reason and "CuPy is not installed" in row.reason
+
+
+def test_nvml_gpu_is_matched_by_the_full_pci_bus_id():
+    nv = fake_nvml(gpus=(("NVIDIA A100-SXM4-80GB", "00000000:1B:00.0"), ("NVIDIA H100 80GB HBM3", "00000001:1B:00.0")))
+    dev = CudaDevice(0, cupy=fake_cupy(pci_bus_ids=("0001:1B:00.0",)), nvml=nv)
+    assert dev.info.name == "NVIDIA H100 80GB HBM3" and dev.facts["nvml"]["nvml_index"] == 1
+    assert dev.sampler().handle_index == 1
+    first = CudaDevice(0, cupy=fake_cupy(pci_bus_ids=("0000:1b:00.0",)), nvml=nv)
+    assert first.info.name == "NVIDIA A100-SXM4-80GB" and first.sampler().handle_index == 0
+
+
+def test_no_pci_match_means_telemetry_unavailable_not_a_guessed_index():
+    nv = fake_nvml(gpus=(("NVIDIA H100 80GB HBM3", "00000000:1B:00.0"),))
+    dev = CudaDevice(0, cupy=fake_cupy(pci_bus_ids=("0002:1B:00.0",)), nvml=nv)
+    assert "telemetry unavailable" in dev.facts["nvml_reason"] and dev.info.name == "Fake GPU"
+    with dev.sampler() as s:
+        pass
+    assert not s.summary().available and "0002:1B:00.0" in s.summary().reason
+
+
+def test_the_device_holds_one_nvml_session_for_its_samplers():
+    import gc
+
+    nv = fake_nvml()
+    dev = CudaDevice(0, cupy=fake_cupy(), nvml=nv)
+    before = dict(nv.calls)
+    for _ in range(3):
+        with dev.sampler(interval_s=0.001):
+            pass
+    assert nv.calls == before  # no NVML start-up per telemetry block
+    del dev
+    gc.collect()
+    assert nv.calls["shutdown"] == nv.calls["init"]
+
+
+# --------------------------------------------------------------------------- probe set-ups, one at a time
+
+
+@pytest.mark.parametrize("name", ["read", "read-l2", "copy", "smem", "d2d", "fma", "mma", "intensity"])
+def test_each_probe_setup_checks_and_runs_alone(name):
+    dev = fake_device()
+    arena = cpb.ProbeArena(dev, "a test buffer", 1)
+    setups = {
+        "read": lambda: cpb.setup_read(dev, arena, working_set_bytes=1 << 16),
+        "read-l2": lambda: cpb.setup_read(dev, arena, working_set_bytes=0, fixed_bytes=1 << 15),
+        "copy": lambda: cpb.setup_copy(dev, arena, working_set_bytes=1 << 16),
+        "smem": lambda: cpb.setup_smem(dev),
+        "d2d": lambda: cpb.setup_d2d(dev, arena, working_set_bytes=4 << 20),
+        "fma": lambda: cpb.setup_fma(dev, "fp32"),
+        "mma": lambda: cpb.setup_mma(dev, "bf16"),
+        "intensity": lambda: cpb.setup_intensity(dev, arena, working_set_bytes=1 << 16, fmas_per_element=8),
+    }
+    run = setups[name]()
+    res = run.check()
+    assert res.ok, res.note
+    run.run(1)
+    assert run.bytes_per_rep > 0 or run.flops_per_rep > 0

@@ -6,7 +6,18 @@ import numpy as np
 import pytest
 
 import roofprof.devices as devices
-from roofprof.devices import Device, DeviceInfo, OpImpl, PreparedOp, compare, select, select_device
+import roofprof.devices.cuda as cuda_backend
+from roofprof.devices import (
+    Device,
+    DeviceInfo,
+    DeviceStatus,
+    OpImpl,
+    PreparedOp,
+    compare,
+    select,
+    select_device,
+    tolerance,
+)
 from roofprof.devices.cpu import CpuDevice, NumbaGemm, NumpyGemm, cache_sizes
 from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError, UnknownNameError
 from roofprof.workload import Op
@@ -17,9 +28,15 @@ def gemm_op(m=1, n=48, k=64, dtype="fp32", batch=1, kind="gemm"):
               bytes=4.0 * (m * k + n * k + m * n) * batch, batch=batch)
 
 
+def gpus(monkeypatch, *names, reason="no NVIDIA driver (NVML library not found)"):
+    """Make the CUDA backend list ``names`` (none: one unusable row saying ``reason``)."""
+    rows = [DeviceStatus(f"cuda:{i}", n, True) for i, n in enumerate(names)] or [DeviceStatus("cuda", "-", False, reason)]
+    monkeypatch.setattr(cuda_backend, "enumerate", lambda: rows)
+
+
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(devices, "cuda_devices", lambda: ([], "no NVIDIA driver (NVML library not found)"))
+    gpus(monkeypatch)
 
 
 @pytest.fixture
@@ -29,8 +46,8 @@ def one_gpu(monkeypatch):
             self.info = DeviceInfo(kind="cuda", index=index, name="NVIDIA H100 80GB HBM3", compute_units=132,
                                    memory_bytes=80 * 2**30)
 
-    monkeypatch.setattr(devices, "cuda_devices", lambda: (["NVIDIA H100 80GB HBM3"], ""))
-    monkeypatch.setattr(devices, "_open_cuda", lambda index: FakeCuda(index))
+    gpus(monkeypatch, "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(cuda_backend, "open", lambda index: FakeCuda(index))
     return FakeCuda
 
 
@@ -87,25 +104,20 @@ def test_auto_falls_back_when_gpu_unusable(monkeypatch):
     def broken(index):
         raise DeviceUnavailableError("CUDA driver too old")
 
-    monkeypatch.setattr(devices, "cuda_devices", lambda: (["NVIDIA A100"], ""))
-    monkeypatch.setattr(devices, "_open_cuda", broken)
+    gpus(monkeypatch, "NVIDIA A100")
+    monkeypatch.setattr(cuda_backend, "open", broken)
     sel = select_device("auto")
     assert sel.device.info.kind == "cpu" and "CUDA driver too old" in sel.reason
 
 
-def test_missing_cuda_module_is_unavailable(monkeypatch):
-    import importlib
-
-    real = importlib.import_module
-
-    def fake_import(name, *a, **kw):
-        if name == "roofprof.devices.cuda":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real(name, *a, **kw)
-
-    monkeypatch.setattr(devices.importlib, "import_module", fake_import)
-    with pytest.raises(DeviceUnavailableError, match="roofprof.devices.cuda"):
-        devices._open_cuda(0)
+def test_missing_backend_module_is_unavailable(monkeypatch):
+    monkeypatch.setattr(devices, "BACKENDS", ("roofprof.devices.cpu", "roofprof.devices.nosuchbackend"))
+    rows = devices.available_devices()
+    assert rows[-1].label == "nosuchbackend" and not rows[-1].usable
+    assert "roofprof.devices.nosuchbackend is not part of this roofprof build" in rows[-1].reason
+    with pytest.raises(DeviceUnavailableError, match="not available: roofprof.devices.nosuchbackend"):
+        select("nosuchbackend")
+    assert select_device("auto").device.info.kind == "cpu"
 
 
 def test_available_devices_lists_cpu_and_why_no_gpu(no_gpu):
@@ -204,3 +216,94 @@ def test_prepare_refuses_ops_larger_than_free_memory(monkeypatch):
     monkeypatch.setattr(dev, "free_memory_bytes", lambda: 1000)
     with pytest.raises(ConfigError, match="GiB"):
         NumpyGemm(dev).prepare(gemm_op(m=16, n=64, k=64), np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------- the backend registry
+
+
+def test_registry_with_a_third_backend(monkeypatch, no_gpu):
+    import types
+
+    from roofprof.probes import RooflinePlan
+
+    opened = []
+
+    class FakeNpu:
+        def __init__(self, index):
+            opened.append(index)
+            self.info = DeviceInfo(kind="npu", index=index, name=f"Fake NPU {index}", compute_units=8,
+                                   memory_bytes=2**30)
+
+    npu = types.SimpleNamespace(
+        KIND="npu", NAMES=("npu",), WHAT="NPU", AUTO_FALLBACK=False, open=FakeNpu,
+        enumerate=lambda: [DeviceStatus("npu:0", "Fake NPU 0", True), DeviceStatus("npu:1", "Fake NPU 1", True)],
+        roofline_plan=lambda info, name: f"npu {name} plan")
+    monkeypatch.setattr(devices, "BACKENDS", (*devices.BACKENDS, npu))
+    assert [r.label for r in devices.available_devices()] == ["cpu", "cuda", "npu:0", "npu:1"]
+    sel = select_device("npu:1")
+    assert sel.device.info.kind == "npu" and opened == [1] and sel.reason == "npu:1 requested (Fake NPU 1)"
+    auto = select_device("auto")
+    assert auto.device.info.index == 0 and auto.reason == "auto: NPU 'Fake NPU 0' works (npu:0)"
+    with pytest.raises(UnknownNameError) as err:
+        select("npu:5")
+    assert "npu:1" in str(err.value) and "cpu" in str(err.value)
+    assert devices.backend("npu") is npu
+    assert RooflinePlan.for_device(sel.device.info, "quick") == "npu quick plan"
+
+
+def test_auto_without_any_fallback_backend_says_why(monkeypatch, no_gpu):
+    monkeypatch.setattr(devices, "BACKENDS", ("roofprof.devices.cuda",))
+    with pytest.raises(DeviceUnavailableError, match="no usable GPU"):
+        select("auto")
+
+
+def test_unknown_backend_kind_lists_the_kinds():
+    with pytest.raises(UnknownNameError, match="cpu"):
+        devices.backend("tpu")
+
+
+# --------------------------------------------------------------------------- CPU probe set-ups, one at a time
+
+
+@pytest.mark.parametrize("name", ["read", "triad", "fma-fp32", "fma-fp64", "gemm-fp32", "gemm-fp64",
+                                  "intensity-fp32", "intensity-fp64"])
+def test_each_cpu_probe_setup_checks_and_runs_alone(name):
+    from roofprof.devices import cpu
+
+    dev, arena = CpuDevice(), cpu.ProbeArena()
+    kind, _, dtype = name.partition("-")
+    if kind == "read":
+        run = cpu.setup_read(dev, arena, working_set_bytes=1 << 16)
+    elif kind == "triad":
+        run = cpu.setup_triad(dev, arena, working_set_bytes=1 << 16)
+    elif kind == "fma":
+        run = cpu.setup_fma(dev, dtype)
+    elif kind == "gemm":
+        run = cpu.setup_gemm(dev, dtype, size=64)
+    else:
+        run = cpu.setup_intensity(dev, arena, dtype, working_set_bytes=1 << 16, fmas_per_element=8)
+    res = run.check()
+    assert res.ok, res.note
+    run.run(1)
+    assert run.bytes_per_rep > 0 and run.flops_per_rep > 0
+
+
+def test_cpu_catalogue_is_the_setups_bound_to_the_device():
+    names = [p.name for p in CpuDevice().probes()]
+    assert names == ["read", "triad", "fma-fp64", "fma-fp32", "gemm-fp64", "gemm-fp32", "intensity-fp64",
+                     "intensity-fp32"]
+
+
+# --------------------------------------------------------------------------- one tolerance policy
+
+
+def test_tolerance_grows_with_the_reduction_and_the_dtype():
+    assert tolerance("fp32", 4096) > tolerance("fp32", 64) > tolerance("fp64", 64)
+    assert tolerance("bf16", 1) > tolerance("fp16", 1) > tolerance("fp32", 1)
+    assert tolerance("fp32", 1, ulps=0, growth=0) == 0.0
+    assert tolerance("int8", 16) == tolerance("fp32", 16)  # unknown dtypes count as fp32
+    # the CPU GEMM checks stay at least as loose as their former 16·eps·√k
+    from roofprof.devices.cpu import _gemm_tolerance
+
+    for dt, eps in (("fp32", 2.0**-23), ("fp64", 2.0**-52)):
+        assert _gemm_tolerance(dt, 4096) >= 16 * eps * 64

@@ -89,6 +89,9 @@ class SimDevice:
     def implementations(self):
         return ()
 
+    def roofline_plan(self, name="full"):
+        return RooflinePlan.for_device(self._info, name)
+
     def _run(self, name, seconds_per_rep, flops, nbytes, ws, params=None):
         self.state["setups"].append(name)
         if self.interrupt_at == name:
@@ -167,6 +170,27 @@ def test_plans_sized_from_caches():
     assert full.intensity_working_set(1024) >= MiB
     with pytest.raises(ConfigError):
         RooflinePlan.for_device(info, "huge")
+
+
+def test_each_backend_declares_its_plan():
+    from roofprof.devices.cpu import cpu_roofline_plan
+    from roofprof.devices.cuda import cuda_roofline_plan
+    from roofprof.errors import UnknownNameError
+
+    gpu = DeviceInfo(kind="cuda", index=0, name="g", compute_units=132, memory_bytes=1, cache_bytes={"l2": 50 * MiB})
+    cpu = SimDevice().info
+    assert RooflinePlan.for_device(gpu, "full") == cuda_roofline_plan(gpu, "full")
+    assert RooflinePlan.for_device(cpu, "quick") == cpu_roofline_plan(cpu, "quick") == SimDevice().roofline_plan("quick")
+    full = cuda_roofline_plan(gpu, "full")
+    assert full.gemm_sizes == (4096, 8192) and full.intensity_working_set_bytes >= 256 * MiB
+    assert full.intensity_dtypes == ("fp32", "fp64") and cuda_roofline_plan(gpu, "quick").gemm_sizes == (4096,)
+    assert cpu_roofline_plan(cpu, "full").gemm_sizes == (1024, 2048, 3072)
+    # the tiny test plan is the same on every device; an unknown kind has no plan
+    assert cuda_roofline_plan(gpu, "test").gemm_sizes == cpu_roofline_plan(cpu, "test").gemm_sizes == (128,)
+    with pytest.raises(UnknownNameError):
+        RooflinePlan.for_device(DeviceInfo(kind="tpu", index=0, name="t", compute_units=1, memory_bytes=1), "full")
+    with pytest.raises(ConfigError):
+        cuda_roofline_plan(gpu, "huge")
 
 
 def test_intensity_to_fmas_per_element():

@@ -92,17 +92,15 @@ def find_ncu(ncu: str | os.PathLike | None = None) -> str:
 
 def detect_compute_capability() -> str | None:
     """Compute capability of GPU 0 (``"9.0"``) through NVML, then nvidia-smi; ``None`` if neither."""
-    try:
-        import pynvml
+    from roofprof.devices import _nvml
 
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            return f"{major}.{minor}"
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
+    try:
+        with _nvml.session() as nv:
+            handle = _nvml.query("nvmlDeviceGetHandleByIndex", 0, default=None, nvml=nv)
+            cc = _nvml.query("nvmlDeviceGetCudaComputeCapability", handle, default=None, nvml=nv)
+            if handle is not None and cc:
+                return f"{cc[0]}.{cc[1]}"
+    except _nvml.NvmlUnavailable:
         pass
     smi = shutil.which("nvidia-smi")
     if smi:

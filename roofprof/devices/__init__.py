@@ -1,10 +1,16 @@
-"""Devices: pick the machine to measure (``auto``, ``cpu``, ``cuda:N``).
+"""Devices: pick the machine to measure (``auto``, ``cpu``, ``cuda:N``) from a backend registry.
 
-``select("auto")`` picks a GPU when one works and the CPU otherwise; :func:`select_device`
-also says which and why. A CUDA device comes from ``roofprof.devices.cuda`` (written with
-the CUDA support): that module provides ``CudaDevice(index)``, whose constructor raises
-:class:`~roofprof.errors.DeviceUnavailableError` when the GPU cannot be used. GPUs are
-counted through NVML, which needs no CUDA context.
+:data:`BACKENDS` names the backend modules (``roofprof.devices.cpu``, ``roofprof.devices.cuda``).
+Each one declares ``KIND``, the device-string ``NAMES`` it answers to, ``WHAT`` its devices
+are called, ``AUTO_FALLBACK`` (the CPU: used by ``auto`` when nothing else works), and offers
+``enumerate() -> list[DeviceStatus]``, ``open(index) -> Device`` and
+``roofline_plan(info, name)``. :func:`select`, :func:`select_device` and
+:func:`available_devices` only iterate over the registry, so a new backend is one module and
+one :data:`BACKENDS` entry.
+
+``select("auto")`` picks the first usable device of a non-fallback backend (a GPU) and the
+CPU otherwise; :func:`select_device` also says which and why. Opening a device raises
+:class:`~roofprof.errors.DeviceUnavailableError` with the reason when it cannot be used.
 
 >>> select("cpu").info.kind
 'cpu'
@@ -18,104 +24,135 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 from roofprof.devices.base import (
     CheckResult,
     Device,
     DeviceInfo,
+    DeviceStatus,
     OpImpl,
     PreparedOp,
     Probe,
     ProbeRun,
+    Selection,
     compare,
+    tolerance,
 )
 from roofprof.errors import DeviceUnavailableError, UnknownNameError
 
-__all__ = ["CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl", "PreparedOp", "Probe", "ProbeRun",
-           "Selection", "available_devices", "compare", "cuda_devices", "select", "select_device"]
+__all__ = ["BACKENDS", "CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl", "PreparedOp", "Probe",
+           "ProbeRun", "Selection", "available_devices", "backend", "backends", "compare", "cuda_devices", "select",
+           "select_device", "tolerance"]
 
-_CUDA_RE = re.compile(r"^(?:cuda|gpu)(?::(\d+))?$")
+#: The backend modules, in the order ``available_devices`` lists them. An entry is a module
+#: name (imported on first use, so a missing optional backend only makes its devices
+#: unusable) or a module-like object.
+BACKENDS: tuple[str | Any, ...] = ("roofprof.devices.cpu", "roofprof.devices.cuda")
 
-
-@dataclass(frozen=True)
-class Selection:
-    """The device chosen for a device string, and why (one line for the user)."""
-
-    device: Device
-    reason: str
+_SPEC_RE = re.compile(r"^([a-z][a-z0-9_]*)(?::(\d+))?$")
 
 
-@dataclass(frozen=True)
-class DeviceStatus:
-    """One device roofprof knows of: its label, name, whether it is usable, and why not."""
+class _MissingBackend:
+    """Stands for a backend module that cannot be imported: no devices, and why."""
 
-    label: str
-    name: str
-    usable: bool
-    reason: str = ""
+    AUTO_FALLBACK = False
+
+    def __init__(self, name: str, reason: str):
+        self.KIND = name.rsplit(".", 1)[-1]
+        self.NAMES = (self.KIND,)
+        self.WHAT = self.KIND.upper()
+        self.reason = reason
+
+    def enumerate(self) -> list[DeviceStatus]:
+        return [DeviceStatus(self.KIND, "-", False, self.reason)]
+
+    def open(self, index: int = 0) -> Device:
+        raise DeviceUnavailableError(self.reason)
+
+    def roofline_plan(self, info: DeviceInfo, name: str = "full") -> Any:
+        raise DeviceUnavailableError(self.reason)
 
 
-def cuda_devices() -> tuple[list[str], str]:
-    """Names of the NVIDIA GPUs NVML sees, and a reason when there are none.
-
-    Never raises: no nvidia-ml-py, no driver or no GPU give ``([], "why")``.
-    """
+def _load(entry: str | Any) -> ModuleType | Any:
+    if not isinstance(entry, str):
+        return entry
     try:
-        import pynvml
-    except ImportError:
-        return [], "nvidia-ml-py (pynvml) is not installed"
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        name = type(exc).__name__
-        if "LibraryNotFound" in name:
-            return [], "no NVIDIA driver (NVML library not found)"
-        if "DriverNotLoaded" in name:
-            return [], "NVIDIA driver not loaded"
-        return [], f"NVML failed to start: {exc}"
-    try:
-        names = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-        return names, "" if names else "NVML reports no GPU"
-    except Exception as exc:  # noqa: BLE001
-        return [], f"NVML could not list GPUs: {exc}"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def _open_cuda(index: int) -> Device:
-    try:
-        module = importlib.import_module("roofprof.devices.cuda")
+        return importlib.import_module(entry)
     except ModuleNotFoundError as exc:
-        if exc.name in ("roofprof.devices.cuda",):
-            raise DeviceUnavailableError("CUDA device support is not part of this roofprof build "
-                                         "(roofprof.devices.cuda is missing)") from exc
-        raise DeviceUnavailableError(f"CUDA device support needs {exc.name!r}, which is not installed "
-                                     "(pip install 'roofprof[cuda12]' or '[cuda13]')") from exc
-    return module.CudaDevice(index)
+        if exc.name == entry:
+            return _MissingBackend(entry, f"{entry} is not part of this roofprof build")
+        return _MissingBackend(entry, f"{entry} needs {exc.name!r}, which is not installed "
+                                      "(pip install 'roofprof[cuda12]' or '[cuda13]')")
+
+
+def backends() -> list[Any]:
+    """The backend modules of :data:`BACKENDS`, imported (a missing one stands in as a backend
+    without devices that says why)."""
+    return [_load(entry) for entry in BACKENDS]
+
+
+def backend(kind_or_name: str) -> Any:
+    """The backend whose ``KIND`` or one of whose ``NAMES`` is ``kind_or_name``.
+
+    Raises:
+        UnknownNameError: no such backend (lists the kinds there are).
+    """
+    loaded = backends()
+    for b in loaded:
+        if kind_or_name == b.KIND or kind_or_name in b.NAMES:
+            return b
+    raise UnknownNameError("device kind", kind_or_name, [b.KIND for b in loaded])
 
 
 def available_devices() -> list[DeviceStatus]:
-    """Every device roofprof can see: the CPU, then each GPU NVML lists (usable or not)."""
-    from roofprof.devices.cpu import cpu_info
-
-    out = [DeviceStatus("cpu", cpu_info().name, True)]
-    names, reason = cuda_devices()
-    for i, name in enumerate(names):
-        out.append(DeviceStatus(f"cuda:{i}", name, True))
-    if not names:
-        out.append(DeviceStatus("cuda", "-", False, reason))
-    return out
+    """Every device roofprof can see, backend by backend (usable or not, with the reason)."""
+    return [status for b in backends() for status in b.enumerate()]
 
 
-def _choices(names: list[str]) -> list[str]:
-    return ["auto", "cpu", *(f"cuda:{i}" for i in range(len(names)))]
+def cuda_devices() -> tuple[list[str], str]:
+    """Names of the NVIDIA GPUs (``cuda:0``, ``cuda:1``...), and a reason when there are none.
+
+    Never raises. NVML lists them; without NVML, CUDA (CuPy) does.
+    """
+    try:
+        rows = backend("cuda").enumerate()
+    except UnknownNameError:
+        return [], "no CUDA backend in roofprof.devices.BACKENDS"
+    names = [r.name for r in rows if r.usable]
+    return names, "" if names else "; ".join(r.reason for r in rows if r.reason) or "no GPU"
+
+
+def _choices(listed: list[tuple[Any, list[DeviceStatus]]]) -> list[str]:
+    return ["auto", *(s.label for _, rows in listed for s in rows if s.usable)]
+
+
+def _unusable_reason(rows: list[DeviceStatus]) -> str:
+    return "; ".join(r.reason for r in rows if not r.usable and r.reason) or "none found"
+
+
+def _auto(loaded: list[Any]) -> Selection:
+    fallback = next((b for b in loaded if b.AUTO_FALLBACK), None)
+    why: list[str] = []
+    for b in loaded:
+        if b.AUTO_FALLBACK:
+            continue
+        rows = b.enumerate()
+        usable = [(i, s) for i, s in enumerate(rows) if s.usable]
+        if not usable:
+            why.append(f"no usable {b.WHAT} ({_unusable_reason(rows)})")
+            continue
+        index, status = usable[0]
+        try:
+            dev = b.open(index)
+        except DeviceUnavailableError as exc:
+            why.append(f"{b.WHAT} {status.name!r} present but not usable ({exc})")
+            continue
+        return Selection(dev, f"auto: {b.WHAT} {status.name!r} works ({status.label})")
+    if fallback is None:
+        raise DeviceUnavailableError("auto: no usable device: " + "; ".join(why))
+    return Selection(fallback.open(0), f"auto: {'; '.join(why) or 'no other device'}; using the {fallback.WHAT}")
 
 
 def select_device(spec: str = "auto") -> Selection:
@@ -124,35 +161,29 @@ def select_device(spec: str = "auto") -> Selection:
     Raises:
         UnknownNameError: not a device string, or ``cuda:N`` beyond the GPUs present (the
             message lists the devices there are).
-        DeviceUnavailableError: ``cuda:N`` exists but cannot be used (says why).
+        DeviceUnavailableError: the device exists but cannot be used, or its backend has no
+            usable device (says why).
     """
     text = (spec or "auto").strip().lower()
-    if text == "cpu":
-        from roofprof.devices.cpu import CpuDevice
-
-        return Selection(CpuDevice(), "cpu requested")
+    loaded = backends()
     if text == "auto":
-        from roofprof.devices.cpu import CpuDevice
-
-        names, reason = cuda_devices()
-        if names:
-            try:
-                dev = _open_cuda(0)
-            except DeviceUnavailableError as exc:
-                return Selection(CpuDevice(), f"auto: GPU {names[0]!r} present but not usable ({exc}); using the CPU")
-            return Selection(dev, f"auto: GPU {names[0]!r} works (cuda:0)")
-        return Selection(CpuDevice(), f"auto: no usable GPU ({reason}); using the CPU")
-    m = _CUDA_RE.match(text)
-    names, reason = cuda_devices()
-    if not m:
-        raise UnknownNameError("device", spec, _choices(names))
-    index = int(m.group(1) or 0)
-    if not names:
-        raise DeviceUnavailableError(f"device {spec!r} is not available: {reason}; "
-                                     f"devices here: {', '.join(_choices(names))}")
-    if index >= len(names):
-        raise UnknownNameError("device", spec, _choices(names))
-    return Selection(_open_cuda(index), f"{spec} requested ({names[index]})")
+        return _auto(loaded)
+    m = _SPEC_RE.match(text)
+    chosen = next((b for b in loaded if m and m.group(1) in b.NAMES), None)
+    if chosen is None:
+        raise UnknownNameError("device", spec, _choices([(b, b.enumerate()) for b in loaded]))
+    rows = chosen.enumerate()
+    usable = [s for s in rows if s.usable]
+    index = int(m.group(2) or 0)
+    if not usable:
+        listed = [(b, rows if b is chosen else b.enumerate()) for b in loaded]
+        raise DeviceUnavailableError(f"device {spec!r} is not available: {_unusable_reason(rows)}; "
+                                     f"devices here: {', '.join(_choices(listed))}")
+    if index >= len(usable):
+        raise UnknownNameError("device", spec, _choices([(b, rows if b is chosen else b.enumerate())
+                                                         for b in loaded]))
+    status = usable[index]
+    return Selection(chosen.open(index), f"{spec} requested ({status.name})")
 
 
 def select(spec: str = "auto") -> Device:

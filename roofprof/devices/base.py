@@ -17,6 +17,7 @@ the same shape.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,9 +25,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
+    from roofprof.probes import RooflinePlan
     from roofprof.telemetry import Sampler
     from roofprof.timing import Clock
     from roofprof.workload import Op
+
+__all__ = ["DEVICE_KINDS", "PROBE_KINDS", "CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl",
+           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "tolerance", "torch_issue_overhead_s"]
 
 DEVICE_KINDS = ("cpu", "cuda")
 #: Kinds of probe: ``bandwidth`` (swept over working-set sizes → one ceiling per memory
@@ -62,6 +67,7 @@ class DeviceInfo:
         default_model: the reference model sized for this kind of device (``run``'s default).
         torch_device: the torch device string (``"cpu"``, ``"cuda:0"``).
         compute_unit_name: what ``compute_units`` counts (``"cores"``, ``"SMs"``).
+        spec_note: why ``spec_id`` is None, in words (empty: the name matched no row).
     """
 
     kind: str
@@ -79,6 +85,7 @@ class DeviceInfo:
     default_model: str = "llama-3.2-1b"
     torch_device: str = "cpu"
     compute_unit_name: str = "cores"
+    spec_note: str = ""
 
     @property
     def label(self) -> str:
@@ -142,6 +149,30 @@ def compare(out: np.ndarray, ref: np.ndarray, tolerance: float, note: str = "") 
     scale = float(np.max(np.abs(ref64))) if ref64.size else 0.0
     rel_err = abs_err / scale if scale > 0 else abs_err
     return CheckResult(bool(rel_err <= tolerance), abs_err, float(rel_err), tolerance, note)
+
+
+#: Machine epsilon (spacing of floats just above 1) of each dtype; tf32 keeps 10 mantissa bits.
+_EPS = {"fp64": 2.0 ** -52, "fp32": 2.0 ** -23, "tf32": 2.0 ** -10, "bf16": 2.0 ** -7, "fp16": 2.0 ** -10}
+
+
+def tolerance(dtype: str, reduction: int = 1, *, ulps: float = 8.0, growth: float = 8.0) -> float:
+    """Norm-wise relative tolerance of an output stored in ``dtype`` that reduces over
+    ``reduction`` terms (a GEMM's K, a norm's width, attention's keys).
+
+    ``ulps`` units of the output dtype's rounding, plus ``growth · eps · √reduction`` for the
+    accumulation (float32 accumulation for dtypes of 32 bits or fewer, fp64 for fp64), the
+    policy the README promises. Unknown dtypes count as fp32. The same policy serves every
+    device's checks (``compare(out, ref, tolerance(dtype, k))``); callers choose ``ulps`` and
+    ``growth`` where their kernels round more or less than once.
+
+    >>> tolerance("fp32", 2048) < 1e-4 < tolerance("bf16", 2048)
+    True
+    >>> round(tolerance("bf16", 1, ulps=2, growth=0), 4)
+    0.0156
+    """
+    eps = _EPS.get(dtype, _EPS["fp32"])
+    acc = _EPS["fp64"] if dtype == "fp64" else _EPS["fp32"]
+    return float(ulps * eps + growth * acc * math.sqrt(max(int(reduction), 1)))
 
 
 @runtime_checkable
@@ -269,6 +300,33 @@ class Device(Protocol):
         """Per-kernel launch (issue) cost in seconds that a framework-driven pass pays on top
         of the kernels' own time (0.0 when it cannot be measured)."""
         ...
+
+    def roofline_plan(self, name: str = "full") -> RooflinePlan:
+        """How much of the roofline to measure on this device (``full``, ``quick``, ``test``):
+        the sweep sizes, budgets and GEMM sizes are the backend's sizing choices.
+
+        Raises:
+            ConfigError: unknown plan name.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """One device a backend knows of: its label, name, whether it is usable, and why not."""
+
+    label: str
+    name: str
+    usable: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The device chosen for a device string, and why (one line for the user)."""
+
+    device: Device
+    reason: str
 
 
 def torch_issue_overhead_s(device: Device, *, samples: int = 2000, rounds: int = 3) -> float | None:

@@ -25,17 +25,45 @@ import functools
 import os
 import platform
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roofprof.devices.base import CheckResult, DeviceInfo, Probe, ProbeRun, compare
-from roofprof.errors import ConfigError
+from roofprof._resources import kernels_module
+from roofprof.devices.base import (
+    CheckResult,
+    DeviceInfo,
+    DeviceStatus,
+    Probe,
+    ProbeRun,
+    compare,
+    tolerance,
+    torch_issue_overhead_s,
+)
+from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.telemetry import CpuFreqSampler, NullSampler
 from roofprof.timing import PerfCounterClock
 
+if TYPE_CHECKING:
+    from roofprof.probes import RooflinePlan
+
+__all__ = ["AUTO_FALLBACK", "KIND", "NAMES", "NP_DTYPES", "WHAT", "CpuDevice", "NumbaGemm", "NumpyGemm",
+           "ProbeArena", "aligned_empty", "allowed_cpus", "cache_sizes", "cpu_info", "cpu_probes",
+           "cpu_roofline_plan", "enumerate", "open", "roofline_plan", "setup_fma", "setup_gemm",
+           "setup_intensity", "setup_read", "setup_triad"]
+
+#: The device kind (and device string) of this backend.
+KIND = "cpu"
+NAMES = ("cpu",)
+#: What ``auto`` calls this device in its one-line reason.
+WHAT = "CPU"
+#: ``auto`` falls back on the CPU when no other backend has a usable device.
+AUTO_FALLBACK = True
 NP_DTYPES = {"fp32": np.float32, "fp64": np.float64}
+#: Seed of the random stream the probe checks draw from.
+PROBE_SEED = 20240601
 _ALIGN = 64
 # Stagger between the arrays of a multi-array kernel, so that a[i], b[i], c[i] never sit
 # at the same offset modulo 4 KiB (4K aliasing stalls loads behind unrelated stores).
@@ -164,6 +192,7 @@ def cpu_info() -> DeviceInfo:
         extra={"isa": " ".join(isa) or "unknown", "numba_threads": str(numba.get_num_threads()),
                "numba": numba.__version__, "blas": _blas_name(), "cpus": ",".join(map(str, cpus)),
                "machine": platform.machine()},
+        spec_note="CPUs have no datasheet rows in data/gpus.json: these ceilings are measured only",
     )
 
 
@@ -194,8 +223,6 @@ class CpuDevice:
 
     def launch_overhead_s(self) -> float:
         """Per-op dispatch cost of an eager torch pass on this CPU (seconds; 0.0 without torch)."""
-        from roofprof.devices.base import torch_issue_overhead_s
-
         return torch_issue_overhead_s(self) or 0.0
 
     def clock(self) -> PerfCounterClock:
@@ -208,8 +235,7 @@ class CpuDevice:
 
     def flush(self) -> None:
         """Evict the caches: every thread reads its share of the flush buffer (2× all caches)."""
-        from roofprof.kernels import cpu as k
-
+        k = _kernels()
         if self._flush_buf is None:
             self._flush_buf = aligned_empty(self.flush_bytes // 8, np.float64)
             k.fill(self._flush_buf, 1.0)
@@ -240,19 +266,22 @@ class CpuDevice:
     def implementations(self) -> tuple:
         return (NumpyGemm(self), NumbaGemm(self))
 
+    def roofline_plan(self, name: str = "full") -> RooflinePlan:
+        """The CPU's ``full``, ``quick`` or ``test`` roofline plan (:func:`cpu_roofline_plan`)."""
+        return cpu_roofline_plan(self._info, name)
+
 
 # --------------------------------------------------------------------------- probes
 
 
-class _Arena:
+class ProbeArena:
     """A growable, 64-byte aligned float64 buffer shared by the sizes of one sweep."""
 
     def __init__(self) -> None:
         self.buf: np.ndarray | None = None
 
     def get(self, n: int) -> np.ndarray:
-        from roofprof.kernels import cpu as k
-
+        k = _kernels()
         if self.buf is None or self.buf.size < n:
             self.buf = None  # free the old one first
             self.buf = aligned_empty(n, np.float64)
@@ -264,178 +293,195 @@ def _stagger_elems(itemsize: int) -> int:
     return _STAGGER_BYTES // itemsize
 
 
+def _kernels() -> Any:
+    return kernels_module("cpu")
+
+
+def _rng(rng: np.random.Generator | None) -> np.random.Generator:
+    return rng if rng is not None else np.random.default_rng(PROBE_SEED)
+
+
+def setup_read(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
+               rng: np.random.Generator | None = None) -> ProbeRun:
+    """The ``read`` bandwidth probe at one working set (bytes): a parallel float64 sum.
+
+    >>> run = setup_read(CpuDevice(), ProbeArena(), working_set_bytes=1 << 16)
+    >>> run.bytes_per_rep == 8 * run.params["elements"] and run.check().ok
+    True
+    """
+    k, rng = _kernels(), _rng(rng)
+    nt = device.nthreads
+    n = max(8 * nt, int(working_set_bytes) // 8 // 8 * 8)
+    x = arena.get(n)[:n]
+    out = np.zeros(max(nt, 1))
+
+    def run(reps: int) -> float:
+        return k.read_sum(x, out, nt, reps)
+
+    def check() -> CheckResult:
+        m = min(n, 1 << 16)
+        x[:m] = rng.random(m) + 0.5
+        got = k.read_sum(x, out, nt, 2)
+        ref = k.read_sum_reference(x, 2)
+        return compare(np.array([got]), np.array([ref]), 1e-9,
+                       "read_sum vs numpy sum (random head, rest filled), 2 passes")
+
+    return ProbeRun(run=run, flops_per_rep=float(n), bytes_per_rep=8.0 * n, check=check,
+                    working_set_bytes=8 * n, params={"elements": n, "threads": nt})
+
+
+def setup_triad(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
+                rng: np.random.Generator | None = None) -> ProbeRun:
+    """The ``triad`` bandwidth probe (STREAM ``a = b + s·c``) at one working set (bytes)."""
+    k, rng = _kernels(), _rng(rng)
+    nt = device.nthreads
+    n = max(8 * nt, int(working_set_bytes) // 24 // 8 * 8)
+    pad = _stagger_elems(8)
+    stride = -(-n // 512) * 512 + pad
+    buf = arena.get(3 * stride)
+    a, b, c = buf[0:n], buf[stride:stride + n], buf[2 * stride:2 * stride + n]
+    s = 0.5
+
+    def run(reps: int) -> None:
+        k.triad(a, b, c, s, nt, reps)
+
+    def check() -> CheckResult:
+        b[:] = rng.random(n) + 0.5
+        c[:] = rng.random(n) + 0.5
+        a[:] = np.nan
+        k.triad(a, b, c, s, nt, 3)
+        res = compare(a, k.triad_reference(b, c, s, 3), 1e-15 * 8,
+                      "triad vs numpy b + s*c, a poisoned with NaN, 3 passes")
+        k.fill(buf, 1.0)
+        return res
+
+    return ProbeRun(run=run, flops_per_rep=2.0 * n, bytes_per_rep=24.0 * n, check=check,
+                    working_set_bytes=24 * n, params={"elements_per_array": n, "threads": nt})
+
+
+def setup_fma(device: CpuDevice, dtype: str, *, rng: np.random.Generator | None = None) -> ProbeRun:
+    """The ``fma-<dtype>`` compute probe: 16 dependent FMAs per L1-resident element per rep."""
+    k, rng = _kernels(), _rng(rng)
+    np_t = NP_DTYPES[dtype]
+    a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
+    nt = device.nthreads
+    n = nt * 4 * k.FMA_BLOCK  # four L1-resident blocks per thread
+    x = aligned_empty(n, np_t)
+    x[:] = rng.random(n).astype(np_t)
+
+    def run(reps: int) -> None:
+        k.fma_chain(x, a, c, 16, reps, k.FMA_BLOCK)
+
+    def check() -> CheckResult:
+        x0 = (rng.random(n) + 0.5).astype(np_t)
+        x[:] = x0
+        k.fma_chain(x, a, c, 16, 4, k.FMA_BLOCK)
+        tol = 4 * 64 * float(np.finfo(np_t).eps)
+        return compare(x, k.fma_chain_reference(x0, a, c, 64), tol,
+                       "64 chained FMAs per element vs closed form in float64")
+
+    return ProbeRun(run=run, flops_per_rep=2.0 * 16 * n, bytes_per_rep=2.0 * np.dtype(np_t).itemsize * n,
+                    check=check, working_set_bytes=n * np.dtype(np_t).itemsize,
+                    params={"elements": n, "block": k.FMA_BLOCK, "fmas_per_element_per_rep": 16})
+
+
+def setup_gemm(device: CpuDevice, dtype: str, *, size: int, rng: np.random.Generator | None = None) -> ProbeRun:
+    """The ``gemm-<dtype>`` probe: one ``size``-order numpy (BLAS) matmul per rep."""
+    rng = _rng(rng)
+    np_t = NP_DTYPES[dtype]
+    n = int(size)
+    a = rng.standard_normal((n, n)).astype(np_t)
+    b = rng.standard_normal((n, n)).astype(np_t)
+    out = np.empty((n, n), dtype=np_t)
+
+    def run(reps: int) -> None:
+        for _ in range(reps):
+            np.matmul(a, b, out=out)
+
+    def check() -> CheckResult:
+        a[:] = rng.standard_normal((n, n))
+        b[:] = rng.standard_normal((n, n))
+        out[:] = np.nan
+        np.matmul(a, b, out=out)
+        rows = rng.choice(n, size=min(n, 32), replace=False)
+        ref = a[rows].astype(np.float64) @ b.astype(np.float64)
+        return compare(out[rows], ref, _gemm_tolerance(dtype, n), "numpy matmul vs float64 reference on 32 rows")
+
+    item = np.dtype(np_t).itemsize
+    return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * item, check=check,
+                    working_set_bytes=3 * n * n * item, params={"n": n})
+
+
+def setup_intensity(device: CpuDevice, arena: ProbeArena, dtype: str, *, working_set_bytes: int,
+                    fmas_per_element: int, rng: np.random.Generator | None = None) -> ProbeRun:
+    """The ``intensity-<dtype>`` probe: ``fmas_per_element`` FMAs per element read and written."""
+    k, rng = _kernels(), _rng(rng)
+    np_t = NP_DTYPES[dtype]
+    item = np.dtype(np_t).itemsize
+    a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
+    u, inner = k.fma_split(int(fmas_per_element))
+    nt = device.nthreads
+    quantum = k.FMA_BLOCK * nt
+    n = max(quantum, int(working_set_bytes) // item // quantum * quantum)
+    x = arena.get(-(-n * item // 8))[: n * item // 8].view(np_t)
+    kk = u * inner
+
+    def run(reps: int) -> None:
+        for _ in range(reps):
+            k.fma_chain(x, a, c, u, inner, k.FMA_BLOCK)
+
+    def check() -> CheckResult:
+        m = 2 * quantum
+        y0 = (rng.random(m) + 0.5).astype(np_t)
+        y = aligned_empty(m, np_t)
+        y[:] = y0
+        k.fma_chain(y, a, c, u, inner, k.FMA_BLOCK)
+        tol = 4 * max(kk, 4) * float(np.finfo(np_t).eps)
+        return compare(y, k.fma_chain_reference(y0, a, c, kk), tol,
+                       f"{kk} chained FMAs per element vs closed form in float64")
+
+    return ProbeRun(run=run, flops_per_rep=2.0 * kk * n, bytes_per_rep=2.0 * item * n, check=check,
+                    working_set_bytes=n * item,
+                    params={"elements": n, "fmas_per_element": kk, "unroll": u, "inner_passes": inner})
+
+
 def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
-    """The CPU probe catalogue (see the module docstring)."""
-    from roofprof.kernels import cpu as k
-
-    rng = np.random.default_rng(20240601)
-    read_arena, triad_arena = _Arena(), _Arena()
-    sweep_arenas: dict[str, _Arena] = {"fp32": _Arena(), "fp64": _Arena()}
-
-    def threads() -> int:
-        return device.nthreads
-
-    # -- bandwidth: read ---------------------------------------------------------------
-    def setup_read(*, working_set_bytes: int) -> ProbeRun:
-        nt = threads()
-        n = max(8 * nt, int(working_set_bytes) // 8 // 8 * 8)
-        x = read_arena.get(n)[:n]
-        out = np.zeros(max(nt, 1))
-
-        def run(reps: int) -> float:
-            return k.read_sum(x, out, nt, reps)
-
-        def check() -> CheckResult:
-            m = min(n, 1 << 16)
-            x[:m] = rng.random(m) + 0.5
-            got = k.read_sum(x, out, nt, 2)
-            ref = k.read_sum_reference(x, 2)
-            return compare(np.array([got]), np.array([ref]), 1e-9,
-                           "read_sum vs numpy sum (random head, rest filled), 2 passes")
-
-        return ProbeRun(run=run, flops_per_rep=float(n), bytes_per_rep=8.0 * n, check=check,
-                        working_set_bytes=8 * n, params={"elements": n, "threads": nt})
-
-    # -- bandwidth: triad ----------------------------------------------------------------
-    def setup_triad(*, working_set_bytes: int) -> ProbeRun:
-        nt = threads()
-        n = max(8 * nt, int(working_set_bytes) // 24 // 8 * 8)
-        pad = _stagger_elems(8)
-        stride = -(-n // 512) * 512 + pad
-        buf = triad_arena.get(3 * stride)
-        a, b, c = buf[0:n], buf[stride:stride + n], buf[2 * stride:2 * stride + n]
-        s = 0.5
-
-        def run(reps: int) -> None:
-            k.triad(a, b, c, s, nt, reps)
-
-        def check() -> CheckResult:
-            b[:] = rng.random(n) + 0.5
-            c[:] = rng.random(n) + 0.5
-            a[:] = np.nan
-            k.triad(a, b, c, s, nt, 3)
-            res = compare(a, k.triad_reference(b, c, s, 3), 1e-15 * 8,
-                          "triad vs numpy b + s*c, a poisoned with NaN, 3 passes")
-            k.fill(buf, 1.0)
-            return res
-
-        return ProbeRun(run=run, flops_per_rep=2.0 * n, bytes_per_rep=24.0 * n, check=check,
-                        working_set_bytes=24 * n, params={"elements_per_array": n, "threads": nt})
-
-    # -- compute: FMA peak -----------------------------------------------------------------
-    def make_fma(dtype: str) -> Callable[..., ProbeRun]:
-        np_t = NP_DTYPES[dtype]
-        a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
-
-        def setup() -> ProbeRun:
-            nt = threads()
-            n = nt * 4 * k.FMA_BLOCK  # four L1-resident blocks per thread
-            x = aligned_empty(n, np_t)
-            x[:] = rng.random(n).astype(np_t)
-
-            def run(reps: int) -> None:
-                k.fma_chain(x, a, c, 16, reps, k.FMA_BLOCK)
-
-            def check() -> CheckResult:
-                x0 = (rng.random(n) + 0.5).astype(np_t)
-                x[:] = x0
-                k.fma_chain(x, a, c, 16, 4, k.FMA_BLOCK)
-                tol = 4 * 64 * float(np.finfo(np_t).eps)
-                return compare(x, k.fma_chain_reference(x0, a, c, 64), tol,
-                               "64 chained FMAs per element vs closed form in float64")
-
-            return ProbeRun(run=run, flops_per_rep=2.0 * 16 * n, bytes_per_rep=2.0 * np.dtype(np_t).itemsize * n,
-                            check=check, working_set_bytes=n * np.dtype(np_t).itemsize,
-                            params={"elements": n, "block": k.FMA_BLOCK, "fmas_per_element_per_rep": 16})
-
-        return setup
-
-    # -- gemm: numpy BLAS ----------------------------------------------------------------
-    def make_gemm(dtype: str) -> Callable[..., ProbeRun]:
-        np_t = NP_DTYPES[dtype]
-
-        def setup(*, size: int) -> ProbeRun:
-            n = int(size)
-            a = rng.standard_normal((n, n)).astype(np_t)
-            b = rng.standard_normal((n, n)).astype(np_t)
-            out = np.empty((n, n), dtype=np_t)
-
-            def run(reps: int) -> None:
-                for _ in range(reps):
-                    np.matmul(a, b, out=out)
-
-            def check() -> CheckResult:
-                a[:] = rng.standard_normal((n, n))
-                b[:] = rng.standard_normal((n, n))
-                out[:] = np.nan
-                np.matmul(a, b, out=out)
-                rows = rng.choice(n, size=min(n, 32), replace=False)
-                ref = a[rows].astype(np.float64) @ b.astype(np.float64)
-                tol = 16 * float(np.finfo(np_t).eps) * np.sqrt(n)
-                return compare(out[rows], ref, tol, "numpy matmul vs float64 reference on 32 rows")
-
-            item = np.dtype(np_t).itemsize
-            return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * item, check=check,
-                            working_set_bytes=3 * n * n * item, params={"n": n})
-
-        return setup
-
-    # -- intensity sweep -------------------------------------------------------------------
-    def make_intensity(dtype: str) -> Callable[..., ProbeRun]:
-        np_t = NP_DTYPES[dtype]
-        item = np.dtype(np_t).itemsize
-        a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
-
-        def setup(*, working_set_bytes: int, fmas_per_element: int) -> ProbeRun:
-            u, inner = k.fma_split(int(fmas_per_element))
-            nt = threads()
-            quantum = k.FMA_BLOCK * nt
-            n = max(quantum, int(working_set_bytes) // item // quantum * quantum)
-            x = sweep_arenas[dtype].get(-(-n * item // 8))[: n * item // 8].view(np_t)
-            kk = u * inner
-
-            def run(reps: int) -> None:
-                for _ in range(reps):
-                    k.fma_chain(x, a, c, u, inner, k.FMA_BLOCK)
-
-            def check() -> CheckResult:
-                m = 2 * quantum
-                y0 = (rng.random(m) + 0.5).astype(np_t)
-                y = aligned_empty(m, np_t)
-                y[:] = y0
-                k.fma_chain(y, a, c, u, inner, k.FMA_BLOCK)
-                tol = 4 * max(kk, 4) * float(np.finfo(np_t).eps)
-                return compare(y, k.fma_chain_reference(y0, a, c, kk), tol,
-                               f"{kk} chained FMAs per element vs closed form in float64")
-
-            return ProbeRun(run=run, flops_per_rep=2.0 * kk * n, bytes_per_rep=2.0 * item * n, check=check,
-                            working_set_bytes=n * item,
-                            params={"elements": n, "fmas_per_element": kk, "unroll": u, "inner_passes": inner})
-
-        return setup
-
+    """The CPU probe catalogue (see the module docstring): the ``setup_*`` functions bound to
+    this device, their buffers and one random stream for the checks."""
+    rng = np.random.default_rng(PROBE_SEED)
+    read_arena, triad_arena = ProbeArena(), ProbeArena()
+    sweep_arenas: dict[str, ProbeArena] = {"fp32": ProbeArena(), "fp64": ProbeArena()}
+    fma_accounting = ("FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
+                      "elements independent), data L1-resident")
+    blas = _blas_name()
     return (
-        Probe("read", "bandwidth", setup_read,
+        Probe("read", "bandwidth", partial(setup_read, device, read_arena, rng=rng),
               accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
               note="vectorised sum, one contiguous chunk per thread"),
-        Probe("triad", "bandwidth", setup_triad,
+        Probe("triad", "bandwidth", partial(setup_triad, device, triad_arena, rng=rng),
               accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), FLOPs = 2·n",
               note="a = b + s·c, one contiguous chunk per thread, arrays staggered against 4K aliasing"),
-        Probe("fma-fp64", "compute", make_fma("fp64"), dtype="fp64",
-              accounting="FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
-                         "elements independent), data L1-resident"),
-        Probe("fma-fp32", "compute", make_fma("fp32"), dtype="fp32",
-              accounting="FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
-                         "elements independent), data L1-resident"),
-        Probe("gemm-fp64", "gemm", make_gemm("fp64"), dtype="fp64",
-              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·8 (minimum)", note=f"numpy matmul ({_blas_name()})"),
-        Probe("gemm-fp32", "gemm", make_gemm("fp32"), dtype="fp32",
-              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·4 (minimum)", note=f"numpy matmul ({_blas_name()})"),
-        Probe("intensity-fp64", "intensity", make_intensity("fp64"), dtype="fp64",
+        Probe("fma-fp64", "compute", partial(setup_fma, device, "fp64", rng=rng), dtype="fp64",
+              accounting=fma_accounting),
+        Probe("fma-fp32", "compute", partial(setup_fma, device, "fp32", rng=rng), dtype="fp32",
+              accounting=fma_accounting),
+        Probe("gemm-fp64", "gemm", partial(setup_gemm, device, "fp64", rng=rng), dtype="fp64",
+              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·8 (minimum)", note=f"numpy matmul ({blas})"),
+        Probe("gemm-fp32", "gemm", partial(setup_gemm, device, "fp32", rng=rng), dtype="fp32",
+              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·4 (minimum)", note=f"numpy matmul ({blas})"),
+        Probe("intensity-fp64", "intensity", partial(setup_intensity, device, sweep_arenas["fp64"], "fp64", rng=rng),
+              dtype="fp64",
               accounting="per element: read 8 B + write 8 B from DRAM, k FMAs = 2k FLOPs → intensity k/8 FLOP/B"),
-        Probe("intensity-fp32", "intensity", make_intensity("fp32"), dtype="fp32",
+        Probe("intensity-fp32", "intensity", partial(setup_intensity, device, sweep_arenas["fp32"], "fp32", rng=rng),
+              dtype="fp32",
               accounting="per element: read 4 B + write 4 B from DRAM, k FMAs = 2k FLOPs → intensity k/4 FLOP/B"),
     )
+
+
+def _gemm_tolerance(dtype: str, k: int) -> float:
+    """The CPU GEMM checks' tolerance: :func:`~roofprof.devices.base.tolerance` at 16 ulps and
+    16·eps·√k growth (at least the former ``16·eps·√k``)."""
+    return tolerance(dtype, k, ulps=16.0, growth=16.0)
 
 
 # --------------------------------------------------------------------------- op implementations
@@ -478,17 +524,14 @@ class _PreparedGemm:
         self.w[...] = rng.standard_normal(self.w.shape)
         self.out[...] = np.nan
         self.run()
-        eps = float(np.finfo(self.out.dtype).eps)
-        tol = 16 * eps * np.sqrt(op.k)
+        tol = _gemm_tolerance(op.dtype, op.k)
         rows = np.sort(rng.choice(op.m, size=min(op.m, 16), replace=False))
         if op.batch > 1:
             batches = np.sort(rng.choice(op.batch, size=min(op.batch, 4), replace=False))
             a, w, out = self.a[batches][:, rows], self.w[batches], self.out[batches][:, rows]
         else:
             a, w, out = self.a[rows], self.w, self.out[rows]
-        from roofprof.kernels.cpu import gemm_nt_reference
-
-        return compare(out, gemm_nt_reference(a, w), tol,
+        return compare(out, _kernels().gemm_nt_reference(a, w), tol,
                        f"{self.name} vs float64 numpy on {len(rows)} sampled rows; output poisoned with NaN")
 
     def release(self) -> None:
@@ -500,8 +543,7 @@ def _numpy_gemm(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
 
 
 def _numba_gemm(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-    from roofprof.kernels import cpu as k
-
+    k = _kernels()
     if a.ndim == 3:
         k.gemm_nt_batched(a, w, out)
     else:
@@ -542,3 +584,54 @@ class NumbaGemm:
         if reason:
             raise ConfigError(reason)
         return _PreparedGemm(op, rng, self.device, _numba_gemm, "numba gemm_nt")
+
+
+# --------------------------------------------------------------------------- backend
+
+
+def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
+    """The CPU's roofline plan: sweeps sized from ``info``'s caches by
+    :meth:`~roofprof.probes.RooflinePlan.sized`, with the CPU's budgets and GEMM sizes.
+
+    Raises:
+        ConfigError: unknown plan name.
+    """
+    from roofprof.probes import RooflinePlan
+
+    if name == "quick":
+        knobs: dict[str, Any] = dict(
+            point_budget_s=0.03, target_call_s=0.003, compute_budget_s=0.25, compute_call_s=0.02,
+            gemm_sizes=(1024, 2048), gemm_budget_s=0.2, intensities=tuple(2.0**e for e in (-3, -1, 1, 3, 5, 7, 9)),
+            intensity_budget_s=0.02, min_repeats=5, intensity_max_call_flops=5e9)
+    else:
+        knobs = dict(
+            point_budget_s=0.1, target_call_s=0.005, compute_budget_s=1.0, compute_call_s=0.03,
+            gemm_sizes=(1024, 2048, 3072), gemm_budget_s=0.6, intensities=tuple(2.0**e for e in range(-3, 11)),
+            intensity_budget_s=0.05, intensity_dtypes=("fp64", "fp32"), min_repeats=7,
+            intensity_max_call_flops=1.5e10)
+    return RooflinePlan.sized(info, name, **knobs)
+
+
+def enumerate() -> list[DeviceStatus]:  # noqa: A001 - the backend protocol's name
+    """The one CPU device (``cpu``): always usable.
+
+    >>> [s.label for s in enumerate()]
+    ['cpu']
+    """
+    return [DeviceStatus(KIND, cpu_info().name, True)]
+
+
+def open(index: int = 0) -> CpuDevice:  # noqa: A001 - the backend protocol's name
+    """The CPU device (``index`` must be 0).
+
+    Raises:
+        UnknownNameError: ``index`` is not 0.
+    """
+    if int(index) != 0:
+        raise UnknownNameError("device", f"cpu:{index}", ["cpu"])
+    return CpuDevice()
+
+
+def roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
+    """The roofline plan of a CPU described by ``info`` (:func:`cpu_roofline_plan`)."""
+    return cpu_roofline_plan(info, name)

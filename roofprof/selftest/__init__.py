@@ -143,7 +143,7 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
                 "device": dev.info.to_dict(), "gpu": dev.describe(), "spec": _spec_dict(dev), "sections": {},
                 "warnings": []})
     try:
-        from roofprof.devices.cuda_probes import skipped_probes
+        from roofprof.devices.cuda import skipped_probes
 
         res["skipped_probes"] = skipped_probes(dev)
     except Exception as exc:  # noqa: BLE001

@@ -78,7 +78,7 @@ def _run_check(prep_factory: Callable[[], Any]) -> tuple[bool, float, str]:
 
 
 def _check_gemv_entries(dev: Any, st: RunState) -> None:
-    from roofprof.devices.cuda_impls import gemv_prepared
+    from roofprof.devices.cuda import gemv_prepared
 
     cm = dev.kernels.models
     rng = np.random.default_rng(101)
@@ -112,7 +112,7 @@ def _check_gemv_entries(dev: Any, st: RunState) -> None:
 
 
 def _check_gemm_entries(dev: Any, st: RunState) -> None:
-    from roofprof.devices.cuda_impls import CupyBuffers, PreparedGemm
+    from roofprof.devices.cuda import CupyBuffers, PreparedGemm
 
     cm = dev.kernels.models
     rng = np.random.default_rng(202)
@@ -172,7 +172,7 @@ def _check_probes(dev: Any, st: RunState) -> None:
     for skipped in st.results.get("skipped_probes") or []:
         _record(st, f"probe {skipped['probe']}", True, f"skipped on this GPU: {skipped['reason']}", skipped=True)
     try:
-        from roofprof.devices.cuda_probes import launch_latency
+        from roofprof.devices.cuda import launch_latency
 
         st.results["launch_latency"] = launch_latency(dev)
         _record(st, "probe_empty", True, "launched 1000 times without a CUDA error")
@@ -182,7 +182,7 @@ def _check_probes(dev: Any, st: RunState) -> None:
 
 def _check_numba_registry(dev: Any, st: RunState) -> None:
     from roofprof.devices.cuda import kernels_module
-    from roofprof.devices.cuda_impls import numba_cuda_reason
+    from roofprof.devices.cuda import numba_cuda_reason
 
     reason = numba_cuda_reason()
     nk = kernels_module("numba_cuda")

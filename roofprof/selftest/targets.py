@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from roofprof.devices.cuda_impls import GEMV_MAX_M
+from roofprof.devices.cuda import GEMV_MAX_M
 
 __all__ = [
     "Aggregate",

@@ -20,8 +20,12 @@ not installed, the driver is missing or too old, or there is no such GPU; NVML i
   launches an entry point and turns CUDA errors into :class:`CudaKernelError` naming it.
 * **Dtypes by architecture** (:func:`dtype_unsupported`): e.g. fp8 ``mma.sync`` before sm_89
   is skipped with a reason, never run.
-* **Probes** (``roofprof.devices.cuda_probes``) and **op implementations**
-  (``roofprof.devices.cuda_impls``) live in their own modules.
+* **Probes** (:mod:`roofprof.devices.cuda.probes`) and **op implementations**
+  (:mod:`roofprof.devices.cuda.impls`) live in their own modules; the runtime helpers
+  (clock, kernel modules, memory policy) in :mod:`roofprof.devices.cuda._runtime`.
+* **NVML** goes through :mod:`roofprof.devices._nvml`: the device holds one NVML session
+  for its lifetime, finds its NVML index by the full PCI bus id (domain included) and,
+  when no NVML GPU matches, says telemetry is unavailable instead of guessing an index.
 
 Nothing here touches a GPU at import time: ``import roofprof.devices.cuda`` works on any
 machine, with or without CuPy.
@@ -36,171 +40,41 @@ Example (on a machine with a GPU)::
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roofprof.devices.base import DeviceInfo
+from roofprof.devices import _nvml
+from roofprof.devices.base import DeviceInfo, OpImpl, Probe, torch_issue_overhead_s
+from roofprof.devices.cuda._runtime import (
+    CudaEventClock,
+    CudaKernelError,
+    KernelModules,
+    cuda_error_types,
+    cuda_message,
+    dtype_unsupported,
+    flush_bytes_for,
+    import_cupy,
+    memory_refusal,
+    parse_cc,
+)
+from roofprof.devices.cuda.impls import cuda_implementations
+from roofprof.devices.cuda.probes import cuda_probes, launch_latency
 from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.specs import load_gpu, match_gpu
+from roofprof.telemetry import NullSampler, NvmlSampler, Sampler
 
-#: At most this fraction of the free device memory is handed out (the rest is headroom for
-#: cuBLAS workspaces, the CUDA context growing, torch's allocator).
-USABLE_FRACTION = 0.9
-#: The flush buffer is at least this large, and at least twice the L2.
-MIN_FLUSH_BYTES = 64 * 1024**2
+if TYPE_CHECKING:
+    from roofprof.probes import RooflinePlan
+
+__all__ = ["DELAY_TARGET_S", "CudaDevice", "cuda_roofline_plan", "read_identity", "scale_to_clock",
+           "spec_clocks"]
+
 #: Length of the delay kernel queued before each timed interval (hides host launch overhead).
 DELAY_TARGET_S = 40e-6
-INSTALL_HINT = "pip install 'roofprof[cuda12]' (CUDA 12 driver) or 'roofprof[cuda13]' (CUDA 13)"
-
-# Compute capability needed by each (path, dtype). Paths: "mma.sync" (probes.cu, gemm_mma.cu),
-# "fma" (CUDA-core probes), "gemv" (gemv.cu), "cublas" (cuBLAS GEMM).
-_MIN_CC: dict[tuple[str, str], tuple[int, int]] = {
-    ("mma.sync", "bf16"): (8, 0), ("mma.sync", "fp16"): (8, 0), ("mma.sync", "tf32"): (8, 0),
-    ("mma.sync", "int8"): (8, 0), ("mma.sync", "fp8"): (8, 9),
-    ("fma", "fp64"): (5, 0), ("fma", "fp32"): (5, 0), ("fma", "fp16x2"): (5, 3), ("fma", "bf16x2"): (8, 0),
-    ("gemv", "bf16"): (8, 0), ("gemv", "fp16"): (7, 0),
-    ("cublas", "fp64"): (5, 0), ("cublas", "fp32"): (5, 0), ("cublas", "tf32"): (8, 0),
-    ("cublas", "fp16"): (7, 0), ("cublas", "bf16"): (8, 0),
-}
-
-
-class CudaKernelError(RuntimeError):
-    """A CUDA error at or after a kernel launch; the message names the kernel.
-
-    Errors such as an illegal address are sticky: the CUDA context is unusable afterwards,
-    and every later call fails too (``roofprof selftest`` records this and moves on).
-    """
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def kernels_module(name: str):
-    """``roofprof.kernels.<name>`` (installed package), or ``kernels.<name>`` from a checkout.
-
-    Raises ModuleNotFoundError for a module missing in both places, and lets an import
-    error inside the module (e.g. numba missing) propagate.
-    """
-    try:
-        return importlib.import_module(f"roofprof.kernels.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("roofprof.kernels", f"roofprof.kernels.{name}"):
-            raise
-    return importlib.import_module(f"kernels.{name}")
-
-
-def parse_cc(value: Any) -> tuple[int, int]:
-    """Compute capability from CuPy's ``"90"``, ``"8.9"``, ``(9, 0)`` or ``90``.
-
-    >>> parse_cc("90"), parse_cc("8.9"), parse_cc((12, 0)), parse_cc(75)
-    ((9, 0), (8, 9), (12, 0), (7, 5))
-    """
-    if isinstance(value, (tuple, list)):
-        return int(value[0]), int(value[1])
-    text = str(value).strip()
-    if "." in text:
-        major, minor = text.split(".", 1)
-        return int(major), int(minor)
-    number = int(text)
-    return number // 10, number % 10
-
-
-def dtype_unsupported(cc: tuple[int, int], dtype: str, path: str) -> str | None:
-    """Why ``dtype`` cannot run on ``path`` on a GPU of compute capability ``cc`` (None: it can).
-
-    ``path`` is ``mma.sync``, ``fma``, ``gemv`` or ``cublas``.
-
-    >>> dtype_unsupported((8, 0), "fp8", "mma.sync")
-    'fp8 mma.sync needs compute capability 8.9 or newer (sm_89+); this GPU is sm_80'
-    >>> dtype_unsupported((9, 0), "fp8", "mma.sync") is None
-    True
-    >>> dtype_unsupported((9, 0), "fp8", "cublas")
-    'no cublas path for fp8 here'
-    """
-    need = _MIN_CC.get((path, dtype))
-    if need is None:
-        return f"no {path} path for {dtype} here"
-    if tuple(cc) < need:
-        return (f"{dtype} {path} needs compute capability {need[0]}.{need[1]} or newer "
-                f"(sm_{need[0]}{need[1]}+); this GPU is sm_{cc[0]}{cc[1]}")
-    return None
-
-
-def fmt_bytes(n: float) -> str:
-    """``1.5 GiB``, ``12 MiB``, ``512 B``.
-
-    >>> fmt_bytes(3 * 2**30 // 2), fmt_bytes(12 * 2**20), fmt_bytes(512)
-    ('1.50 GiB', '12.0 MiB', '512 B')
-    """
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.1f} MiB"
-    if n >= 2**10:
-        return f"{n / 2**10:.1f} KiB"
-    return f"{int(n)} B"
-
-
-def memory_refusal(need_bytes: float, free_bytes: float, what: str, label: str = "the GPU",
-                   fraction: float = USABLE_FRACTION) -> str | None:
-    """The refusal message when ``need_bytes`` exceed ``fraction`` of ``free_bytes`` (None: fits).
-
-    >>> memory_refusal(10 * 2**30, 8 * 2**30, "op q_proj", "cuda:0")
-    'op q_proj needs 10.00 GiB of device memory but only 8.00 GiB of cuda:0 is free (at most 90% of it is used); free memory or use smaller shapes'
-    >>> memory_refusal(1 * 2**30, 8 * 2**30, "x") is None
-    True
-    """
-    if need_bytes <= fraction * free_bytes:
-        return None
-    return (f"{what} needs {fmt_bytes(need_bytes)} of device memory but only {fmt_bytes(free_bytes)} of "
-            f"{label} is free (at most {fraction:.0%} of it is used); free memory or use smaller shapes")
-
-
-def flush_bytes_for(l2_bytes: int) -> int:
-    """Size of the L2 flush buffer: at least twice the L2 and at least 64 MiB, in whole MiB.
-
-    >>> flush_bytes_for(50 * 10**6) // 2**20, flush_bytes_for(4 * 2**20) // 2**20
-    (96, 64)
-    """
-    return max(MIN_FLUSH_BYTES, int(math.ceil(2 * max(0, l2_bytes) / 2**20)) * 2**20)
-
-
-def _import_cupy():
-    try:
-        import cupy
-    except ImportError as exc:
-        raise DeviceUnavailableError(f"CuPy is not installed ({exc}); {INSTALL_HINT}") from exc
-    return cupy
-
-
-def _cuda_error_types(cp: Any) -> tuple[type[BaseException], ...]:
-    """The CUDA error classes of this CuPy (runtime, driver, cuBLAS) for ``except`` clauses."""
-    types: list[type[BaseException]] = []
-    for path in ("cupy_backends.cuda.api.runtime", "cupy_backends.cuda.api.driver",
-                 "cupy_backends.cuda.libs.cublas"):
-        try:
-            mod = importlib.import_module(path)
-        except Exception:  # noqa: BLE001 - a missing library (e.g. no cuBLAS) just drops its class
-            continue
-        for name in ("CUDARuntimeError", "CUDADriverError", "CUBLASError"):
-            cls = getattr(mod, name, None)
-            if isinstance(cls, type) and issubclass(cls, BaseException):
-                types.append(cls)
-    for holder in (getattr(getattr(cp, "cuda", None), "runtime", None), getattr(getattr(cp, "cuda", None), "driver", None)):
-        for name in ("CUDARuntimeError", "CUDADriverError"):
-            cls = getattr(holder, name, None)
-            if isinstance(cls, type) and issubclass(cls, BaseException) and cls not in types:
-                types.append(cls)
-    return tuple(types) or (RuntimeError,)
-
-
-def _nvml_error_types(nv: Any) -> tuple[type[BaseException], ...]:
-    cls = getattr(nv, "NVMLError", None)
-    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else (RuntimeError,)
-
 
 # --------------------------------------------------------------------------- identity
 
@@ -217,68 +91,36 @@ def _attr(cp: Any, name: str, index: int) -> int | None:
 
 
 def _nvml_identity(nv: Any, pci_bus_id: str | None, index: int) -> tuple[dict[str, Any], str]:
-    """NVML facts about the GPU (name, driver, power limit, max SM clock, NVML index), or why not."""
-    if nv is None:
-        try:
-            import pynvml as nv  # noqa: PLC0415
-        except ImportError:
-            return {}, "nvidia-ml-py (pynvml) is not installed"
-    errors = _nvml_error_types(nv)
-    try:
-        nv.nvmlInit()
-    except errors as exc:
-        return {}, f"NVML unavailable: {exc}"
-    out: dict[str, Any] = {}
-    try:
-        handle, nvml_index = None, index
-        if pci_bus_id:
-            try:
-                for i in range(nv.nvmlDeviceGetCount()):
-                    h = nv.nvmlDeviceGetHandleByIndex(i)
-                    if same_pci_bus(nv.nvmlDeviceGetPciInfo(h).busId, pci_bus_id):
-                        handle, nvml_index = h, i
-                        break
-            except (*errors, AttributeError):
-                handle, nvml_index = None, index
-        if handle is None:
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
-        out["nvml_index"] = nvml_index
+    """NVML facts about the GPU (name, driver, power limit, max SM clock, NVML index), or why not.
 
-        def get(key: str, fn: Callable[[], Any]) -> None:
-            try:
-                value = fn()
-            except (*errors, AttributeError):
-                return
-            out[key] = value.decode() if isinstance(value, bytes) else value
-
-        get("name", lambda: nv.nvmlDeviceGetName(handle))
-        get("driver", lambda: nv.nvmlSystemGetDriverVersion())
-        get("power_limit_mw", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
-        clock_sm = getattr(nv, "NVML_CLOCK_SM", 1)
-        clock_mem = getattr(nv, "NVML_CLOCK_MEM", 2)
-        get("max_sm_clock_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(handle, clock_sm))
-        get("max_mem_clock_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(handle, clock_mem))
-        return out, ""
-    except errors as exc:
-        return out, f"NVML could not describe GPU {index}: {exc}"
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def same_pci_bus(a: Any, b: Any) -> bool:
-    """Whether two PCI bus ids name the same device (NVML pads the domain to 8 digits, CUDA to 4).
-
-    >>> same_pci_bus(b"00000000:1B:00.0", "0000:1b:00.0")
-    True
+    The GPU is found by its full PCI bus id (domain included); without a match the facts are
+    empty and the reason says telemetry is unavailable (NVML's index order differs from
+    CUDA's under ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER``, so no index is guessed).
     """
-    def norm(x: Any) -> str:
-        text = x.decode() if isinstance(x, bytes) else str(x)
-        return text.strip().lower().split(":", 1)[-1]
-
-    return norm(a) == norm(b)
+    try:
+        with _nvml.session(nv) as nvm:
+            nvml_index = _nvml.index_for_pci(pci_bus_id, nvm) if pci_bus_id else None
+            if nvml_index is None:
+                return {}, (f"NVML lists no GPU at PCI bus id {pci_bus_id} (cuda:{index}); telemetry unavailable"
+                            if pci_bus_id else f"cuda:{index} has no PCI bus id to match in NVML; "
+                                               "telemetry unavailable")
+            handle = _nvml.query("nvmlDeviceGetHandleByIndex", nvml_index, default=None, nvml=nvm)
+            if handle is None:
+                return {}, f"NVML could not describe GPU {index}"
+            out: dict[str, Any] = {"nvml_index": nvml_index}
+            clock_sm = getattr(nvm, "NVML_CLOCK_SM", 1)
+            clock_mem = getattr(nvm, "NVML_CLOCK_MEM", 2)
+            for key, fn, args in (("name", "nvmlDeviceGetName", (handle,)),
+                                  ("driver", "nvmlSystemGetDriverVersion", ()),
+                                  ("power_limit_mw", "nvmlDeviceGetEnforcedPowerLimit", (handle,)),
+                                  ("max_sm_clock_mhz", "nvmlDeviceGetMaxClockInfo", (handle, clock_sm)),
+                                  ("max_mem_clock_mhz", "nvmlDeviceGetMaxClockInfo", (handle, clock_mem))):
+                value = _nvml.query(fn, *args, nvml=nvm)
+                if value is not _nvml.NA:
+                    out[key] = value
+            return out, ""
+    except _nvml.NvmlUnavailable as exc:
+        return {}, exc.reason
 
 
 def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, dict[str, Any]]:
@@ -292,13 +134,11 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
     Raises:
         DeviceUnavailableError: no such GPU or CUDA unusable (the CUDA error in the message).
     """
-    from roofprof.specs import match_gpu
-
-    errors = _cuda_error_types(cp)
+    errors = cuda_error_types(cp)
     try:
         count = int(cp.cuda.runtime.getDeviceCount())
     except errors as exc:
-        raise DeviceUnavailableError(f"no usable CUDA GPU: {_cuda_message(exc)} "
+        raise DeviceUnavailableError(f"no usable CUDA GPU: {cuda_message(exc)} "
                                      "(NVIDIA driver missing, too old for this CuPy, or no GPU)") from exc
     if count < 1:
         raise DeviceUnavailableError("CUDA reports no GPU")
@@ -320,7 +160,7 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
         except Exception:  # noqa: BLE001 - properties are a fallback for the name only
             props = {}
     except errors as exc:
-        raise DeviceUnavailableError(f"cuda:{index} is not usable: {_cuda_message(exc)}") from exc
+        raise DeviceUnavailableError(f"cuda:{index} is not usable: {cuda_message(exc)}") from exc
     facts: dict[str, Any] = {
         "sm_count": _attr(cp, "MultiProcessorCount", index),
         "l2_bytes": _attr(cp, "L2CacheSize", index),
@@ -367,131 +207,10 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
     info = DeviceInfo(kind="cuda", index=index, name=name, compute_units=int(sm), memory_bytes=int(total),
                       cache_bytes={"l2": int(l2)} if l2 else {}, clock_mhz=float(clock_mhz) if clock_mhz else None,
                       spec_id=spec.id if spec else None, extra=extra, asynchronous=True,
+                      spec_note="" if spec else f"{name!r} matches no row of data/gpus.json",
                       shared_host=False, default_dtype="bf16", default_model="llama-3.1-8b",
                       torch_device=f"cuda:{index}", compute_unit_name="SMs")
     return info, facts
-
-
-def _cuda_message(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text or type(exc).__name__
-
-
-# --------------------------------------------------------------------------- clock
-
-
-class CudaEventClock:
-    """A :class:`roofprof.timing.Clock` from two CUDA events on the current stream.
-
-    ``start()`` records the start event (no host synchronisation: work queued earlier on the
-    stream, e.g. a cache flush, completes before the event fires, so it stays outside the
-    interval, and the timed work queues right behind it); ``stop()`` records the end event,
-    waits for it and returns ``cupy.cuda.get_elapsed_time(start, end) / 1000`` seconds. A CUDA
-    error raised while waiting becomes :class:`CudaKernelError` naming ``context()`` (the
-    last kernel launched).
-
-    ``pre_start`` (optional) is called before the start event is recorded: the CUDA device
-    queues a short delay kernel there (about 40 µs, one block), so that the host has queued
-    the timed work before the GPU reaches the start event. The interval then holds GPU time
-    only, not the host's launch overhead (large for Numba and torch launches of
-    microsecond kernels); the host issue rate is a separate figure.
-
-    Example (on a GPU)::
-
-        clock = CudaEventClock(cupy)
-        clock.start(); kernel(...); seconds = clock.stop()
-    """
-
-    name = "cuda_event"
-
-    def __init__(self, cupy_module: Any, context: Callable[[], str] | None = None,
-                 pre_start: Callable[[], Any] | None = None):
-        self._cp = cupy_module
-        self._context = context or (lambda: "the timed work")
-        self._pre_start = pre_start
-        self._errors = _cuda_error_types(cupy_module)
-        self._start = cupy_module.cuda.Event()
-        self._end = cupy_module.cuda.Event()
-        self._running = False
-
-    def start(self) -> None:
-        if self._pre_start is not None:
-            self._pre_start()
-        try:
-            self._start.record()
-        except self._errors as exc:
-            raise CudaKernelError(f"CUDA error before {self._context()}: {_cuda_message(exc)}") from exc
-        self._running = True
-
-    def stop(self) -> float:
-        if not self._running:
-            raise RuntimeError("CudaEventClock.stop() called before start()")
-        self._running = False
-        try:
-            self._end.record()
-            self._end.synchronize()
-            ms = self._cp.cuda.get_elapsed_time(self._start, self._end)
-        except self._errors as exc:
-            raise CudaKernelError(f"CUDA error in {self._context()}: {_cuda_message(exc)}") from exc
-        return float(ms) / 1000.0
-
-
-# --------------------------------------------------------------------------- kernels
-
-
-class KernelModules:
-    """The CUDA C sources of ``kernels/cuda``, compiled on first use by NVRTC (``cupy.RawModule``).
-
-    ``function(entry)`` finds the source of ``entry`` in ``cuda_models.ENTRY_SIGNATURES``,
-    compiles that file once (timing the compile) and returns the ``RawKernel``. A compile
-    failure raises :class:`DeviceUnavailableError` with the NVRTC log's first lines and is
-    remembered, so later calls fail fast with the same reason.
-    """
-
-    def __init__(self, cupy_module: Any, options: tuple[str, ...] | None = None):
-        self._cp = cupy_module
-        self._cm = kernels_module("cuda_models")
-        self.options = tuple(options) if options is not None else tuple(self._cm.nvrtc_options())
-        self._modules: dict[str, Any] = {}
-        self._failed: dict[str, str] = {}
-        self._functions: dict[str, Any] = {}
-        self.compile_s: dict[str, float] = {}
-
-    @property
-    def models(self):
-        """The ``cuda_models`` module (launch plans, FLOP/byte models)."""
-        return self._cm
-
-    def module(self, source: str) -> Any:
-        """The compiled ``RawModule`` of one source file (``probes.cu``, ``gemv.cu``, ``gemm_mma.cu``)."""
-        if source in self._failed:
-            raise DeviceUnavailableError(self._failed[source])
-        if source not in self._modules:
-            import time
-
-            code = self._cm.source_path(source).read_text(encoding="utf-8")
-            t0 = time.perf_counter()
-            try:
-                mod = self._cp.RawModule(code=code, options=self.options)
-                mod.compile()
-            except Exception as exc:  # noqa: BLE001 - CompileException, missing headers, NVRTC errors
-                log = str(exc).strip().splitlines()
-                reason = (f"kernels/cuda/{source} did not compile under NVRTC with {' '.join(self.options)}: "
-                          + " | ".join(log[:6]))
-                self._failed[source] = reason
-                raise DeviceUnavailableError(reason) from exc
-            self.compile_s[source] = time.perf_counter() - t0
-            self._modules[source] = mod
-        return self._modules[source]
-
-    def function(self, entry: str) -> Any:
-        """The ``RawKernel`` of one entry point (``gemv_bf16_m1``, ``probe_fma_fp32``...)."""
-        if entry not in self._functions:
-            sig = self._cm.ENTRY_SIGNATURES.get(entry)
-            if sig is None:
-                raise ConfigError(f"unknown CUDA C entry point {entry!r}")
-            self._functions[entry] = self.module(sig[0]).get_function(entry)
-        return self._functions[entry]
 
 
 # --------------------------------------------------------------------------- device
@@ -511,10 +230,14 @@ class CudaDevice:
     """
 
     def __init__(self, index: int = 0, *, cupy: Any = None, nvml: Any = None):
-        self._cp = cupy if cupy is not None else _import_cupy()
+        self._cp = cupy if cupy is not None else import_cupy()
         self._nvml = nvml
-        self.errors = _cuda_error_types(self._cp)
+        self.errors = cuda_error_types(self._cp)
         self._info, self.facts = read_identity(self._cp, int(index), nvml)
+        if not self.facts.get("nvml_reason") and not _nvml.init(nvml):
+            # hold the process's NVML session while the device lives: telemetry blocks then
+            # start NVML for free instead of enumerating every GPU each time
+            weakref.finalize(self, _nvml.shutdown, nvml)
         self.cc: tuple[int, int] = tuple(self.facts["compute_capability"])  # type: ignore[assignment]
         self._device = self._cp.cuda.Device(int(index))
         self._device.use()
@@ -546,8 +269,6 @@ class CudaDevice:
     @property
     def spec(self):
         """The datasheet row (:class:`~roofprof.specs.GpuSpec`) or None."""
-        from roofprof.specs import load_gpu
-
         return load_gpu(self._info.spec_id) if self._info.spec_id else None
 
     def unsupported(self, dtype: str, path: str) -> str | None:
@@ -560,7 +281,7 @@ class CudaDevice:
         try:
             self._cp.cuda.runtime.deviceSynchronize()
         except self.errors as exc:
-            raise CudaKernelError(f"CUDA error after {self.last_kernel}: {_cuda_message(exc)}") from exc
+            raise CudaKernelError(f"CUDA error after {self.last_kernel}: {cuda_message(exc)}") from exc
 
     def clock(self, hide_launch: bool = True) -> CudaEventClock:
         """A CUDA-event clock; ``hide_launch`` queues a ~40 µs delay kernel before each start
@@ -620,7 +341,7 @@ class CudaDevice:
         try:
             cp.cuda.runtime.memsetAsync(array.data.ptr, int(value), int(array.nbytes), cp.cuda.get_current_stream().ptr)
         except self.errors as exc:
-            raise CudaKernelError(f"CUDA error in {what}: {_cuda_message(exc)}") from exc
+            raise CudaKernelError(f"CUDA error in {what}: {cuda_message(exc)}") from exc
 
     def memcpy_d2d(self, dst: Any, src: Any, nbytes: int) -> None:
         """``cudaMemcpyAsync`` device to device of ``nbytes`` on the current stream (CuPy's copy)."""
@@ -630,14 +351,14 @@ class CudaDevice:
             cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, int(nbytes), 3,  # 3: device to device
                                         cp.cuda.get_current_stream().ptr)
         except self.errors as exc:
-            raise CudaKernelError(f"CUDA error in cudaMemcpyAsync D2D: {_cuda_message(exc)}") from exc
+            raise CudaKernelError(f"CUDA error in cudaMemcpyAsync D2D: {cuda_message(exc)}") from exc
 
-    def sampler(self, interval_s: float = 0.01):
-        from roofprof.telemetry import NullSampler, NvmlSampler
-
+    def sampler(self, interval_s: float = 0.01) -> Sampler:
+        """NVML telemetry of this GPU (its NVML index matched by PCI bus id), or a
+        :class:`~roofprof.telemetry.NullSampler` saying why not."""
         if self.facts.get("nvml_reason"):
             return NullSampler(self.facts["nvml_reason"])
-        index = int(self.facts.get("nvml", {}).get("nvml_index", self._info.index))
+        index = int(self.facts["nvml"]["nvml_index"])
         return NvmlSampler(handle_index=index, interval_s=interval_s, nvml=self._nvml)
 
     def free_memory_bytes(self) -> int:
@@ -679,32 +400,30 @@ class CudaDevice:
 
     def launch_latency(self, launches: int = 200) -> dict[str, float]:
         """``probe_empty`` launch cost: GPU seconds per launch of a back-to-back stream and host
-        issue seconds per launch (see ``cuda_probes.launch_latency``)."""
-        from roofprof.devices.cuda_probes import launch_latency
-
+        issue seconds per launch (see :func:`roofprof.devices.cuda.probes.launch_latency`)."""
         return launch_latency(self, launches)
 
     def launch_overhead_s(self) -> float:
         """Per-kernel launch cost of an eager pass: torch's issue rate when torch is installed
         (what the validated model pays), else ``max`` of the GPU's per-launch time and the
         host's issue time for ``probe_empty`` (seconds)."""
-        from roofprof.devices.base import torch_issue_overhead_s
-
         issued = torch_issue_overhead_s(self)
         if issued is not None:
             return issued
         lat = self.launch_latency()
         return float(max(lat["gpu_s_per_launch"], lat["host_issue_s_per_launch"]))
 
-    def probes(self) -> tuple:
-        from roofprof.devices.cuda_probes import cuda_probes
-
+    def probes(self) -> tuple[Probe, ...]:
+        """The probe catalogue (:func:`roofprof.devices.cuda.probes.cuda_probes`)."""
         return cuda_probes(self)
 
-    def implementations(self) -> tuple:
-        from roofprof.devices.cuda_impls import cuda_implementations
-
+    def implementations(self) -> tuple[OpImpl, ...]:
+        """The op implementations (:func:`roofprof.devices.cuda.impls.cuda_implementations`)."""
         return cuda_implementations(self)
+
+    def roofline_plan(self, name: str = "full") -> RooflinePlan:
+        """The GPU's ``full``, ``quick`` or ``test`` roofline plan (:func:`cuda_roofline_plan`)."""
+        return cuda_roofline_plan(self._info, name)
 
     # -- kernels ---------------------------------------------------------------------
     @property
@@ -729,7 +448,7 @@ class CudaDevice:
             fn(tuple(grid), tuple(block), args, shared_mem=shared_mem)
         except self.errors as exc:
             raise CudaKernelError(f"CUDA error launching {entry} grid={tuple(grid)} block={tuple(block)}: "
-                                  f"{_cuda_message(exc)}") from exc
+                                  f"{cuda_message(exc)}") from exc
 
     def checked(self, what: str) -> None:
         """Synchronise and raise :class:`CudaKernelError` naming ``what`` on a CUDA error."""
@@ -741,6 +460,25 @@ class CudaDevice:
         return {**self._info.to_dict(), "facts": {k: v for k, v in self.facts.items() if k != "nvml"},
                 "nvml": dict(self.facts.get("nvml", {})), "clock_delay": self.delay_note,
                 "compile_s": dict(self._kernels.compile_s) if self._kernels else {}}
+
+
+def cuda_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
+    """The GPU roofline plan: the sweep sized from ``info``'s L2 by
+    :meth:`~roofprof.probes.RooflinePlan.sized`, larger GEMMs and a DRAM-sized intensity sweep
+    (at least 256 MiB) than on a CPU, and GPU-scale budgets.
+
+    Raises:
+        ConfigError: unknown plan name.
+    """
+    from roofprof.probes import RooflinePlan
+
+    quick = name == "quick"
+    return RooflinePlan.sized(
+        info, name, min_intensity_working_set_bytes=256 * 1024**2,
+        point_budget_s=0.03 if quick else 0.1, target_call_s=0.002, compute_budget_s=0.2 if quick else 0.5,
+        compute_call_s=0.01, gemm_sizes=(4096,) if quick else (4096, 8192), gemm_budget_s=0.2,
+        intensities=tuple(2.0**e for e in range(-3, 11, 2 if quick else 1)), intensity_budget_s=0.02,
+        intensity_dtypes=("fp32", "fp64"), min_repeats=5, intensity_max_call_flops=1e12)
 
 
 def scale_to_clock(value: float, clock_seen_mhz: float | None, spec_clock_mhz: float | None) -> float | None:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.units import fmt_rate as _fmt_rate
 
 SCHEMA = "roofprof.selftest/1"
 DEFAULT_BUDGET_S = 450.0
@@ -280,15 +281,6 @@ def clock_scaled(ceilings: Sequence[Mapping[str, Any]], spec: Mapping[str, Any] 
 
 
 # --------------------------------------------------------------------------- markdown
-
-
-def _fmt_rate(v: float | None, unit: str) -> str:
-    if v is None:
-        return "–"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {prefix}{unit}"
-    return f"{v:.3g} {unit}"
 
 
 def _fmt_value(t: Mapping[str, Any]) -> str:

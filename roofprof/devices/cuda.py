@@ -45,6 +45,7 @@ import numpy as np
 
 from roofprof.devices.base import DeviceInfo
 from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.units import fmt_bytes
 
 #: At most this fraction of the free device memory is handed out (the rest is headroom for
 #: cuBLAS workspaces, the CUDA context growing, torch's allocator).
@@ -127,21 +128,6 @@ def dtype_unsupported(cc: tuple[int, int], dtype: str, path: str) -> str | None:
         return (f"{dtype} {path} needs compute capability {need[0]}.{need[1]} or newer "
                 f"(sm_{need[0]}{need[1]}+); this GPU is sm_{cc[0]}{cc[1]}")
     return None
-
-
-def fmt_bytes(n: float) -> str:
-    """``1.5 GiB``, ``12 MiB``, ``512 B``.
-
-    >>> fmt_bytes(3 * 2**30 // 2), fmt_bytes(12 * 2**20), fmt_bytes(512)
-    ('1.50 GiB', '12.0 MiB', '512 B')
-    """
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.1f} MiB"
-    if n >= 2**10:
-        return f"{n / 2**10:.1f} KiB"
-    return f"{int(n)} B"
 
 
 def memory_refusal(need_bytes: float, free_bytes: float, what: str, label: str = "the GPU",

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from roofprof.errors import ConfigError
+from roofprof.plots import save
 
 LEVEL_MARKERS = {"l1": "o", "l2": "s", "dram": "^"}
 LEVEL_COLORS = {"l1": "tab:olive", "l2": "tab:green", "dram": "tab:blue", "l3": "tab:cyan", "smem": "tab:purple"}
@@ -117,25 +117,5 @@ def plot_hierarchical(
     ax.set_title(title or "Hierarchical roofline (Nsight Compute counters)")
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
-    return _save(fig, Path(path))
-
-
-def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".png")
-        os.close(fd)
-    except OSError as exc:
-        plt.close(fig)
-        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
-    try:
-        fig.savefig(tmp, format=(path.suffix.lstrip(".") or "png"))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        plt.close(fig)
-    return path
+    save(fig, path)
+    return Path(path)

@@ -6,13 +6,13 @@ PNG as bytes (and writes it when ``path`` is given). matplotlib runs with the Ag
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from roofprof.plots import pyplot
+from roofprof.plots import pyplot, save
+from roofprof.units import si as _si
 
 PHASE_STYLE = {"prefill": ("tab:red", "^"), "decode": ("tab:blue", "o")}
 LEVEL_COLOR = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive", "smem": "tab:purple"}
@@ -41,27 +41,6 @@ def op_group(name: str, kind: str) -> str:
     if name in ("lm_head", "embedding"):
         return "lm_head + embedding"
     return "norms + elementwise"
-
-
-def _png(fig, path: str | Path | None) -> bytes:
-    plt = pyplot()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    data = buf.getvalue()
-    if path is not None:  # whole or not at all: a temp file, then a rename
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return data
-
-
-def _si(value: float, unit: str) -> str:
-    from roofprof.report import si
-
-    return si(value, unit)
 
 
 # --------------------------------------------------------------------------- roofline
@@ -145,7 +124,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="lower right", ncol=2)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)
 
 
 def _label_points(ax, labels: Sequence[tuple[str, float, float, str]], fontsize: int = 8) -> None:
@@ -214,7 +193,7 @@ def breakdown_chart(predictions: Mapping[str, Any], real: Any = None, *, path: s
         ax.grid(True, axis="x", alpha=0.25)
     fig.legend(loc="lower center", ncol=len(GROUPS), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return _png(fig, path)
+    return save(fig, path)
 
 
 def estimator_chart(rows: Sequence[Mapping[str, Any]], *, path: str | Path | None = None) -> bytes:
@@ -243,7 +222,7 @@ def estimator_chart(rows: Sequence[Mapping[str, Any]], *, path: str | Path | Non
         ax.set_title(f"{title}: estimate and residual vs real")
         ax.grid(True, axis="y", alpha=0.25)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -294,7 +273,7 @@ def sweep_chart(batch_sweep: Mapping[str, Sequence[Any]], context_sweep: Mapping
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)
 
 
 def _exact_ticks(ax, values: Sequence[float]) -> None:
@@ -334,4 +313,4 @@ def clock_chart(samples: Sequence[tuple[str, float | None, float | None]], *, pa
     ax.grid(True, alpha=0.25)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)

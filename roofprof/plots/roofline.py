@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from roofprof.plots import pyplot
+from roofprof.plots import pyplot, save
 from roofprof.roofline import Point, Roofline
 
 _LEVEL_STYLE = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive", "smem": "tab:purple"}
@@ -77,7 +77,8 @@ def plot_roofline(
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    return _save(fig, path)
+    save(fig, path)
+    return Path(path)
 
 
 def plot_prediction(prediction, path: str | Path) -> Path:
@@ -103,25 +104,3 @@ def _estimator_roofline(prediction) -> Roofline:
     if not ceilings:
         raise ValueError(f"estimator {prediction.estimator!r} has no roofline to draw")
     return Roofline(prediction.machine, tuple(Ceiling.from_dict(c) for c in ceilings))
-
-
-def _save(fig, path: str | Path) -> Path:
-    import os
-    import tempfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix or ".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        from roofprof.results import _umask_mode
-
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
-    return path

@@ -16,13 +16,11 @@ itself), so they can be redrawn from a file without measuring again.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from roofprof.plots import pyplot
+from roofprof.plots import pyplot, save
 
 _PROBE_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 _LEVEL_COLORS = {"l1": "tab:olive", "l2": "tab:green", "l3": "tab:cyan", "dram": "tab:blue", "smem": "tab:purple"}
@@ -30,23 +28,6 @@ _LEVEL_COLORS = {"l1": "tab:olive", "l2": "tab:green", "l3": "tab:cyan", "dram":
 
 def _payload(result: Any) -> Mapping[str, Any]:
     return result.to_dict() if hasattr(result, "to_dict") else result
-
-
-def _save(fig: Any, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix or ".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a chart is an ordinary file
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        pyplot().close(fig)
-    return path
 
 
 def _bytes_label(n: float) -> str:
@@ -102,7 +83,8 @@ def plot_staircase(result: Any, path: str | Path, *, title: str | None = None) -
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    return _save(fig, path)
+    save(fig, path)
+    return Path(path)
 
 
 def plot_intensity_sweep(result: Any, path: str | Path, *, title: str | None = None) -> Path:
@@ -171,7 +153,8 @@ def plot_intensity_sweep(result: Any, path: str | Path, *, title: str | None = N
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    return _save(fig, path)
+    save(fig, path)
+    return Path(path)
 
 
 def sweep_summary(result: Any) -> list[dict[str, Any]]:

@@ -79,7 +79,9 @@ def check_writable_dir(path: str | os.PathLike) -> Path:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".roofprof-probe-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot write to output folder {str(folder)!r}: {exc.strerror or exc}") from exc
+        raise ConfigError(
+            f"cannot write to output folder {str(folder)!r}: {exc.strerror or exc}"
+        ) from exc
     return folder
 
 
@@ -133,7 +135,9 @@ def write_json_atomic(path: str | os.PathLike, payload: Mapping[str, Any]) -> Pa
     >>> json.loads(p.read_text())
     {'a': 1}
     """
-    return write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False, default=json_default) + "\n")
+    return write_text_atomic(
+        path, json.dumps(payload, indent=2, sort_keys=False, default=json_default) + "\n"
+    )
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -143,4 +147,6 @@ def read_json(path: str | os.PathLike) -> Any:
     except FileNotFoundError as exc:
         raise ConfigError(f"file not found: {str(path)!r}") from exc
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+        raise ConfigError(
+            f"{str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})"
+        ) from exc

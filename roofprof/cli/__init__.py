@@ -8,7 +8,7 @@ One module per verb under ``roofprof.cli`` (``predict``, ``specs``, ``roofline``
 User errors (:class:`~roofprof.errors.RoofprofError`) and usage errors (unknown verb or
 option, missing or invalid value) become one line on stderr and exit code 2, never a
 traceback; ``roofprof --version`` prints the version, bare ``roofprof`` prints the help.
-typer and rich are imported here, the library only inside each command.
+typer is imported here; the library, rich and pandas only inside each command.
 """
 
 from __future__ import annotations

@@ -425,9 +425,7 @@ def print_run_summary(result, console: Console | None = None) -> None:
 
 
 def _rate(value: float, unit: str) -> str:
-    if unit == "bytes/s":
-        return f"{value / 1e9:,.1f} GB/s"
-    return f"{value / 1e9:,.1f} GFLOP/s"
+    return si(value, "B/s" if unit == "bytes/s" else "FLOP/s")
 
 
 def roofline_table(result) -> Table:

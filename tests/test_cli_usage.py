@@ -144,3 +144,18 @@ def test_installed_typer_is_in_the_pinned_range():
     typer_pin = next(r for r in pins if r.name == "typer")
     assert typer_pin.specifier.contains(metadata.version("typer")), typer_pin
     assert not typer_pin.specifier.contains("0.25.1")  # older typer needs the click distribution
+
+
+def test_ctrl_c_in_a_command_exits_130_with_one_line(capsys):
+    from roofprof.cli import app, main
+
+    @app.command("_interrupted", hidden=True)
+    def _interrupted():
+        raise KeyboardInterrupt
+
+    try:
+        assert main(["_interrupted"]) == 130
+    finally:
+        app.registered_commands = [c for c in app.registered_commands if c.name != "_interrupted"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["roofprof: interrupted; results already written were kept whole"]

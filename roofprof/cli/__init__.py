@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         message, code = usage
         typer.echo(f"roofprof: error: {message}", err=True)
         return code
+    if rc == 130:  # typer turns Ctrl-C into exit code 130
+        typer.echo("roofprof: interrupted; results already written were kept whole", err=True)
     return rc if isinstance(rc, int) else 0
 
 

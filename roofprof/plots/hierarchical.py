@@ -16,6 +16,8 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.plots import save
 
+__all__ = ["plot_hierarchical"]
+
 LEVEL_MARKERS = {"l1": "o", "l2": "s", "dram": "^"}
 LEVEL_COLORS = {
     "l1": "tab:olive",

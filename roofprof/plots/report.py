@@ -14,6 +14,9 @@ from typing import Any
 from roofprof.plots import pyplot, save
 from roofprof.units import si as _si
 
+__all__ = ["breakdown_chart", "clock_chart", "estimator_chart", "op_group", "roofline_chart",
+           "sweep_chart"]
+
 PHASE_STYLE = {"prefill": ("tab:red", "^"), "decode": ("tab:blue", "o")}
 LEVEL_COLOR = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive",
                "smem": "tab:purple"}

@@ -9,6 +9,8 @@ from pathlib import Path
 from roofprof.plots import pyplot, save
 from roofprof.roofline import Point, Roofline
 
+__all__ = ["plot_prediction", "plot_roofline"]
+
 _LEVEL_STYLE = {
     "dram": "tab:blue",
     "l3": "tab:cyan",

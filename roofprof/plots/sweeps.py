@@ -22,6 +22,8 @@ from typing import Any
 
 from roofprof.plots import pyplot, save
 
+__all__ = ["plot_intensity_sweep", "plot_staircase", "sweep_summary"]
+
 _PROBE_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 _LEVEL_COLORS = {
     "l1": "tab:olive",

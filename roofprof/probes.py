@@ -43,6 +43,7 @@ from roofprof.errors import ConfigError, RoofprofError
 from roofprof.roofline import Ceiling, Roofline
 from roofprof.specs import BYTES_PER_ELEMENT
 from roofprof.timing import Timing, benchmark
+from roofprof.units import fmt_bytes
 
 SCHEMA = "roofprof.roofline/1"
 #: The DRAM plateau starts at this many times the last-level cache (a scan-resistant cache
@@ -836,11 +837,7 @@ def _short_telemetry(tele: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _fmt_bytes(n: float) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            v = n / scale
-            return f"{v:.0f} {unit}" if v >= 10 or v.is_integer() else f"{v:.1f} {unit}"
-    return f"{int(n)} B"
+    return fmt_bytes(n, compact=True)
 
 
 def replace_plan(plan: RooflinePlan, **changes: Any) -> RooflinePlan:

@@ -20,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from roofprof.errors import ConfigError
+from roofprof.units import json_default
+
+__all__ = [
+    "check_writable_dir", "library_versions", "provenance", "read_json", "write_bytes_atomic",
+    "write_json_atomic", "write_text_atomic",
+]
 
 _LIBRARIES = ("numpy", "numba", "numba-cuda", "cupy-cuda12x", "cupy-cuda13x", "torch",
               "transformers", "nvidia-ml-py", "pandas", "matplotlib")
@@ -73,7 +79,9 @@ def check_writable_dir(path: str | os.PathLike) -> Path:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".roofprof-probe-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot write to output folder {str(folder)!r}: {exc.strerror or exc}") from exc
+        raise ConfigError(
+            f"cannot write to output folder {str(folder)!r}: {exc.strerror or exc}"
+        ) from exc
     return folder
 
 
@@ -83,20 +91,39 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all (temp file + rename)."""
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` whole or not at all (temp file in the same folder + rename).
+
+    The file gets the usual mode (``0o666`` less the umask), not ``mkstemp``'s 0600.
+
+    Raises:
+        ConfigError: the folder cannot be created or the file cannot be written.
+
+    >>> import tempfile, pathlib
+    >>> p = write_bytes_atomic(pathlib.Path(tempfile.mkdtemp()) / "a" / "x.bin", b"ok")
+    >>> p.read_bytes()
+    b'ok'
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; give the usual file mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (see :func:`write_bytes_atomic`)."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Mapping[str, Any]) -> Path:
@@ -108,7 +135,9 @@ def write_json_atomic(path: str | os.PathLike, payload: Mapping[str, Any]) -> Pa
     >>> json.loads(p.read_text())
     {'a': 1}
     """
-    return write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False, default=_json_default) + "\n")
+    return write_text_atomic(
+        path, json.dumps(payload, indent=2, sort_keys=False, default=json_default) + "\n"
+    )
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -118,16 +147,6 @@ def read_json(path: str | os.PathLike) -> Any:
     except FileNotFoundError as exc:
         raise ConfigError(f"file not found: {str(path)!r}") from exc
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
-
-
-def _json_default(obj: Any) -> Any:
-    import dataclasses
-
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+        raise ConfigError(
+            f"{str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})"
+        ) from exc

@@ -22,7 +22,6 @@ This module is arithmetic only: no devices, no timing, no I/O.
 
 from __future__ import annotations
 
-import math
 import warnings as _warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 
 from roofprof.roofline import Roofline
 from roofprof.specs import GpuSpec, ModelSpec, load_gpu, load_model
+from roofprof.units import finite_or_none  # noqa: F401  (moved to roofprof.units)
 from roofprof.workload import Counting, Op, Workload, llama_ops
 
 
@@ -464,11 +464,6 @@ def decode_turning_point(predictions: Sequence[Prediction]) -> dict[str, Any] | 
         if prev.decode.bound != "compute" and cur.decode.bound == "compute":
             return {"batch": cur.decode.workload.batch, "previous_batch": prev.decode.workload.batch}
     return None
-
-
-def finite_or_none(x: float) -> float | None:
-    """``x`` or None when NaN/inf (JSON has no NaN)."""
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
 def phase_sweep(model: str | ModelSpec, estimator: Estimator, *, phase: str = "decode",

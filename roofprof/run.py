@@ -76,7 +76,7 @@ def doctor_rows() -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     try:
-        from roofprof.cli.roofline import doctor_report
+        from roofprof.doctor import doctor_report
 
         rows.extend(doctor_report())
     except Exception as exc:  # noqa: BLE001 - the doctor must never stop the run

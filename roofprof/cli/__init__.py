@@ -1,8 +1,14 @@
 """The ``roofprof`` command line: thin wiring over the library.
 
-Each command group lives in its own module under ``roofprof.cli`` and registers itself on
-:data:`app`. User errors (:class:`~roofprof.errors.RoofprofError`) become one line on
-stderr and exit code 2, never a traceback.
+One module per verb under ``roofprof.cli`` (``predict``, ``specs``, ``roofline``, ``doctor``,
+``profile``, ``validate``, ``run``, ``counters``, ``selftest``), each registering itself on
+:data:`app`: options → one library call → one report call. Shared option parsing lives in
+:mod:`roofprof.cli._options`; no command module imports another.
+
+User errors (:class:`~roofprof.errors.RoofprofError`) and usage errors (unknown verb or
+option, missing or invalid value) become one line on stderr and exit code 2, never a
+traceback; ``roofprof --version`` prints the version, bare ``roofprof`` prints the help.
+typer is imported here; the library, rich and pandas only inside each command.
 """
 
 from __future__ import annotations
@@ -12,19 +18,30 @@ import sys
 
 import typer
 
+from roofprof.cli._usage import CommandGroup, describe_usage_error, show_help, version_option
 from roofprof.errors import RoofprofError
+
+__all__ = ["app", "fail", "main"]
 
 app = typer.Typer(
     name="roofprof",
     help="How fast can this machine run this LLM, and what limits it? "
     "Measured rooflines, Llama-shaped kernels, prefill/decode predictions.",
-    no_args_is_help=True,
+    cls=CommandGroup,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
-# Command modules, each registering its commands on `app` when imported.
-_COMMAND_MODULES = ("predict", "roofline", "profile", "counters", "selftest")
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context, version: bool = version_option()) -> None:
+    if ctx.invoked_subcommand is None:
+        show_help(ctx)
+
+
+# Command modules, each registering its commands on `app` when imported (in help order).
+_COMMAND_MODULES = ("predict", "specs", "roofline", "doctor", "profile", "validate", "run",
+                    "counters", "selftest")
 
 
 def _register_commands() -> None:
@@ -44,29 +61,36 @@ def fail(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``roofprof`` script; returns the exit code."""
+    """Entry point of the ``roofprof`` script; returns the exit code.
+
+    0 on success (and for ``--help``, ``--version`` and bare ``roofprof``), 2 for a usage or
+    input error (one line on stderr), 130 after Ctrl-C, or what the command chose.
+    """
     _register_commands()
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        # standalone_mode=False: click returns the exit code of typer.Exit instead of exiting
-        rc = app(args=argv, prog_name="roofprof", standalone_mode=False)
+        # standalone_mode=False: typer returns the exit code of typer.Exit instead of exiting
+        rc = app(args=args, prog_name="roofprof", standalone_mode=False)
     except RoofprofError as exc:
         typer.echo(f"roofprof: error: {exc}", err=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
+    except typer.Abort:
+        typer.echo("roofprof: aborted", err=True)
+        return 130
     except KeyboardInterrupt:
         typer.echo("roofprof: interrupted; results already written were kept whole", err=True)
         return 130
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            typer.echo("roofprof: aborted", err=True)
-            return 130
-        raise
+    except Exception as exc:
+        usage = describe_usage_error(exc, args)
+        if usage is None:
+            raise
+        message, code = usage
+        typer.echo(f"roofprof: error: {message}", err=True)
+        return code
+    if rc == 130:  # typer turns Ctrl-C into exit code 130
+        typer.echo("roofprof: interrupted; results already written were kept whole", err=True)
     return rc if isinstance(rc, int) else 0
 
 

@@ -1,4 +1,4 @@
-"""``roofprof predict`` and ``roofprof specs``: analytical predictions, no hardware needed."""
+"""``roofprof predict``: analytical predictions from a roofline, no hardware needed."""
 
 from __future__ import annotations
 
@@ -9,40 +9,42 @@ from pathlib import Path
 import typer
 
 from roofprof.cli import app
+from roofprof.cli._options import TableJsonCsv, parse_int_list
 from roofprof.errors import ConfigError
-
-FORMATS = ("table", "json", "csv")
-
-
-def parse_int_list(text: str, what: str, minimum: int) -> list[int]:
-    """``"1,8,64"`` → ``[1, 8, 64]``; raises ConfigError naming ``what`` on bad or too-small values."""
-    values = []
-    for part in text.split(","):
-        try:
-            value = int(part.strip())
-        except ValueError:
-            raise ConfigError(f"{what} must be an integer or a comma-separated list, got {text!r}") from None
-        if value < minimum:
-            raise ConfigError(f"{what} must be at least {minimum}, got {value}")
-        values.append(value)
-    return values
 
 
 @app.command()
 def predict(
-    model: str = typer.Option("llama-3.1-8b", "--model", "-m", help="Model id (see `roofprof specs`) or path to a HF config.json."),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help="GPU id or alias from the spec database (spec estimator)."),
-    roofline: Path | None = typer.Option(None, "--roofline", help="roofline.json from `roofprof roofline` (empirical estimator)."),
-    estimator: str | None = typer.Option(None, "--estimator", help="spec | empirical | measured (default: spec with --gpu, empirical with --roofline)."),
-    device: str = typer.Option("auto", "--device", help="Device for the measured estimator: auto | cpu | cuda:N."),
-    prompt: int = typer.Option(2000, "--prompt", "-p", help="Prompt tokens per sequence (prefill)."),
-    batch: str = typer.Option("1", "--batch", "-b", help="Sequences per batch; a comma list sweeps (1,8,64,256)."),
-    context: str | None = typer.Option(None, "--context", "-c", help="Cached tokens per sequence at decode (default: the prompt); a comma list sweeps."),
-    dtype: str = typer.Option("bf16", "--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | fp64 | tf32."),
-    convention: str = typer.Option("engine", "--convention", help="engine (lm_head on the last token, embedding gather, separate elementwise kernels) | seed (2·P·T counting)."),
-    attention: str | None = typer.Option(None, "--attention", help="fused (FlashAttention-style, default) | unfused (eager: scores through memory)."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write a roofline PNG with every op placed on it."),
+    model: str = typer.Option("llama-3.1-8b", "--model", "-m",
+                              help="Model id (see `roofprof specs`) or path to a HF config.json."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g",
+                                   help="GPU id or alias from the spec database (spec estimator)."),
+    roofline: Path | None = typer.Option(
+        None, "--roofline", help="roofline.json from `roofprof roofline` (empirical estimator)."),
+    estimator: str | None = typer.Option(
+        None, "--estimator",
+        help="spec | empirical | measured (default: spec with --gpu, empirical with --roofline)."),
+    device: str = typer.Option("auto", "--device",
+                               help="Device for the measured estimator: auto | cpu | cuda:N."),
+    prompt: int = typer.Option(2000, "--prompt", "-p",
+                               help="Prompt tokens per sequence (prefill)."),
+    batch: str = typer.Option("1", "--batch", "-b",
+                              help="Sequences per batch; a comma list sweeps (1,8,64,256)."),
+    context: str | None = typer.Option(
+        None, "--context", "-c",
+        help="Cached tokens per sequence at decode (default: the prompt); a comma list sweeps."),
+    dtype: str = typer.Option("bf16", "--dtype",
+                              help="fp32 | bf16 | fp16 | fp8 | int8 | fp64 | tf32."),
+    convention: str = typer.Option(
+        "engine", "--convention",
+        help="engine (lm_head on the last token, embedding gather, separate elementwise kernels) "
+             "| seed (2·P·T counting)."),
+    attention: str | None = typer.Option(
+        None, "--attention",
+        help="fused (FlashAttention-style, default) | unfused (eager: scores through memory)."),
+    fmt: TableJsonCsv = typer.Option("table", "--format", "-f", help="table | json | csv."),
+    plot: Path | None = typer.Option(None, "--plot",
+                                     help="Write a roofline PNG with every op placed on it."),
 ) -> None:
     """Predict time to first token and decode tokens/s from a roofline (datasheet or measured)."""
     import dataclasses
@@ -50,18 +52,18 @@ def predict(
     from roofprof import rollup
     from roofprof.workload import CONVENTIONS
 
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown format {fmt!r}; valid choices: {', '.join(FORMATS)}")
     if prompt < 1:
         raise ConfigError(f"--prompt must be at least 1, got {prompt}")
     batches = parse_int_list(batch, "--batch", 1)
     contexts = parse_int_list(context, "--context", 0) if context else [None]
     if convention not in CONVENTIONS:
-        raise ConfigError(f"unknown convention {convention!r}; valid choices: {', '.join(CONVENTIONS)}")
+        raise ConfigError(f"unknown convention {convention!r}; "
+                          f"valid choices: {', '.join(CONVENTIONS)}")
     counting = CONVENTIONS[convention]
     if attention is not None:
         if attention not in ("fused", "unfused"):
-            raise ConfigError(f"unknown attention counting {attention!r}; valid choices: fused, unfused")
+            raise ConfigError(f"unknown attention counting {attention!r}; "
+                              "valid choices: fused, unfused")
         counting = dataclasses.replace(counting, attention=attention)
     kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting)
     kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype))
@@ -85,20 +87,24 @@ def _estimator_args(estimator, gpu, roofline, device, model, dtype) -> dict:
         return {"gpu": gpu}
     if name == "empirical":
         if roofline is None:
-            raise ConfigError("the empirical estimator needs --roofline roofline.json (from `roofprof roofline`)")
+            raise ConfigError("the empirical estimator needs --roofline roofline.json "
+                              "(from `roofprof roofline`)")
         return {"roofline": load_roofline(roofline)}
     if name == "measured":
         try:
             from roofprof.profile import measured_estimator
         except ImportError:
-            raise ConfigError("the measured estimator needs roofprof.profile, which is not available") from None
-        return {"estimator": measured_estimator(model=model, device=device, dtype=dtype, roofline=roofline)}
+            raise ConfigError("the measured estimator needs roofprof.profile, "
+                              "which is not available") from None
+        return {"estimator": measured_estimator(model=model, device=device, dtype=dtype,
+                                                roofline=roofline)}
     raise ConfigError(f"unknown estimator {name!r}; valid choices: spec, empirical, measured")
 
 
 def _emit(predictions, fmt: str) -> None:
     if fmt == "json":
-        payload = predictions[0].to_dict() if len(predictions) == 1 else {"sweep": [p.to_dict() for p in predictions]}
+        payload = (predictions[0].to_dict() if len(predictions) == 1
+                   else {"sweep": [p.to_dict() for p in predictions]})
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     elif fmt == "csv":
         from roofprof.report import ops_frame
@@ -108,18 +114,3 @@ def _emit(predictions, fmt: str) -> None:
         from roofprof.report import print_predictions
 
         print_predictions(predictions)
-
-
-@app.command()
-def specs(
-    fmt: str = typer.Option("table", "--format", "-f", help="table | json."),
-) -> None:
-    """List the GPUs and models roofprof knows, with their key figures and sources."""
-    from roofprof.report import print_specs, specs_payload
-
-    if fmt == "json":
-        sys.stdout.write(json.dumps(specs_payload(), indent=2) + "\n")
-    elif fmt == "table":
-        print_specs()
-    else:
-        raise ConfigError(f"unknown format {fmt!r}; valid choices: table, json")

@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from roofprof.errors import ConfigError
+from roofprof.plots import save
+
+__all__ = ["plot_hierarchical"]
 
 LEVEL_MARKERS = {"l1": "o", "l2": "s", "dram": "^"}
-LEVEL_COLORS = {"l1": "tab:olive", "l2": "tab:green", "dram": "tab:blue", "l3": "tab:cyan", "smem": "tab:purple"}
+LEVEL_COLORS = {
+    "l1": "tab:olive",
+    "l2": "tab:green",
+    "dram": "tab:blue",
+    "l3": "tab:cyan",
+    "smem": "tab:purple",
+}
 
 
 def plot_hierarchical(
@@ -27,7 +35,7 @@ def plot_hierarchical(
     roofline: Any = None,
     title: str | None = None,
 ) -> Path:
-    """Draw the hierarchical roofline of ``placements`` to a PNG (written whole) and return its path.
+    """Draw the hierarchical roofline of ``placements`` to a PNG (written whole); return its path.
 
     Args:
         placements: :class:`roofprof.counters.HierarchicalPlacement` records (from
@@ -50,12 +58,14 @@ def plot_hierarchical(
     drawable = [
         p for p in placements
         if p.flops_per_s and p.flops_per_s > 0
-        and any(lp.intensity and math.isfinite(lp.intensity) and lp.intensity > 0 for lp in p.levels)
+        and any(lp.intensity and math.isfinite(lp.intensity) and lp.intensity > 0
+                for lp in p.levels)
     ]  # fmt: skip
     if not drawable:
         raise ConfigError(
             "nothing to plot: no kernel has FLOP counters and bytes (collect with "
-            "`--metrics-set hierarchical`, which adds the sm__sass_* and sm__ops_path_tensor_* metrics)"
+            "`--metrics-set hierarchical`, which adds the sm__sass_* and sm__ops_path_tensor_* "
+            "metrics)"
         )
     import matplotlib
 
@@ -63,7 +73,9 @@ def plot_hierarchical(
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    intensities = [lp.intensity for p in drawable for lp in p.levels if lp.intensity and lp.intensity > 0]
+    intensities = [
+        lp.intensity for p in drawable for lp in p.levels if lp.intensity and lp.intensity > 0
+    ]
     perfs = [p.flops_per_s for p in drawable]
     lo, hi = min(intensities) / 8, max(intensities) * 8
     fig, ax = plt.subplots(figsize=(10, 6.5), dpi=110)
@@ -95,15 +107,18 @@ def plot_hierarchical(
     for i, p in enumerate(drawable):
         color = cmap(i % 10)
         pts = [(lp.level, lp.intensity) for lp in p.levels if lp.intensity and lp.intensity > 0]
-        ax.plot([x for _, x in pts], [p.flops_per_s] * len(pts), "-", color=color, lw=0.8, alpha=0.6)
+        ax.plot(
+            [x for _, x in pts], [p.flops_per_s] * len(pts), "-", color=color, lw=0.8, alpha=0.6
+        )
         for level, x in pts:
-            ax.scatter([x], [p.flops_per_s], marker=LEVEL_MARKERS.get(level, "x"), s=40, color=color,
-                       edgecolor="black", linewidth=0.4, zorder=5)  # fmt: skip
+            ax.scatter([x], [p.flops_per_s], marker=LEVEL_MARKERS.get(level, "x"), s=40,
+                       color=color, edgecolor="black", linewidth=0.4, zorder=5)  # fmt: skip
         label = p.range_name or p.kernel
-        ax.annotate(label[:40], (pts[0][1], p.flops_per_s), textcoords="offset points", xytext=(5, 4),
-                    fontsize=7, color=color)  # fmt: skip
+        ax.annotate(label[:40], (pts[0][1], p.flops_per_s), textcoords="offset points",
+                    xytext=(5, 4), fontsize=7, color=color)  # fmt: skip
 
-    handles = [Line2D([], [], ls="", marker=m, color="gray", markeredgecolor="black", label=lvl.upper())
+    handles = [Line2D([], [], ls="", marker=m, color="gray", markeredgecolor="black",
+                      label=lvl.upper())
                for lvl, m in LEVEL_MARKERS.items()]  # fmt: skip
     existing, labels = ax.get_legend_handles_labels()
     ax.legend(handles=[*existing, *handles], labels=[*labels, *[h.get_label() for h in handles]],
@@ -117,25 +132,5 @@ def plot_hierarchical(
     ax.set_title(title or "Hierarchical roofline (Nsight Compute counters)")
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
-    return _save(fig, Path(path))
-
-
-def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".png")
-        os.close(fd)
-    except OSError as exc:
-        plt.close(fig)
-        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
-    try:
-        fig.savefig(tmp, format=(path.suffix.lstrip(".") or "png"))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        plt.close(fig)
-    return path
+    save(fig, path)
+    return Path(path)

@@ -6,24 +6,31 @@ PNG as bytes (and writes it when ``path`` is given). matplotlib runs with the Ag
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from roofprof.plots import pyplot
+from roofprof.plots import pyplot, save
+from roofprof.units import si as _si
+
+__all__ = ["breakdown_chart", "clock_chart", "estimator_chart", "op_group", "roofline_chart",
+           "sweep_chart"]
 
 PHASE_STYLE = {"prefill": ("tab:red", "^"), "decode": ("tab:blue", "o")}
-LEVEL_COLOR = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive", "smem": "tab:purple"}
-GROUPS = ("attention", "q/k/v/o projections", "MLP GEMMs", "lm_head + embedding", "norms + elementwise")
-GROUP_COLOR = dict(zip(GROUPS, ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green"), strict=True))
+LEVEL_COLOR = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive",
+               "smem": "tab:purple"}
+GROUPS = ("attention", "q/k/v/o projections", "MLP GEMMs", "lm_head + embedding",
+          "norms + elementwise")
+GROUP_COLOR = dict(zip(GROUPS, ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green"),
+                       strict=True))
 ESTIMATOR_COLOR = {"spec": "tab:gray", "empirical": "tab:cyan", "measured": "tab:blue",
                    "measured-no-launch": "lightsteelblue", "real": "black"}
-SHORT = {"embedding": "emb", "attn_norm": "anorm", "mlp_norm": "mnorm", "final_norm": "fnorm", "q_proj": "q",
-         "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up", "down_proj": "down",
-         "lm_head": "head", "rope": "rope", "attention": "attn", "attn_scores": "QK", "attn_softmax": "softmax",
-         "attn_pv": "PV", "attn_residual": "res1", "mlp_residual": "res2", "silu_mul": "silu"}
+SHORT = {"embedding": "emb", "attn_norm": "anorm", "mlp_norm": "mnorm", "final_norm": "fnorm",
+         "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate",
+         "up_proj": "up", "down_proj": "down", "lm_head": "head", "rope": "rope",
+         "attention": "attn", "attn_scores": "QK", "attn_softmax": "softmax", "attn_pv": "PV",
+         "attn_residual": "res1", "mlp_residual": "res2", "silu_mul": "silu"}
 
 
 def op_group(name: str, kind: str) -> str:
@@ -41,27 +48,6 @@ def op_group(name: str, kind: str) -> str:
     if name in ("lm_head", "embedding"):
         return "lm_head + embedding"
     return "norms + elementwise"
-
-
-def _png(fig, path: str | Path | None) -> bytes:
-    plt = pyplot()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    data = buf.getvalue()
-    if path is not None:  # whole or not at all: a temp file, then a rename
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return data
-
-
-def _si(value: float, unit: str) -> str:
-    from roofprof.report import si
-
-    return si(value, unit)
 
 
 # --------------------------------------------------------------------------- roofline
@@ -100,7 +86,10 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
     for r, style, tag in ((roofline, "-", "measured"), (spec, "--", "datasheet")):
         if r is None:
             continue
-        peaks = sorted((c for c in r.ceilings if c.kind == "compute" and c.dtype == dtype), key=lambda c: -c.value)
+        peaks = sorted(
+            (c for c in r.ceilings if c.kind == "compute" and c.dtype == dtype),
+            key=lambda c: -c.value,
+        )
         if not peaks:
             continue
         peak = peaks[0].value
@@ -108,23 +97,43 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
             bw = r.memory_bandwidth(lvl)
             ys = [min(peak, bw * x) for x in grid]
             ys_all.extend(ys)
-            ax.plot(grid, ys, style, color=LEVEL_COLOR.get(lvl, "gray"), lw=2.2 if lvl == "dram" else 1.1,
-                    alpha=0.95 if style == "-" else 0.6,
-                    label=f"{lvl.upper()} {bw / 1e9:,.0f} GB/s ({tag})")
+            ax.plot(
+                grid,
+                ys,
+                style,
+                color=LEVEL_COLOR.get(lvl, "gray"),
+                lw=2.2 if lvl == "dram" else 1.1,
+                alpha=0.95 if style == "-" else 0.6,
+                label=f"{lvl.upper()} {bw / 1e9:,.0f} GB/s ({tag})",
+            )
         for c in peaks[1:3]:
             ax.axhline(c.value, color="gray", ls=":" if style == "-" else "-.", lw=1)
-            ax.annotate(f"{c.name}: {_si(c.value, 'FLOP/s')}", (grid[5], c.value), fontsize=8, color="dimgray",
-                        xytext=(0, -11), textcoords="offset points")
+            ax.annotate(
+                f"{c.name}: {_si(c.value, 'FLOP/s')}",
+                (grid[5], c.value),
+                fontsize=8,
+                color="dimgray",
+                xytext=(0, -11),
+                textcoords="offset points",
+            )
         ax.annotate(f"{peaks[0].name}: {_si(peak, 'FLOP/s')} ({tag})", (grid[5], peak), fontsize=8,
                     xytext=(0, 3), textcoords="offset points")
         ridge = peak / r.memory_bandwidth("dram") if "dram" in r.levels else None
         if ridge and style == "-":
             ax.axvline(ridge, color="gray", ls=":", lw=1)
-            ax.annotate(f"DRAM ridge {ridge:,.1f} FLOP/B", (ridge, peak), textcoords="offset points",
-                        xytext=(4, -14), fontsize=8, color="dimgray")
+            ax.annotate(
+                f"DRAM ridge {ridge:,.1f} FLOP/B",
+                (ridge, peak),
+                textcoords="offset points",
+                xytext=(4, -14),
+                fontsize=8,
+                color="dimgray",
+            )
     for phase, _name, x, y in points:
         color, marker = PHASE_STYLE.get(phase, ("black", "s"))
-        ax.scatter([x], [y], s=46, color=color, marker=marker, zorder=5, edgecolor="white", linewidth=0.6)
+        ax.scatter(
+            [x], [y], s=46, color=color, marker=marker, zorder=5, edgecolor="white", linewidth=0.6
+        )
     for phase, (color, marker) in PHASE_STYLE.items():
         if phase in profiles:
             ax.scatter([], [], color=color, marker=marker, label=f"{phase} ops (measured)")
@@ -134,7 +143,9 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    merged: dict[tuple, list[str]] = {}  # ops measured as one shape sit on one spot: one label "q/o"
+    merged: dict[
+        tuple, list[str]
+    ] = {}  # ops measured as one shape sit on one spot: one label "q/o"
     for phase, name, x, y in points:
         merged.setdefault((phase, x, y), []).append(SHORT.get(name, name))
     _label_points(ax, [("/".join(names), x, y, PHASE_STYLE.get(phase, ("black", ""))[0])
@@ -145,7 +156,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="lower right", ncol=2)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)
 
 
 def _label_points(ax, labels: Sequence[tuple[str, float, float, str]], fontsize: int = 8) -> None:
@@ -166,18 +177,32 @@ def _label_points(ax, labels: Sequence[tuple[str, float, float, str]], fontsize:
         for k in range(0, 40):
             dy = (k + 1) // 2 * line_h * (1 if k % 2 else -1) if k else 0.0
             box = (px + 6, py + dy - line_h / 2, px + 6 + w, py + dy + line_h / 2)
-            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+            if not any(
+                box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed
+            ):
                 break
         placed.append(box)
         tx, ty = to_data((box[0], (box[1] + box[3]) / 2))
-        ax.annotate(text, (x, y), xytext=(tx, ty), textcoords="data", fontsize=fontsize, color=color, va="center",
-                    arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if abs(dy) > 1 else None)
+        ax.annotate(
+            text,
+            (x, y),
+            xytext=(tx, ty),
+            textcoords="data",
+            fontsize=fontsize,
+            color=color,
+            va="center",
+            arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6)
+            if abs(dy) > 1
+            else None,
+        )
 
 
 # --------------------------------------------------------------------------- breakdown
 
 
-def breakdown_chart(predictions: Mapping[str, Any], real: Any = None, *, path: str | Path | None = None) -> bytes:
+def breakdown_chart(
+    predictions: Mapping[str, Any], real: Any = None, *, path: str | Path | None = None
+) -> bytes:
     """Stacked horizontal bars: each estimator's prefill and decode time split by op group.
 
     ``predictions`` maps an estimator label to a :class:`~roofprof.rollup.Prediction`;
@@ -197,7 +222,9 @@ def breakdown_chart(predictions: Mapping[str, Any], real: Any = None, *, path: s
                 ax.barh(i, v, left=left, color=GROUP_COLOR[g], edgecolor="white",
                         label=g if (i == 0 and phase == "prefill") else None)
                 left += v
-            ax.annotate(_si(left, "s"), (left, i), xytext=(4, -3), textcoords="offset points", fontsize=8)
+            ax.annotate(
+                _si(left, "s"), (left, i), xytext=(4, -3), textcoords="offset points", fontsize=8
+            )
         if real is not None:
             value = real.prefill_s if phase == "prefill" else real.decode_s
             ax.axvline(value, color="black", lw=1.6)
@@ -208,21 +235,34 @@ def breakdown_chart(predictions: Mapping[str, Any], real: Any = None, *, path: s
         ax.invert_yaxis()
         ax.set_xlabel("seconds" + (" (TTFT)" if phase == "prefill" else " per decode step"))
         ax.set_title(f"{phase}: time by op group")
-        xmax = max([getattr(predictions[k], phase).seconds for k in labels] +
-                   ([real.prefill_s if phase == "prefill" else real.decode_s] if real is not None else []) + [1e-9])
+        xmax = max(
+            [getattr(predictions[k], phase).seconds for k in labels]
+            + (
+                [real.prefill_s if phase == "prefill" else real.decode_s]
+                if real is not None
+                else []
+            )
+            + [1e-9]
+        )
         ax.set_xlim(0, xmax * 1.25)
         ax.grid(True, axis="x", alpha=0.25)
     fig.legend(loc="lower center", ncol=len(GROUPS), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return _png(fig, path)
+    return save(fig, path)
 
 
 def estimator_chart(rows: Sequence[Mapping[str, Any]], *, path: str | Path | None = None) -> bytes:
-    """Grouped bars: TTFT and decode step per estimator, each annotated with its residual vs real."""
+    """Grouped bars: TTFT and decode step per estimator, each with its residual vs real."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), dpi=100)
-    for ax, (key, res, title) in zip(axes, (("ttft_s", "ttft_residual", "prefill (TTFT)"),
-                                            ("decode_step_s", "decode_residual", "decode step")), strict=True):
+    for ax, (key, res, title) in zip(
+        axes,
+        (
+            ("ttft_s", "ttft_residual", "prefill (TTFT)"),
+            ("decode_step_s", "decode_residual", "decode step"),
+        ),
+        strict=True,
+    ):
         names = [r["estimator"] for r in rows]
         values = [r[key] for r in rows]
         colors = [ESTIMATOR_COLOR.get(n, "tab:olive") for n in names]
@@ -232,7 +272,14 @@ def estimator_chart(rows: Sequence[Mapping[str, Any]], *, path: str | Path | Non
             text = _si(values[i], "s")
             if r["estimator"] != "real" and resid is not None and resid == resid:
                 text += f"\n{resid:+.1%}"
-            ax.annotate(text, (i, values[i]), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+            ax.annotate(
+                text,
+                (i, values[i]),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+            )
         real = [r[key] for r in rows if r["estimator"] == "real"]
         if real:
             ax.axhline(real[0], color="black", lw=1, ls="--")
@@ -243,14 +290,18 @@ def estimator_chart(rows: Sequence[Mapping[str, Any]], *, path: str | Path | Non
         ax.set_title(f"{title}: estimate and residual vs real")
         ax.grid(True, axis="y", alpha=0.25)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)
 
 
 # --------------------------------------------------------------------------- sweeps
 
 
-def sweep_chart(batch_sweep: Mapping[str, Sequence[Any]], context_sweep: Mapping[str, Sequence[Any]], *,
-                path: str | Path | None = None) -> bytes:
+def sweep_chart(
+    batch_sweep: Mapping[str, Sequence[Any]],
+    context_sweep: Mapping[str, Sequence[Any]],
+    *,
+    path: str | Path | None = None,
+) -> bytes:
     """Decode sweeps: tokens/s vs batch (bound marked per point) and step time vs context.
 
     Both map an estimator label to a list of decode :class:`~roofprof.rollup.PhasePrediction`.
@@ -266,8 +317,17 @@ def sweep_chart(batch_sweep: Mapping[str, Sequence[Any]], context_sweep: Mapping
         ax.plot(xs, ys, "-", color=color, label=label)
         for p, x, y in zip(phases, xs, ys, strict=True):
             compute = p.bound == "compute"
-            ax.scatter([x], [y], color="white" if compute else color, edgecolor=color, s=42, zorder=5)
-            ax.annotate(p.bound, (x, y), xytext=(4, -10), textcoords="offset points", fontsize=7, color=color)
+            ax.scatter(
+                [x], [y], color="white" if compute else color, edgecolor=color, s=42, zorder=5
+            )
+            ax.annotate(
+                p.bound,
+                (x, y),
+                xytext=(4, -10),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     _exact_ticks(ax, sorted({p.workload.batch for v in batch_sweep.values() for p in v}))
@@ -284,8 +344,14 @@ def sweep_chart(batch_sweep: Mapping[str, Sequence[Any]], context_sweep: Mapping
         ax.plot(xs, ys, "-o", color=color, label=label, ms=5)
         for p, x, y in zip(phases, xs, ys, strict=True):
             share = p.attention_seconds / p.seconds if p.seconds else 0.0
-            ax.annotate(f"attn {share:.0%}", (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7,
-                        color=color)
+            ax.annotate(
+                f"attn {share:.0%}",
+                (x, y),
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+            )
     ax.set_xscale("log")
     _exact_ticks(ax, sorted({p.workload.context_tokens for v in context_sweep.values() for p in v}))
     ax.set_xlabel("context tokens in the KV cache")
@@ -294,7 +360,7 @@ def sweep_chart(batch_sweep: Mapping[str, Sequence[Any]], context_sweep: Mapping
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)
 
 
 def _exact_ticks(ax, values: Sequence[float]) -> None:
@@ -311,7 +377,9 @@ def _exact_ticks(ax, values: Sequence[float]) -> None:
         ax.set_xlim(values[0] / 1.5, values[-1] * 1.5)
 
 
-def clock_chart(samples: Sequence[tuple[str, float | None, float | None]], *, path: str | Path | None = None) -> bytes:
+def clock_chart(
+    samples: Sequence[tuple[str, float | None, float | None]], *, path: str | Path | None = None
+) -> bytes:
     """Median (dot) and minimum (cross) clock seen during each measurement, in order.
 
     ``samples`` are ``(label, median_mhz, min_mhz)``.
@@ -334,4 +402,4 @@ def clock_chart(samples: Sequence[tuple[str, float | None, float | None]], *, pa
     ax.grid(True, alpha=0.25)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig, path)
+    return save(fig, path)

@@ -6,10 +6,18 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from roofprof.plots import pyplot
+from roofprof.plots import pyplot, save
 from roofprof.roofline import Point, Roofline
 
-_LEVEL_STYLE = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive", "smem": "tab:purple"}
+__all__ = ["plot_prediction", "plot_roofline"]
+
+_LEVEL_STYLE = {
+    "dram": "tab:blue",
+    "l3": "tab:cyan",
+    "l2": "tab:green",
+    "l1": "tab:olive",
+    "smem": "tab:purple",
+}
 _PHASE_COLOR = {"prefill": "tab:red", "decode": "tab:blue"}
 
 
@@ -53,21 +61,40 @@ def plot_roofline(
             peak = r.compute_peak(d)
             for lvl in r.levels:
                 bw = r.memory_bandwidth(lvl)
-                ax.plot(xs, [min(peak, bw * x) for x in xs], style, color=_LEVEL_STYLE.get(lvl, "gray"),
-                        lw=1.8 if lvl == "dram" else 1.0, alpha=0.9 if style == "-" else 0.6,
-                        label=f"{lvl.upper()} {bw / 1e9:,.0f} GB/s → {d} {peak / 1e12:,.3g} TFLOP/s{tag}")
+                ax.plot(
+                    xs,
+                    [min(peak, bw * x) for x in xs],
+                    style,
+                    color=_LEVEL_STYLE.get(lvl, "gray"),
+                    lw=1.8 if lvl == "dram" else 1.0,
+                    alpha=0.9 if style == "-" else 0.6,
+                    label=f"{lvl.upper()} {bw / 1e9:,.0f} GB/s → "
+                    f"{d} {peak / 1e12:,.3g} TFLOP/s{tag}",
+                )
             if r is roofline:
                 ridge = r.ridge(d)
                 ax.axvline(ridge, color="gray", ls=":", lw=1)
-                ax.annotate(f"ridge {ridge:,.1f} FLOP/B ({d})", (ridge, peak), textcoords="offset points",
-                            xytext=(4, -14), fontsize=8, color="dimgray")
+                ax.annotate(
+                    f"ridge {ridge:,.1f} FLOP/B ({d})",
+                    (ridge, peak),
+                    textcoords="offset points",
+                    xytext=(4, -14),
+                    fontsize=8,
+                    color="dimgray",
+                )
     colors = list(point_colors) if point_colors else [None] * len(points)
     for p, color in zip(points, colors, strict=False):
         if not (math.isfinite(p.intensity) and p.flops_per_s > 0):
             continue
         ax.scatter([p.intensity], [p.flops_per_s], s=28, color=color or "black", zorder=5,
                    marker="o" if p.source != "measured" else "D")
-        ax.annotate(p.name, (p.intensity, p.flops_per_s), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        ax.annotate(
+            p.name,
+            (p.intensity, p.flops_per_s),
+            textcoords="offset points",
+            xytext=(4, 3),
+            fontsize=7,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -77,7 +104,8 @@ def plot_roofline(
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    return _save(fig, path)
+    save(fig, path)
+    return Path(path)
 
 
 def plot_prediction(prediction, path: str | Path) -> Path:
@@ -89,11 +117,20 @@ def plot_prediction(prediction, path: str | Path) -> Path:
             op = o.op
             if op.flops <= 0 or op.bytes <= 0 or o.estimate.seconds <= 0:
                 continue
-            points.append(Point(f"{op.phase[0]}:{op.name}", op.flops, op.bytes, o.estimate.seconds, op.dtype))
+            points.append(
+                Point(f"{op.phase[0]}:{op.name}", op.flops, op.bytes, o.estimate.seconds, op.dtype)
+            )
             colors.append(_PHASE_COLOR[op.phase])
     title = (f"{prediction.model.id} on {prediction.machine} ({prediction.estimator}): "
              f"prefill ops red, decode ops blue")
-    return plot_roofline(roof, points, path, dtypes=[prediction.prefill.workload.dtype], title=title, point_colors=colors)
+    return plot_roofline(
+        roof,
+        points,
+        path,
+        dtypes=[prediction.prefill.workload.dtype],
+        title=title,
+        point_colors=colors,
+    )
 
 
 def _estimator_roofline(prediction) -> Roofline:
@@ -103,25 +140,3 @@ def _estimator_roofline(prediction) -> Roofline:
     if not ceilings:
         raise ValueError(f"estimator {prediction.estimator!r} has no roofline to draw")
     return Roofline(prediction.machine, tuple(Ceiling.from_dict(c) for c in ceilings))
-
-
-def _save(fig, path: str | Path) -> Path:
-    import os
-    import tempfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix or ".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        from roofprof.results import _umask_mode
-
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
-    return path

@@ -5,16 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from roofprof.units import fmt_rate as _fmt_rate
+
 __all__ = ["markdown_report"]
-
-
-def _fmt_rate(v: float | None, unit: str) -> str:
-    if v is None:
-        return "–"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {prefix}{unit}"
-    return f"{v:.3g} {unit}"
 
 
 def _fmt_value(t: Mapping[str, Any]) -> str:

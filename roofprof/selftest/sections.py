@@ -181,8 +181,7 @@ def _check_probes(dev: Any, st: RunState) -> None:
 
 
 def _check_numba_registry(dev: Any, st: RunState) -> None:
-    from roofprof.devices.cuda import kernels_module
-    from roofprof.devices.cuda import numba_cuda_reason
+    from roofprof.devices.cuda import kernels_module, numba_cuda_reason
 
     reason = numba_cuda_reason()
     nk = kernels_module("numba_cuda")

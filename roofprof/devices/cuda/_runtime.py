@@ -20,6 +20,7 @@ from typing import Any
 
 from roofprof._resources import kernels_module
 from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.units import fmt_bytes
 
 __all__ = ["INSTALL_HINT", "MIN_FLUSH_BYTES", "USABLE_FRACTION", "CudaEventClock", "CudaKernelError",
            "KernelModules", "cuda_error_types", "cuda_message", "dtype_unsupported", "flush_bytes_for",
@@ -91,21 +92,6 @@ def dtype_unsupported(cc: tuple[int, int], dtype: str, path: str) -> str | None:
         return (f"{dtype} {path} needs compute capability {need[0]}.{need[1]} or newer "
                 f"(sm_{need[0]}{need[1]}+); this GPU is sm_{cc[0]}{cc[1]}")
     return None
-
-
-def fmt_bytes(n: float) -> str:
-    """``1.5 GiB``, ``12 MiB``, ``512 B``.
-
-    >>> fmt_bytes(3 * 2**30 // 2), fmt_bytes(12 * 2**20), fmt_bytes(512)
-    ('1.50 GiB', '12.0 MiB', '512 B')
-    """
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.1f} MiB"
-    if n >= 2**10:
-        return f"{n / 2**10:.1f} KiB"
-    return f"{int(n)} B"
 
 
 def memory_refusal(need_bytes: float, free_bytes: float, what: str, label: str = "the GPU",

@@ -1,0 +1,60 @@
+"""Terminal output shared by the commands: stderr console, progress bar, captured warnings."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+
+__all__ = ["progress_bar", "show_warnings", "stderr_console"]
+
+
+def stderr_console():
+    """A rich console on stderr without highlighting."""
+    from rich.console import Console
+
+    return Console(file=sys.stderr, highlight=False)
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool = True):
+    """A rich progress bar on stderr; yields ``(progress(label, done, total), step(name))``.
+
+    Disabled: yields ``(None, None)``.
+    """
+    if not enabled:
+        yield None, None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = stderr_console()
+    with Progress(TextColumn("[bold]{task.fields[step]}[/]"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=False) as bar:
+        task = bar.add_task("", total=1, step="")
+        current = {"step": ""}
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=max(total, 1),
+                       step=current["step"])
+
+        def step(name: str) -> None:
+            current["step"] = name
+            bar.update(task, description="", completed=0, total=1, step=name)
+            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] step: [bold]{name}[/]")
+
+        yield progress, step
+
+
+def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
+    """Each distinct caught warning once, as ``roofprof: warning: ...`` on stderr."""
+    import typer
+
+    seen = set()
+    for w in caught:
+        text = str(w.message)
+        if text not in seen:
+            seen.add(text)
+            typer.echo(f"roofprof: warning: {text}", err=True)

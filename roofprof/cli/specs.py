@@ -1,0 +1,24 @@
+"""``roofprof specs``: the GPUs and models roofprof knows, with their key figures and sources."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+from roofprof.cli import app
+from roofprof.cli._options import TableJson
+
+
+@app.command()
+def specs(
+    fmt: TableJson = typer.Option("table", "--format", "-f", help="table | json."),
+) -> None:
+    """List the GPUs and models roofprof knows, with their key figures and sources."""
+    from roofprof.report import print_specs, specs_payload
+
+    if fmt == "json":
+        sys.stdout.write(json.dumps(specs_payload(), indent=2) + "\n")
+    else:
+        print_specs()

@@ -1,0 +1,106 @@
+"""``roofprof validate``: a real Llama forward pass against each estimator's prediction."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from roofprof.cli import app
+from roofprof.cli._console import progress_bar
+from roofprof.cli._options import TableJson, resolve_dtype, split_list
+from roofprof.errors import ConfigError
+
+
+@app.command()
+def validate(
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m",
+                              help="Model id or HF config.json path."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
+    dtype: str = typer.Option("auto", "--dtype",
+                              help="auto (fp32 on a CPU, bf16 on a GPU) | fp32 | bf16 | fp16."),
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per batch."),
+    prompt: int = typer.Option(128, "--prompt", "-p", help="Prompt tokens per sequence."),
+    steps: int = typer.Option(8, "--steps", help="Timed decode steps (after 2 warm-up steps)."),
+    repeats: int = typer.Option(3, "--repeats", help="Timed prefills (after one warm-up)."),
+    backend: str = typer.Option("auto", "--backend",
+                                help="auto (transformers if installed) | hf | torch."),
+    attention: str = typer.Option("fused", "--attention", help="fused (SDPA) | unfused (eager)."),
+    threads: int | None = typer.Option(None, "--threads",
+                                       help="torch threads (same as for profile)."),
+    max_layers: int | None = typer.Option(None, "--max-layers",
+                                          help="Run at most this many layers (scaled, stated)."),
+    roofline: str = typer.Option("auto", "--roofline",
+                                 help="roofline.json | auto | none (for empirical/measured)."),
+    estimators: str = typer.Option("spec,empirical,measured", "--estimators",
+                                   help="Comma list to compare: spec, empirical, measured."),
+    budget: float = typer.Option(0.2, "--budget",
+                                 help="Timed seconds per op for the measured estimator."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the validation JSON here."),
+    fmt: TableJson = typer.Option("table", "--format", "-f", help="table | json."),
+) -> None:
+    """Run a real Llama forward pass (prefill + decode) on the device and report each
+    estimator's residual."""
+    from roofprof.validate import validate as run_validation
+
+    wanted = split_list(estimators) or []
+    bad = [w for w in wanted if w not in ("spec", "empirical", "measured")]
+    if bad:
+        raise ConfigError(f"unknown estimator {bad[0]!r}; valid choices: spec, empirical, measured")
+    dev, dtype = resolve_dtype(dtype, device)
+    with progress_bar(sys.stderr.isatty()) as (progress, step):
+        if step:
+            step("real model")
+        result = run_validation(model, device=dev, dtype=dtype, batch=batch, prompt_tokens=prompt,
+                                decode_steps=steps, prefill_repeats=repeats, attention=attention,
+                                backend=backend, threads=threads, max_layers=max_layers,
+                                progress=progress)
+        if wanted:
+            if step:
+                step("estimators")
+            result = result.with_predictions(
+                _predictions(result, dev, wanted, roofline, budget, threads, progress))
+    from roofprof.units import clean
+
+    payload = clean(result.to_dict())
+    if out is not None:
+        from roofprof.results import write_json_atomic
+
+        write_json_atomic(out, payload)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        from roofprof.report import print_validation
+
+        print_validation(result)
+        skipped = [w for w in wanted if w not in result.predictions]
+        for w in skipped:
+            typer.echo(f"{w}: not available on this device", err=True)
+    if out is not None:
+        typer.echo(f"validation written to {out}", err=True)
+
+
+def _predictions(result, dev, wanted, roofline, budget, threads, progress):
+    from roofprof.profile import Profiler, spec_roofline
+    from roofprof.rollup import RooflineEstimator
+    from roofprof.validate import predict_for
+
+    ests = {}
+    if "spec" in wanted:
+        spec = spec_roofline(dev)
+        if spec is not None:
+            ests["spec"] = RooflineEstimator(spec, name="spec",
+                                             source=f"data/gpus.json:{dev.info.spec_id}")
+    if "empirical" in wanted or "measured" in wanted:
+        prof = Profiler(result.model, dev, budget_s=budget, threads=threads, roofline=roofline,
+                        progress=progress)
+        if "empirical" in wanted and prof.roofline is not None:
+            ests["empirical"] = RooflineEstimator(prof.roofline, name="empirical",
+                                                  source=prof.roofline_source)
+        if "measured" in wanted:
+            est = prof.estimator()
+            ests["measured"] = est
+            ests["measured-no-launch"] = est.with_launch(False)
+    return predict_for(result, ests)

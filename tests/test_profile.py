@@ -5,43 +5,41 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import tiny_spec
 
 import roofprof
+from roofprof.cache import MeasurementCache
 from roofprof.cli import main
 from roofprof.devices.base import CheckResult
-from roofprof.profile import (
-    Measurement,
-    MeasurementCache,
+from roofprof.measurement import Measurement
+from roofprof.models import ops
+from roofprof.profiling import (
     Profiler,
     measure,
     measured_estimator,
     profile,
 )
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.specs import ModelSpec
-from roofprof.torch_ops import SUPPORTED, TorchOps
-from roofprof.workload import Counting, llama_ops
+from roofprof.torch_ops import SUPPORTED_FNS, TorchOps
+from roofprof.workload import Counting, Scenario
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
-TINY = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+TINY = tiny_spec()
 ROOF = Roofline("literal", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
                             Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
-TINY_CFG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": True,
-            "max_position_embeddings": 256, "rope_theta": 10000.0}
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROOFPROF_CACHE", str(tmp_path / "cache"))
+def llama_ops(model, phase, **kw):
+    convention = kw.pop("convention", "engine")
+    return ops(Scenario.of(model, phase, convention=convention, **kw))
 
 
 @pytest.fixture
-def tiny_config(tmp_path):
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(TINY_CFG))
-    return path
+def quiet(monkeypatch):
+    """No other process uses the CPUs (the meter is faked: these tests are about caching)."""
+    _fake_contention(monkeypatch, [0.0])
 
 
 @pytest.fixture
@@ -60,7 +58,7 @@ def test_torch_ops_cover_every_op_and_pass_their_checks(phase, attention, dtype)
     impl = TorchOps(TINY, cache_bytes=1 << 16)
     rng = np.random.default_rng(0)
     for op in w.ops:
-        assert op.name in SUPPORTED and impl.supports(op) is None
+        assert op.fn in SUPPORTED_FNS and impl.supports(op) is None
         prepared = impl.prepare(op, rng)
         check = prepared.check()
         assert check.ok, (op.name, check)
@@ -186,7 +184,7 @@ def test_measurement_cache_roundtrip(tmp_path):
     assert again.seconds == m.seconds and again.check.ok and again.telemetry["clock_mhz"] == 2600
 
 
-def test_measured_estimator_profiles_on_demand_then_uses_the_cache(roofline_file):
+def test_measured_estimator_profiles_on_demand_then_uses_the_cache(roofline_file, quiet):
     est = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
                              impls=["torch"], include_launch=False)
     p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, dtype="fp32")
@@ -257,7 +255,7 @@ def test_cli_profile_json_and_sweep_table(capsys, tiny_config, roofline_file, tm
     assert code == 0 and "Sweep" in out and "q_proj" in out
 
 
-def test_cli_predict_measured(capsys, tiny_config, roofline_file):
+def test_cli_predict_measured(capsys, tiny_config, roofline_file, quiet):
     # measure the shapes once with a tiny budget: the CLI then finds them in the cache
     warm = measured_estimator(str(tiny_config), device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001)
     roofprof.predict(str(tiny_config), estimator=warm, prompt_tokens=8, dtype="fp32")
@@ -291,7 +289,7 @@ def test_host_issue_time_measured_on_asynchronous_devices():
     cpu = CpuDevice()
 
     class AsyncCpu:  # the CPU posing as an asynchronous device
-        info = dataclasses.replace(cpu.info, kind="cuda")
+        info = dataclasses.replace(cpu.info, kind="cuda", asynchronous=True, shared_host=False)
 
         def __getattr__(self, name):
             return getattr(cpu, name)
@@ -315,13 +313,17 @@ def test_profile_on_a_gpu_checks_and_times_every_op():
 
 
 def _fake_contention(monkeypatch, pattern):
-    import roofprof.profile as rp
+    import time
+
+    import roofprof.measurement as rm
+    import roofprof.profiling as rp
 
     shares = iter(pattern * 1000)
 
     class FakeContention:
         available = True
         wall_s = 0.01
+        share = 0.0
 
         def __enter__(self):
             return self
@@ -330,7 +332,8 @@ def _fake_contention(monkeypatch, pattern):
             self.share = next(shares)
 
     monkeypatch.setattr(rp, "Contention", FakeContention)
-    monkeypatch.setattr(rp.time, "sleep", lambda s: None)
+    monkeypatch.setattr(rm, "Contention", FakeContention)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
 
 
 def test_busy_rounds_are_dropped_from_a_profile(monkeypatch):

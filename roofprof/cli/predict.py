@@ -43,6 +43,7 @@ def predict(
     attention: str | None = typer.Option(None, "--attention", help="fused (FlashAttention-style, default) | unfused (eager: scores through memory)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a roofline PNG with every op placed on it."),
+    remeasure: bool = typer.Option(False, "--remeasure", help="With --estimator measured: measure every op afresh, ignoring cached measurements (e.g. ones taken on a busy machine)."),
 ) -> None:
     """Predict time to first token and decode tokens/s from a roofline (datasheet or measured)."""
     import dataclasses
@@ -64,7 +65,7 @@ def predict(
             raise ConfigError(f"unknown attention counting {attention!r}; valid choices: fused, unfused")
         counting = dataclasses.replace(counting, attention=attention)
     kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting)
-    kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype))
+    kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure))
     predictions = rollup.sweep(model, batches=batches, contexts=contexts, **kwargs)
     if plot is not None:
         from roofprof.plots.roofline import plot_prediction
@@ -75,7 +76,7 @@ def predict(
         typer.echo(f"roofline plot written to {plot}", err=True)
 
 
-def _estimator_args(estimator, gpu, roofline, device, model, dtype) -> dict:
+def _estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure=False) -> dict:
     from roofprof.roofline import load_roofline
 
     name = estimator or ("empirical" if roofline is not None and gpu is None else "spec")
@@ -88,11 +89,10 @@ def _estimator_args(estimator, gpu, roofline, device, model, dtype) -> dict:
             raise ConfigError("the empirical estimator needs --roofline roofline.json (from `roofprof roofline`)")
         return {"roofline": load_roofline(roofline)}
     if name == "measured":
-        try:
-            from roofprof.profile import measured_estimator
-        except ImportError:
-            raise ConfigError("the measured estimator needs roofprof.profile, which is not available") from None
-        return {"estimator": measured_estimator(model=model, device=device, dtype=dtype, roofline=roofline)}
+        from roofprof.profiling import measured_estimator
+
+        return {"estimator": measured_estimator(model=model, device=device, dtype=dtype, roofline=roofline,
+                                                use_cache=not remeasure)}
     raise ConfigError(f"unknown estimator {name!r}; valid choices: spec, empirical, measured")
 
 

@@ -62,10 +62,10 @@ def _progress(enabled: bool = True):
 
 
 def _dtype(dtype: str, device):
-    from roofprof.profile import select_device
+    from roofprof.profiling import select_device
 
     dev = select_device(device)
-    return dev, (("fp32" if dev.info.kind == "cpu" else "bf16") if dtype == "auto" else dtype)
+    return dev, (dev.info.default_dtype if dtype == "auto" else dtype)
 
 
 @app.command()
@@ -86,11 +86,12 @@ def profile(
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv."),
     counters: bool = typer.Option(False, "--counters", help="Run each op once under Nsight Compute (ncu): hierarchical roofline, counters vs analytic counts (--out is then a folder)."),
     clock_control: str = typer.Option("none", "--clock-control", help="ncu clock control with --counters: none (as run) | base."),
+    remeasure: bool = typer.Option(False, "--remeasure", help="Ignore cached measurements (profile always measures afresh and replaces them; accepted as for predict)."),
 ) -> None:
     """Measure every op of a Llama pass on this device (correctness first) and place it on the roofline."""
-    from roofprof.profile import Profiler
+    from roofprof.profiling import Profiler
     from roofprof.specs import load_model
-    from roofprof.workload import llama_ops
+    from roofprof.workload import Scenario
 
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; valid choices: {', '.join(FORMATS)}")
@@ -118,15 +119,16 @@ def profile(
         return
     results = []
     with _progress(sys.stderr.isatty()) as (progress, step):
-        prof = Profiler(spec, dev, impls=impls, budget_s=budget, threads=threads, roofline=roofline, progress=progress)
+        # profile measures afresh whether or not --remeasure is given (use_cache=False): its
+        # measurements replace the cached ones that `predict --estimator measured` reuses
+        prof = Profiler(spec, dev, impls=impls, budget_s=budget, threads=threads, roofline=roofline,
+                        use_cache=False, progress=progress)
         for ph in phases:
             for b in batches:
                 for c in (contexts if ph == "decode" else [None]):
                     if step:
                         step(f"{ph} batch {b}" + (f" context {c}" if c is not None else ""))
-                    w = llama_ops(spec, ph, batch=b, prompt_tokens=prompt, context_tokens=c, dtype=dtype,
-                                  convention=counting)
-                    results.append(prof.profile(w))
+                    results.append(prof.profile(Scenario(spec, ph, b, prompt, c, dtype, counting)))
     if out is not None:
         from roofprof.report import clean
         from roofprof.results import write_json_atomic
@@ -174,7 +176,7 @@ def validate(
     fmt: str = typer.Option("table", "--format", "-f", help="table | json."),
 ) -> None:
     """Run a real Llama forward pass (prefill + decode) on the device and report each estimator's residual."""
-    from roofprof.validate import validate as run_validation
+    from roofprof.validation import validate as run_validation
 
     if fmt not in ("table", "json"):
         raise ConfigError(f"unknown format {fmt!r}; valid choices: table, json")
@@ -214,23 +216,13 @@ def validate(
 
 
 def _predictions(result, dev, wanted, roofline, budget, threads, progress):
-    from roofprof.profile import Profiler, spec_roofline
-    from roofprof.rollup import RooflineEstimator
-    from roofprof.validate import predict_for
+    from roofprof.profiling import Profiler, estimators_for
+    from roofprof.validation import predict_for
 
-    ests = {}
-    if "spec" in wanted:
-        spec = spec_roofline(dev)
-        if spec is not None:
-            ests["spec"] = RooflineEstimator(spec, name="spec", source=f"data/gpus.json:{dev.info.spec_id}")
+    prof = None
     if "empirical" in wanted or "measured" in wanted:
         prof = Profiler(result.model, dev, budget_s=budget, threads=threads, roofline=roofline, progress=progress)
-        if "empirical" in wanted and prof.roofline is not None:
-            ests["empirical"] = RooflineEstimator(prof.roofline, name="empirical", source=prof.roofline_source)
-        if "measured" in wanted:
-            est = prof.estimator()
-            ests["measured"] = est
-            ests["measured-no-launch"] = est.with_launch(False)
+    ests, _ = estimators_for(dev, prof, wanted=wanted)
     return predict_for(result, ests)
 
 

@@ -1,0 +1,325 @@
+"""A plain-torch Llama (the architecture of Hugging Face ``LlamaForCausalLM``) and its ops.
+
+``roofprof validate`` runs a real model forward pass: ``LlamaForCausalLM`` from
+transformers when it is installed, else :class:`TorchLlama` here, the same architecture in
+plain torch (RMSNorm, RoPE with llama3 scaling, GQA attention through SDPA or eager,
+SwiGLU MLP, tied or separate lm_head, a KV cache grown by concatenation as transformers'
+``DynamicCache`` does). The op functions below (:func:`rms_norm`, :func:`apply_rope`,
+:func:`attention_sdpa`, ...) are what the model calls, and what ``roofprof profile`` times
+for the non-GEMM ops (``roofprof.torch_ops``), so the per-op measurements and the real
+pass run the same torch calls.
+
+Weights are random (:func:`fill_random_`): timing does not depend on the values, only on
+their being ordinary finite floats (no denormals).
+
+torch is imported lazily by the functions that need it; importing this module needs
+torch (it is only imported by code that checked for it).
+
+>>> import torch
+>>> from roofprof.specs import ModelSpec
+>>> spec = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+>>> model = TorchLlama(spec, dtype=torch.float32)
+>>> cache = KVCache()
+>>> logits = model(torch.tensor([[1, 2, 3]]), cache)
+>>> tuple(logits.shape), cache.length
+((1, 1, 100), 3)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from roofprof.specs import ModelSpec
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
+                "tf32": torch.float32}
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype for a roofprof dtype string (``tf32`` runs as float32 storage).
+
+    Raises:
+        ConfigError: fp8/int8, which have no plain-torch eager matmul path here.
+    """
+    from roofprof.errors import ConfigError
+
+    if dtype not in TORCH_DTYPES:
+        raise ConfigError(f"dtype {dtype!r} has no torch eager implementation here; use one of "
+                          f"{', '.join(TORCH_DTYPES)}")
+    return TORCH_DTYPES[dtype]
+
+
+# --------------------------------------------------------------------------- the ops
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """RMSNorm exactly as transformers' ``LlamaRMSNorm.forward`` (in float32, then cast back)."""
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return weight * h.to(input_dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[x1, x2] → [-x2, x1]`` on the last dimension."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """RoPE on ``q [b,h,s,d]`` and ``k [b,kvh,s,d]`` with ``cos, sin [b,s,d]`` (transformers' formula)."""
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's ``silu(gate) · up`` (two kernels in eager torch)."""
+    return F.silu(gate) * up
+
+
+def _sdpa_has_gqa() -> bool:
+    import inspect
+
+    try:
+        return "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):  # builtins without a signature: torch >= 2.5 has it
+        return tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+SDPA_GQA = _sdpa_has_gqa()
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """``[b,kvh,s,d] → [b,kvh·n_rep,s,d]`` (a copy, as transformers does for eager attention)."""
+    if n_rep == 1:
+        return x
+    b, kvh, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, kvh, n_rep, s, d).reshape(b, kvh * n_rep, s, d)
+
+
+def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Fused attention (``F.scaled_dot_product_attention``), causal when there are several queries.
+
+    ``q [b,h,s,d]``, ``k, v [b,kvh,t,d]`` → ``[b,s,h·d]`` (contiguous, ready for ``o_proj``).
+    GQA runs through ``enable_gqa`` where torch has it (≥ 2.5), else K/V are repeated.
+    """
+    n_rep = q.shape[1] // k.shape[1]
+    kwargs: dict[str, Any] = {}
+    if n_rep > 1:
+        if SDPA_GQA:
+            kwargs["enable_gqa"] = True
+        else:
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+    s = q.shape[2]
+    if s > 1 and k.shape[2] > s:  # prefill into an empty cache: keys beyond the queries are masked anyway
+        k, v = k[:, :, :s], v[:, :, :s]
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, **kwargs)
+    b = q.shape[0]
+    return out.transpose(1, 2).contiguous().reshape(b, s, -1)
+
+
+def causal_mask(s: int, t: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask ``[1,1,s,t]``: query ``i`` (at position ``t-s+i``) sees keys ``≤`` its position."""
+    rows = torch.arange(s, device=device)[:, None] + (t - s)
+    cols = torch.arange(t, device=device)[None, :]
+    mask = torch.zeros(s, t, dtype=dtype, device=device)
+    mask.masked_fill_(cols > rows, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Eager attention, step 1: ``QKᵀ·scale (+ mask)`` over the full square (transformers' eager path)."""
+    n_rep = q.shape[1] // k.shape[1]
+    w = torch.matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * (q.shape[-1] ** -0.5)
+    if mask is not None:
+        w = w + mask
+    return w
+
+
+def attention_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Eager attention, step 2: softmax in float32, cast back to the activation dtype."""
+    return F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+
+
+def attention_pv(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Eager attention, step 3: ``P·V`` → ``[b,s,h·d]`` contiguous."""
+    n_rep = p.shape[1] // v.shape[1]
+    out = torch.matmul(p, repeat_kv(v, n_rep))
+    b, _, s, _ = out.shape
+    return out.transpose(1, 2).contiguous().reshape(b, s, -1)
+
+
+def attention_eager(q, k, v, mask):
+    """The three eager steps in a row."""
+    return attention_pv(attention_softmax(attention_scores(q, k, mask)), v)
+
+
+# --------------------------------------------------------------------------- RoPE tables
+
+
+def rope_inv_freq(head_dim: int, theta: float = 500000.0, scaling: Mapping[str, Any] | None = None) -> torch.Tensor:
+    """Inverse frequencies, with Llama 3's ``rope_type: llama3`` scaling when given."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    if not scaling or scaling.get("rope_type", scaling.get("type")) != "llama3":
+        return inv
+    factor = float(scaling["factor"])
+    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+    old_len = float(scaling.get("original_max_position_embeddings", 8192))
+    low_wl, high_wl = old_len / low, old_len / high
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
+    """``cos, sin [b,s,d]`` for integer ``positions [b,s]``."""
+    freqs = positions[..., None].float() * inv_freq.to(positions.device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def fill_random_(t: torch.Tensor, std: float = 0.02, seed: int = 0, block: int = 1 << 20) -> torch.Tensor:
+    """Fill ``t`` in place with normal values (``std``), fast: one random block, tiled.
+
+    torch's CPU generator runs at a few hundred MB/s, so a 5 GB model would take half a
+    minute to draw; a block of ``block`` N(0, std) values (a different one per ``seed``)
+    tiled over the tensor gives ordinary, non-zero, non-denormal values at memory-copy speed.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    src = (torch.randn(block, generator=gen) * std).to(t.dtype)
+    flat = t.view(-1)
+    n = flat.numel()
+    # copy in large chunks (small copy_ calls run far below memory speed on the CPU)
+    chunk = src.repeat(max(1, min(16, -(-n // block)))).to(t.device)
+    step = chunk.numel()
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        flat[start:stop].copy_(chunk[: stop - start])
+    return t
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class KVCache:
+    """Per-layer K/V ``[b,kvh,t,d]``, grown by concatenation (as transformers' ``DynamicCache``)."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor | None] = []
+        self.values: list[torch.Tensor | None] = []
+
+    @property
+    def length(self) -> int:
+        return 0 if not self.keys or self.keys[0] is None else int(self.keys[0].shape[2])
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        while len(self.keys) <= layer:
+            self.keys.append(None)
+            self.values.append(None)
+        if self.keys[layer] is None:
+            self.keys[layer], self.values[layer] = k.contiguous(), v.contiguous()
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
+        return self.keys[layer], self.values[layer]
+
+
+class _Layer(nn.Module):
+    def __init__(self, m: ModelSpec, dtype, device):
+        super().__init__()
+        kw = dict(bias=False, dtype=dtype, device=device)
+        h = m.hidden_size
+        self.m = m
+        self.attn_norm = nn.Parameter(torch.ones(h, dtype=dtype, device=device))
+        self.mlp_norm = nn.Parameter(torch.ones(h, dtype=dtype, device=device))
+        self.q_proj = nn.Linear(h, m.q_size, **kw)
+        self.k_proj = nn.Linear(h, m.kv_size, **kw)
+        self.v_proj = nn.Linear(h, m.kv_size, **kw)
+        self.o_proj = nn.Linear(m.q_size, h, **kw)
+        self.gate_proj = nn.Linear(h, m.intermediate_size, **kw)
+        self.up_proj = nn.Linear(h, m.intermediate_size, **kw)
+        self.down_proj = nn.Linear(m.intermediate_size, h, **kw)
+
+    def forward(self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask):
+        b, s, _ = x.shape
+        d = self.m.head_dim
+        residual = x
+        hs = rms_norm(x, self.attn_norm, eps)
+        q = self.q_proj(hs).view(b, s, -1, d).transpose(1, 2)
+        k = self.k_proj(hs).view(b, s, -1, d).transpose(1, 2)
+        v = self.v_proj(hs).view(b, s, -1, d).transpose(1, 2)
+        q, k = apply_rope(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(index, k, v)
+        a = attention_sdpa(q, k, v) if attention == "fused" else attention_eager(q, k, v, mask)
+        x = residual + self.o_proj(a)
+        residual = x
+        hs = rms_norm(x, self.mlp_norm, eps)
+        return residual + self.down_proj(silu_mul(self.gate_proj(hs), self.up_proj(hs)))
+
+
+class TorchLlama(nn.Module):
+    """Llama in plain torch: ``forward(input_ids, cache)`` → logits of the last token ``[b,1,vocab]``.
+
+    Args:
+        spec: the model config (layers, sizes, GQA, vocab, tied embeddings).
+        dtype: torch dtype of weights, activations and cache.
+        device: where to build it ("cpu", "cuda:0").
+        attention: ``"fused"`` (SDPA) or ``"unfused"`` (eager: scores through memory).
+        rope_theta, rope_scaling, eps: from the HF config (Llama 3 defaults).
+        init: fill weights with :func:`fill_random_` (``False``: zeros, for tests of shapes only).
+    """
+
+    def __init__(self, spec: ModelSpec, *, dtype=torch.float32, device="cpu", attention: str = "fused",
+                 rope_theta: float = 500000.0, rope_scaling: Mapping[str, Any] | None = None,
+                 eps: float = 1e-5, init: bool = True):
+        super().__init__()
+        self.spec, self.attention, self.eps = spec, attention, eps
+        meta = "meta"  # build without torch's (slow) default init, then allocate for real
+        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta)
+        self.layers = nn.ModuleList(_Layer(spec, dtype, meta) for _ in range(spec.num_layers))
+        self.norm = nn.Parameter(torch.ones(spec.hidden_size, dtype=dtype, device=meta))
+        self.lm_head = (None if spec.tie_word_embeddings else
+                        nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, dtype=dtype, device=meta))
+        self.to_empty(device=device)
+        self.register_buffer("inv_freq", rope_inv_freq(spec.head_dim, rope_theta, rope_scaling).to(device),
+                             persistent=False)
+        with torch.no_grad():
+            for i, (name, p) in enumerate(self.named_parameters()):
+                if "norm" in name:
+                    p.fill_(1.0)
+                elif init:
+                    fill_random_(p, seed=i + 1)
+                else:
+                    p.zero_()
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        b, s = input_ids.shape
+        past = cache.length if cache is not None else 0
+        x = self.embed(input_ids)
+        positions = (torch.arange(s, device=input_ids.device) + past)[None].expand(b, s)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
+        mask = None
+        if self.attention != "fused" and s > 1:
+            mask = causal_mask(s, past + s, x.dtype, x.device)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache, i, self.attention, self.eps, mask)
+        x = rms_norm(x, self.norm, self.eps)
+        last = x[:, -1:, :]
+        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(last, weight)

@@ -373,3 +373,73 @@ def test_reference_implementation_preferred_even_next_to_a_device_torch_gemm():
     assert prof.prefer == ("torch-eager",) and prof.reference_impl == "torch-eager"
     r = prof.profile(llama_ops(TINY, "decode", context_tokens=4, dtype="fp32"))
     assert all(o.chosen.impl == "torch-eager" for o in r.ops)
+
+
+def test_contended_measurement_is_marked_in_the_cache_and_measured_again(monkeypatch, roofline_file):
+    _fake_contention(monkeypatch, [0.6])  # every try contended: kept, but marked
+    est = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                             impls=["torch"])
+    with pytest.warns(UserWarning, match="contended"):
+        p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, dtype="fp32")
+    assert any("contended" in w and "--remeasure" in w for w in p.warnings)  # said plainly, with the way out
+    stored = json.loads(open(est.inputs["cache"]).read())
+    assert stored and all("contended" in d["suspect"] for d in stored.values())
+    # next use on a quiet machine: the contended entries are measured again, not reused
+    _fake_contention(monkeypatch, [0.0])
+    again = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                               impls=["torch"])
+    p2 = roofprof.predict(TINY, estimator=again, prompt_tokens=4, dtype="fp32")
+    assert not p2.warnings
+    assert not any("contended" in d.get("suspect", "") for d in json.loads(open(again.inputs["cache"]).read()).values())
+
+
+def test_clean_cached_measurements_are_reused_and_remeasure_ignores_them(monkeypatch, roofline_file):
+    _fake_contention(monkeypatch, [0.0])
+    first = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                               impls=["torch"])
+    roofprof.predict(TINY, estimator=first, prompt_tokens=4, dtype="fp32")
+    import roofprof.profiling as rp
+
+    timed = []
+    real = rp.check_then_time
+    monkeypatch.setattr(rp, "check_then_time", lambda *a, **k: timed.append(a[1].name) or real(*a, **k))
+    cached = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, impls=["torch"])
+    roofprof.predict(TINY, estimator=cached, prompt_tokens=4, dtype="fp32")
+    assert timed == []  # all from the cache
+    fresh = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                               impls=["torch"], use_cache=False)  # --remeasure
+    roofprof.predict(TINY, estimator=fresh, prompt_tokens=4, dtype="fp32")
+    assert "q_proj" in timed
+
+
+def test_cli_predict_remeasure_ignores_the_cache(capsys, tiny_config, roofline_file, monkeypatch):
+    _fake_contention(monkeypatch, [0.0])
+    import roofprof.profiling as rp
+
+    seen = []
+    real = rp.Profiler.__init__
+
+    def spy(self, *a, **k):
+        seen.append(k.get("use_cache"))
+        real(self, *a, **k)
+
+    monkeypatch.setattr(rp.Profiler, "__init__", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for extra in ((), ("--remeasure",)):
+            code, out, err = run_cli(capsys, "predict", "--model", str(tiny_config), "--estimator", "measured",
+                                     "--device", "cpu", "--dtype", "fp32", "--prompt", "4", "--roofline",
+                                     str(roofline_file), "--format", "json", *extra)
+            assert code == 0, err
+    assert seen == [True, False]
+    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--prompt", "4", "--roofline", "none",
+                             "--impl", "torch", "--budget", "0.001", "--remeasure", "--format", "json")
+    assert code == 0, err
+
+
+def test_profile_says_when_it_rests_on_contended_measurements(monkeypatch):
+    _fake_contention(monkeypatch, [0.6])  # every round busy, even the extra ones
+    r = profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"])
+    t = r.ops[2].chosen.telemetry
+    assert t["contended"] and t["rounds"] == 10 and r.ops[2].chosen.contended
+    assert any("other processes" in w and "--remeasure" in w for w in r.warnings)

@@ -40,7 +40,7 @@ import numpy as np
 from roofprof.errors import ConfigError
 from roofprof.roofline import Point, Roofline, place
 from roofprof.telemetry import CONTENDED_SHARE, Contention, NullSampler
-from roofprof.timing import Timing, benchmark
+from roofprof.timing import Case, Timing, benchmark, interleave
 
 if TYPE_CHECKING:
     from roofprof.devices.base import CheckResult, Device, OpImpl, PreparedOp
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from roofprof.timing import Clock
     from roofprof.workload import Op
 
-__all__ = ["STATUSES", "MeasureResult", "Measurement", "RetryBudget", "calls_and_flush", "check_then_time", "prepare_checked",
+__all__ = ["STATUSES", "MeasureResult", "Measurement", "RetryBudget", "calls_and_flush", "check_then_time",
+           "check_then_time_group", "prepare_checked",
            "measure", "shares_telemetry", "telemetry_dict"]
 
 #: ``ok`` checked and timed; ``failed`` wrong result (excluded); ``unsupported`` not covered;
@@ -290,6 +291,84 @@ def check_then_time(
         return Measurement(impl.name, "error", msg)
     finally:
         prepared.release()
+
+
+def check_then_time_group(
+    impl: OpImpl,
+    ops: Sequence[Op],
+    rng: np.random.Generator,
+    *,
+    clock: Clock,
+    flush_for: Callable[[Op], Callable[[], Any] | None] = lambda op: None,
+    budget_s: float = 0.2,
+    warmup_s: float = 0.05,
+    max_repeats: int = 100,
+    rounds: int = 5,
+    sampler: Callable[[], Sampler] | None = None,
+    judge_rounds: bool = False,
+    more_rounds: Callable[[float], bool] | None = None,
+    host_issue: Callable[[PreparedOp, Timing], float] | None = None,
+    warn: Callable[[str], None] | None = None,
+    on_check: Callable[[int, Op], None] | None = None,
+    on_case: Callable[[int, int], None] | None = None,
+) -> list[Measurement]:
+    """:func:`check_then_time` for several ops of one implementation, timed together.
+
+    Every op is prepared and checked first (``on_check(i, op)`` before each); those that
+    passed are timed in interleaved rounds (:func:`roofprof.timing.interleave`), and all
+    are released. With ``judge_rounds`` (a device sharing the host's cores), each round is
+    judged by :class:`~roofprof.telemetry.Contention`: busy rounds are dropped and, while
+    ``more_rounds`` agrees, replaced. Returns one Measurement per op, in order.
+    """
+    results: list[Measurement | None] = []
+    staged: list[tuple[int, PreparedOp, Measurement, Case]] = []
+    for i, op in enumerate(ops):
+        if on_check is not None:
+            on_check(i, op)
+        prepared, result = prepare_checked(impl, op, rng, warn=warn)
+        results.append(result if prepared is None else None)
+        if prepared is not None:
+            calls, flush = calls_and_flush(prepared, flush_for(op))
+            staged.append((i, prepared, result, Case(calls, flush)))
+    if not staged:
+        return results
+    shares: list[float | None] = []
+
+    def judge(run: Callable[[], None]) -> float | None:
+        meter = Contention()  # over the whole round: long enough to judge at tick resolution
+        with meter:
+            run()
+        shares.append(meter.share if meter.available else None)
+        return shares[-1]
+
+    try:
+        watch = sampler() if sampler is not None else NullSampler("not sampled")
+        with watch:
+            timings = interleave([case for *_, case in staged], clock=clock, rounds=rounds, budget_s=budget_s,
+                                 warmup_s=warmup_s, judge_round=judge if judge_rounds else None,
+                                 busy_above=CONTENDED_SHARE, more_rounds=more_rounds, max_repeats=max_repeats,
+                                 on_case=on_case)
+        base = telemetry_dict(watch.summary())
+        for (i, prepared, checked, _), timing in zip(staged, timings, strict=True):
+            telemetry = {**base, "rounds": timing.rounds, "rounds_kept": timing.rounds_kept,
+                         **shares_telemetry(shares)}
+            if any(s is not None for s in shares) and timing.rounds_kept < timing.rounds:
+                telemetry["rounds_dropped_busy"] = timing.rounds - timing.rounds_kept
+            host_s = host_issue(prepared, timing) if host_issue is not None else 0.0
+            results[i] = Measurement(impl.name, "ok", checked.note, timing, checked.check, checked.kernels,
+                                     telemetry, host_s)
+    except Exception as exc:  # noqa: BLE001 - a kernel that raises while timed is reported, never fatal
+        for i, *_ in staged:
+            if results[i] is None:
+                op = ops[i]
+                msg = f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__} while timed: {exc}"
+                if warn is not None:
+                    warn(msg)
+                results[i] = Measurement(impl.name, "error", msg)
+    finally:
+        for _, prepared, _, _ in staged:
+            prepared.release()
+    return results
 
 
 @dataclass(frozen=True)

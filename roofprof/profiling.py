@@ -1,31 +1,21 @@
 """Profile the ops of a model pass on this machine and place them on its roofline.
 
-For every op of a :class:`~roofprof.workload.Scenario` (identical shapes measured once),
-each available implementation is checked for correctness first, then timed (warm-up,
-repeats sized by a time budget, median and spread, telemetry sampled around it: see
-:mod:`roofprof.measurement`), and the result is placed on the measured roofline
-(:func:`roofprof.roofline.place`): achieved FLOP/s and bytes/s, analytic intensity, the
-attainable roof at that intensity, percent of roof and the bound.
+Every op of a :class:`~roofprof.workload.Scenario` (identical shapes measured once) is
+checked, then timed, by each available implementation (:mod:`roofprof.measurement`;
+a whole pass in interleaved rounds, busy rounds dropped on a shared host), and placed on
+the measured roofline (:func:`roofprof.roofline.place`): achieved FLOP/s and bytes/s,
+intensity, attainable roof, percent of roof, bound. Implementations: the device's own
+GEMMs plus :class:`roofprof.torch_ops.TorchOps` (``torch``, or ``torch-eager`` next to a
+device's own ``torch``), which covers every op with the calls eager PyTorch makes. The
+roll-up uses the first of ``prefer`` that passed its check (default ``reference``: that
+torch implementation, what the validated model runs), else the fastest. An op whose
+kernel fails its check is excluded with a warning; one no implementation covers is
+counted from the empirical roofline, with a warning.
 
-Implementations: the device's own (``roofprof.devices``: numpy/BLAS and numba GEMMs on the
-CPU; Numba, CuPy, cuBLAS, a torch GEMM on a GPU) plus :class:`roofprof.torch_ops.TorchOps`
-when torch is installed (named ``torch``, or ``torch-eager`` where the device has its own
-``torch``), which covers every op with the calls eager PyTorch makes. For the roll-up,
-one measurement per op is chosen: the first of ``prefer`` that passed its check (default
-``reference``: that torch implementation, what the validated model runs), else the fastest
-that passed. An op whose kernel fails its check is reported and excluded, with a warning;
-an op no implementation covers is counted from the empirical roofline, with a warning.
-
-A whole pass is timed implementation by implementation in interleaved rounds
-(:func:`roofprof.timing.interleave`); on a device that shares the host's cores, rounds
-during which other processes used the CPUs (:class:`roofprof.telemetry.Contention`) are
-dropped and replaced. Threads: the torch/numba thread count (``threads``) is set while the
-profiler measures (:func:`roofprof.devices.cpu.threads`) and recorded; ``roofprof
-validate`` uses the same, so per-op times and the real pass share the machine alike.
-
-Measurements are cached on disk (:mod:`roofprof.cache`), so ``predict --estimator
-measured`` only profiles what it has not seen; a cached measurement that was contended is
-measured again on next use, and one that stays contended is named in the warnings.
+The torch/numba thread count (``threads``) is set while measuring and recorded
+(``validate`` uses the same). Measurements are cached (:mod:`roofprof.cache`): a cached
+one that was contended is measured again, and one that stays contended is named in the
+warnings with how to refresh it.
 
 Python API: :func:`profile`, :func:`measured_estimator`, :func:`estimators_for`,
 :func:`measure`.
@@ -50,21 +40,17 @@ from roofprof.devices.cpu import single_openmp_runtime
 from roofprof.devices.cpu import threads as cpu_threads
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.measurement import (  # measure() lives with the Measurement record, and is API here too
-    MeasureResult,
     Measurement,
+    MeasureResult,
     RetryBudget,
-    calls_and_flush,
     check_then_time,
+    check_then_time_group,
     measure,
-    prepare_checked,
-    shares_telemetry,
-    telemetry_dict,
 )
 from roofprof.rollup import Estimator, MeasuredEstimator, OpTime, RooflineEstimator
 from roofprof.roofline import Point, Roofline, place
 from roofprof.specs import DTYPES, ModelSpec, load_model
-from roofprof.telemetry import CONTENDED_SHARE, Contention
-from roofprof.timing import Case, Timing, interleave
+from roofprof.timing import Timing
 from roofprof.workload import Counting, Op, Scenario, Workload
 
 if TYPE_CHECKING:
@@ -358,87 +344,53 @@ class Profiler:
             self.cache.put(op, m)
         return m
 
-    def _judge_round(self, shares: list[float | None]) -> Callable[[Callable[[], None]], float | None]:
-        def judge(run: Callable[[], None]) -> float | None:
-            meter = Contention()  # over the whole round: long enough to judge at tick resolution
-            with meter:
-                run()
-            share = meter.share if meter.available else None
-            shares.append(share)
-            return share
-
-        return judge
-
     def _measure_group(self, impl: OpImpl, ops: Sequence[Op], phase: str, *, done: int = 0, total: int = 0) -> None:
         """Measure ``ops`` with one implementation in interleaved rounds.
 
-        Every op is checked first; then all are timed together by
-        :func:`roofprof.timing.interleave` (``settings.rounds`` rounds visiting every op in
-        turn). A slowdown of the machine lasting a second or two then touches one round of
-        many ops instead of every sample of one, and the median shrugs it off. On a device
-        sharing the host's cores, rounds during which other processes used the CPUs are
-        dropped when enough samples remain, and replaced from the retry budget.
+        Every op is checked first; then all are timed together
+        (:func:`roofprof.measurement.check_then_time_group`: ``settings.rounds`` rounds
+        visiting every op in turn). A slowdown of the machine lasting a second or two then
+        touches one round of many ops instead of every sample of one, and the median shrugs
+        it off. On a device sharing the host's cores, rounds during which other processes
+        used the CPUs are dropped when enough samples remain, and replaced from the retry
+        budget.
         """
         todo = [op for op in ops if (op.shape_key, impl.name) not in self._measured]
         if not todo:
             return
         if self._last_impl not in (None, impl.name):
             time.sleep(self.settings.switch_idle_s)  # let the previous runtime's worker threads go to sleep
-        staged: list[tuple[Op, PreparedOp, Measurement, Case]] = []
-        for i, op in enumerate(todo):
+        fresh = []
+        for op in todo:
+            cached = self._cached(impl, op)
+            if cached is not None:
+                self._measured[(op.shape_key, impl.name)] = cached
+            else:
+                fresh.append(op)
+        info, rounds, n = self.device.info, self.settings.rounds, len(todo)
+
+        def on_check(i: int, op: Op) -> None:
             if self.progress:
                 self.progress(f"{phase} {op.name} {op.m}×{op.n}×{op.k} [{impl.name}]: check", done + i, total)
-            cached = self._cached(impl, op)
-            prepared, result = (None, cached) if cached is not None else \
-                prepare_checked(impl, op, self.rng, warn=self.warnings.append)
-            if prepared is None:
-                self._measured[(op.shape_key, impl.name)] = result
-                continue
-            calls, flush = calls_and_flush(prepared, self._flush_for(op))
-            staged.append((op, prepared, result, Case(calls, flush)))
-        if not staged:
-            return
-        info = self.device.info
-        rounds, n = self.settings.rounds, len(todo)
-        shares: list[float | None] = []
 
         def on_case(r: int, j: int) -> None:
             if self.progress:
                 self.progress(f"{phase} timing round {r + 1}/{rounds} [{impl.name}]",
-                              done + n + min(r, rounds - 1) * n // rounds + j * n // (rounds * len(staged)), total)
+                              done + n + min(r, rounds - 1) * n // rounds + j * n // (rounds * len(fresh)), total)
 
-        def more_rounds(round_s: float) -> bool:  # a busy machine: one more round, from the retry budget
-            return self._retry.spend(round_s, pause_s=self.settings.busy_pause_s)
-
-        try:
-            sampler = self.device.sampler(interval_s=self.settings.sampler_interval_s)
-            with sampler:
-                timings = interleave([case for *_, case in staged], clock=self.device.clock(), rounds=rounds,
-                                     budget_s=self.budget_s, warmup_s=self.warmup_s,
-                                     judge_round=self._judge_round(shares) if info.shared_host else None,
-                                     busy_above=CONTENDED_SHARE, more_rounds=more_rounds,
-                                     max_repeats=self.max_repeats, on_case=on_case)
-            base = telemetry_dict(sampler.summary())
-            for (op, prepared, checked, _), timing in zip(staged, timings, strict=True):
-                telemetry = {**base, "rounds": timing.rounds, "rounds_kept": timing.rounds_kept,
-                             **shares_telemetry(shares)}
-                if any(s is not None for s in shares) and timing.rounds_kept < timing.rounds:
-                    telemetry["rounds_dropped_busy"] = timing.rounds - timing.rounds_kept
-                host_s = self._host_issue_s(prepared, timing) if info.asynchronous else 0.0
-                m = Measurement(impl.name, "ok", checked.note, timing, checked.check, checked.kernels, telemetry,
-                                host_s)
+        ms = check_then_time_group(
+            impl, fresh, self.rng, clock=self.device.clock(), flush_for=self._flush_for, budget_s=self.budget_s,
+            warmup_s=self.warmup_s, max_repeats=self.max_repeats, rounds=rounds,
+            sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
+            judge_rounds=info.shared_host,
+            more_rounds=lambda round_s: self._retry.spend(round_s, pause_s=self.settings.busy_pause_s),
+            host_issue=self._host_issue_s if info.asynchronous else None, warn=self.warnings.append,
+            on_check=on_check, on_case=on_case)
+        for op, m in zip(fresh, ms, strict=True):
+            if m.ok:
                 self.cache.put(op, m)
-                self._measured[(op.shape_key, impl.name)] = m
-            self._last_impl = impl.name
-        except Exception as exc:  # noqa: BLE001 - a kernel that raises while timed is reported, never fatal
-            for op, *_ in staged:
-                if (op.shape_key, impl.name) not in self._measured:
-                    msg = f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__} while timed: {exc}"
-                    self.warnings.append(msg)
-                    self._measured[(op.shape_key, impl.name)] = Measurement(impl.name, "error", msg)
-        finally:
-            for _, prepared, _, _ in staged:
-                prepared.release()
+                self._last_impl = impl.name
+            self._measured[(op.shape_key, impl.name)] = m
 
     def _host_issue_s(self, prepared: PreparedOp, timing: Timing) -> float:
         """Per-call wall time of back-to-back calls with one synchronisation at the end.
@@ -585,10 +537,6 @@ def estimators_for(device: Device, profiler: Profiler | None, *,
     return ests, missing
 
 
-def _model(model: str | ModelSpec) -> ModelSpec:
-    return model if isinstance(model, ModelSpec) else load_model(model)
-
-
 def profile(
     model: str | ModelSpec | Scenario,
     phase: str = "decode",
@@ -668,7 +616,7 @@ def measured_estimator(model: str | ModelSpec, device: Device | str = "auto", dt
     """
     if dtype not in DTYPES:
         raise UnknownNameError("dtype", dtype, DTYPES)
-    spec = _model(model)
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
     prof = Profiler(spec, device, impls=impls, prefer=prefer, budget_s=budget_s, threads=threads,
                     roofline=roofline if roofline is not None else "auto", use_cache=use_cache, progress=progress)
     roofline_file = str(roofline) if roofline is not None and not isinstance(roofline, Roofline) else None

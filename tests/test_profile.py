@@ -316,7 +316,6 @@ def _fake_contention(monkeypatch, pattern):
     import time
 
     import roofprof.measurement as rm
-    import roofprof.profiling as rp
 
     shares = iter(pattern * 1000)
 
@@ -331,7 +330,6 @@ def _fake_contention(monkeypatch, pattern):
         def __exit__(self, *exc):
             self.share = next(shares)
 
-    monkeypatch.setattr(rp, "Contention", FakeContention)
     monkeypatch.setattr(rm, "Contention", FakeContention)
     monkeypatch.setattr(time, "sleep", lambda s: None)
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from roofprof.timing import Clock
     from roofprof.workload import Op
 
-__all__ = ["STATUSES", "MeasureResult", "Measurement", "RetryBudget", "calls_and_flush", "check_then_time",
+__all__ = ["STATUSES", "MeasureResult", "MeasureSettings", "Measurement", "RetryBudget", "calls_and_flush", "check_then_time",
            "check_then_time_group", "prepare_checked",
            "measure", "shares_telemetry", "telemetry_dict"]
 
@@ -145,6 +145,28 @@ class Measurement:
         check = CheckResult(**d["check"]) if d.get("check") else None
         return cls(d["impl"], d["status"], d.get("note", ""), timing, check, int(d.get("kernels", 1)),
                    d.get("telemetry", {}), float(d.get("host_s") or 0.0))
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """The profiler's tuning knobs beyond the timing budget.
+
+    Attributes:
+        rounds: timing rounds of a whole-pass profile (every op visited once per round).
+        switch_idle_s: pause before switching runtimes (another runtime's worker threads
+            spin for a while after their last parallel region and would steal the cores).
+        retries: extra tries of a single contended measurement (devices sharing the host).
+        retry_budget_s: seconds all re-measuring of contended ops may take together.
+        busy_pause_s: pause before an extra round when too few rounds were clean.
+        sampler_interval_s: telemetry sampling interval.
+    """
+
+    rounds: int = 5
+    switch_idle_s: float = 0.3
+    retries: int = 2
+    retry_budget_s: float = 60.0
+    busy_pause_s: float = 0.5
+    sampler_interval_s: float = 0.05
 
 
 @dataclass

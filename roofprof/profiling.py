@@ -42,6 +42,7 @@ from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.measurement import (  # measure() lives with the Measurement record, and is API here too
     Measurement,
     MeasureResult,
+    MeasureSettings,
     RetryBudget,
     check_then_time,
     check_then_time_group,
@@ -65,28 +66,6 @@ Progress = Callable[[str, int, int], None]
 DEFAULT_PREFER = ("reference",)
 #: How to refresh measurements taken on a busy machine (said in every such warning).
 REMEASURE_HINT = "rerun on a quiet machine with `roofprof profile --remeasure` (or `predict --remeasure`)"
-
-
-@dataclass(frozen=True)
-class MeasureSettings:
-    """The profiler's tuning knobs beyond the timing budget.
-
-    Attributes:
-        rounds: timing rounds of a whole-pass profile (every op visited once per round).
-        switch_idle_s: pause before switching runtimes (another runtime's worker threads
-            spin for a while after their last parallel region and would steal the cores).
-        retries: extra tries of a single contended measurement (devices sharing the host).
-        retry_budget_s: seconds all re-measuring of contended ops may take together.
-        busy_pause_s: pause before an extra round when too few rounds were clean.
-        sampler_interval_s: telemetry sampling interval.
-    """
-
-    rounds: int = 5
-    switch_idle_s: float = 0.3
-    retries: int = 2
-    retry_budget_s: float = 60.0
-    busy_pause_s: float = 0.5
-    sampler_interval_s: float = 0.05
 
 
 # --------------------------------------------------------------------------- records

@@ -441,3 +441,22 @@ def test_profile_says_when_it_rests_on_contended_measurements(monkeypatch):
     t = r.ops[2].chosen.telemetry
     assert t["contended"] and t["rounds"] == 10 and r.ops[2].chosen.contended
     assert any("other processes" in w and "--remeasure" in w for w in r.warnings)
+
+
+def test_tuning_knobs_are_settings_and_threads_are_restored(monkeypatch):
+    from roofprof.devices.cpu import threads
+    from roofprof.measurement import MeasureSettings
+
+    _fake_contention(monkeypatch, [0.0])
+    before = torch.get_num_threads()
+    prof = Profiler(TINY, "cpu", impls=["torch"], roofline="none", budget_s=0.001, threads=1,
+                    settings=MeasureSettings(rounds=3, switch_idle_s=0.0))
+    assert prof.threads == 1 and torch.get_num_threads() == before  # set while measuring only
+    r = prof.profile(Scenario.of(TINY, "decode", context_tokens=4, dtype="fp32"))
+    assert r.ops[2].chosen.telemetry["rounds"] == 3 and r.threads == 1
+    assert torch.get_num_threads() == before
+    with threads(1) as count:
+        assert count == 1 == torch.get_num_threads()
+    assert torch.get_num_threads() == before
+    with pytest.raises(roofprof.RoofprofError, match="at least 1"), threads(0):
+        pass

@@ -102,7 +102,10 @@ class MeasurementCache:
     def put(self, op: Op, m: Measurement) -> None:
         """Store ``m`` (its ``suspect`` reason recorded with it); best effort."""
         data = self._load()
-        data[self.key(op, m.impl)] = m.to_dict()
+        record = m.to_dict()
+        if m.suspect:
+            record["suspect"] = m.suspect
+        data[self.key(op, m.impl)] = record
         try:
             from roofprof.results import write_json_atomic
 

@@ -130,8 +130,6 @@ class Measurement:
             if op is not None:
                 d["flops_per_s"] = op.flops / t.median_s if t.median_s > 0 else None
                 d["bytes_per_s"] = op.bytes / t.median_s if t.median_s > 0 else None
-        if self.suspect:
-            d["suspect"] = self.suspect
         if self.check is not None:
             d["check"] = self.check.to_dict()
         d["telemetry"] = dict(self.telemetry)

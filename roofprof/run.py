@@ -25,6 +25,11 @@ from roofprof.errors import ConfigError
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device, DeviceInfo
+    from roofprof.probes import RooflineResult
+    from roofprof.profiling import ProfileResult
+    from roofprof.rollup import PhasePrediction, Prediction
+    from roofprof.roofline import Roofline
+    from roofprof.validation import ValidationResult
 
 __all__ = ["STEPS", "RunResult", "default_model", "doctor_rows", "run"]
 
@@ -43,15 +48,15 @@ class RunResult:
     dtype: str
     device: dict[str, Any]
     doctor: list[dict[str, Any]] = field(default_factory=list)
-    roofline: Any = None  # Roofline (measured)
-    roofline_result: Any = None  # probes.RooflineResult
-    spec_roofline: Any = None
-    profiles: dict[str, Any] = field(default_factory=dict)  # phase -> ProfileResult
-    predictions: dict[str, Any] = field(default_factory=dict)  # estimator label -> Prediction
+    roofline: Roofline | None = None  # measured
+    roofline_result: RooflineResult | None = None
+    spec_roofline: Roofline | None = None
+    profiles: dict[str, ProfileResult] = field(default_factory=dict)  # by phase
+    predictions: dict[str, Prediction] = field(default_factory=dict)  # by estimator label
     unavailable: dict[str, str] = field(default_factory=dict)  # estimator label -> why not
-    batch_sweep: dict[str, list] = field(default_factory=dict)  # estimator label -> [PhasePrediction]
-    context_sweep: dict[str, list] = field(default_factory=dict)
-    validation: Any = None
+    batch_sweep: dict[str, list[PhasePrediction]] = field(default_factory=dict)  # by estimator label
+    context_sweep: dict[str, list[PhasePrediction]] = field(default_factory=dict)
+    validation: ValidationResult | None = None
     step_seconds: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)

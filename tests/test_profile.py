@@ -460,3 +460,33 @@ def test_tuning_knobs_are_settings_and_threads_are_restored(monkeypatch):
     assert torch.get_num_threads() == before
     with pytest.raises(roofprof.RoofprofError, match="at least 1"), threads(0):
         pass
+
+
+def test_check_then_time_is_one_loop_for_every_caller(monkeypatch):
+    from roofprof.measurement import RetryBudget, check_then_time, check_then_time_group
+    from roofprof.timing import PerfCounterClock
+
+    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
+    rng, clock = np.random.default_rng(0), PerfCounterClock()
+    released = []
+
+    class Tracked(_Prepared):
+        def release(self):
+            released.append(self)
+
+    class Impl(_Fake):
+        def prepare(self, op, rng):
+            return Tracked(self.ok, self.boom)
+
+    warned = []
+    with pytest.warns(UserWarning, match="failed its correctness check"):
+        bad = check_then_time(Impl("bad", ok=False), op, rng, clock=clock, budget_s=0.001, warn=warned.append)
+    crash = check_then_time(Impl("crash", boom=True), op, rng, clock=clock, budget_s=0.001, warn=warned.append)
+    good = check_then_time(Impl("good"), op, rng, clock=clock, budget_s=0.001)
+    assert (bad.status, crash.status, good.status) == ("failed", "error", "ok")
+    assert len(released) == 3 and len(warned) == 2 and good.timing.n >= 3 and good.check.ok
+    _fake_contention(monkeypatch, [0.6])
+    busy = check_then_time(Impl("good"), op, rng, clock=clock, budget_s=0.001, retries=2, retry=RetryBudget(60.0))
+    assert busy.telemetry["attempts"] == 3 and busy.contended and "contended" in busy.suspect
+    ms = check_then_time_group(Impl("good"), [op, op], rng, clock=clock, budget_s=0.001, rounds=3)
+    assert [m.timing.rounds for m in ms] == [3, 3] and len(released) == 6

@@ -469,12 +469,13 @@ def validation_context(prompt_tokens: int, warmup_steps: int = 2, decode_steps: 
 def predict_for(result: ValidationResult, estimators: Mapping[str, Estimator]) -> dict[str, Prediction]:
     """Each estimator's prediction for exactly what ``result`` ran (model as scaled, shapes, context)."""
     r = result.real
+    scenario = Scenario(result.model, "decode", r.batch, r.prompt_tokens, r.context_tokens, result.dtype,
+                        result.counting)
     out = {}
     for label, est in estimators.items():
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")
-            out[label] = predict(result.model, estimator=est, prompt_tokens=r.prompt_tokens, batch=r.batch,
-                                 context_tokens=r.context_tokens, dtype=result.dtype, convention=result.counting)
+            out[label] = predict(scenario, estimator=est)
     return out
 
 

@@ -193,10 +193,11 @@ def telemetry_dict(summary: TelemetrySummary) -> dict[str, Any]:
 
 def prepare_checked(impl: OpImpl, op: Op, rng: np.random.Generator, *,
                     warn: Callable[[str], None] | None = None) -> tuple[PreparedOp | None, Measurement | None]:
-    """``(prepared, None)`` for an op that passed its check, else ``(None, Measurement)``.
+    """``(prepared, checked)`` for an op that passed its check, else ``(None, Measurement)``.
 
-    A failed check or an exception is reported through ``warn`` (and the Measurement);
-    the caller releases a returned ``prepared``.
+    ``checked`` is the ``ok`` Measurement of the check, not timed yet (note, check,
+    kernels). A failed check or an exception is reported through ``warn`` (and the
+    Measurement); the caller releases a returned ``prepared``.
     """
     reason = impl.supports(op)
     if reason:

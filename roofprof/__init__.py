@@ -2,6 +2,11 @@
 
 The public facade is small: specs and workloads in, predictions and measurements out.
 
+* :func:`predict`: prefill and decode times from a roofline (:mod:`roofprof.rollup`);
+* :func:`profile`: every op of a pass measured on this machine (:mod:`roofprof.profiling`);
+* :func:`measure`: any function timed and placed on the roofline (:mod:`roofprof.profiling`);
+* :func:`validate`: a real model forward pass against the estimators (:mod:`roofprof.validation`).
+
 >>> import roofprof
 >>> p = roofprof.predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
 >>> round(p.tokens_per_second)
@@ -14,23 +19,21 @@ __version__ = "0.1.0"
 
 from roofprof.errors import RoofprofError  # noqa: E402
 
-__all__ = ["RoofprofError", "__version__", "predict"]
+__all__ = ["RoofprofError", "__version__", "measure", "predict", "profile", "validate"]
+
+#: Facade name -> the module that defines it (imported on first use: `import roofprof` stays
+#: cheap, no numba or pandas, so `predict` stays fast).
+_LAZY = {"predict": "roofprof.rollup", "profile": "roofprof.profiling", "measure": "roofprof.profiling",
+         "validate": "roofprof.validation"}
 
 
 def __getattr__(name: str):
-    # Lazy facade: keep `import roofprof` cheap (no numba, no pandas) so `predict` stays fast.
-    if name == "predict":
-        from roofprof.rollup import predict
-
-        return predict
-    if name in ("profile", "validate"):
-        # The modules roofprof.profile / roofprof.validate are callable: roofprof.profile(...)
-        # runs roofprof.profile.profile(...), whichever of the two Python resolves.
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(f"roofprof.{name}")
-    if name == "measure":
-        from roofprof.profile import measure
-
-        return measure
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'roofprof' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

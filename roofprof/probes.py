@@ -42,6 +42,7 @@ from roofprof.devices.base import Device, DeviceInfo, Probe, ProbeRun
 from roofprof.errors import ConfigError, RoofprofError
 from roofprof.roofline import Ceiling, Roofline
 from roofprof.specs import BYTES_PER_ELEMENT
+from roofprof.telemetry import Contention, loadavg
 from roofprof.timing import Timing, benchmark
 from roofprof.units import fmt_bytes
 
@@ -474,8 +475,8 @@ class _Run:
         self.done = 0
         self.total = self._count_steps()
         self.t0 = time.perf_counter()
-        self.load_at_start = _loadavg()
-        self.cpu_at_start = _cpu_jiffies()
+        self.load_at_start = loadavg()
+        self.contention = Contention().start()
         self.telemetry_reason: str | None = None
 
     def _count_steps(self) -> int:
@@ -720,8 +721,9 @@ class _Run:
         if noisy:
             warnings.append("timing spread (CV) above 5% in some calls of: " + ", ".join(noisy)
                             + " (ceilings use the fastest call; medians are in the result)")
-        load_end = _loadavg()
-        others = _others_cpu_percent(self.cpu_at_start, _cpu_jiffies())
+        load_end = loadavg()
+        share = self.contention.read(min_wall_s=0.0)
+        others = 100.0 * share if share is not None else None
         if others is not None and others > 5.0:
             warnings.append(f"other processes used {others:.0f}% of the machine's CPU time during the measurement: "
                             "the ceilings are likely low; rerun on a quiet machine")
@@ -795,33 +797,6 @@ def spec_comparison(info: DeviceInfo, ceilings: Sequence[Mapping[str, Any]]) -> 
 
 def _device_label(info: DeviceInfo) -> str:
     return f"{info.name} ({info.label}, measured)"
-
-
-def _loadavg() -> tuple[float, float, float] | None:
-    try:
-        return os.getloadavg()
-    except (OSError, AttributeError):
-        return None
-
-
-def _cpu_jiffies() -> tuple[int, int, int] | None:
-    """(total, busy, this process) CPU ticks from /proc (Linux), or None elsewhere."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
-        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        total = sum(fields)
-        busy = total - fields[3] - fields[4]  # minus idle and iowait
-        return total, busy, int(own[11]) + int(own[12])  # utime + stime of all our threads
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _others_cpu_percent(start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> float | None:
-    """Percent of all CPU time used by other processes between two :func:`_cpu_jiffies`."""
-    if start is None or end is None or end[0] <= start[0]:
-        return None
-    other = (end[1] - start[1]) - (end[2] - start[2])
-    return max(0.0, 100.0 * other / (end[0] - start[0]))
 
 
 def _median_or_none(values: Sequence[float]) -> float | None:

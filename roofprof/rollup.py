@@ -27,10 +27,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from roofprof import models
 from roofprof.roofline import Roofline
-from roofprof.specs import GpuSpec, ModelSpec, load_gpu, load_model
-from roofprof.units import finite_or_none  # noqa: F401  (moved to roofprof.units)
-from roofprof.workload import Counting, Op, Workload, llama_ops
+from roofprof.specs import GpuSpec, ModelSpec, load_gpu
+from roofprof.units import finite_or_none
+from roofprof.workload import Counting, Op, Scenario, Workload
+
+__all__ = ["Estimator", "MeasuredEstimator", "OpEstimate", "OpPrediction", "OpTime", "PhasePrediction",
+           "Prediction", "RealRun", "RooflineEstimator", "compare", "decode_turning_point", "estimate_phase",
+           "finite_or_none", "phase_sweep", "predict", "residual", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,20 @@ class OpEstimate:
 
 
 class Estimator(Protocol):
-    """Turns an op into seconds per call. ``name`` appears in every prediction."""
+    """Turns an op into seconds per call. ``name`` appears in every prediction.
+
+    ``warnings`` collects what a prediction should say (ops not measured...), ``machine``
+    names what it models (None: the caller's GPU name is used), ``ridge(dtype)`` is the
+    roofline's ridge point in FLOP/byte (NaN when the estimator has no roofline).
+    """
 
     name: str
+    warnings: Sequence[str]
+    machine: str | None
 
     def estimate(self, op: Op) -> OpEstimate: ...
+
+    def ridge(self, dtype: str) -> float: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -60,6 +74,11 @@ class RooflineEstimator:
     name: str = "spec"
     level: str = "dram"
     source: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def machine(self) -> str | None:
+        return self.roofline.device or None
 
     def estimate(self, op: Op) -> OpEstimate:
         compute_s = op.flops / self.roofline.compute_peak(op.dtype)
@@ -86,9 +105,7 @@ class OpPrediction:
 
     def to_dict(self) -> dict[str, Any]:
         op = self.op
-        return {"name": op.name, "kind": op.kind, "phase": op.phase, "scope": op.scope, "m": op.m, "n": op.n,
-                "k": op.k, "batch": op.batch, "count": op.count, "dtype": op.dtype,
-                "flops": op.total_flops, "bytes": op.total_bytes, "intensity": op.intensity,
+        return {**op.to_dict(), "flops": op.total_flops, "bytes": op.total_bytes, "intensity": op.intensity,
                 "seconds": self.seconds, "seconds_per_call": self.estimate.seconds,
                 "bound": self.estimate.bound, "note": "; ".join(n for n in (op.note, self.estimate.note) if n)}
 
@@ -193,7 +210,7 @@ def estimate_phase(workload: Workload, estimator: Estimator) -> PhasePrediction:
 
 
 def predict(
-    model: str | ModelSpec,
+    model: str | ModelSpec | Scenario,
     gpu: str | GpuSpec | None = None,
     *,
     roofline: Roofline | None = None,
@@ -206,9 +223,12 @@ def predict(
 ) -> Prediction:
     """Predict prefill (TTFT, seconds) and decode (seconds per step, tokens/s).
 
-    Give a datasheet ``gpu`` (``spec`` estimator), a measured ``roofline`` (``empirical``),
-    or any ``estimator``. Decode attends to ``context_tokens`` cached tokens per sequence
-    (default: the prompt).
+    ``model`` is a model id/path/spec with the loose keyword arguments, or a
+    :class:`~roofprof.workload.Scenario` (its batch, prompt, context, dtype and counting
+    are used; the keyword sizes are then ignored; both phases are predicted whatever its
+    ``phase``). Give a datasheet ``gpu`` (``spec`` estimator), a measured ``roofline``
+    (``empirical``), or any ``estimator``. Decode attends to ``context_tokens`` cached
+    tokens per sequence (default: the prompt).
 
     Raises:
         RoofprofError: unknown model/GPU, bad sizes, a dtype the machine lacks.
@@ -216,37 +236,62 @@ def predict(
     >>> p = predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
     >>> p.estimator, p.decode.bound
     ('spec', 'memory')
+    >>> s = Scenario.of("llama-3.1-8b", "decode", prompt_tokens=2000)
+    >>> predict(s, gpu="h100-sxm").decode.seconds == p.decode.seconds
+    True
     """
-    model = load_model(model) if not isinstance(model, ModelSpec) else model
+    scenario = _scenario(model, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens,
+                         dtype=dtype, convention=convention)
     if estimator is None:
         if roofline is not None:
             estimator = RooflineEstimator(roofline, name="empirical", source="measured roofline")
         else:
             spec = load_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
             estimator = RooflineEstimator(Roofline.from_spec(spec), name="spec", source=f"data/gpus.json:{spec.id}")
-    context = prompt_tokens if context_tokens is None else context_tokens
+    spec_model, prompt, context = scenario.model, scenario.prompt_tokens, scenario.context_tokens
     notes = []
-    longest = max(prompt_tokens, context + 1)
-    if longest > model.max_position_embeddings:
-        notes.append(f"{longest} tokens exceed {model.id}'s max_position_embeddings "
-                     f"({model.max_position_embeddings}); the prediction extrapolates")
+    longest = max(prompt, context + 1)
+    if longest > spec_model.max_position_embeddings:
+        notes.append(f"{longest} tokens exceed {spec_model.id}'s max_position_embeddings "
+                     f"({spec_model.max_position_embeddings}); the prediction extrapolates")
         _warnings.warn(notes[-1], stacklevel=2)
-    prefill = estimate_phase(llama_ops(model, "prefill", batch=batch, prompt_tokens=prompt_tokens,
-                                       dtype=dtype, convention=convention), estimator)
-    decode = estimate_phase(llama_ops(model, "decode", batch=batch, prompt_tokens=prompt_tokens,
-                                      context_tokens=context, dtype=dtype, convention=convention), estimator)
-    notes.extend(w for w in getattr(estimator, "warnings", ()) if w not in notes)
-    ridge = estimator.ridge(dtype) if hasattr(estimator, "ridge") else float("nan")
-    machine = (getattr(getattr(estimator, "roofline", None), "device", None) or getattr(estimator, "machine", None)
-               or str(gpu))
+    prefill = estimate_phase(models.ops(scenario.replace(phase="prefill", context_tokens=prompt)), estimator)
+    decode = estimate_phase(models.ops(scenario.replace(phase="decode")), estimator)
+    notes.extend(w for w in estimator.warnings if w not in notes)
+    ridge = estimator.ridge(scenario.dtype)
+    machine = estimator.machine or str(gpu)
     if isinstance(gpu, str) or isinstance(gpu, GpuSpec):
         machine = (gpu if isinstance(gpu, GpuSpec) else load_gpu(gpu)).id
-    return Prediction(model, machine, estimator.name, estimator.describe(), prefill, decode, ridge, tuple(notes))
+    return Prediction(spec_model, machine, estimator.name, estimator.describe(), prefill, decode, ridge,
+                      tuple(notes))
 
 
-def sweep(model: str | ModelSpec, *, batches: Sequence[int] = (1,), contexts: Sequence[int | None] = (None,),
-          **kwargs: Any) -> list[Prediction]:
-    """Predictions over a grid of batch sizes and decode contexts (same other arguments)."""
+def _scenario(model: str | ModelSpec | Scenario, *, phase: str = "decode", batch: int = 1, prompt_tokens: int = 0,
+              context_tokens: int | None = None, dtype: str = "bf16",
+              convention: str | Counting = "engine") -> Scenario:
+    if isinstance(model, Scenario):
+        return model
+    return Scenario.of(model, phase, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens,
+                       dtype=dtype, convention=convention)
+
+
+def sweep(model: str | ModelSpec | Scenario | Sequence[Scenario], *, batches: Sequence[int] = (1,),
+          contexts: Sequence[int | None] = (None,), **kwargs: Any) -> list[Prediction]:
+    """Predictions over a grid of batch sizes and decode contexts (same other arguments).
+
+    ``model`` may also be a sequence of scenarios: one prediction each (``batches`` and
+    ``contexts`` are then not used); a single Scenario is swept over ``batches`` and
+    ``contexts`` (``None``: the prompt length).
+
+    >>> s = Scenario.of("llama-3.1-8b", "decode", prompt_tokens=128)
+    >>> [p.decode.bound for p in sweep([s, s.replace(batch=512)], gpu="h100-sxm")]
+    ['memory', 'compute']
+    """
+    if isinstance(model, Sequence) and not isinstance(model, str):
+        return [predict(s, **kwargs) for s in model]
+    if isinstance(model, Scenario):
+        return [predict(model.replace(batch=b, context_tokens=model.prompt_tokens if c is None else c), **kwargs)
+                for b in batches for c in contexts]
     return [predict(model, batch=b, context_tokens=c, **kwargs) for b in batches for c in contexts]
 
 
@@ -266,6 +311,8 @@ class OpTime:
         host_s: per-call time of back-to-back calls without synchronising (asynchronous
             devices: the rate the host can issue this op, kernels and framework overhead
             included); 0 when not measured (CPU: the timed call already includes it).
+        contended: other processes used the CPUs during the measurement (its time is
+            likely inflated); a prediction using it says so.
     """
 
     seconds: float
@@ -274,9 +321,13 @@ class OpTime:
     spread_s: float = 0.0
     note: str = ""
     host_s: float = 0.0
+    contended: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.contended:
+            del d["contended"]
+        return d
 
 
 class MeasuredEstimator:
@@ -317,6 +368,7 @@ class MeasuredEstimator:
         self.name = name or ("measured" if include_launch else "measured-no-launch")
         self.inputs = dict(inputs or {})
         self.missing: dict[tuple, str] = {}
+        self.contended: set[tuple] = set()
         self.warnings: list[str] = []
         device = self.inputs.get("device") or {}
         self.machine = (f"{device.get('name')} ({device.get('label')})" if isinstance(device, Mapping) and device
@@ -328,20 +380,24 @@ class MeasuredEstimator:
                                   fallback=self.fallback, measure=self.measure, classify=self.classify,
                                   name=name, inputs=self.inputs)
         other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
+        other.contended = self.contended
         return other
 
     def lookup(self, op: Op) -> OpTime | None:
-        """The measurement of ``op``'s shape, measuring it on demand if a ``measure`` is set."""
+        """The measurement of ``op``'s shape, measuring it on demand if a ``measure`` is set.
+
+        A contended measurement is used, and a warning says so (once per shape).
+        """
         key = op.shape_key
         if key in self.times:
-            return self.times[key]
+            return self._flag(op, self.times[key])
         if key in self.missing:
             return None
         if self.measure is not None:
             found, reason = self.measure(op)
             if found is not None:
                 self.times[key] = found
-                return found
+                return self._flag(op, found)
         else:
             reason = "no measurement of this shape"
         self.missing[key] = reason
@@ -349,6 +405,16 @@ class MeasuredEstimator:
                              f"counted from {self.fallback.name if self.fallback else 'nothing (0 s)'}")
         _warnings.warn(self.warnings[-1], stacklevel=3)
         return None
+
+    def _flag(self, op: Op, found: OpTime) -> OpTime:
+        if found.contended and op.shape_key not in self.contended:
+            self.contended.add(op.shape_key)
+            self.warnings.append(f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}): measured while other processes "
+                                 "used the CPUs (contended even after retries): its time is likely inflated; "
+                                 "re-measure on a quiet machine with `roofprof predict --estimator measured "
+                                 "--remeasure`")
+            _warnings.warn(self.warnings[-1], stacklevel=4)
+        return found
 
     def estimate(self, op: Op) -> OpEstimate:
         found = self.lookup(op)
@@ -366,7 +432,7 @@ class MeasuredEstimator:
         return OpEstimate(seconds, bound, f"{found.impl}" + (f"; {found.note}" if found.note else ""))
 
     def ridge(self, dtype: str) -> float:
-        return self.fallback.ridge(dtype) if hasattr(self.fallback, "ridge") else float("nan")
+        return self.fallback.ridge(dtype) if self.fallback is not None else float("nan")
 
     def describe(self) -> dict[str, Any]:
         d = {"launch_overhead_s": self.launch_s, "launch_overhead_counted": self.include_launch,
@@ -374,7 +440,7 @@ class MeasuredEstimator:
              "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
              "unmeasured_ops": [{"shape_key": list(k), "reason": r} for k, r in self.missing.items()],
              "fallback": self.fallback.name if self.fallback else None, **self.inputs}
-        if self.fallback is not None and hasattr(self.fallback, "describe"):
+        if self.fallback is not None:
             d["ceilings"] = self.fallback.describe().get("ceilings", [])
         return d
 
@@ -466,19 +532,20 @@ def decode_turning_point(predictions: Sequence[Prediction]) -> dict[str, Any] | 
     return None
 
 
-def phase_sweep(model: str | ModelSpec, estimator: Estimator, *, phase: str = "decode",
+def phase_sweep(model: str | ModelSpec | Scenario, estimator: Estimator, *, phase: str = "decode",
                 batches: Sequence[int] = (1,), contexts: Sequence[int | None] = (None,), prompt_tokens: int = 128,
                 dtype: str = "bf16", convention: str | Counting = "engine") -> list[PhasePrediction]:
     """One phase only (default: the decode step) over a grid of batches and contexts.
 
     Cheaper than :func:`sweep` when only decode matters (a measured estimator would
-    otherwise profile every prefill shape too).
+    otherwise profile every prefill shape too). ``model`` may be a Scenario (its prompt,
+    dtype and counting are used; ``phase``, batch and context come from the grid).
 
     >>> est = RooflineEstimator(Roofline.from_spec(load_gpu("h100-sxm")))
     >>> [p.bound for p in phase_sweep("llama-3.1-8b", est, batches=(1, 512), contexts=(128,))]
     ['memory', 'compute']
     """
-    model = load_model(model) if not isinstance(model, ModelSpec) else model
-    return [estimate_phase(llama_ops(model, phase, batch=b, prompt_tokens=prompt_tokens, context_tokens=c,
-                                     dtype=dtype, convention=convention), estimator)
+    base = _scenario(model, phase=phase, prompt_tokens=prompt_tokens, dtype=dtype, convention=convention)
+    return [estimate_phase(models.ops(base.replace(phase=phase, batch=b, context_tokens=(
+                base.prompt_tokens if c is None else c))), estimator)
             for b in batches for c in contexts]

@@ -16,7 +16,7 @@ ceiling says which (``source``) and at what clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -205,20 +205,50 @@ def merge(*rooflines: Roofline, device: str | None = None) -> Roofline:
     return Roofline(device or rooflines[0].device, tuple(ceilings))
 
 
-def place(points: Iterable[Point], roofline: Roofline) -> list[dict[str, Any]]:
-    """Each point with its attainable roof, percent of roof and bound.
+@dataclass(frozen=True)
+class Placement:
+    """A :class:`Point` on a roofline: the roof above it, its share of that roof, its bound.
+
+    ``percent_of_roof`` is achieved FLOP/s over the attainable FLOP/s at the point's
+    intensity (None for a point without FLOPs or time); ``percent_of_roof_time`` is the
+    roofline's lower-bound time over the time taken (None without a time).
+    """
+
+    point: Point
+    attainable_flops_per_s: float
+    bound: str
+    roof_time_s: float
+
+    @property
+    def percent_of_roof(self) -> float | None:
+        p = self.point
+        return 100.0 * p.flops_per_s / self.attainable_flops_per_s if p.flops > 0 and p.seconds > 0 else None
+
+    @property
+    def percent_of_roof_time(self) -> float | None:
+        return 100.0 * self.roof_time_s / self.point.seconds if self.point.seconds > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.point
+        return {"name": p.name, "intensity": p.intensity, "flops_per_s": p.flops_per_s,
+                "attainable_flops_per_s": self.attainable_flops_per_s, "percent_of_roof": self.percent_of_roof,
+                "bound": self.bound, "roof_time_s": self.roof_time_s,
+                "percent_of_roof_time": self.percent_of_roof_time, "dtype": p.dtype, "level": p.level,
+                "source": p.source}
+
+
+def place(point: Point, roofline: Roofline) -> Placement:
+    """THE placement of a point on a roofline: attainable roof, bound, roof time.
+
+    Raises:
+        ConfigError: the roofline lacks the point's dtype or memory level.
 
     >>> from roofprof.specs import load_gpu
     >>> r = Roofline.from_spec(load_gpu("h100-sxm"))
-    >>> p = Point("gemv", flops=2e9, bytes=2e9, seconds=1e-3, dtype="bf16")
-    >>> round(place([p], r)[0]["percent_of_roof"], 1)
-    59.7
+    >>> pl = place(Point("gemv", flops=2e9, bytes=2e9, seconds=1e-3, dtype="bf16"), r)
+    >>> round(pl.percent_of_roof, 1), pl.bound
+    (59.7, 'memory')
     """
-    out = []
-    for p in points:
-        roof = roofline.attainable(p.intensity, p.dtype, p.level)
-        out.append({"name": p.name, "intensity": p.intensity, "flops_per_s": p.flops_per_s,
-                    "attainable_flops_per_s": roof, "percent_of_roof": 100.0 * p.flops_per_s / roof,
-                    "bound": roofline.bound(p.intensity, p.dtype, p.level), "dtype": p.dtype,
-                    "level": p.level, "source": p.source})
-    return out
+    p = point
+    return Placement(p, roofline.attainable(p.intensity, p.dtype, p.level),
+                     roofline.bound(p.intensity, p.dtype, p.level), roofline.time_s(p.flops, p.bytes, p.dtype, p.level))

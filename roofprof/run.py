@@ -6,8 +6,9 @@ launch overhead; a decode batch sweep and a context sweep) → validation (a rea
 forward pass on the same device, each estimator's residual) → a self-contained HTML
 report (``<out>/index.html``) with the JSON and CSV behind it.
 
-The model defaults to what the device can hold and finish in minutes: Llama 3.2 1B in
-fp32 on a CPU, Llama 3.1 8B in bf16 on a GPU (scaled by layer count if it does not fit).
+The model defaults to what the device can hold and finish in minutes, as the device
+declares it (``DeviceInfo.default_model``/``default_dtype``): Llama 3.2 1B in fp32 on a
+CPU, Llama 3.1 8B in bf16 on a GPU (scaled by layer count if it does not fit).
 """
 
 from __future__ import annotations
@@ -18,9 +19,19 @@ import warnings as _warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roofprof.errors import ConfigError
+
+if TYPE_CHECKING:
+    from roofprof.devices.base import Device, DeviceInfo
+    from roofprof.probes import RooflineResult
+    from roofprof.profiling import ProfileResult
+    from roofprof.rollup import PhasePrediction, Prediction
+    from roofprof.roofline import Roofline
+    from roofprof.validation import ValidationResult
+
+__all__ = ["STEPS", "RunResult", "default_model", "doctor_rows", "run"]
 
 Progress = Callable[[str, int, int], None]
 Step = Callable[[str], None]
@@ -37,15 +48,15 @@ class RunResult:
     dtype: str
     device: dict[str, Any]
     doctor: list[dict[str, Any]] = field(default_factory=list)
-    roofline: Any = None  # Roofline (measured)
-    roofline_result: Any = None  # probes.RooflineResult
-    spec_roofline: Any = None
-    profiles: dict[str, Any] = field(default_factory=dict)  # phase -> ProfileResult
-    predictions: dict[str, Any] = field(default_factory=dict)  # estimator label -> Prediction
+    roofline: Roofline | None = None  # measured
+    roofline_result: RooflineResult | None = None
+    spec_roofline: Roofline | None = None
+    profiles: dict[str, ProfileResult] = field(default_factory=dict)  # by phase
+    predictions: dict[str, Prediction] = field(default_factory=dict)  # by estimator label
     unavailable: dict[str, str] = field(default_factory=dict)  # estimator label -> why not
-    batch_sweep: dict[str, list] = field(default_factory=dict)  # estimator label -> [PhasePrediction]
-    context_sweep: dict[str, list] = field(default_factory=dict)
-    validation: Any = None
+    batch_sweep: dict[str, list[PhasePrediction]] = field(default_factory=dict)  # by estimator label
+    context_sweep: dict[str, list[PhasePrediction]] = field(default_factory=dict)
+    validation: ValidationResult | None = None
     step_seconds: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
@@ -56,23 +67,25 @@ class RunResult:
         return sum(self.step_seconds.values())
 
 
-def default_model(kind: str) -> tuple[str, str]:
-    """(model id, dtype) that a device of this kind can hold and run in minutes.
+def default_model(info: DeviceInfo) -> tuple[str, str]:
+    """(model id, dtype) that the device can hold and run in minutes (as it declares).
 
-    >>> default_model("cpu")
+    >>> from roofprof.devices.cpu import cpu_info
+    >>> default_model(cpu_info())
     ('llama-3.2-1b', 'fp32')
     """
-    return ("llama-3.2-1b", "fp32") if kind == "cpu" else ("llama-3.1-8b", "bf16")
+    return info.default_model, info.default_dtype
 
 
 def doctor_rows() -> list[dict[str, Any]]:
     """Environment rows ``{component, ok, detail}``.
 
-    Adapter: reuses ``roofprof.cli.roofline.doctor_report`` (the measurement helper's
-    ``roofprof doctor``) when present, and adds what ``run`` itself needs (transformers,
-    torch threads, load average).
+    The rows of ``roofprof doctor`` (``roofprof.cli.roofline.doctor_report``) and what
+    ``run`` itself needs (transformers, torch threads, load average).
     """
     import importlib.util
+
+    from roofprof.telemetry import loadavg
 
     rows: list[dict[str, Any]] = []
     try:
@@ -91,22 +104,20 @@ def doctor_rows() -> list[dict[str, Any]]:
         rows.append({"component": "torch threads", "ok": True, "detail": f"{torch.get_num_threads()} intra-op threads"})
     except ImportError:
         rows.append({"component": "torch", "ok": False, "detail": "not installed: pip install 'roofprof[torch]'"})
-    try:
-        load = os.getloadavg()
+    load = loadavg()
+    if load is not None:
         cpus = os.cpu_count() or 1
         busy = load[0] > 0.5 * cpus
         rows.append({"component": "load average", "ok": not busy,
                      "detail": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpus} CPUs"
                      + (": other processes compete for the cores; measurements will be noisy" if busy else "")})
-    except OSError:
-        pass
     return rows
 
 
 def run(
     model: str = "auto",
     *,
-    device: Any = "auto",
+    device: Device | str = "auto",
     dtype: str | None = None,
     out: str | os.PathLike = "roofprof-report",
     batch: int = 1,
@@ -143,151 +154,130 @@ def run(
     Raises:
         RoofprofError: unwritable ``out``, unknown model/device, a model that cannot fit.
     """
-    from roofprof.profile import (
-        Profiler,
-        resolve_roofline,
-        select_device,
-        set_threads,
-        single_openmp_runtime,
-        spec_roofline,
-    )
+    from roofprof.cache import measure_roofline, resolve_roofline, spec_roofline
+    from roofprof.devices.cpu import single_openmp_runtime
+    from roofprof.devices.cpu import threads as cpu_threads
+    from roofprof.profiling import Profiler, estimators_for, select_device
     from roofprof.results import check_writable_dir
-    from roofprof.rollup import RooflineEstimator, phase_sweep, predict
-    from roofprof.specs import load_model
-    from roofprof.workload import Counting, llama_ops
+    from roofprof.rollup import phase_sweep, predict
+    from roofprof.validation import validation_context
+    from roofprof.workload import Counting, Scenario
 
     openmp = single_openmp_runtime()  # before the roofline probes start numba's threads
     folder = check_writable_dir(out)
     dev = select_device(device)
     info = dev.info
     if model == "auto":
-        model, auto_dtype = default_model(info.kind)
+        model, auto_dtype = default_model(info)
         dtype = dtype or auto_dtype
-    dtype = dtype or ("fp32" if info.kind == "cpu" else "bf16")
-    spec = load_model(model)
-    threads = set_threads(threads)
+    dtype = dtype or info.default_dtype
     counting = Counting(attention=attention)
-    result = RunResult(folder, spec.id, dtype, info.to_dict())
-    result.settings = {"batch": batch, "prompt_tokens": prompt_tokens, "batches": list(batches),
-                       "contexts": list(contexts or []), "quick": quick, "threads": threads, "budget_s": budget_s,
-                       "decode_steps": decode_steps, "attention": attention, "counting": counting.describe(),
-                       "backend": backend, "device": info.label, "numba_threading_layer": openmp}
-    t_step = [time.perf_counter()]
-
-    def begin(name: str) -> None:
-        t_step[0] = time.perf_counter()
-        if step:
-            step(name)
-
-    def end(name: str) -> None:
-        result.step_seconds[name] = time.perf_counter() - t_step[0]
-
-    # 1. doctor
-    begin("doctor")
-    result.doctor = doctor_rows()
-    end("doctor")
-
-    # 2. roofline
-    begin("roofline")
-    if roofline is not None:
-        measured, source = resolve_roofline(roofline, dev)
-    else:
-        from roofprof.profile import _measure_roofline
-
-        measured, source, rr = _measure_roofline(dev, quick=quick, progress=progress)
-        result.roofline_result = rr
-        if rr is not None and hasattr(rr, "write"):
-            rr.write(folder / "roofline.json")
-            result.files["roofline"] = "roofline.json"
-            result.warnings.extend(f"roofline: {w}" for w in getattr(rr, "warnings", ()))
-        if measured is None:
-            result.warnings.append(f"no measured roofline: {source}")
-    result.roofline = measured
-    result.spec_roofline = spec_roofline(dev)
-    result.settings["roofline_source"] = source
-    end("roofline")
-
-    # 3. profile
-    begin("profile")
-    profiler = Profiler(spec, dev, impls=impls, budget_s=budget_s, threads=threads,
-                        roofline=measured if measured is not None else "none", progress=progress)
-    from roofprof.validate import validation_context
-
     context = validation_context(prompt_tokens, 2, decode_steps, 3)  # the validated decode context
-    for phase in ("prefill", "decode"):
-        w = llama_ops(spec, phase, batch=batch, prompt_tokens=prompt_tokens,
-                      context_tokens=context if phase == "decode" else None, dtype=dtype, convention=counting)
-        prof = profiler.profile(w)
-        result.profiles[phase] = prof
-        prof.write(folder / f"profile-{phase}.json")
-        result.files[f"profile-{phase}"] = f"profile-{phase}.json"
-    result.warnings.extend(dict.fromkeys(profiler.warnings))
-    end("profile")
+    # the validated scenario: prefill of the prompt, then decode at the validated context
+    scenario = Scenario.of(model, "decode", batch=batch, prompt_tokens=prompt_tokens, context_tokens=context,
+                           dtype=dtype, convention=counting)
+    spec = scenario.model
+    with cpu_threads(threads) as threads:  # the same threads for profile and validation
+        result = RunResult(folder, spec.id, dtype, info.to_dict())
+        result.settings = {"batch": batch, "prompt_tokens": prompt_tokens, "batches": list(batches),
+                           "contexts": list(contexts or []), "quick": quick, "threads": threads, "budget_s": budget_s,
+                           "decode_steps": decode_steps, "attention": attention, "counting": counting.describe(),
+                           "backend": backend, "device": info.label, "numba_threading_layer": openmp}
+        t_step = [time.perf_counter()]
 
-    # 4. predictions
-    begin("predictions")
-    estimators: dict[str, Any] = {}
-    if result.spec_roofline is not None:
-        estimators["spec"] = RooflineEstimator(result.spec_roofline, name="spec", source=f"data/gpus.json:{info.spec_id}")
-    else:
-        result.unavailable["spec"] = ("no datasheet for this device in data/gpus.json (CPUs have none)"
-                                      if info.kind == "cpu" else f"{info.name} matches no datasheet row")
-    if measured is not None:
-        estimators["empirical"] = RooflineEstimator(measured, name="empirical", source=source)
-    else:
-        result.unavailable["empirical"] = "no measured roofline"
-    measured_est = profiler.estimator(include_launch=True)
-    estimators["measured"] = measured_est
-    estimators["measured-no-launch"] = measured_est.with_launch(False)
-    with _warnings.catch_warnings():
-        _warnings.simplefilter("ignore")
-        for label, est in estimators.items():
-            result.predictions[label] = predict(spec, estimator=est, prompt_tokens=prompt_tokens, batch=batch,
-                                                context_tokens=context, dtype=dtype, convention=counting)
-        contexts = list(contexts or sorted({prompt_tokens, 4 * prompt_tokens, 32 * prompt_tokens}))
-        result.settings["contexts"] = contexts
-        sweep_estimators = {k: v for k, v in estimators.items() if k in ("spec", "empirical", "measured")}
-        n = len(sweep_estimators) * (len(batches) + len(contexts))
-        i = 0
-        for label, est in sweep_estimators.items():
-            if progress:
-                progress(f"decode sweeps ({label})", i, n)
-            result.batch_sweep[label] = phase_sweep(spec, est, batches=batches, contexts=(context,),
-                                                    prompt_tokens=prompt_tokens, dtype=dtype, convention=counting)
-            result.context_sweep[label] = phase_sweep(spec, est, batches=(batch,), contexts=contexts,
-                                                      prompt_tokens=prompt_tokens, dtype=dtype, convention=counting)
-            i += len(batches) + len(contexts)
-    result.warnings.extend(w for w in measured_est.warnings if w not in result.warnings)
-    end("predictions")
+        def begin(name: str) -> None:
+            t_step[0] = time.perf_counter()
+            if step:
+                step(name)
 
-    # 5. validation
-    begin("validation")
-    if validate:
-        from roofprof.validate import predict_for
-        from roofprof.validate import validate as run_validation
+        def end(name: str) -> None:
+            result.step_seconds[name] = time.perf_counter() - t_step[0]
 
-        try:
-            val = run_validation(spec, device=dev, dtype=dtype, batch=batch, prompt_tokens=prompt_tokens,
-                                 decode_steps=decode_steps, warmup_steps=2, prefill_repeats=3, attention=attention, backend=backend,
-                                 threads=threads, progress=progress)
-            result.warnings.extend(f"validation: {w}" for w in val.warnings)  # scaling, a busy machine
-            # each estimator predicts exactly what the real run did (the scaled model, if scaled)
-            with _warnings.catch_warnings():
-                _warnings.simplefilter("ignore")
-                result.validation = val.with_predictions(predict_for(val, estimators))
-        except ConfigError as exc:
-            result.warnings.append(f"validation skipped: {exc}")
-        except Exception as exc:  # noqa: BLE001 - DeviceUnavailableError (no torch) and the like
-            result.warnings.append(f"validation skipped: {exc}")
-    end("validation")
+        # 1. doctor
+        begin("doctor")
+        result.doctor = doctor_rows()
+        end("doctor")
 
-    # 6. report
-    begin("report")
-    from roofprof.report import write_run_report
+        # 2. roofline
+        begin("roofline")
+        if roofline is not None:
+            measured, source = resolve_roofline(roofline, dev)
+        else:
+            measured, source, rr = measure_roofline(dev, quick=quick, progress=progress)
+            result.roofline_result = rr
+            if rr is not None:
+                rr.write(folder / "roofline.json")
+                result.files["roofline"] = "roofline.json"
+                result.warnings.extend(f"roofline: {w}" for w in rr.warnings)
+            if measured is None:
+                result.warnings.append(f"no measured roofline: {source}")
+        result.roofline = measured
+        result.spec_roofline = spec_roofline(dev)
+        result.settings["roofline_source"] = source
+        end("roofline")
 
-    result.step_seconds["report"] = 0.0
-    write_run_report(result)
-    end("report")
-    write_run_report(result, html=False)  # final JSON with the report step's time
-    return result
+        # 3. profile
+        begin("profile")
+        profiler = Profiler(spec, dev, impls=impls, budget_s=budget_s, threads=threads,
+                            roofline=measured if measured is not None else "none", progress=progress)
+        for phase in ("prefill", "decode"):
+            prof = profiler.profile(scenario.replace(phase=phase, context_tokens=context if phase == "decode"
+                                                     else prompt_tokens))
+            result.profiles[phase] = prof
+            prof.write(folder / f"profile-{phase}.json")
+            result.files[f"profile-{phase}"] = f"profile-{phase}.json"
+        result.warnings.extend(dict.fromkeys(profiler.warnings))
+        end("profile")
+
+        # 4. predictions
+        begin("predictions")
+        estimators, result.unavailable = estimators_for(dev, profiler, roofline_source=source)
+        measured_est = estimators["measured"]
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")
+            for label, est in estimators.items():
+                result.predictions[label] = predict(scenario, estimator=est)
+            contexts = list(contexts or sorted({prompt_tokens, 4 * prompt_tokens, 32 * prompt_tokens}))
+            result.settings["contexts"] = contexts
+            sweep_estimators = {k: v for k, v in estimators.items() if k in ("spec", "empirical", "measured")}
+            n = len(sweep_estimators) * (len(batches) + len(contexts))
+            i = 0
+            for label, est in sweep_estimators.items():
+                if progress:
+                    progress(f"decode sweeps ({label})", i, n)
+                result.batch_sweep[label] = phase_sweep(scenario, est, batches=batches, contexts=(context,))
+                result.context_sweep[label] = phase_sweep(scenario, est, batches=(batch,), contexts=contexts)
+                i += len(batches) + len(contexts)
+        result.warnings.extend(w for w in measured_est.warnings if w not in result.warnings)
+        end("predictions")
+
+        # 5. validation
+        begin("validation")
+        if validate:
+            from roofprof.validation import predict_for
+            from roofprof.validation import validate as run_validation
+
+            try:
+                val = run_validation(scenario, device=dev, decode_steps=decode_steps, warmup_steps=2,
+                                     prefill_repeats=3, backend=backend, threads=threads, progress=progress)
+                result.warnings.extend(f"validation: {w}" for w in val.warnings)  # scaling, a busy machine
+                # each estimator predicts exactly what the real run did (the scaled model, if scaled)
+                with _warnings.catch_warnings():
+                    _warnings.simplefilter("ignore")
+                    result.validation = val.with_predictions(predict_for(val, estimators))
+            except ConfigError as exc:
+                result.warnings.append(f"validation skipped: {exc}")
+            except Exception as exc:  # noqa: BLE001 - DeviceUnavailableError (no torch) and the like
+                result.warnings.append(f"validation skipped: {exc}")
+        end("validation")
+
+        # 6. report
+        begin("report")
+        from roofprof.report import write_run_report
+
+        result.step_seconds["report"] = 0.0
+        write_run_report(result)
+        end("report")
+        write_run_report(result, html=False)  # final JSON with the report step's time
+        return result
 

@@ -169,9 +169,17 @@ def load_gpu(name: str) -> GpuSpec:
 class ModelSpec:
     """A Llama-style decoder (dense, GQA, SwiGLU MLP, RMSNorm, RoPE).
 
+    ``family`` names the op list it is built with (:mod:`roofprof.models`). The RoPE and
+    norm fields are what a real model of it needs beyond the sizes: ``rope_theta`` (base),
+    ``rope_scaling`` (the config's ``rope_scaling`` as sorted ``(key, value)`` pairs, so
+    the record stays hashable; :attr:`rope_scaling_dict` gives the mapping) and
+    ``rms_norm_eps`` (transformers' defaults when the config omits them).
+
     >>> m = load_model("llama-3.1-8b")
     >>> m.kv_bytes_per_token("bf16")
     131072
+    >>> m.family, m.rope_theta, m.rope_scaling_dict["rope_type"]
+    ('llama', 500000.0, 'llama3')
     """
 
     id: str
@@ -185,6 +193,15 @@ class ModelSpec:
     tie_word_embeddings: bool
     max_position_embeddings: int
     source: str = ""
+    family: str = "llama"
+    rope_theta: float = 10000.0
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
+    rms_norm_eps: float = 1e-6
+
+    @property
+    def rope_scaling_dict(self) -> dict[str, Any] | None:
+        """``rope_scaling`` as a dict (None when the model has no RoPE scaling)."""
+        return dict(self.rope_scaling) if self.rope_scaling is not None else None
 
     @property
     def q_size(self) -> int:
@@ -225,10 +242,12 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     """A model from a shipped id (``llama-3.1-8b``) or the path of any HF Llama ``config.json``.
 
     ``head_dim`` defaults to hidden/heads and ``num_key_value_heads`` to the head count, as
-    in transformers.
+    in transformers. The config's ``model_type`` (else ``architectures``) must name a
+    family roofprof has op lists for (:func:`roofprof.models.family_of`).
 
     Raises:
-        UnknownNameError: neither a known id nor an existing file.
+        UnknownNameError: neither a known id nor an existing file; or a config of a model
+            family roofprof does not model (e.g. ``mixtral``), naming it and the families.
         ConfigError: the file is not JSON, misses a field, or has a non-positive size
             (the message names the file and the field).
     """
@@ -245,6 +264,9 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         raise ConfigError(f"{text}: not a valid JSON config ({exc})") from exc
     if not isinstance(cfg, dict):
         raise ConfigError(f"{text}: a config must be a JSON object")
+    from roofprof.models import family_of
+
+    family = family_of(cfg)
     for key in _REQUIRED_FIELDS:
         if key not in cfg:
             raise ConfigError(f"{text}: missing field {key!r}")
@@ -270,7 +292,24 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_position_embeddings=int(cfg.get("max_position_embeddings") or 0) or 2**31 - 1,
         source=str(cfg.get("_name_or_path", path)),
+        family=family,
+        rope_theta=float(cfg.get("rope_theta") or 10000.0),
+        rope_scaling=_frozen_items(cfg.get("rope_scaling") or cfg.get("rope_parameters")),
+        rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
     )
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _frozen_items(value: Any) -> tuple[tuple[str, Any], ...] | None:
+    """A config mapping as sorted, hashable ``(key, value)`` pairs (None when absent)."""
+    return _frozen(value) if isinstance(value, Mapping) and value else None
 
 
 def _positive_int(cfg: Mapping[str, Any], key: str, label: str) -> int:

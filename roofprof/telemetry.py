@@ -23,6 +23,7 @@ a sampler never raises into the measurement it watches.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 DEFAULT_INTERVAL_S = 0.01
+#: Share of all CPUs used by other processes above which a CPU measurement counts as contended.
+CONTENDED_SHARE = 0.05
 
 #: NVML clocks-event reason bits (nvmlClocksEventReason*), name without prefix.
 CLOCKS_EVENT_REASONS: Mapping[int, str] = {
@@ -432,3 +435,97 @@ def _describe(exc: BaseException) -> str:
     if name.startswith("NVMLError"):
         return f"NVML: {text or name}"
     return text or name
+
+
+# --------------------------------------------------------------------------- contention
+
+
+def loadavg() -> tuple[float, float, float] | None:
+    """The 1, 5 and 15-minute load averages (None where the OS has none)."""
+    try:
+        return os.getloadavg()
+    except (OSError, AttributeError):
+        return None
+
+
+class Contention:
+    """How much of the machine's CPUs other processes used while it watched: THE meter.
+
+    Linux only: the busy time of all CPUs in ``/proc/stat`` minus this process's CPU
+    time, over wall time × CPUs. :attr:`share` runs from 0 to 1 (``percent`` is the same
+    ×100); it is 0 and :attr:`available` False elsewhere, and for windows shorter than
+    :attr:`min_wall_s` (CPU time is counted in 10 ms clock ticks). On a small machine
+    shared with other work this is what makes CPU timings swing: two OpenMP threads and a
+    third runnable process on two cores turn every parallel region's barrier into a
+    scheduler quantum. A share above :data:`CONTENDED_SHARE` marks a measurement contended.
+
+    Use it around a measurement (``with Contention() as c``) or, for a long run read at
+    several points, ``c = Contention().start()`` then ``c.read()`` (share so far).
+
+    >>> with Contention() as c:
+    ...     time.sleep(0.11)
+    >>> 0.0 <= c.share <= 1.0 and c.contended == (c.share > CONTENDED_SHARE)
+    True
+    """
+
+    #: Shorter windows are not judged (CPU time is counted in 10 ms ticks).
+    min_wall_s = 0.1
+
+    def __init__(self) -> None:
+        self.share = 0.0
+        self.wall_s = 0.0
+        self.available = False
+        self._busy0: float | None = None
+        self._self0 = 0.0
+        self._t0 = 0.0
+
+    @staticmethod
+    def _busy_s() -> float | None:
+        try:
+            with open("/proc/stat") as fh:
+                fields = [int(x) for x in fh.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + fields[4]  # idle and iowait
+        return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> Contention:
+        """Begin watching (returns self)."""
+        self._busy0 = self._busy_s()
+        t = os.times()
+        self._self0 = t.user + t.system
+        self._t0 = time.perf_counter()
+        return self
+
+    def read(self, min_wall_s: float | None = None) -> float | None:
+        """The share so far (also stored in :attr:`share`); None when it cannot be told.
+
+        ``min_wall_s`` overrides :attr:`min_wall_s` for this reading.
+        """
+        busy1 = self._busy_s()
+        t = os.times()
+        self.wall_s = time.perf_counter() - self._t0
+        shortest = self.min_wall_s if min_wall_s is None else min_wall_s
+        if self._busy0 is None or busy1 is None or self.wall_s <= 0 or self.wall_s < shortest:
+            return None  # unknown, or too short to tell at clock-tick resolution
+        other = (busy1 - self._busy0) - (t.user + t.system - self._self0)
+        # /proc/stat's first line sums every CPU of the machine, so divide by all of them
+        self.share = min(1.0, max(0.0, other / (self.wall_s * (os.cpu_count() or 1))))
+        self.available = True
+        return self.share
+
+    @property
+    def percent(self) -> float:
+        """:attr:`share` in percent."""
+        return 100.0 * self.share
+
+    @property
+    def contended(self) -> bool:
+        """True when judged and above :data:`CONTENDED_SHARE`."""
+        return self.available and self.share > CONTENDED_SHARE
+
+    def __enter__(self) -> Contention:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.read()

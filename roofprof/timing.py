@@ -10,7 +10,9 @@ estimate its duration, warm-up calls filling ``warmup_s``, then as many timed ca
 ``budget_s`` (bounded by ``min_repeats``/``max_repeats``), with an optional cache flush
 (outside the timed interval) or a rotation among several input sets before each timed
 call. The result is a :class:`Timing` that keeps every raw sample and derives min, median,
-IQR and CV; a CV above 5 % marks it ``noisy``.
+IQR and CV; a CV above 5 % marks it ``noisy``. :func:`interleave` times several calls
+together in rounds that visit each in turn, so a slow spell of the machine touches one
+round of many calls instead of every sample of one.
 
 >>> t = Timing(samples_s=(1.0, 1.1, 0.9, 1.0))
 >>> t.min_s, t.median_s, round(t.cv, 3), t.noisy
@@ -23,8 +25,10 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["NOISY_CV", "Case", "Clock", "PerfCounterClock", "Timing", "benchmark", "interleave", "repeat_counts"]
 
 #: A coefficient of variation above this marks a timing as noisy.
 NOISY_CV = 0.05
@@ -93,6 +97,8 @@ class Timing:
         warmup_runs: untimed calls after the estimate.
         estimate_s: the per-call estimate that sized the repeats.
         clock: name of the clock used.
+        rounds, rounds_kept: for :func:`interleave`, the rounds run and the rounds whose
+            samples were kept (0 and 0 otherwise).
     """
 
     samples_s: tuple[float, ...]
@@ -100,6 +106,8 @@ class Timing:
     warmup_runs: int = 0
     estimate_s: float = 0.0
     clock: str = "perf_counter"
+    rounds: int = 0
+    rounds_kept: int = 0
 
     def __post_init__(self) -> None:
         if not self.samples_s:
@@ -165,6 +173,8 @@ class Timing:
             "iqr_s": self.iqr_s, "cv": self.cv, "noisy": self.noisy, "flush": self.flush,
             "warmup_runs": self.warmup_runs, "estimate_s": self.estimate_s, "clock": self.clock,
         }
+        if self.rounds:
+            d.update(rounds=self.rounds, rounds_kept=self.rounds_kept)
         if samples:
             d["samples_s"] = list(self.samples_s)
         return d
@@ -173,7 +183,8 @@ class Timing:
     def from_dict(cls, d: dict[str, Any]) -> Timing:
         return cls(samples_s=tuple(d["samples_s"]), flush=d.get("flush", "none"),
                    warmup_runs=int(d.get("warmup_runs", 0)), estimate_s=float(d.get("estimate_s", 0.0)),
-                   clock=d.get("clock", "perf_counter"))
+                   clock=d.get("clock", "perf_counter"), rounds=int(d.get("rounds", 0)),
+                   rounds_kept=int(d.get("rounds_kept", 0)))
 
 
 def repeat_counts(estimate_s: float, *, budget_s: float, warmup_s: float, min_repeats: int,
@@ -262,3 +273,137 @@ def benchmark(
     samples = tuple(timed_call() for _ in range(n_repeat))
     return Timing(samples_s=samples, flush=mode, warmup_runs=n_warmup, estimate_s=estimate,
                   clock=getattr(clock, "name", type(clock).__name__))
+
+
+@dataclass
+class Case:
+    """One call to time in :func:`interleave`.
+
+    Attributes:
+        calls: equivalent calls on different input sets, used in turn (one is fine).
+        flush: called before every timed call, outside the timed interval (or None).
+    """
+
+    calls: Sequence[Callable[[], Any]]
+    flush: Callable[[], Any] | None = None
+
+
+@dataclass
+class _CaseState:
+    """What :func:`interleave` tracks per case while it runs."""
+
+    case: Case
+    turn: int = 0
+    estimate_s: float = 0.0
+    warmup: int = 0
+    per_round: int = 1
+    rounds: list[list[float]] = field(default_factory=list)
+
+    def call(self) -> None:
+        calls = self.case.calls
+        calls[self.turn % len(calls)]()
+        self.turn += 1
+
+    def timed(self, clock: Clock) -> float:
+        calls = self.case.calls
+        call = calls[self.turn % len(calls)]
+        self.turn += 1
+        if self.case.flush is not None:
+            self.case.flush()
+        clock.start()
+        call()
+        return clock.stop()
+
+
+def interleave(
+    cases: Sequence[Case],
+    *,
+    clock: Clock | None = None,
+    rounds: int = 5,
+    budget_s: float = 0.1,
+    warmup_s: float = 0.025,
+    judge_round: Callable[[Callable[[], None]], float | None] | None = None,
+    busy_above: float = 0.05,
+    min_clean_rounds: int = 3,
+    max_rounds: int | None = None,
+    more_rounds: Callable[[float], bool] | None = None,
+    max_repeats: int = 1000,
+    on_case: Callable[[int, int], None] | None = None,
+) -> list[Timing]:
+    """Time several cases in interleaved rounds; one :class:`Timing` per case, in order.
+
+    Each case is called once untimed, timed once (the estimate), warmed up for
+    ``warmup_s`` and given ``budget_s`` of timed calls (at least ``rounds``, at most
+    ``max_repeats``), spread evenly over ``rounds`` rounds that visit every case in turn
+    (reversed every other round).
+
+    Args:
+        judge_round: runs one round (the callable it is given) and returns how disturbed
+            the machine was meanwhile (e.g. the share of the CPUs other processes used),
+            or None when it cannot tell. Rounds judged above ``busy_above`` are busy:
+            while fewer than ``min_clean_rounds`` are clean after ``rounds`` rounds, more
+            rounds run (up to ``max_rounds``, default ``2 × rounds``) as long as
+            ``more_rounds(seconds the last round took)`` agrees (default: always). Busy
+            rounds are dropped from a case's samples when at least 3 samples remain.
+        on_case: ``on_case(round, position)`` before each case is timed (progress).
+
+    Returns:
+        Timings with ``flush`` ``"interleaved[+rotate:N][+flush]"``, ``rounds`` and
+        ``rounds_kept``.
+
+    >>> class Tick:  # a fake clock: every call takes 1 s, except in the second round
+    ...     name, n = "fake", 0
+    ...     def start(self): pass
+    ...     def stop(self):  # call 1 is the estimate, then one call per round
+    ...         self.n += 1
+    ...         return 3.0 if self.n == 3 else 1.0
+    >>> shares = iter([0.0, 0.9, 0.0, 0.0, 0.0])
+    >>> [t] = interleave([Case([lambda: None])], clock=Tick(), rounds=5, budget_s=5, warmup_s=0,
+    ...                  judge_round=lambda run: (run(), next(shares))[1])
+    >>> t.samples_s, t.rounds, t.rounds_kept
+    ((1.0, 1.0, 1.0, 1.0), 5, 4)
+    """
+    if not cases or rounds < 1:
+        raise ValueError("interleave() needs at least one case and one round")
+    clock = clock or PerfCounterClock()
+    states = [_CaseState(c) for c in cases]
+    for st in states:  # warm up and estimate, one case at a time
+        st.case.calls[0]()
+        st.estimate_s = st.timed(clock)
+        st.warmup, n = repeat_counts(st.estimate_s, budget_s=budget_s, warmup_s=warmup_s,
+                                     min_repeats=rounds, max_repeats=max_repeats)
+        for _ in range(st.warmup):
+            st.call()
+        st.per_round = max(1, math.ceil(n / rounds))
+    limit = max_rounds if max_rounds is not None else 2 * rounds
+    shares: list[float | None] = []
+    r = 0
+    while True:
+        order = states if r % 2 == 0 else states[::-1]
+
+        def one_round(order: list[_CaseState] = order, r: int = r) -> None:
+            for j, st in enumerate(order):
+                if on_case is not None:
+                    on_case(r, j)
+                st.rounds.append([st.timed(clock) for _ in range(st.per_round)])
+
+        t_round = time.perf_counter()
+        share = judge_round(one_round) if judge_round is not None else one_round()
+        shares.append(share)
+        r += 1
+        clean = sum(1 for sh in shares if sh is None or sh <= busy_above)
+        if r >= rounds and (clean >= min_clean_rounds or r >= limit):
+            break
+        if r >= rounds and more_rounds is not None and not more_rounds(time.perf_counter() - t_round):
+            break
+    out = []
+    for st in states:
+        clean_rounds = [s for s, sh in zip(st.rounds, shares, strict=True) if sh is None or sh <= busy_above]
+        kept = clean_rounds if sum(len(s) for s in clean_rounds) >= 3 else st.rounds
+        calls = st.case.calls
+        mode = "interleaved" + (f"+rotate:{len(calls)}" if len(calls) > 1 else "") + \
+            ("+flush" if st.case.flush is not None else "")
+        out.append(Timing(samples_s=tuple(x for s in kept for x in s), flush=mode, warmup_runs=st.warmup,
+                          estimate_s=st.estimate_s, clock=getattr(clock, "name", type(clock).__name__),
+                          rounds=len(st.rounds), rounds_kept=len(kept)))
+    return out

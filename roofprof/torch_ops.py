@@ -1,9 +1,9 @@
 """torch implementations of every op of a Llama pass, for ``roofprof profile``.
 
 :class:`TorchOps` implements the :class:`~roofprof.devices.base.OpImpl` protocol for every
-op :func:`roofprof.workload.llama_ops` lists (GEMMs, RMSNorm, RoPE, residual adds,
+op a model family lists (:func:`roofprof.models.ops`) (GEMMs, RMSNorm, RoPE, residual adds,
 SiLU·mul, attention fused through SDPA or eager in three steps, the embedding gather) by
-calling the very functions the plain-torch model of :mod:`roofprof.llama_torch` calls, on a
+calling the very functions the plain-torch model of :mod:`roofprof.models.llama_torch` calls, on a
 CPU or a CUDA device. This is the "reference" implementation: what eager PyTorch (and
 transformers' ``LlamaForCausalLM``) executes, op by op, so the sum of its times is what a
 real forward pass should take.
@@ -36,11 +36,14 @@ from roofprof.devices.base import CheckResult
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op
 
-GEMM_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
-NORM_NAMES = ("attn_norm", "mlp_norm", "final_norm")
-RESIDUAL_NAMES = ("attn_residual", "mlp_residual")
-ATTENTION_NAMES = ("attention", "attn_scores", "attn_softmax", "attn_pv")
-SUPPORTED = (*GEMM_NAMES, *NORM_NAMES, *RESIDUAL_NAMES, *ATTENTION_NAMES, "rope", "silu_mul", "embedding")
+__all__ = ["SUPPORTED_FNS", "PreparedTorchOp", "TorchOps", "tolerance"]
+
+#: What each op computes (``Op.fn``) -> the TorchOps method that prepares it.
+_PREPARE = {"linear": "_gemm", "rmsnorm": "_norm", "add": "_residual", "silu_mul": "_silu_mul", "rope": "_rope",
+            "gather": "_embedding", "onehot_matmul": "_embedding", "sdpa": "_attention_fused",
+            "qk_matmul": "_attention_eager", "softmax": "_attention_eager", "pv_matmul": "_attention_eager"}
+#: The ``Op.fn`` values TorchOps implements.
+SUPPORTED_FNS = tuple(_PREPARE)
 
 _EPS = {"fp64": 2.0 ** -52, "fp32": 2.0 ** -23, "tf32": 2.0 ** -10, "bf16": 2.0 ** -7, "fp16": 2.0 ** -10}
 
@@ -99,11 +102,14 @@ class TorchOps:
         max_rotation: cap on weight copies per GEMM.
         memory_bytes: memory free for buffers (``prepare`` refuses beyond it).
 
+    >>> from roofprof.models import ops
     >>> from roofprof.specs import ModelSpec
-    >>> from roofprof.workload import llama_ops
-    >>> spec = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+    >>> from roofprof.workload import Scenario
+    >>> spec = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+    ...                  num_kv_heads=2, head_dim=16, vocab_size=100, tie_word_embeddings=True,
+    ...                  max_position_embeddings=256)
     >>> impl = TorchOps(spec)
-    >>> op = llama_ops(spec, "decode", context_tokens=8, dtype="fp32").ops[2]
+    >>> op = ops(Scenario(spec, "decode", context_tokens=8, dtype="fp32")).ops[2]
     >>> p = impl.prepare(op, np.random.default_rng(0))
     >>> op.name, p.check().ok
     ('q_proj', True)
@@ -125,10 +131,10 @@ class TorchOps:
 
     # -- protocol ------------------------------------------------------------------------
     def supports(self, op: Op) -> str | None:
-        from roofprof.llama_torch import TORCH_DTYPES
+        from roofprof.models.llama_torch import TORCH_DTYPES
 
-        if op.name not in SUPPORTED:
-            return f"no torch implementation of op {op.name!r}"
+        if op.fn not in _PREPARE:
+            return f"no torch implementation of op {op.name!r} (fn {op.fn!r})"
         if op.dtype not in TORCH_DTYPES:
             return f"torch eager has no {op.dtype} path for {op.name}"
         if op.dtype == "tf32" and not self.is_cuda:
@@ -147,25 +153,11 @@ class TorchOps:
 
             raise ConfigError(reason)
         self._seed = int(rng.integers(0, 2**31 - 1))
-        if op.name in GEMM_NAMES:
-            return self._gemm(op)
-        if op.name in NORM_NAMES:
-            return self._norm(op)
-        if op.name in RESIDUAL_NAMES:
-            return self._residual(op)
-        if op.name == "silu_mul":
-            return self._silu_mul(op)
-        if op.name == "rope":
-            return self._rope(op)
-        if op.name == "embedding":
-            return self._embedding(op)
-        if op.name == "attention":
-            return self._attention_fused(op)
-        return self._attention_eager(op)
+        return getattr(self, _PREPARE[op.fn])(op)
 
     # -- helpers -------------------------------------------------------------------------
     def _dtype(self, op: Op):
-        from roofprof.llama_torch import torch_dtype
+        from roofprof.models.llama_torch import torch_dtype
 
         return torch_dtype(op.dtype)
 
@@ -176,7 +168,7 @@ class TorchOps:
         self._seed += 1
         if not self.is_cuda and math.prod(shape) > 1 << 24:
             # the CPU draws ~50 M normals/s: tile a random block over big tensors (lm_head, embedding)
-            from roofprof.llama_torch import fill_random_
+            from roofprof.models.llama_torch import fill_random_
 
             return fill_random_(torch.empty(*shape, dtype=self._dtype(op)), std=std, seed=self._seed)
         gen = torch.Generator(device=where).manual_seed(self._seed)
@@ -205,7 +197,7 @@ class TorchOps:
 
     def _prepared(self, op, calls, reference, reduction, kernels, note="", buffers=()):
         before = None
-        out_bytes = op.m * op.n * max(op.batch if op.kind == "attention" and op.name != "attn_softmax" else 1, 1) \
+        out_bytes = op.m * op.n * max(op.batch if op.kind == "attention" and op.fn != "softmax" else 1, 1) \
             * self._dtype(op).itemsize
         if not self.is_cuda and op.kind != "gemm" and out_bytes >= FRESH_OUTPUT_BYTES:
             before = _release_freed_memory()
@@ -234,7 +226,7 @@ class TorchOps:
                               f"F.linear, weights rotated over {copies} copies (cold), input warm", [x, ws])
 
     def _norm(self, op: Op) -> PreparedTorchOp:
-        from roofprof.llama_torch import rms_norm
+        from roofprof.models.llama_torch import rms_norm
 
         x = self._randn((op.m, op.n), op)
         w = 1.0 + 0.1 * self._randn((op.n,), op)
@@ -260,7 +252,7 @@ class TorchOps:
         return self._prepared(op, [lambda: a + b], reference, 1, 1, "residual add", [a, b])
 
     def _silu_mul(self, op: Op) -> PreparedTorchOp:
-        from roofprof.llama_torch import silu_mul
+        from roofprof.models.llama_torch import silu_mul
 
         g, u = self._randn((op.m, op.n), op), self._randn((op.m, op.n), op)
         rows = self._rows(op.m)
@@ -278,7 +270,7 @@ class TorchOps:
         return 1, op.m  # prefill: one long row block (the kernels see the same rows either way)
 
     def _rope(self, op: Op) -> PreparedTorchOp:
-        from roofprof.llama_torch import apply_rope, rope_cos_sin, rope_inv_freq
+        from roofprof.models.llama_torch import apply_rope, rope_cos_sin, rope_inv_freq
 
         torch = self.torch
         m = self.model
@@ -328,7 +320,7 @@ class TorchOps:
         heads, kvh, d = m.num_heads, m.num_kv_heads, m.head_dim
         b = max(1, op.batch // heads)
         s = op.m
-        keys = op.k if op.name == "attn_pv" else op.n  # PV is [tq, keys]·[keys, d]: keys are its K
+        keys = op.k if op.fn == "pv_matmul" else op.n  # PV is [tq, keys]·[keys, d]: keys are its K
         q = self._randn((b, s, heads, d), op).transpose(1, 2)  # a transposed view, as after q_proj + RoPE
         k_new = self._randn((b, s, kvh, d), op).transpose(1, 2)
         v_new = self._randn((b, s, kvh, d), op).transpose(1, 2)
@@ -338,7 +330,7 @@ class TorchOps:
         return b, s, keys, q, k_new, v_new, k_cache, v_cache
 
     def _attention_fused(self, op: Op) -> PreparedTorchOp:
-        from roofprof.llama_torch import attention_sdpa
+        from roofprof.models.llama_torch import attention_sdpa
 
         torch = self.torch
         b, s, keys, q, k_new, v_new, k_cache, v_cache = self._attention_inputs(op)
@@ -367,7 +359,7 @@ class TorchOps:
         return self._prepared(op, [call], reference, keys, 4, note, [q, k_new, v_new, k_cache, v_cache])
 
     def _attention_eager(self, op: Op) -> PreparedTorchOp:
-        from roofprof.llama_torch import (
+        from roofprof.models.llama_torch import (
             attention_pv,
             attention_scores,
             attention_softmax,
@@ -377,7 +369,7 @@ class TorchOps:
         torch = self.torch
         m = self.model
         heads = m.num_heads
-        if op.name == "attn_softmax":
+        if op.fn == "softmax":
             b = max(1, op.m // heads) if op.phase == "decode" else 1
             s = op.m // (b * heads)
             keys = op.n
@@ -397,7 +389,7 @@ class TorchOps:
         b, s, keys, q, k_new, v_new, k_cache, v_cache = self._attention_inputs(op)
         k = torch.cat([k_cache, k_new], dim=-2) if k_cache is not None else k_new.contiguous()
         v = torch.cat([v_cache, v_new], dim=-2) if v_cache is not None else v_new.contiguous()
-        if op.name == "attn_scores":
+        if op.fn == "qk_matmul":
             mask = causal_mask(s, keys, self._dtype(op), self.device) if s > 1 else None
 
             def call():

@@ -1,7 +1,9 @@
-"""The operations of one Llama forward pass, with their shapes, FLOPs and minimum bytes.
+"""The operations of one forward pass, with their shapes, FLOPs and minimum bytes.
 
-``llama_ops`` lists, for a model, phase, batch, token counts and dtype, every kernel-level
-operation of one forward pass. Identical decoder layers are listed once with
+A :class:`Scenario` (model, phase, batch, token counts, dtype, counting, parallel layout)
+is the key of everything that follows; the model's family (:mod:`roofprof.models`) turns
+it into a :class:`Workload`, every kernel-level operation of one forward pass
+(``roofprof.models.ops(scenario)``). Identical decoder layers are listed once with
 ``count = num_layers``. Each :class:`Op` carries its GEMM shape (``m, n, k`` and a
 ``batch`` of independent GEMMs), its FLOPs and the minimum bytes it must move from memory
 (weights, activations, KV-cache reads and writes), so its arithmetic intensity follows.
@@ -28,9 +30,8 @@ Counting rules (stated in every prediction):
 The ``engine`` convention is the default; ``seed`` (all tokens through lm_head, embedding
 as a matmul, elementwise ops fused) reproduces the back-of-envelope ``2·P·T`` numbers.
 
->>> from roofprof.specs import load_model
->>> w = llama_ops(load_model("llama-3.1-8b"), "decode", batch=1, context_tokens=0,
-...               dtype="bf16", convention="seed")
+>>> from roofprof.models import ops
+>>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="seed"))
 >>> round(w.weight_bytes / 1e9, 2)
 16.06
 """
@@ -38,10 +39,13 @@ as a matmul, elementwise ops fused) reproduces the back-of-envelope ``2·P·T`` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from roofprof.errors import ConfigError, UnknownNameError
-from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
+from roofprof.specs import DTYPES, ModelSpec
+
+__all__ = ["CONVENTIONS", "OP_FNS", "OP_GROUPS", "OP_KINDS", "PHASES", "Counting", "Op", "Parallel",
+           "Scenario", "Workload", "llama_ops"]
 
 PHASES = ("prefill", "decode")
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
@@ -126,6 +130,11 @@ class Op:
     @property
     def total_bytes(self) -> float:
         return self.bytes * self.count
+
+    def to_dict(self) -> dict[str, Any]:
+        """The op's identity and per-call counts, as every result record spells them."""
+        return {"name": self.name, "kind": self.kind, "phase": self.phase, "scope": self.scope, "m": self.m,
+                "n": self.n, "k": self.k, "batch": self.batch, "count": self.count, "dtype": self.dtype}
 
 
 @dataclass(frozen=True)
@@ -242,6 +251,12 @@ class Workload:
     def attention_flops(self) -> float:
         return sum(op.total_flops for op in self.ops if op.kind == "attention")
 
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario these ops were built for."""
+        return Scenario(self.model, self.phase, self.batch, self.prompt_tokens, self.context_tokens, self.dtype,
+                        self.counting)
+
 
 def llama_ops(
     model: ModelSpec,
@@ -253,42 +268,16 @@ def llama_ops(
     dtype: str = "bf16",
     convention: str | Counting = "engine",
 ) -> Workload:
-    """The ops of one prefill pass or one decode step of a Llama model.
+    """The ops of one pass from loose arguments: ``models.ops(Scenario(...))``.
 
-    Args:
-        model: the model config.
-        phase: ``"prefill"`` (``prompt_tokens`` per sequence) or ``"decode"`` (one new
-            token per sequence, attending to ``context_tokens`` cached tokens).
-        batch: sequences processed together.
-        prompt_tokens: prompt length per sequence (prefill).
-        context_tokens: tokens already in the KV cache per sequence (decode; defaults to
-            ``prompt_tokens``).
-        dtype: weights, activations and KV cache dtype (``fp32 bf16 fp16 fp8 ...``).
-        convention: ``"engine"``, ``"seed"`` or a :class:`Counting`.
+    Kept for callers not yet ported to :class:`Scenario`; new code builds a Scenario.
 
     Raises:
-        ConfigError: non-positive batch or tokens, unknown phase or dtype.
-
-    >>> from roofprof.specs import load_model
-    >>> w = llama_ops(load_model("llama-3.2-1b"), "prefill", prompt_tokens=128, dtype="fp32")
-    >>> [op.name for op in w.ops][:3]
-    ['embedding', 'attn_norm', 'q_proj']
+        ConfigError, UnknownNameError: bad phase, dtype, sizes or convention.
     """
-    if phase not in PHASES:
-        raise UnknownNameError("phase", phase, PHASES)
-    if dtype not in DTYPES:
-        raise UnknownNameError("dtype", dtype, DTYPES)
-    counting = _counting(convention)
-    if batch < 1:
-        raise ConfigError(f"batch must be at least 1, got {batch}")
-    if context_tokens is None:
-        context_tokens = prompt_tokens
-    if phase == "prefill" and prompt_tokens < 1:
-        raise ConfigError(f"prompt tokens must be at least 1 for prefill, got {prompt_tokens}")
-    if context_tokens < 0:
-        raise ConfigError(f"context tokens must be 0 or more, got {context_tokens}")
-    builder = _Builder(model, phase, batch, prompt_tokens, context_tokens, dtype, counting)
-    return Workload(model, phase, batch, prompt_tokens, context_tokens, dtype, counting, tuple(builder.ops()))
+    from roofprof.models import ops
+
+    return ops(Scenario(model, phase, batch, prompt_tokens, context_tokens, dtype, _counting(convention)))
 
 
 def _counting(convention: str | Counting) -> Counting:
@@ -297,143 +286,3 @@ def _counting(convention: str | Counting) -> Counting:
     if convention not in CONVENTIONS:
         raise UnknownNameError("counting convention", convention, CONVENTIONS)
     return CONVENTIONS[convention]
-
-
-_PROJ, _MLP, _ATTN, _HEAD, _ELEM = OP_GROUPS[1], OP_GROUPS[2], OP_GROUPS[0], OP_GROUPS[3], OP_GROUPS[4]
-#: Llama op name -> (fn, chart group, short label).
-_LLAMA_ROLES = {
-    "embedding": ("gather", _HEAD, "emb"), "lm_head": ("linear", _HEAD, "head"),
-    "q_proj": ("linear", _PROJ, "q"), "k_proj": ("linear", _PROJ, "k"), "v_proj": ("linear", _PROJ, "v"),
-    "o_proj": ("linear", _PROJ, "o"), "gate_proj": ("linear", _MLP, "gate"), "up_proj": ("linear", _MLP, "up"),
-    "down_proj": ("linear", _MLP, "down"), "attn_norm": ("rmsnorm", _ELEM, "anorm"),
-    "mlp_norm": ("rmsnorm", _ELEM, "mnorm"), "final_norm": ("rmsnorm", _ELEM, "fnorm"),
-    "rope": ("rope", _ELEM, "rope"), "attn_residual": ("add", _ELEM, "res1"),
-    "mlp_residual": ("add", _ELEM, "res2"), "silu_mul": ("silu_mul", _ELEM, "silu"),
-    "attention": ("sdpa", _ATTN, "attn"), "attn_scores": ("qk_matmul", _ATTN, "QK"),
-    "attn_softmax": ("softmax", _ATTN, "softmax"), "attn_pv": ("pv_matmul", _ATTN, "PV"),
-}
-
-
-@dataclass
-class _Builder:
-    model: ModelSpec
-    phase: str
-    batch: int
-    prompt_tokens: int
-    context_tokens: int
-    dtype: str
-    counting: Counting
-
-    def __post_init__(self) -> None:
-        self.e = BYTES_PER_ELEMENT[self.dtype]
-        self.q_tokens = self.prompt_tokens if self.phase == "prefill" else 1  # per sequence
-        self.rows = self.batch * self.q_tokens  # activation rows through the linear layers
-        self.layers = self.model.num_layers
-
-    # -- helpers -----------------------------------------------------------------------
-    def gemm(self, name: str, rows: int, n: int, k: int, scope: str = "layer") -> Op:
-        e = self.e
-        weights = n * k * e
-        return Op(name, "gemm", self.phase, rows, n, k, self.dtype, 2.0 * rows * n * k,
-                  weights + rows * k * e + rows * n * e, count=self.layers if scope == "layer" else 1,
-                  weight_bytes=weights, scope=scope)
-
-    def elementwise(self, name: str, kind: str, rows: int, n: int, flops_per_elem: float,
-                    elems_read: float, elems_written: float, extra_bytes: float = 0.0, scope: str = "layer",
-                    weight_bytes: float = 0.0) -> Op:
-        fused = self.counting.elementwise == "fused"
-        moved = 0.0 if fused else (elems_read + elems_written) * self.e + extra_bytes
-        return Op(name, kind, self.phase, rows, n, 0, self.dtype, flops_per_elem * rows * n, moved,
-                  count=self.layers if scope == "layer" else 1, scope=scope,
-                  weight_bytes=0.0 if fused else weight_bytes,
-                  note="fused into neighbouring kernels: no traffic of its own" if fused else "")
-
-    def norm(self, name: str, rows: int, scope: str = "layer") -> Op:
-        h = self.model.hidden_size
-        # square, sum, scale by rsqrt, multiply by the weight: ~4 FLOP per element
-        return self.elementwise(name, "norm", rows, h, 4.0, rows * h, rows * h, h * self.e, scope,
-                                weight_bytes=h * self.e)
-
-    # -- the pass ----------------------------------------------------------------------
-    def ops(self) -> list[Op]:
-        """The pass, each op tagged with what it computes (``fn``) and its chart group."""
-        tagged = []
-        for op in self._ops():
-            fn, group, short = _LLAMA_ROLES[op.name]
-            if op.name == "embedding" and op.k:
-                fn = "onehot_matmul"
-            tagged.append(replace(op, fn=fn, group=group, short=short))
-        return tagged
-
-    def _ops(self) -> list[Op]:
-        m, e, rows = self.model, self.e, self.rows
-        h = m.hidden_size
-        ops = [self.embedding()]
-        ops.append(self.norm("attn_norm", rows))
-        ops.append(self.gemm("q_proj", rows, m.q_size, h))
-        ops.append(self.gemm("k_proj", rows, m.kv_size, h))
-        ops.append(self.gemm("v_proj", rows, m.kv_size, h))
-        # RoPE on q and k: x·cos + rotate(x)·sin, 3 FLOP per element; reads the cos/sin rows
-        ops.append(self.elementwise("rope", "elementwise", rows, m.q_size + m.kv_size, 3.0,
-                                    rows * (m.q_size + m.kv_size), rows * (m.q_size + m.kv_size),
-                                    extra_bytes=2 * rows * m.head_dim * e))
-        ops.extend(self.attention())
-        ops.append(self.gemm("o_proj", rows, h, m.q_size))
-        ops.append(self.elementwise("attn_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
-        ops.append(self.norm("mlp_norm", rows))
-        ops.append(self.gemm("gate_proj", rows, m.intermediate_size, h))
-        ops.append(self.gemm("up_proj", rows, m.intermediate_size, h))
-        # SiLU(gate)·up: x/(1+exp(-x)) then a multiply, ~5 FLOP per element
-        ops.append(self.elementwise("silu_mul", "elementwise", rows, m.intermediate_size, 5.0,
-                                    2 * rows * m.intermediate_size, rows * m.intermediate_size))
-        ops.append(self.gemm("down_proj", rows, h, m.intermediate_size))
-        ops.append(self.elementwise("mlp_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
-        head_rows = self.batch if (self.phase == "decode" or self.counting.lm_head == "last") else rows
-        ops.append(self.norm("final_norm", head_rows, scope="model"))
-        ops.append(self.gemm("lm_head", head_rows, m.vocab_size, h, scope="model"))
-        return ops
-
-    def embedding(self) -> Op:
-        m, e, rows = self.model, self.e, self.rows
-        if self.counting.embedding == "matmul":
-            op = self.gemm("embedding", rows, m.hidden_size, m.vocab_size, scope="model")
-            return Op(**{**op.__dict__, "kind": "embedding",
-                         "note": "counted as a one-hot matmul over the whole table (2·P·T convention)"})
-        table_rows = rows * m.hidden_size * e
-        return Op("embedding", "embedding", self.phase, rows, m.hidden_size, 0, self.dtype, 0.0,
-                  2.0 * table_rows + rows * 4, scope="model", weight_bytes=table_rows,
-                  note="gather of one table row per token")
-
-    def attention(self) -> list[Op]:
-        m, e = self.model, self.e
-        b, tq, d = self.batch, self.q_tokens, m.head_dim
-        keys = self.prompt_tokens if self.phase == "prefill" else self.context_tokens + 1
-        heads = m.num_heads
-        kv_row = 2 * m.kv_size * e  # K and V of one token, one layer
-        q_bytes = b * tq * m.q_size * e
-        new_kv_bytes = b * tq * kv_row  # written to the cache
-        if self.phase == "prefill":
-            kv_read = b * tq * kv_row  # K, V of the prompt, read once (fused) from the projections
-            kv_cache_read = 0.0
-        else:
-            kv_read = b * keys * kv_row
-            kv_cache_read = kv_read
-        if self.counting.attention == "fused":
-            causal = self.phase == "prefill"
-            pairs = b * heads * (tq * (tq + 1) / 2 if causal else tq * keys)
-            flops = 2 * 2.0 * pairs * d  # QKᵀ and PV
-            moved = q_bytes + kv_read + q_bytes + new_kv_bytes
-            return [Op("attention", "attention", self.phase, tq, keys, d, self.dtype, flops, moved,
-                       batch=b * heads, count=self.layers, kv_bytes=kv_cache_read,
-                       note=("causal, " if causal else "") + "fused (FlashAttention-style): scores stay on chip")]
-        scores = b * heads * tq * keys
-        qk = Op("attn_scores", "attention", self.phase, tq, keys, d, self.dtype, 2.0 * scores * d,
-                q_bytes + kv_read / 2 + scores * e + new_kv_bytes, batch=b * heads, count=self.layers,
-                kv_bytes=kv_cache_read / 2, note="QKᵀ over the full square, masked (eager)")
-        softmax = Op("attn_softmax", "attention", self.phase, b * heads * tq, keys, 0, self.dtype,
-                     5.0 * scores, 2.0 * scores * e, count=self.layers,
-                     note="scale, mask, max, exp, sum, divide: ~5 FLOP per score, not on tensor cores")
-        pv = Op("attn_pv", "attention", self.phase, tq, d, keys, self.dtype, 2.0 * scores * d,
-                scores * e + kv_read / 2 + q_bytes, batch=b * heads, count=self.layers,
-                kv_bytes=kv_cache_read / 2, note="PV (eager)")
-        return [qk, softmax, pv]

@@ -41,3 +41,49 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+# --------------------------------------------------------------------------- shared fixtures
+
+#: A tiny Llama config (HF config.json fields): 2 layers, 4 heads of 16, GQA 2 KV heads.
+TINY_CFG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 100, "tie_word_embeddings": True, "max_position_embeddings": 256, "rope_theta": 10000.0}
+
+
+def tiny_spec(**changes):
+    """The tiny model as a ModelSpec (keywords, no positional literal)."""
+    from roofprof.specs import ModelSpec
+
+    fields = dict(id="tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                  head_dim=16, vocab_size=100, tie_word_embeddings=True, max_position_embeddings=256)
+    return ModelSpec(**{**fields, **changes})
+
+
+def write_config(folder: Path, name: str = "tiny.json", **changes) -> Path:
+    """:data:`TINY_CFG` (with ``changes``) written as a config file; returns its path."""
+    import json
+
+    path = folder / name
+    path.write_text(json.dumps({**TINY_CFG, **changes}))
+    return path
+
+
+@pytest.fixture
+def tiny_model():
+    """The tiny ModelSpec."""
+    return tiny_spec()
+
+
+@pytest.fixture
+def tiny_config(tmp_path) -> Path:
+    """Path of the tiny model's config.json."""
+    return write_config(tmp_path)
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch) -> Path:
+    """A fresh measurement/roofline cache folder ($ROOFPROF_CACHE) for one test."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("ROOFPROF_CACHE", str(folder))
+    return folder

@@ -5,43 +5,41 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import tiny_spec
 
 import roofprof
+from roofprof.cache import MeasurementCache
 from roofprof.cli import main
 from roofprof.devices.base import CheckResult
-from roofprof.profile import (
-    Measurement,
-    MeasurementCache,
+from roofprof.measurement import Measurement
+from roofprof.models import ops
+from roofprof.profiling import (
     Profiler,
     measure,
     measured_estimator,
     profile,
 )
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.specs import ModelSpec
-from roofprof.torch_ops import SUPPORTED, TorchOps
-from roofprof.workload import Counting, llama_ops
+from roofprof.torch_ops import SUPPORTED_FNS, TorchOps
+from roofprof.workload import Counting, Scenario
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
-TINY = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+TINY = tiny_spec()
 ROOF = Roofline("literal", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
                             Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
-TINY_CFG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": True,
-            "max_position_embeddings": 256, "rope_theta": 10000.0}
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROOFPROF_CACHE", str(tmp_path / "cache"))
+def llama_ops(model, phase, **kw):
+    convention = kw.pop("convention", "engine")
+    return ops(Scenario.of(model, phase, convention=convention, **kw))
 
 
 @pytest.fixture
-def tiny_config(tmp_path):
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(TINY_CFG))
-    return path
+def quiet(monkeypatch):
+    """No other process uses the CPUs (the meter is faked: these tests are about caching)."""
+    _fake_contention(monkeypatch, [0.0])
 
 
 @pytest.fixture
@@ -60,7 +58,7 @@ def test_torch_ops_cover_every_op_and_pass_their_checks(phase, attention, dtype)
     impl = TorchOps(TINY, cache_bytes=1 << 16)
     rng = np.random.default_rng(0)
     for op in w.ops:
-        assert op.name in SUPPORTED and impl.supports(op) is None
+        assert op.fn in SUPPORTED_FNS and impl.supports(op) is None
         prepared = impl.prepare(op, rng)
         check = prepared.check()
         assert check.ok, (op.name, check)
@@ -186,7 +184,7 @@ def test_measurement_cache_roundtrip(tmp_path):
     assert again.seconds == m.seconds and again.check.ok and again.telemetry["clock_mhz"] == 2600
 
 
-def test_measured_estimator_profiles_on_demand_then_uses_the_cache(roofline_file):
+def test_measured_estimator_profiles_on_demand_then_uses_the_cache(roofline_file, quiet):
     est = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
                              impls=["torch"], include_launch=False)
     p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, dtype="fp32")
@@ -257,7 +255,7 @@ def test_cli_profile_json_and_sweep_table(capsys, tiny_config, roofline_file, tm
     assert code == 0 and "Sweep" in out and "q_proj" in out
 
 
-def test_cli_predict_measured(capsys, tiny_config, roofline_file):
+def test_cli_predict_measured(capsys, tiny_config, roofline_file, quiet):
     # measure the shapes once with a tiny budget: the CLI then finds them in the cache
     warm = measured_estimator(str(tiny_config), device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001)
     roofprof.predict(str(tiny_config), estimator=warm, prompt_tokens=8, dtype="fp32")
@@ -291,7 +289,7 @@ def test_host_issue_time_measured_on_asynchronous_devices():
     cpu = CpuDevice()
 
     class AsyncCpu:  # the CPU posing as an asynchronous device
-        info = dataclasses.replace(cpu.info, kind="cuda")
+        info = dataclasses.replace(cpu.info, kind="cuda", asynchronous=True, shared_host=False)
 
         def __getattr__(self, name):
             return getattr(cpu, name)
@@ -315,13 +313,16 @@ def test_profile_on_a_gpu_checks_and_times_every_op():
 
 
 def _fake_contention(monkeypatch, pattern):
-    import roofprof.profile as rp
+    import time
+
+    import roofprof.measurement as rm
 
     shares = iter(pattern * 1000)
 
     class FakeContention:
         available = True
         wall_s = 0.01
+        share = 0.0
 
         def __enter__(self):
             return self
@@ -329,8 +330,8 @@ def _fake_contention(monkeypatch, pattern):
         def __exit__(self, *exc):
             self.share = next(shares)
 
-    monkeypatch.setattr(rp, "Contention", FakeContention)
-    monkeypatch.setattr(rp.time, "sleep", lambda s: None)
+    monkeypatch.setattr(rm, "Contention", FakeContention)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
 
 
 def test_busy_rounds_are_dropped_from_a_profile(monkeypatch):
@@ -370,3 +371,122 @@ def test_reference_implementation_preferred_even_next_to_a_device_torch_gemm():
     assert prof.prefer == ("torch-eager",) and prof.reference_impl == "torch-eager"
     r = prof.profile(llama_ops(TINY, "decode", context_tokens=4, dtype="fp32"))
     assert all(o.chosen.impl == "torch-eager" for o in r.ops)
+
+
+def test_contended_measurement_is_marked_in_the_cache_and_measured_again(monkeypatch, roofline_file):
+    _fake_contention(monkeypatch, [0.6])  # every try contended: kept, but marked
+    est = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                             impls=["torch"])
+    with pytest.warns(UserWarning, match="contended"):
+        p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, dtype="fp32")
+    assert any("contended" in w and "--remeasure" in w for w in p.warnings)  # said plainly, with the way out
+    stored = json.loads(open(est.inputs["cache"]).read())
+    assert stored and all("contended" in d["suspect"] for d in stored.values())
+    # next use on a quiet machine: the contended entries are measured again, not reused
+    _fake_contention(monkeypatch, [0.0])
+    again = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                               impls=["torch"])
+    p2 = roofprof.predict(TINY, estimator=again, prompt_tokens=4, dtype="fp32")
+    assert not p2.warnings
+    assert not any("contended" in d.get("suspect", "") for d in json.loads(open(again.inputs["cache"]).read()).values())
+
+
+def test_clean_cached_measurements_are_reused_and_remeasure_ignores_them(monkeypatch, roofline_file):
+    _fake_contention(monkeypatch, [0.0])
+    first = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                               impls=["torch"])
+    roofprof.predict(TINY, estimator=first, prompt_tokens=4, dtype="fp32")
+    import roofprof.profiling as rp
+
+    timed = []
+    real = rp.check_then_time
+    monkeypatch.setattr(rp, "check_then_time", lambda *a, **k: timed.append(a[1].name) or real(*a, **k))
+    cached = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, impls=["torch"])
+    roofprof.predict(TINY, estimator=cached, prompt_tokens=4, dtype="fp32")
+    assert timed == []  # all from the cache
+    fresh = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
+                               impls=["torch"], use_cache=False)  # --remeasure
+    roofprof.predict(TINY, estimator=fresh, prompt_tokens=4, dtype="fp32")
+    assert "q_proj" in timed
+
+
+def test_cli_predict_remeasure_ignores_the_cache(capsys, tiny_config, roofline_file, monkeypatch):
+    _fake_contention(monkeypatch, [0.0])
+    import roofprof.profiling as rp
+
+    seen = []
+    real = rp.Profiler.__init__
+
+    def spy(self, *a, **k):
+        seen.append(k.get("use_cache"))
+        real(self, *a, **k)
+
+    monkeypatch.setattr(rp.Profiler, "__init__", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for extra in ((), ("--remeasure",)):
+            code, out, err = run_cli(capsys, "predict", "--model", str(tiny_config), "--estimator", "measured",
+                                     "--device", "cpu", "--dtype", "fp32", "--prompt", "4", "--roofline",
+                                     str(roofline_file), "--format", "json", *extra)
+            assert code == 0, err
+    assert seen == [True, False]
+    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--prompt", "4", "--roofline", "none",
+                             "--impl", "torch", "--budget", "0.001", "--remeasure", "--format", "json")
+    assert code == 0, err
+
+
+def test_profile_says_when_it_rests_on_contended_measurements(monkeypatch):
+    _fake_contention(monkeypatch, [0.6])  # every round busy, even the extra ones
+    r = profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"])
+    t = r.ops[2].chosen.telemetry
+    assert t["contended"] and t["rounds"] == 10 and r.ops[2].chosen.contended
+    assert any("other processes" in w and "--remeasure" in w for w in r.warnings)
+
+
+def test_tuning_knobs_are_settings_and_threads_are_restored(monkeypatch):
+    from roofprof.devices.cpu import threads
+    from roofprof.measurement import MeasureSettings
+
+    _fake_contention(monkeypatch, [0.0])
+    before = torch.get_num_threads()
+    prof = Profiler(TINY, "cpu", impls=["torch"], roofline="none", budget_s=0.001, threads=1,
+                    settings=MeasureSettings(rounds=3, switch_idle_s=0.0))
+    assert prof.threads == 1 and torch.get_num_threads() == before  # set while measuring only
+    r = prof.profile(Scenario.of(TINY, "decode", context_tokens=4, dtype="fp32"))
+    assert r.ops[2].chosen.telemetry["rounds"] == 3 and r.threads == 1
+    assert torch.get_num_threads() == before
+    with threads(1) as count:
+        assert count == 1 == torch.get_num_threads()
+    assert torch.get_num_threads() == before
+    with pytest.raises(roofprof.RoofprofError, match="at least 1"), threads(0):
+        pass
+
+
+def test_check_then_time_is_one_loop_for_every_caller(monkeypatch):
+    from roofprof.measurement import RetryBudget, check_then_time, check_then_time_group
+    from roofprof.timing import PerfCounterClock
+
+    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
+    rng, clock = np.random.default_rng(0), PerfCounterClock()
+    released = []
+
+    class Tracked(_Prepared):
+        def release(self):
+            released.append(self)
+
+    class Impl(_Fake):
+        def prepare(self, op, rng):
+            return Tracked(self.ok, self.boom)
+
+    warned = []
+    with pytest.warns(UserWarning, match="failed its correctness check"):
+        bad = check_then_time(Impl("bad", ok=False), op, rng, clock=clock, budget_s=0.001, warn=warned.append)
+    crash = check_then_time(Impl("crash", boom=True), op, rng, clock=clock, budget_s=0.001, warn=warned.append)
+    good = check_then_time(Impl("good"), op, rng, clock=clock, budget_s=0.001)
+    assert (bad.status, crash.status, good.status) == ("failed", "error", "ok")
+    assert len(released) == 3 and len(warned) == 2 and good.timing.n >= 3 and good.check.ok
+    _fake_contention(monkeypatch, [0.6])
+    busy = check_then_time(Impl("good"), op, rng, clock=clock, budget_s=0.001, retries=2, retry=RetryBudget(60.0))
+    assert busy.telemetry["attempts"] == 3 and busy.contended and "contended" in busy.suspect
+    ms = check_then_time_group(Impl("good"), [op, op], rng, clock=clock, budget_s=0.001, rounds=3)
+    assert [m.timing.rounds for m in ms] == [3, 3] and len(released) == 6

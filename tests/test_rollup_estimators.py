@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from conftest import tiny_spec
 
 from roofprof.rollup import (
     MeasuredEstimator,
@@ -16,10 +17,9 @@ from roofprof.rollup import (
     residual,
 )
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.specs import ModelSpec
 from roofprof.workload import Op, llama_ops
 
-TINY = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+TINY = tiny_spec()
 ROOF = Roofline("literal", (Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),
                             Ceiling("dram", "memory", 1e10, level="dram", source="measured")))
 
@@ -148,3 +148,29 @@ def test_host_issue_time_is_a_floor_too():
     e = est.estimate(o)
     assert e.seconds == 9e-6 and e.bound == "launch"
     assert est.with_launch(False).estimate(o).seconds == 4e-6
+
+
+def test_predict_and_sweeps_take_a_scenario():
+    from roofprof.rollup import sweep
+    from roofprof.workload import Scenario
+
+    s = Scenario.of(TINY, "decode", batch=2, prompt_tokens=8, context_tokens=16, dtype="fp32")
+    est = RooflineEstimator(ROOF, name="empirical")
+    loose = predict(TINY, estimator=est, batch=2, prompt_tokens=8, context_tokens=16, dtype="fp32")
+    assert predict(s, estimator=est).to_dict() == loose.to_dict()
+    assert [p.decode.workload.batch for p in sweep(s, batches=(1, 4), estimator=est)] == [1, 4]
+    assert [p.decode.workload.context_tokens for p in sweep([s, s.replace(context_tokens=32)], estimator=est)] == [16, 32]
+    grid = phase_sweep(s, est, batches=(1, 2), contexts=(None, 64))
+    assert [(p.workload.batch, p.workload.context_tokens) for p in grid] == [(1, 8), (1, 64), (2, 8), (2, 64)]
+
+
+def test_a_contended_measurement_is_used_and_said_plainly():
+    w = llama_ops(TINY, "decode", context_tokens=8, dtype="fp32")
+    op = w.ops[2]
+    est = MeasuredEstimator({op.shape_key: OpTime(1e-3, "torch", contended=True)})
+    with pytest.warns(UserWarning, match="contended"):
+        assert est.estimate(op).seconds == 1e-3
+    est.estimate(op)  # said once per shape
+    assert len(est.warnings) == 1 and "--remeasure" in est.warnings[0]
+    assert OpTime(1e-3, "torch", contended=True).to_dict()["contended"] is True
+    assert "contended" not in OpTime(1e-3, "torch").to_dict()

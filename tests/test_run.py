@@ -11,25 +11,16 @@ from roofprof.roofline import Ceiling, Roofline
 from roofprof.run import default_model, run
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
-TINY_CFG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": True,
-            "max_position_embeddings": 256, "rope_theta": 10000.0}
 ROOF = Roofline("literal", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
                             Ceiling("DRAM", "memory", 1e10, level="dram", source="measured"),
                             Ceiling("L2", "memory", 5e10, level="l2", source="measured")))
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROOFPROF_CACHE", str(tmp_path / "cache"))
-
-
 @pytest.fixture
-def tiny(tmp_path):
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(TINY_CFG))
-    return str(path)
+def tiny(tiny_config):
+    return str(tiny_config)
 
 
 @pytest.fixture
@@ -39,9 +30,15 @@ def roofline_file(tmp_path):
     return path
 
 
-def test_default_model_fits_the_device_kind():
-    assert default_model("cpu") == ("llama-3.2-1b", "fp32")
-    assert default_model("cuda") == ("llama-3.1-8b", "bf16")
+def test_default_model_is_what_the_device_declares():
+    import dataclasses
+
+    from roofprof.devices.cpu import cpu_info
+
+    cpu = cpu_info()
+    assert default_model(cpu) == ("llama-3.2-1b", "fp32")
+    gpu = dataclasses.replace(cpu, kind="cuda", default_model="llama-3.1-8b", default_dtype="bf16")
+    assert default_model(gpu) == ("llama-3.1-8b", "bf16")
 
 
 def test_run_end_to_end(tiny, roofline_file, tmp_path):

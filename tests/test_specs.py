@@ -78,3 +78,46 @@ def test_malformed_json(tmp_path):
 def test_unknown_model():
     with pytest.raises(UnknownNameError, match="llama-3.1-8b"):
         load_model("llama-9")
+
+
+#: Mixtral 8x7B's config.json as published (mistralai/Mixtral-8x7B-v0.1): a sparse MoE, not a dense Llama.
+MIXTRAL = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+           "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+           "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32,
+           "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+           "output_router_logits": False, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+           "router_aux_loss_coef": 0.02, "sliding_window": None, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000}
+
+
+def test_a_mixtral_config_is_refused_not_read_as_a_dense_llama(tmp_path):
+    with pytest.raises(UnknownNameError) as err:
+        load_model(write(tmp_path, MIXTRAL))
+    assert "mixtral" in str(err.value) and "MixtralForCausalLM" in str(err.value)
+    assert err.value.choices == ["llama"]
+
+
+def test_a_mixtral_config_is_exit_2_on_the_command_line(tmp_path, capsys):
+    from roofprof.cli import main
+
+    code = main(["predict", "--model", write(tmp_path, MIXTRAL), "--gpu", "h100-sxm"])
+    err = capsys.readouterr().err
+    assert code == 2 and "mixtral" in err and "llama" in err and "Traceback" not in err
+
+
+def test_model_family_from_model_type_or_architectures(tmp_path):
+    assert load_model(write(tmp_path, {**BASE, "model_type": "llama"})).family == "llama"
+    assert load_model(write(tmp_path, {**BASE, "architectures": ["LlamaForCausalLM"]})).family == "llama"
+    assert load_model(write(tmp_path, BASE)).family == "llama"  # sizes only: read as a Llama, as before
+    with pytest.raises(UnknownNameError, match="MistralForCausalLM"):
+        load_model(write(tmp_path, {**BASE, "architectures": ["MistralForCausalLM"]}))
+
+
+def test_rope_and_norm_fields_are_kept_and_the_spec_stays_hashable(tmp_path):
+    m = load_model("llama-3.1-8b")
+    assert (m.rope_theta, m.rms_norm_eps) == (500000.0, 1e-05)
+    assert m.rope_scaling_dict == {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+    assert hash(m) == hash(load_model("llama-3.1-8b"))
+    bare = load_model(write(tmp_path, BASE))
+    assert (bare.rope_theta, bare.rope_scaling, bare.rms_norm_eps) == (10000.0, None, 1e-6)  # transformers' defaults

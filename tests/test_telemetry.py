@@ -231,3 +231,31 @@ def test_null_sampler():
 def test_bad_interval():
     with pytest.raises(ValueError):
         CpuFreqSampler(interval_s=0)
+
+
+def test_contention_share_from_proc_stat(monkeypatch):
+    import os
+
+    from roofprof import telemetry
+
+    busy = iter([100.0, 100.0 + 0.9 * 4])  # other processes: 0.9 s busy over 1 s on 4 CPUs (plus ours)
+    monkeypatch.setattr(telemetry.Contention, "_busy_s", staticmethod(lambda: next(busy)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    clock = iter([10.0, 11.0])
+    monkeypatch.setattr(telemetry.time, "perf_counter", lambda: next(clock))
+    with telemetry.Contention() as c:
+        pass
+    assert c.available and c.wall_s == 1.0
+    assert 0.85 <= c.share <= 0.9 and c.contended and c.percent == 100 * c.share  # minus our own CPU time
+
+
+def test_contention_too_short_or_unknown_is_not_judged(monkeypatch):
+    from roofprof import telemetry
+
+    with telemetry.Contention() as c:  # far below the 10 ms tick resolution
+        pass
+    assert not c.available and c.share == 0.0 and not c.contended
+    monkeypatch.setattr(telemetry.Contention, "_busy_s", staticmethod(lambda: None))
+    meter = telemetry.Contention().start()
+    assert meter.read(min_wall_s=0.0) is None and not meter.available
+    assert telemetry.loadavg() is None or len(telemetry.loadavg()) == 3

@@ -7,7 +7,16 @@ import math
 
 import pytest
 
-from roofprof.timing import NOISY_CV, Clock, PerfCounterClock, Timing, benchmark, repeat_counts
+from roofprof.timing import (
+    NOISY_CV,
+    Case,
+    Clock,
+    PerfCounterClock,
+    Timing,
+    benchmark,
+    interleave,
+    repeat_counts,
+)
 
 
 class FakeClock:
@@ -152,3 +161,33 @@ def test_perf_counter_clock_synchronises_at_start_and_stop():
     assert len(syncs) == 2 and elapsed >= 0.0
     with pytest.raises(RuntimeError):
         c.stop()
+
+
+def test_interleave_visits_cases_in_alternating_rounds():
+    order = []
+    cases = [Case([lambda: order.append("a")]), Case([lambda: order.append("b")], flush=lambda: order.append("f"))]
+    clock = FakeClock(constant(0.01))
+    ts = interleave(cases, clock=clock, rounds=4, budget_s=0.04, warmup_s=0.0)
+    assert [t.n for t in ts] == [4, 4] and all(t.rounds == 4 == t.rounds_kept for t in ts)
+    assert ts[0].flush == "interleaved" and ts[1].flush == "interleaved+flush"
+    timed = [x for x in order if x != "f"][4:]  # after two untimed calls and two estimates
+    assert timed == ["a", "b", "b", "a", "a", "b", "b", "a"]  # reversed every other round
+    assert ts[0].clock == "fake" and ts[0].estimate_s == 0.01
+
+
+def test_interleave_drops_busy_rounds_and_adds_clean_ones():
+    shares = iter([0.6, 0.0] * 10)
+    extra = []
+    [t] = interleave([Case([lambda: None, lambda: None])], clock=FakeClock(constant(1.0)), rounds=5, budget_s=5,
+                     warmup_s=0, judge_round=lambda run: (run(), next(shares))[1],
+                     more_rounds=lambda s: extra.append(s) or True)
+    # busy, clean, busy, clean, busy: 2 clean of 5, so a sixth (clean) round runs
+    assert (t.rounds, t.rounds_kept, t.n, len(extra)) == (6, 3, 3, 1)
+    assert t.flush == "interleaved+rotate:2"
+
+
+def test_interleave_keeps_everything_when_too_few_clean_samples_and_stops_when_refused():
+    [t] = interleave([Case([lambda: None])], clock=FakeClock(constant(1.0)), rounds=3, budget_s=3, warmup_s=0,
+                     judge_round=lambda run: (run(), 0.9)[1], more_rounds=lambda s: False)
+    assert (t.rounds, t.rounds_kept, t.n) == (3, 3, 3)
+    assert Timing.from_dict(t.to_dict()) == t

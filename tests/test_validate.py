@@ -5,34 +5,27 @@ import json
 import warnings
 
 import pytest
+from conftest import tiny_spec, write_config
 
 from roofprof.cli import main
 from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.models import ops
 from roofprof.rollup import MeasuredEstimator, OpTime
-from roofprof.specs import ModelSpec, load_model
-from roofprof.validate import memory_plan, validate
-from roofprof.workload import llama_ops
+from roofprof.specs import load_model
+from roofprof.validation import memory_plan, validate
+from roofprof.workload import Scenario
 
 torch = pytest.importorskip("torch")
 HAS_HF = importlib.util.find_spec("transformers") is not None
-
-TINY_CFG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": True,
-            "max_position_embeddings": 256, "rope_theta": 10000.0,
-            "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                             "original_max_position_embeddings": 128, "rope_type": "llama3"}}
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROOFPROF_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 
 @pytest.fixture
 def tiny(tmp_path):
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(TINY_CFG))
-    return str(path)
+    """Three layers, with llama3 RoPE scaling."""
+    return str(write_config(tmp_path, num_hidden_layers=3, rope_scaling={
+        "factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 128,
+        "rope_type": "llama3"}))
 
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("hf", marks=pytest.mark.skipif(not HAS_HF, reason="no transformers"))])
@@ -53,11 +46,11 @@ def test_real_run_times_prefill_and_decode(tiny, backend, attention):
 def test_plain_torch_matches_transformers_numerically():
     if not HAS_HF:
         pytest.skip("no transformers")
-    from roofprof.llama_torch import KVCache, TorchLlama
-    from roofprof.validate import build_hf_model
+    from roofprof.models.llama_torch import KVCache, TorchLlama
+    from roofprof.validation import build_hf_model
 
-    spec = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
-    hf = build_hf_model(spec, {"rope_theta": 10000.0, "max_position_embeddings": 256}, "fp32", "cpu", "fused")
+    spec = tiny_spec()
+    hf = build_hf_model(spec, "fp32", "cpu", "fused")
     plain = TorchLlama(spec, rope_theta=10000.0, eps=1e-6, init=False)
     with torch.no_grad():  # copy HF's weights into the plain model
         for i, layer in enumerate(hf.model.layers):
@@ -92,11 +85,11 @@ def test_model_that_cannot_fit_even_scaled_is_refused():
 
 
 def test_max_layers_scales_and_predictions_follow(tiny):
-    ops = {}
+    times = {}
     for phase in ("prefill", "decode"):
-        for o in llama_ops(load_model(tiny), phase, prompt_tokens=8, context_tokens=10, dtype="fp32").ops:
-            ops[o.shape_key] = OpTime(1e-4, "lit")
-    est = MeasuredEstimator(ops)
+        for o in ops(Scenario.of(tiny, phase, prompt_tokens=8, context_tokens=10, dtype="fp32")).ops:
+            times[o.shape_key] = OpTime(1e-4, "lit")
+    est = MeasuredEstimator(times)
     r = validate(tiny, device="cpu", backend="torch", max_layers=2, prompt_tokens=8, decode_steps=2, warmup_steps=1,
                  estimators={"measured": est})
     assert r.model.num_layers == 2 and r.real.scaled_from == 3 and r.memory.scaled

@@ -77,3 +77,35 @@ def test_unknown_phase_and_dtype():
         llama_ops(M8, "train", prompt_tokens=5)
     with pytest.raises(UnknownNameError, match="bf16"):
         llama_ops(M8, "prefill", prompt_tokens=5, dtype="bfloat17")
+
+
+def test_scenario_is_the_key_and_the_family_builds_its_ops():
+    from roofprof import models
+    from roofprof.workload import Scenario
+
+    s = Scenario.of("llama-3.1-8b", "decode", batch=4, prompt_tokens=100, context_tokens=999, dtype="bf16")
+    w = models.ops(s)
+    assert w.ops == llama_ops(M8, "decode", batch=4, prompt_tokens=100, context_tokens=999, dtype="bf16").ops
+    assert w.scenario == s and hash(w.scenario) == hash(s) and {s: 1}[w.scenario] == 1
+    assert models.ops(s.replace(phase="prefill")).phase == "prefill"
+    assert {op.fn for op in w.ops} >= {"linear", "rmsnorm", "rope", "add", "silu_mul", "sdpa", "gather"}
+    assert all(op.group and op.short for op in w.ops)
+    assert w.ops[2].to_dict() == {"name": "q_proj", "kind": "gemm", "phase": "decode", "scope": "layer", "m": 4,
+                                  "n": 4096, "k": 4096, "batch": 1, "count": 32, "dtype": "bf16"}
+
+
+def test_model_families_and_unknown_ones():
+    from roofprof import models
+    from roofprof.models import llama
+
+    assert models.FAMILIES == {"llama": llama}
+    assert models.family_of({"model_type": "llama"}) == "llama"
+    with pytest.raises(UnknownNameError, match="mixtral.*valid choices: llama"):
+        models.family_of({"model_type": "mixtral"})
+    import dataclasses
+
+    from roofprof.workload import Scenario
+
+    alien = dataclasses.replace(M8, family="mamba")
+    with pytest.raises(UnknownNameError, match="mamba"):
+        models.ops(Scenario(alien, "decode"))

@@ -68,7 +68,7 @@ def counting(attention: str) -> Any:
 
 def resolve_dtype(dtype: str, device: Any) -> tuple[Any, str]:
     """``(device, dtype)``: the selected device and ``auto`` → fp32 on a CPU, bf16 on a GPU."""
-    from roofprof.profile import select_device
+    from roofprof.profiling import select_device
 
     dev = select_device(device)
-    return dev, (("fp32" if dev.info.kind == "cpu" else "bf16") if dtype == "auto" else dtype)
+    return dev, (dev.info.default_dtype if dtype == "auto" else dtype)

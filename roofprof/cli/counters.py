@@ -156,15 +156,15 @@ def ops_pass_cmd(
 ) -> None:
     """Child of `profile --counters` (runs under ncu): each op checked, then run once in its NVTX
     range."""
+    from roofprof import models
     from roofprof.counters.ops_pass import run_ops_once
     from roofprof.devices import select
     from roofprof.results import write_json_atomic
-    from roofprof.specs import load_model
-    from roofprof.workload import Counting, llama_ops
+    from roofprof.workload import Counting, Scenario
 
-    workload = llama_ops(load_model(model), phase, batch=batch, prompt_tokens=prompt,
-                         context_tokens=context, dtype=dtype,
-                         convention=Counting(attention=attention))
+    workload = models.ops(Scenario.of(model, phase, batch=batch, prompt_tokens=prompt,
+                                      context_tokens=context, dtype=dtype,
+                                      convention=Counting(attention=attention)))
     impls = split_list(impl)
     records = run_ops_once(workload, select(device), impls=impls)  # type: ignore[arg-type]
     write_json_atomic(manifest, records)

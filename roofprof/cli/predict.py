@@ -45,6 +45,10 @@ def predict(
     fmt: TableJsonCsv = typer.Option("table", "--format", "-f", help="table | json | csv."),
     plot: Path | None = typer.Option(None, "--plot",
                                      help="Write a roofline PNG with every op placed on it."),
+    remeasure: bool = typer.Option(
+        False, "--remeasure",
+        help="With --estimator measured: measure every op afresh, ignoring cached measurements "
+             "(e.g. ones taken on a busy machine)."),
 ) -> None:
     """Predict time to first token and decode tokens/s from a roofline (datasheet or measured)."""
     import dataclasses
@@ -66,7 +70,7 @@ def predict(
                               "valid choices: fused, unfused")
         counting = dataclasses.replace(counting, attention=attention)
     kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting)
-    kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype))
+    kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure))
     predictions = rollup.sweep(model, batches=batches, contexts=contexts, **kwargs)
     if plot is not None:
         from roofprof.plots.roofline import plot_prediction
@@ -77,7 +81,7 @@ def predict(
         typer.echo(f"roofline plot written to {plot}", err=True)
 
 
-def _estimator_args(estimator, gpu, roofline, device, model, dtype) -> dict:
+def _estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure=False) -> dict:
     from roofprof.roofline import load_roofline
 
     name = estimator or ("empirical" if roofline is not None and gpu is None else "spec")
@@ -91,13 +95,10 @@ def _estimator_args(estimator, gpu, roofline, device, model, dtype) -> dict:
                               "(from `roofprof roofline`)")
         return {"roofline": load_roofline(roofline)}
     if name == "measured":
-        try:
-            from roofprof.profile import measured_estimator
-        except ImportError:
-            raise ConfigError("the measured estimator needs roofprof.profile, "
-                              "which is not available") from None
+        from roofprof.profiling import measured_estimator
+
         return {"estimator": measured_estimator(model=model, device=device, dtype=dtype,
-                                                roofline=roofline)}
+                                                roofline=roofline, use_cache=not remeasure)}
     raise ConfigError(f"unknown estimator {name!r}; valid choices: spec, empirical, measured")
 
 

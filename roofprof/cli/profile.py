@@ -53,12 +53,16 @@ def profile(
              "analytic counts (--out is then a folder)."),
     clock_control: str = typer.Option(
         "none", "--clock-control", help="ncu clock control with --counters: none (as run) | base."),
+    remeasure: bool = typer.Option(
+        False, "--remeasure",
+        help="Ignore cached measurements (profile always measures afresh and replaces them; "
+             "accepted as for predict)."),
 ) -> None:
     """Measure every op of a Llama pass on this device (correctness first) and place it on the
     roofline."""
-    from roofprof.profile import Profiler
+    from roofprof.profiling import Profiler
     from roofprof.specs import load_model
-    from roofprof.workload import llama_ops
+    from roofprof.workload import Scenario
 
     phases = {"both": ["prefill", "decode"], "prefill": ["prefill"],
               "decode": ["decode"]}.get(phase)
@@ -85,16 +89,16 @@ def profile(
         return
     results = []
     with progress_bar(sys.stderr.isatty()) as (progress, step):
+        # profile measures afresh whether or not --remeasure is given (use_cache=False): its
+        # measurements replace the cached ones that `predict --estimator measured` reuses
         prof = Profiler(spec, dev, impls=impls, budget_s=budget, threads=threads, roofline=roofline,
-                        progress=progress)
+                        use_cache=False, progress=progress)
         for ph in phases:
             for b in batches:
                 for c in (contexts if ph == "decode" else [None]):
                     if step:
                         step(f"{ph} batch {b}" + (f" context {c}" if c is not None else ""))
-                    w = llama_ops(spec, ph, batch=b, prompt_tokens=prompt, context_tokens=c,
-                                  dtype=dtype, convention=counting_)
-                    results.append(prof.profile(w))
+                    results.append(prof.profile(Scenario(spec, ph, b, prompt, c, dtype, counting_)))
     if out is not None:
         from roofprof.results import write_json_atomic
         from roofprof.units import clean

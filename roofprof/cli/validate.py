@@ -43,7 +43,7 @@ def validate(
 ) -> None:
     """Run a real Llama forward pass (prefill + decode) on the device and report each
     estimator's residual."""
-    from roofprof.validate import validate as run_validation
+    from roofprof.validation import validate as run_validation
 
     wanted = split_list(estimators) or []
     bad = [w for w in wanted if w not in ("spec", "empirical", "measured")]
@@ -83,24 +83,12 @@ def validate(
 
 
 def _predictions(result, dev, wanted, roofline, budget, threads, progress):
-    from roofprof.profile import Profiler, spec_roofline
-    from roofprof.rollup import RooflineEstimator
-    from roofprof.validate import predict_for
+    from roofprof.profiling import Profiler, estimators_for
+    from roofprof.validation import predict_for
 
-    ests = {}
-    if "spec" in wanted:
-        spec = spec_roofline(dev)
-        if spec is not None:
-            ests["spec"] = RooflineEstimator(spec, name="spec",
-                                             source=f"data/gpus.json:{dev.info.spec_id}")
+    prof = None
     if "empirical" in wanted or "measured" in wanted:
         prof = Profiler(result.model, dev, budget_s=budget, threads=threads, roofline=roofline,
                         progress=progress)
-        if "empirical" in wanted and prof.roofline is not None:
-            ests["empirical"] = RooflineEstimator(prof.roofline, name="empirical",
-                                                  source=prof.roofline_source)
-        if "measured" in wanted:
-            est = prof.estimator()
-            ests["measured"] = est
-            ests["measured-no-launch"] = est.with_launch(False)
+    ests, _ = estimators_for(dev, prof, wanted=wanted)
     return predict_for(result, ests)

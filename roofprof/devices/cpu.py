@@ -21,10 +21,11 @@ without a GPU, as ERT and Intel Advisor do for CPUs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -635,3 +636,78 @@ def open(index: int = 0) -> CpuDevice:  # noqa: A001 - the backend protocol's na
 def roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
     """The roofline plan of a CPU described by ``info`` (:func:`cpu_roofline_plan`)."""
     return cpu_roofline_plan(info, name)
+# --------------------------------------------------------------------------- host threads
+
+
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[int | None]:
+    """Set torch's (and numba's) intra-op thread count for the block; restore it after.
+
+    Like ``torch.utils.benchmark``'s ``set_torch_threads``. Yields the torch thread count
+    in effect (``n`` when torch is missing; None when neither is given nor known).
+    ``roofprof profile`` and ``roofprof validate`` use the same value, so per-op times and
+    the real pass share the machine alike.
+
+    Raises:
+        ConfigError: ``n`` below 1.
+
+    >>> with threads(None) as count:
+    ...     count is None or count >= 1
+    True
+    """
+    if n is not None and n < 1:
+        raise ConfigError(f"threads must be at least 1, got {n}")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    numba = None
+    old_torch = torch.get_num_threads() if torch is not None else None
+    old_numba = None
+    if n is not None:
+        if torch is not None:
+            torch.set_num_threads(n)
+        try:
+            import numba
+
+            old_numba = numba.get_num_threads()
+            numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        except (ImportError, ValueError):
+            numba = None
+    try:
+        yield torch.get_num_threads() if torch is not None else n
+    finally:
+        if n is not None and torch is not None and old_torch is not None:
+            torch.set_num_threads(old_torch)
+        if numba is not None and old_numba is not None:
+            with contextlib.suppress(ValueError):
+                numba.set_num_threads(old_numba)
+
+
+def single_openmp_runtime() -> str:
+    """Keep numba's parallel kernels off a second OpenMP runtime while torch is measured.
+
+    torch wheels bundle their own libgomp and numba's default ``omp`` threading layer loads
+    the system one: two OpenMP thread pools then compete for the same cores, and on a small
+    machine torch ops measured after a numba kernel ran can slow down many-fold (seen here:
+    RMSNorm 0.07 ms → 30 ms). Before numba starts its threads, this selects numba's
+    ``workqueue`` layer (its own simple pool; the numba kernels run the same loops).
+
+    Returns what happened, for provenance: ``"workqueue selected"``, ``"already <layer>"``
+    (numba's threads were started earlier, e.g. by the roofline probes in this process),
+    or ``"numba not installed"``.
+    """
+    try:
+        import numba
+        from numba.np.ufunc import parallel
+    except ImportError:
+        return "numba not installed"
+    if getattr(parallel, "_is_initialized", False):
+        try:
+            return f"already {numba.threading_layer()}"
+        except ValueError:
+            return "already initialised"
+    if os.environ.get("NUMBA_THREADING_LAYER"):
+        return f"kept NUMBA_THREADING_LAYER={os.environ['NUMBA_THREADING_LAYER']}"
+    numba.config.THREADING_LAYER = "workqueue"
+    return "workqueue selected"

@@ -57,7 +57,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
                    title: str = "", path: str | Path | None = None) -> bytes:
     """Measured ceilings (solid), datasheet ceilings (dashed), and every measured op placed on them.
 
-    ``profiles`` maps phase → :class:`~roofprof.profile.ProfileResult`; each op with a chosen
+    ``profiles`` maps phase → :class:`~roofprof.profiling.ProfileResult`; each op with a chosen
     measurement is a point at (analytic intensity, achieved FLOP/s), prefill ▲ red, decode
     ● blue, labelled with a short name. Ops with no FLOPs (the embedding gather) are left
     out (they have no place on a FLOP/s axis) and listed under the chart.

@@ -11,7 +11,7 @@ and keeps what it finished; the results file is rewritten whole after every sect
    outputs poisoned first. A kernel that fails is reported and never timed.
 2. ``roofline`` — :func:`roofprof.probes.measure_roofline` over the probes that passed;
    compute ceilings restated at the datasheet clock (rate × spec clock / clock seen).
-3. ``benchmarks`` — Llama shapes from :func:`roofprof.workload.llama_ops` (3.1 8B and 70B,
+3. ``benchmarks`` — Llama shapes from :func:`roofprof.models.ops` (3.1 8B and 70B,
    3.2 1B and 3B; decode M = batch, prefill M = batch × prompt), each implementation
    checked then timed (CUDA events, L2 flushed before each call for memory-bound shapes),
    each as a ratio against cuBLAS in the same run.

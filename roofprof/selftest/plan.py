@@ -60,12 +60,13 @@ def benchmark_plan(quick: bool = False) -> list[BenchCase]:
 
 
 def gemm_ops(case: BenchCase) -> list[Any]:
-    """Distinct GEMM shapes of ``case``'s pass (``llama_ops``), each with the summed count."""
-    from roofprof.specs import load_model
-    from roofprof.workload import Op, llama_ops
+    """Distinct GEMM shapes of ``case``'s pass (:func:`roofprof.models.ops`), each with the
+    summed count."""
+    from roofprof import models
+    from roofprof.workload import Op, Scenario
 
-    w = llama_ops(load_model(case.model), case.phase, batch=case.batch, prompt_tokens=case.prompt_tokens,
-                  context_tokens=case.prompt_tokens, dtype=case.dtype)
+    w = models.ops(Scenario.of(case.model, case.phase, batch=case.batch, prompt_tokens=case.prompt_tokens,
+                               context_tokens=case.prompt_tokens, dtype=case.dtype))
     merged: dict[tuple, Op] = {}
     names: dict[tuple, list[str]] = {}
     for op in w.ops:

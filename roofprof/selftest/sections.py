@@ -219,8 +219,8 @@ def _check_numba_registry(dev: Any, st: RunState) -> None:
 
 
 def _check_impls(dev: Any, st: RunState) -> None:
-    from roofprof.specs import load_model
-    from roofprof.workload import llama_ops
+    from roofprof import models
+    from roofprof.workload import Scenario
 
     rng = np.random.default_rng(404)
     gemm_shapes = [(1, 4096, 4096), (5, 1024, 4096), (256, 4096, 1024), (200, 1000, 1032)]
@@ -239,9 +239,9 @@ def _check_impls(dev: Any, st: RunState) -> None:
     ref = impls.get("cupy-ref")
     if ref is None:
         return
-    model = load_model("llama-3.2-1b")
-    for phase, kw in (("decode", {"batch": 2, "context_tokens": 64}), ("prefill", {"batch": 1, "prompt_tokens": 64})):
-        for op in llama_ops(model, phase, dtype="bf16", **kw).ops:
+    for phase, kw in (("decode", {"batch": 2, "context_tokens": 64}),
+                      ("prefill", {"batch": 1, "prompt_tokens": 64})):
+        for op in models.ops(Scenario.of("llama-3.2-1b", phase, dtype="bf16", **kw)).ops:
             if ref.supports(op) is not None:
                 continue
             try:

@@ -1,6 +1,6 @@
 """Op implementations on a CUDA GPU (:class:`~roofprof.devices.base.OpImpl`).
 
-GEMM/GEMV ops of :func:`roofprof.workload.llama_ops` (``y[m,n] = x[m,k]·W[n,k]ᵀ``, the
+GEMM/GEMV ops of :func:`roofprof.models.ops` (``y[m,n] = x[m,k]·W[n,k]ᵀ``, the
 ``nn.Linear`` layout) run through:
 
 | name | kernels | dtypes |

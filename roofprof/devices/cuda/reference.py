@@ -36,13 +36,14 @@ __all__ = ["CupyReference", "PreparedRef", "attention_group"]
 def attention_group(op: Op) -> int:
     """Query heads per KV head of a fused attention op, inferred from its byte count.
 
-    ``llama_ops`` counts (per layer, ``e`` bytes per element, ``B = batch·heads``):
+    the Llama family counts (per layer, ``e`` bytes per element, ``B = batch·heads``):
     prefill ``e·(2·B·tq·d + 4·(B/g)·tq·d)``, decode ``e·(2·B·d + 2·(B/g)·d·(keys+1))``.
     Returns 1 when the bytes do not fit that form (e.g. fused elementwise conventions).
 
     >>> from roofprof.specs import load_model
-    >>> from roofprof.workload import llama_ops
-    >>> ops = llama_ops(load_model("llama-3.1-8b"), "decode", batch=2, context_tokens=100).ops
+    >>> from roofprof import models
+    >>> from roofprof.workload import Scenario
+    >>> ops = models.ops(Scenario(load_model("llama-3.1-8b"), "decode", batch=2, context_tokens=100)).ops
     >>> attention_group(next(o for o in ops if o.name == "attention"))
     4
     """
@@ -266,7 +267,7 @@ class CupyReference:
         q, k, v, out = bufs["q"], bufs["k"], bufs["v"], bufs["out"]
         scale = 1.0 / math.sqrt(d)
         if use_torch:
-            from roofprof.llama_torch import attention_sdpa
+            from roofprof.models.llama_torch import attention_sdpa
 
             def run() -> None:
                 dev.last_kernel = "torch SDPA"

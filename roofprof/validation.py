@@ -2,8 +2,9 @@
 
 :func:`validate` builds a Llama model from the config with random weights, on the device
 being measured: Hugging Face transformers' ``LlamaForCausalLM`` when transformers is
-installed (``backend="hf"``), else the plain-torch model of :mod:`roofprof.llama_torch`
-(the same architecture, ``backend="torch"``). It times
+installed (``backend="hf"``), else the plain-torch model of :mod:`roofprof.models.llama_torch`
+(the same architecture, ``backend="torch"``), from the model's spec (sizes, RoPE and norm
+fields: :class:`~roofprof.specs.ModelSpec`). It times
 
 * **prefill**: one forward pass over ``prompt_tokens`` per sequence into an empty KV cache
   (logits of the last token only, as generation does): the time to first token without
@@ -29,22 +30,24 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import statistics
-import sys
 import time
-import types
 import warnings as _warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from roofprof.errors import ConfigError, DeviceUnavailableError
-from roofprof.profile import CONTENDED_SHARE, Contention
+from roofprof.errors import ConfigError, DeviceUnavailableError, UnknownNameError
 from roofprof.rollup import Estimator, Prediction, RealRun, compare, predict
-from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec, list_models, load_model
-from roofprof.workload import Counting
+from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec, load_model
+from roofprof.telemetry import CONTENDED_SHARE, Contention
+from roofprof.workload import Counting, Scenario
+
+if TYPE_CHECKING:
+    from roofprof.devices.base import Device
+
+__all__ = ["BACKENDS", "MemoryPlan", "ValidationResult", "build_hf_model", "build_torch_model", "memory_plan",
+           "predict_for", "validate", "validation_context"]
 
 Progress = Callable[[str, int, int], None]
 BACKENDS = ("auto", "hf", "torch")
@@ -166,20 +169,6 @@ def memory_plan(spec: ModelSpec, dtype: str, *, batch: int, prompt_tokens: int, 
 # --------------------------------------------------------------------------- models
 
 
-def raw_config(model: str | ModelSpec) -> dict[str, Any]:
-    """The HF config dict behind a model id or path (empty for a bare ModelSpec)."""
-    if isinstance(model, ModelSpec):
-        return {}
-    text = str(model)
-    if text in list_models():
-        from roofprof.specs import _data_root
-
-        return json.loads((_data_root() / "models" / f"{text}.json").read_text())
-    if Path(text).is_file():
-        return json.loads(Path(text).read_text())
-    return {}
-
-
 def _scaled(spec: ModelSpec, layers: int) -> ModelSpec:
     if layers == spec.num_layers:
         return spec
@@ -190,18 +179,20 @@ def has_transformers() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-def build_hf_model(spec: ModelSpec, cfg: Mapping[str, Any], dtype: str, device: str, attention: str):
+def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
     """transformers' ``LlamaForCausalLM`` with random weights (built on meta, then allocated)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from roofprof.llama_torch import fill_random_, torch_dtype
+    from roofprof.models.llama_torch import fill_random_, torch_dtype
 
-    keep = {k: v for k, v in cfg.items() if not k.startswith("_") and k not in ("architectures", "torch_dtype", "dtype")}
-    keep.update(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-                num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
-                tie_word_embeddings=spec.tie_word_embeddings)
+    keep: dict[str, Any] = dict(
+        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps, rope_scaling=spec.rope_scaling_dict)
+    if spec.max_position_embeddings < 2**31 - 1:
+        keep["max_position_embeddings"] = spec.max_position_embeddings
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
         config = LlamaConfig(**keep)
@@ -225,14 +216,13 @@ def build_hf_model(spec: ModelSpec, cfg: Mapping[str, Any], dtype: str, device: 
     return model.eval()
 
 
-def build_torch_model(spec: ModelSpec, cfg: Mapping[str, Any], dtype: str, device: str, attention: str):
-    """The plain-torch Llama of :mod:`roofprof.llama_torch`, random weights."""
-    from roofprof.llama_torch import TorchLlama, torch_dtype
+def build_torch_model(spec: ModelSpec, dtype: str, device: str, attention: str):
+    """The plain-torch Llama of :mod:`roofprof.models.llama_torch`, random weights."""
+    from roofprof.models.llama_torch import TorchLlama, torch_dtype
 
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     return TorchLlama(spec, dtype=torch_dtype(dtype), device=device, attention=attention,
-                      rope_theta=float(cfg.get("rope_theta", 10000.0)), rope_scaling=scaling,
-                      eps=float(cfg.get("rms_norm_eps", 1e-6))).eval()  # transformers' defaults
+                      rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling_dict,
+                      eps=spec.rms_norm_eps).eval()
 
 
 class _Runner:
@@ -250,7 +240,7 @@ class _Runner:
 
     def prefill(self, ids):
         if self.backend == "torch":
-            from roofprof.llama_torch import KVCache
+            from roofprof.models.llama_torch import KVCache
 
             cache = KVCache()
             return self.model(ids, cache), cache
@@ -274,9 +264,9 @@ class _Runner:
 
 
 def validate(
-    model: str | ModelSpec,
+    model: str | ModelSpec | Scenario,
     *,
-    device: Any = "auto",
+    device: Device | str = "auto",
     dtype: str | None = None,
     batch: int = 1,
     prompt_tokens: int = 128,
@@ -294,9 +284,10 @@ def validate(
     """Run a real Llama forward pass (prefill, then decode steps) on ``device`` and time it.
 
     Args:
-        model: id or HF config path (or a ModelSpec).
+        model: id or HF config path (or a ModelSpec), or a Scenario (its model, dtype,
+            batch, prompt and attention counting are used).
         device: ``auto | cpu | cuda:N`` or a Device.
-        dtype: ``fp32`` (default on a CPU), ``bf16`` (default on a GPU), ``fp16``.
+        dtype: the device's default (``fp32`` on a CPU, ``bf16`` on a GPU), or ``fp16``...
         batch, prompt_tokens: prefill shape; decode continues these sequences.
         decode_steps, warmup_steps, prefill_repeats: timed and untimed repetitions.
         attention: ``fused`` (SDPA) or ``unfused`` (eager), matching the counting.
@@ -314,11 +305,12 @@ def validate(
         DeviceUnavailableError: torch (or transformers for ``backend="hf"``) is missing.
         ConfigError: the model does not fit even with one layer; bad sizes or choices.
     """
+    if isinstance(model, Scenario):
+        s = model
+        model, dtype, batch, prompt_tokens, attention = s.model, s.dtype, s.batch, s.prompt_tokens, s.counting.attention
     if importlib.util.find_spec("torch") is None:
         raise DeviceUnavailableError(TORCH_MISSING)
     if backend not in BACKENDS:
-        from roofprof.errors import UnknownNameError
-
         raise UnknownNameError("backend", backend, BACKENDS)
     if backend == "hf" and not has_transformers():
         raise DeviceUnavailableError("backend 'hf' needs transformers: pip install 'roofprof[hf]' (or use --backend torch)")
@@ -329,24 +321,35 @@ def validate(
                              ("prefill repeats", prefill_repeats, 1)):
         if value < low:
             raise ConfigError(f"{name} must be at least {low}, got {value}")
-    import torch
+    import torch  # noqa: F401 - torch (and its OpenMP runtime) loads before numba, as before
 
-    from roofprof.profile import (
-        select_device,
-        set_threads,
-        single_openmp_runtime,
-    )
+    from roofprof.devices.cpu import single_openmp_runtime
+    from roofprof.devices.cpu import threads as cpu_threads
+    from roofprof.profiling import select_device
 
     single_openmp_runtime()
     dev = select_device(device)
     info = dev.info
-    dtype = dtype or ("fp32" if info.kind == "cpu" else "bf16")
-    if info.kind == "cpu" and dtype in ("fp16",):
+    dtype = dtype or info.default_dtype
+    if info.torch_device == "cpu" and dtype in ("fp16",):
         raise ConfigError("fp16 matmuls on the CPU have no fast path in torch; use fp32 (or bf16)")
     spec_full = model if isinstance(model, ModelSpec) else load_model(model)
-    cfg = raw_config(model)
     chosen = ("hf" if has_transformers() else "torch") if backend == "auto" else backend
-    threads = set_threads(threads)
+    with cpu_threads(threads) as count:
+        return _validate(dev, spec_full, dtype, chosen, count, batch=batch, prompt_tokens=prompt_tokens,
+                         decode_steps=decode_steps, warmup_steps=warmup_steps, prefill_repeats=prefill_repeats,
+                         attention=attention, max_layers=max_layers, memory_fraction=memory_fraction,
+                         estimators=estimators, progress=progress)
+
+
+def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, threads: int | None, *, batch: int,
+              prompt_tokens: int, decode_steps: int, warmup_steps: int, prefill_repeats: int, attention: str,
+              max_layers: int | None, memory_fraction: float, estimators: Mapping[str, Estimator] | None,
+              progress: Progress | None) -> ValidationResult:
+    """:func:`validate` once the device, model, dtype, backend and threads are settled."""
+    import torch
+
+    info = dev.info
     total = prompt_tokens + warmup_steps + decode_steps + 1
     plan = memory_plan(spec_full, dtype, batch=batch, prompt_tokens=prompt_tokens, total_tokens=total,
                        available_bytes=dev.free_memory_bytes() * memory_fraction, attention=attention,
@@ -366,11 +369,11 @@ def validate(
     tick(f"building {spec.id} ({chosen}, {dtype}, random weights)")
     t0 = time.perf_counter()
     build = build_hf_model if chosen == "hf" else build_torch_model
-    net = build(spec, cfg, dtype, tdev, attention)
+    net = build(spec, dtype, tdev, attention)
     dev.synchronize()
     build_s = time.perf_counter() - t0
     backend_label = (f"transformers {_version('transformers')} LlamaForCausalLM" if chosen == "hf"
-                     else "plain torch (roofprof.llama_torch.TorchLlama)")
+                     else "plain torch (roofprof.models.llama_torch.TorchLlama)")
     runner = _Runner(net, chosen)
     gen = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, spec.vocab_size, (batch, prompt_tokens), generator=gen).to(tdev)
@@ -380,7 +383,7 @@ def validate(
     sampler = dev.sampler(interval_s=0.05)
     prefill_share: list[float] = []
     decode_share: list[float] = []
-    on_cpu = info.kind == "cpu"
+    shared_host = info.shared_host
 
     def timed(fn, shares):
         meter = Contention()
@@ -418,7 +421,7 @@ def validate(
                 nxt = logits[:, -1:].argmax(-1)
             rep += 1
             if rep >= prefill_repeats and (
-                    not on_cpu or rep >= prefill_repeats + 2
+                    not shared_host or rep >= prefill_repeats + 2
                     or (_clean_count(prefill_share) >= min(2, prefill_repeats)
                         and _clean_count(decode_share) >= min(decode_steps, len(decode_s)) - steps_per_rep)):
                 break
@@ -426,7 +429,7 @@ def validate(
     summary = sampler.summary()
     prefill_used, prefill_note = _uncontended(prefill_s, prefill_share, 1)
     decode_used, decode_note = _uncontended(decode_s, decode_share, min(3, decode_steps))
-    telemetry = summary.to_dict() if hasattr(summary, "to_dict") else {}
+    telemetry = summary.to_dict()
     del net, cache, logits
     if tdev.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -466,12 +469,13 @@ def validation_context(prompt_tokens: int, warmup_steps: int = 2, decode_steps: 
 def predict_for(result: ValidationResult, estimators: Mapping[str, Estimator]) -> dict[str, Prediction]:
     """Each estimator's prediction for exactly what ``result`` ran (model as scaled, shapes, context)."""
     r = result.real
+    scenario = Scenario(result.model, "decode", r.batch, r.prompt_tokens, r.context_tokens, result.dtype,
+                        result.counting)
     out = {}
     for label, est in estimators.items():
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")
-            out[label] = predict(result.model, estimator=est, prompt_tokens=r.prompt_tokens, batch=r.batch,
-                                 context_tokens=r.context_tokens, dtype=result.dtype, convention=result.counting)
+            out[label] = predict(scenario, estimator=est)
     return out
 
 
@@ -510,13 +514,3 @@ def _version(pkg: str) -> str:
         return metadata.version(pkg)
     except metadata.PackageNotFoundError:
         return "?"
-
-
-class _CallableModule(types.ModuleType):
-    """``roofprof.validate(...)`` calls :func:`validate`: the module and the function share the name."""
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        return validate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

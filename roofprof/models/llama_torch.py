@@ -17,7 +17,8 @@ torch (it is only imported by code that checked for it).
 
 >>> import torch
 >>> from roofprof.specs import ModelSpec
->>> spec = ModelSpec("tiny", 64, 128, 2, 4, 2, 16, 100, True, 256)
+>>> spec = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+...                  head_dim=16, vocab_size=100, tie_word_embeddings=True, max_position_embeddings=256)
 >>> model = TorchLlama(spec, dtype=torch.float32)
 >>> cache = KVCache()
 >>> logits = model(torch.tensor([[1, 2, 3]]), cache)

@@ -1,0 +1,178 @@
+"""What roofprof keeps between runs: measurements and rooflines, per device fingerprint.
+
+Files live in ``$ROOFPROF_CACHE`` (default ``~/.cache/roofprof``):
+
+* ``measurements-<fingerprint>.json``: op measurements (:class:`MeasurementCache`), keyed
+  by op shape, implementation and, for non-GEMM ops, the head layout. A measurement taken
+  while other processes used the CPUs is stored with ``"suspect"`` saying so; it is not
+  reused silently (the profiler measures it again on next use).
+* ``roofline-<fingerprint>.json``: the quick roofline of a device
+  (:func:`resolve_roofline`).
+
+The fingerprint (:func:`device_fingerprint`) hashes what a measurement depends on: device
+identity, threads and library versions. Writing is best effort (an unwritable cache only
+costs time), and every file is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from roofprof.errors import ConfigError
+from roofprof.measurement import Measurement
+from roofprof.roofline import Roofline
+
+if TYPE_CHECKING:
+    from roofprof.devices.base import Device
+    from roofprof.probes import RooflineResult
+    from roofprof.workload import Op
+
+__all__ = ["MeasurementCache", "cache_dir", "device_fingerprint", "measure_roofline", "resolve_roofline",
+           "spec_roofline"]
+
+Progress = Callable[[str, int, int], None]
+
+
+def cache_dir() -> Path:
+    """``$ROOFPROF_CACHE`` or ``~/.cache/roofprof``."""
+    return Path(os.environ.get("ROOFPROF_CACHE") or Path.home() / ".cache" / "roofprof")
+
+
+def device_fingerprint(device: Device, threads: int | None = None) -> str:
+    """A short hash of what a measurement depends on: device identity, threads, library versions."""
+    from roofprof.results import library_versions
+
+    info = device.info
+    libs = library_versions()
+    key = json.dumps([info.kind, info.index, info.name, info.compute_units, threads,
+                      {k: libs.get(k) for k in ("torch", "numpy", "numba", "cupy-cuda12x", "cupy-cuda13x")}],
+                     sort_keys=True)
+    return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+class MeasurementCache:
+    """Measurements on disk, one JSON file per device fingerprint, keyed by shape and impl.
+
+    Args:
+        fingerprint: :func:`device_fingerprint` of the device and threads.
+        folder: where the file lives (default :func:`cache_dir`).
+        enabled: read cached entries (writing always happens: ``enabled=False`` measures
+            afresh and replaces the entries it measures, keeping the others).
+        model_key: what non-GEMM ops depend on beyond their shape (head counts, head size).
+    """
+
+    def __init__(self, fingerprint: str, folder: Path | None = None, enabled: bool = True,
+                 model_key: Sequence[int] = ()):
+        self.path = (folder or cache_dir()) / f"measurements-{fingerprint}.json"
+        self.enabled = enabled
+        self.model_key = list(model_key)
+        self._data: dict[str, Any] | None = None
+
+    def key(self, op: Op, impl: str) -> str:
+        """Shape and implementation; for non-GEMM ops also the head layout (RoPE and attention
+        depend on heads and head size, which their shapes do not spell out)."""
+        return json.dumps([*op.shape_key, impl, *(self.model_key if op.kind != "gemm" else [])])
+
+    def _load(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = {}
+            if self.path.exists():
+                try:
+                    self._data = json.loads(self.path.read_text())
+                except (OSError, json.JSONDecodeError):
+                    self._data = {}
+        return self._data
+
+    def get(self, op: Op, impl: str) -> Measurement | None:
+        """The cached measurement (None when reading is off or there is none).
+
+        A contended one is returned too: :attr:`Measurement.contended` tells the caller
+        to measure it again.
+        """
+        if not self.enabled:
+            return None
+        d = self._load().get(self.key(op, impl))
+        return Measurement.from_dict(d) if d else None
+
+    def put(self, op: Op, m: Measurement) -> None:
+        """Store ``m`` (its ``suspect`` reason recorded with it); best effort."""
+        data = self._load()
+        record = m.to_dict()
+        if m.suspect:
+            record["suspect"] = m.suspect
+        data[self.key(op, m.impl)] = record
+        try:
+            from roofprof.results import write_json_atomic
+
+            write_json_atomic(self.path, data)
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------- rooflines
+
+
+def measure_roofline(device: Device, quick: bool = True, progress: Progress | None = None
+                     ) -> tuple[Roofline | None, str, RooflineResult | None]:
+    """A measured roofline of ``device`` (:func:`roofprof.probes.measure_roofline`).
+
+    Returns ``(roofline, source, result)``; ``result`` has the probes' details and writes
+    itself as ``roofline.json``.
+    """
+    from roofprof.probes import measure_roofline as probe
+
+    hook = (lambda done, total, label: progress(f"roofline: {label}", done, total)) if progress else None
+    result = probe(device, quick=quick, progress=hook)
+    return result.roofline, "measured (quick probes)" if quick else "measured (probes)", result
+
+
+def spec_roofline(device: Device) -> Roofline | None:
+    """The datasheet roofline of a GPU matched in data/gpus.json (None for CPUs and unknown GPUs)."""
+    if device.info.spec_id is None:
+        return None
+    from roofprof.specs import load_gpu
+
+    return Roofline.from_spec(load_gpu(device.info.spec_id))
+
+
+def resolve_roofline(roofline: Roofline | str | os.PathLike | None, device: Device, *, quick: bool = True,
+                     use_cache: bool = True, progress: Progress | None = None) -> tuple[Roofline | None, str]:
+    """The measured roofline to place ops on, and where it came from.
+
+    ``roofline``: a :class:`Roofline`, a ``roofline.json`` path, ``"none"`` (no placement),
+    or ``None``/``"auto"``: the cached quick measurement of this device if there is one,
+    else a quick measurement now (cached), else the datasheet for a known GPU.
+
+    Raises:
+        ConfigError: an unreadable roofline file.
+    """
+    from roofprof.roofline import load_roofline
+
+    if isinstance(roofline, Roofline):
+        return roofline, "given"
+    if roofline is not None and str(roofline) not in ("auto", "none"):
+        return load_roofline(roofline), str(roofline)
+    if str(roofline) == "none":
+        return None, "none"
+    cache = cache_dir() / f"roofline-{device_fingerprint(device)}.json"
+    if use_cache and cache.exists():
+        try:
+            return load_roofline(cache), f"cached quick measurement ({cache})"
+        except ConfigError:
+            pass
+    measured, source, result = measure_roofline(device, quick=quick, progress=progress)
+    if measured is not None and result is not None:
+        try:
+            result.write(cache)
+        except OSError:
+            pass
+        return measured, source
+    spec = spec_roofline(device)
+    if spec is not None:
+        return spec, f"datasheet ({source})"
+    return None, source

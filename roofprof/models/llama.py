@@ -1,0 +1,196 @@
+"""The Llama family: the ops of one Llama forward pass, with shapes, FLOPs and minimum bytes.
+
+:func:`ops` lists, for a :class:`~roofprof.workload.Scenario`, every kernel-level operation
+of one prefill pass or one decode step of a dense Llama decoder (GQA attention, SwiGLU
+MLP, RMSNorm, RoPE). Identical decoder layers are listed once with ``count = num_layers``.
+Each op is tagged with what it computes (``fn``: implementations dispatch on it), its
+chart group and a short label (:data:`ROLES`, this family's table). The counting rules
+are in :mod:`roofprof.workload`.
+
+:func:`accepts` says whether a Hugging Face ``config.json`` describes this family
+(``model_type == "llama"`` or a ``LlamaForCausalLM`` architecture).
+
+>>> from roofprof.workload import Scenario
+>>> w = ops(Scenario.of("llama-3.2-1b", "prefill", prompt_tokens=128, dtype="fp32"))
+>>> [op.name for op in w.ops][:3]
+['embedding', 'attn_norm', 'q_proj']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
+from roofprof.workload import OP_GROUPS, Counting, Op, Scenario, Workload
+
+__all__ = ["ARCHITECTURES", "MODEL_TYPES", "ROLES", "accepts", "ops"]
+
+#: ``model_type`` values of the configs this family reads.
+MODEL_TYPES = ("llama",)
+#: ``architectures`` entries of the configs this family reads.
+ARCHITECTURES = ("LlamaForCausalLM",)
+
+
+def accepts(config: Mapping[str, Any]) -> bool:
+    """True when an HF config is a dense Llama (by ``model_type``, else ``architectures``).
+
+    >>> accepts({"model_type": "llama"}), accepts({"model_type": "mixtral"})
+    (True, False)
+    """
+    if config.get("model_type") is not None:
+        return config["model_type"] in MODEL_TYPES
+    return any(a in ARCHITECTURES for a in config.get("architectures") or ())
+
+
+def ops(scenario: Scenario) -> Workload:
+    """The ops of one prefill pass or one decode step of ``scenario``'s Llama model.
+
+    Prefill runs ``prompt_tokens`` per sequence; decode one new token per sequence
+    attending to ``context_tokens`` cached tokens.
+    """
+    s = scenario
+    builder = _Builder(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting)
+    return Workload(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
+                    tuple(builder.ops()))
+
+
+_PROJ, _MLP, _ATTN, _HEAD, _ELEM = OP_GROUPS[1], OP_GROUPS[2], OP_GROUPS[0], OP_GROUPS[3], OP_GROUPS[4]
+#: Llama op name -> (fn, chart group, short label).
+ROLES = {
+    "embedding": ("gather", _HEAD, "emb"), "lm_head": ("linear", _HEAD, "head"),
+    "q_proj": ("linear", _PROJ, "q"), "k_proj": ("linear", _PROJ, "k"), "v_proj": ("linear", _PROJ, "v"),
+    "o_proj": ("linear", _PROJ, "o"), "gate_proj": ("linear", _MLP, "gate"), "up_proj": ("linear", _MLP, "up"),
+    "down_proj": ("linear", _MLP, "down"), "attn_norm": ("rmsnorm", _ELEM, "anorm"),
+    "mlp_norm": ("rmsnorm", _ELEM, "mnorm"), "final_norm": ("rmsnorm", _ELEM, "fnorm"),
+    "rope": ("rope", _ELEM, "rope"), "attn_residual": ("add", _ELEM, "res1"),
+    "mlp_residual": ("add", _ELEM, "res2"), "silu_mul": ("silu_mul", _ELEM, "silu"),
+    "attention": ("sdpa", _ATTN, "attn"), "attn_scores": ("qk_matmul", _ATTN, "QK"),
+    "attn_softmax": ("softmax", _ATTN, "softmax"), "attn_pv": ("pv_matmul", _ATTN, "PV"),
+}
+
+
+@dataclass
+class _Builder:
+    model: ModelSpec
+    phase: str
+    batch: int
+    prompt_tokens: int
+    context_tokens: int
+    dtype: str
+    counting: Counting
+
+    def __post_init__(self) -> None:
+        self.e = BYTES_PER_ELEMENT[self.dtype]
+        self.q_tokens = self.prompt_tokens if self.phase == "prefill" else 1  # per sequence
+        self.rows = self.batch * self.q_tokens  # activation rows through the linear layers
+        self.layers = self.model.num_layers
+
+    # -- helpers -----------------------------------------------------------------------
+    def gemm(self, name: str, rows: int, n: int, k: int, scope: str = "layer") -> Op:
+        e = self.e
+        weights = n * k * e
+        return Op(name, "gemm", self.phase, rows, n, k, self.dtype, 2.0 * rows * n * k,
+                  weights + rows * k * e + rows * n * e, count=self.layers if scope == "layer" else 1,
+                  weight_bytes=weights, scope=scope)
+
+    def elementwise(self, name: str, kind: str, rows: int, n: int, flops_per_elem: float,
+                    elems_read: float, elems_written: float, extra_bytes: float = 0.0, scope: str = "layer",
+                    weight_bytes: float = 0.0) -> Op:
+        fused = self.counting.elementwise == "fused"
+        moved = 0.0 if fused else (elems_read + elems_written) * self.e + extra_bytes
+        return Op(name, kind, self.phase, rows, n, 0, self.dtype, flops_per_elem * rows * n, moved,
+                  count=self.layers if scope == "layer" else 1, scope=scope,
+                  weight_bytes=0.0 if fused else weight_bytes,
+                  note="fused into neighbouring kernels: no traffic of its own" if fused else "")
+
+    def norm(self, name: str, rows: int, scope: str = "layer") -> Op:
+        h = self.model.hidden_size
+        # square, sum, scale by rsqrt, multiply by the weight: ~4 FLOP per element
+        return self.elementwise(name, "norm", rows, h, 4.0, rows * h, rows * h, h * self.e, scope,
+                                weight_bytes=h * self.e)
+
+    # -- the pass ----------------------------------------------------------------------
+    def ops(self) -> list[Op]:
+        """The pass, each op tagged with what it computes (``fn``) and its chart group."""
+        tagged = []
+        for op in self._ops():
+            fn, group, short = ROLES[op.name]
+            if op.name == "embedding" and op.k:
+                fn = "onehot_matmul"
+            tagged.append(replace(op, fn=fn, group=group, short=short))
+        return tagged
+
+    def _ops(self) -> list[Op]:
+        m, e, rows = self.model, self.e, self.rows
+        h = m.hidden_size
+        ops = [self.embedding()]
+        ops.append(self.norm("attn_norm", rows))
+        ops.append(self.gemm("q_proj", rows, m.q_size, h))
+        ops.append(self.gemm("k_proj", rows, m.kv_size, h))
+        ops.append(self.gemm("v_proj", rows, m.kv_size, h))
+        # RoPE on q and k: x·cos + rotate(x)·sin, 3 FLOP per element; reads the cos/sin rows
+        ops.append(self.elementwise("rope", "elementwise", rows, m.q_size + m.kv_size, 3.0,
+                                    rows * (m.q_size + m.kv_size), rows * (m.q_size + m.kv_size),
+                                    extra_bytes=2 * rows * m.head_dim * e))
+        ops.extend(self.attention())
+        ops.append(self.gemm("o_proj", rows, h, m.q_size))
+        ops.append(self.elementwise("attn_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
+        ops.append(self.norm("mlp_norm", rows))
+        ops.append(self.gemm("gate_proj", rows, m.intermediate_size, h))
+        ops.append(self.gemm("up_proj", rows, m.intermediate_size, h))
+        # SiLU(gate)·up: x/(1+exp(-x)) then a multiply, ~5 FLOP per element
+        ops.append(self.elementwise("silu_mul", "elementwise", rows, m.intermediate_size, 5.0,
+                                    2 * rows * m.intermediate_size, rows * m.intermediate_size))
+        ops.append(self.gemm("down_proj", rows, h, m.intermediate_size))
+        ops.append(self.elementwise("mlp_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
+        head_rows = self.batch if (self.phase == "decode" or self.counting.lm_head == "last") else rows
+        ops.append(self.norm("final_norm", head_rows, scope="model"))
+        ops.append(self.gemm("lm_head", head_rows, m.vocab_size, h, scope="model"))
+        return ops
+
+    def embedding(self) -> Op:
+        m, e, rows = self.model, self.e, self.rows
+        if self.counting.embedding == "matmul":
+            op = self.gemm("embedding", rows, m.hidden_size, m.vocab_size, scope="model")
+            return Op(**{**op.__dict__, "kind": "embedding",
+                         "note": "counted as a one-hot matmul over the whole table (2·P·T convention)"})
+        table_rows = rows * m.hidden_size * e
+        return Op("embedding", "embedding", self.phase, rows, m.hidden_size, 0, self.dtype, 0.0,
+                  2.0 * table_rows + rows * 4, scope="model", weight_bytes=table_rows,
+                  note="gather of one table row per token")
+
+    def attention(self) -> list[Op]:
+        m, e = self.model, self.e
+        b, tq, d = self.batch, self.q_tokens, m.head_dim
+        keys = self.prompt_tokens if self.phase == "prefill" else self.context_tokens + 1
+        heads = m.num_heads
+        kv_row = 2 * m.kv_size * e  # K and V of one token, one layer
+        q_bytes = b * tq * m.q_size * e
+        new_kv_bytes = b * tq * kv_row  # written to the cache
+        if self.phase == "prefill":
+            kv_read = b * tq * kv_row  # K, V of the prompt, read once (fused) from the projections
+            kv_cache_read = 0.0
+        else:
+            kv_read = b * keys * kv_row
+            kv_cache_read = kv_read
+        if self.counting.attention == "fused":
+            causal = self.phase == "prefill"
+            pairs = b * heads * (tq * (tq + 1) / 2 if causal else tq * keys)
+            flops = 2 * 2.0 * pairs * d  # QKᵀ and PV
+            moved = q_bytes + kv_read + q_bytes + new_kv_bytes
+            return [Op("attention", "attention", self.phase, tq, keys, d, self.dtype, flops, moved,
+                       batch=b * heads, count=self.layers, kv_bytes=kv_cache_read,
+                       note=("causal, " if causal else "") + "fused (FlashAttention-style): scores stay on chip")]
+        scores = b * heads * tq * keys
+        qk = Op("attn_scores", "attention", self.phase, tq, keys, d, self.dtype, 2.0 * scores * d,
+                q_bytes + kv_read / 2 + scores * e + new_kv_bytes, batch=b * heads, count=self.layers,
+                kv_bytes=kv_cache_read / 2, note="QKᵀ over the full square, masked (eager)")
+        softmax = Op("attn_softmax", "attention", self.phase, b * heads * tq, keys, 0, self.dtype,
+                     5.0 * scores, 2.0 * scores * e, count=self.layers,
+                     note="scale, mask, max, exp, sum, divide: ~5 FLOP per score, not on tensor cores")
+        pv = Op("attn_pv", "attention", self.phase, tq, d, keys, self.dtype, 2.0 * scores * d,
+                scores * e + kv_read / 2 + q_bytes, batch=b * heads, count=self.layers,
+                kv_bytes=kv_cache_read / 2, note="PV (eager)")
+        return [qk, softmax, pv]

@@ -1,0 +1,602 @@
+"""Profile the ops of a model pass on this machine and place them on its roofline.
+
+Every op of a :class:`~roofprof.workload.Scenario` (identical shapes measured once) is
+checked, then timed, by each available implementation (:mod:`roofprof.measurement`;
+a whole pass in interleaved rounds, busy rounds dropped on a shared host), and placed on
+the measured roofline (:func:`roofprof.roofline.place`): achieved FLOP/s and bytes/s,
+intensity, attainable roof, percent of roof, bound. Implementations: the device's own
+GEMMs plus :class:`roofprof.torch_ops.TorchOps` (``torch``, or ``torch-eager`` next to a
+device's own ``torch``), which covers every op with the calls eager PyTorch makes. The
+roll-up uses the first of ``prefer`` that passed its check (default ``reference``: that
+torch implementation, what the validated model runs), else the fastest. An op whose
+kernel fails its check is excluded with a warning; one no implementation covers is
+counted from the empirical roofline, with a warning.
+
+The torch/numba thread count (``threads``) is set while measuring and recorded
+(``validate`` uses the same). Measurements are cached (:mod:`roofprof.cache`): a cached
+one that was contended is measured again, and one that stays contended is named in the
+warnings with how to refresh it.
+
+Python API: :func:`profile`, :func:`measured_estimator`, :func:`estimators_for`,
+:func:`measure`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings as _warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from roofprof import models
+from roofprof.cache import MeasurementCache, device_fingerprint, resolve_roofline, spec_roofline
+from roofprof.devices.cpu import single_openmp_runtime
+from roofprof.devices.cpu import threads as cpu_threads
+from roofprof.errors import ConfigError, UnknownNameError
+from roofprof.measurement import (  # measure() lives with the Measurement record, and is API here too
+    Measurement,
+    MeasureResult,
+    MeasureSettings,
+    RetryBudget,
+    check_then_time,
+    check_then_time_group,
+    measure,
+)
+from roofprof.rollup import Estimator, MeasuredEstimator, OpTime, RooflineEstimator
+from roofprof.roofline import Point, Roofline, place
+from roofprof.specs import DTYPES, ModelSpec, load_model
+from roofprof.timing import Timing
+from roofprof.workload import Counting, Op, Scenario, Workload
+
+if TYPE_CHECKING:
+    from roofprof.devices.base import Device, OpImpl, PreparedOp
+
+__all__ = ["DEFAULT_PREFER", "MeasureResult", "MeasureSettings", "OpResult", "ProfileResult", "Profiler",
+           "estimators_for", "measure", "measured_estimator", "profile", "select_device"]
+
+Progress = Callable[[str, int, int], None]
+#: The roll-up prefers the implementation of :mod:`roofprof.torch_ops` (what the validated model runs),
+#: whatever name it carries on the device ("torch", or "torch-eager" next to a device's own "torch" GEMM).
+DEFAULT_PREFER = ("reference",)
+#: How to refresh measurements taken on a busy machine (said in every such warning).
+REMEASURE_HINT = "rerun on a quiet machine with `roofprof profile --remeasure` (or `predict --remeasure`)"
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _placement(point: Point, roofline: Roofline | None) -> dict[str, Any]:
+    """Achieved rates, the attainable roof, percent of roof and bound of one point."""
+    s = point.seconds
+    d: dict[str, Any] = {"intensity": point.intensity if point.bytes else None,
+                         "flops_per_s": point.flops / s if s > 0 else None,
+                         "bytes_per_s": point.bytes / s if s > 0 else None,
+                         "attainable_flops_per_s": None, "percent_of_roof": None, "bound": None,
+                         "roof_time_s": None, "percent_of_roof_time": None}
+    if roofline is None or not point.bytes:
+        return d
+    try:
+        pl = place(point, roofline)
+    except ConfigError:
+        return d
+    d.update(attainable_flops_per_s=pl.attainable_flops_per_s, bound=pl.bound, roof_time_s=pl.roof_time_s,
+             percent_of_roof=pl.percent_of_roof, percent_of_roof_time=pl.percent_of_roof_time)
+    return d
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """One op of the workload: every implementation's measurement and the one chosen."""
+
+    op: Op
+    measurements: tuple[Measurement, ...]
+    chosen: Measurement | None
+    roofline: Roofline | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Chosen time of one call (NaN when nothing passed)."""
+        return self.chosen.seconds if self.chosen is not None else float("nan")
+
+    def point(self) -> Point:
+        """The op as a roofline point (analytic FLOPs and bytes, chosen time)."""
+        op = self.op
+        return Point(op.name, op.flops, op.bytes, self.seconds, op.dtype, source="measured")
+
+    def placement(self) -> dict[str, Any]:
+        """Achieved rates, the attainable roof at the op's intensity, percent of roof, bound."""
+        return _placement(self.point(), self.roofline)
+
+    def to_dict(self) -> dict[str, Any]:
+        op, chosen = self.op, self.chosen
+        return {**op.to_dict(), "flops": op.flops, "bytes": op.bytes, "note": op.note,
+                "impl": chosen.impl if chosen else None,
+                "seconds_per_call": self.seconds if chosen else None,
+                "seconds": self.seconds * op.count if chosen else None,
+                "cv": chosen.timing.cv if chosen else None,
+                "clock_mhz": (chosen.telemetry or {}).get("clock_mhz") if chosen else None,
+                **self.placement(),
+                "implementations": [m.to_dict(op) for m in self.measurements]}
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """The profile of one pass (a prefill or a decode step) on one device."""
+
+    workload: Workload
+    ops: tuple[OpResult, ...]
+    device: Mapping[str, Any]
+    roofline: Roofline | None
+    launch_s: float
+    threads: int | None
+    warnings: tuple[str, ...] = ()
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    roofline_source: str = ""
+
+    @property
+    def seconds(self) -> float:
+        """Sum of the chosen per-op times over the pass (ops with no passing measurement excluded)."""
+        return sum(o.seconds * o.op.count for o in self.ops if o.chosen is not None)
+
+    def op_times(self) -> dict[tuple, OpTime]:
+        """Chosen measurements keyed by shape, for :class:`~roofprof.rollup.MeasuredEstimator`."""
+        return {o.op.shape_key: o.chosen.op_time() for o in self.ops if o.chosen is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.workload
+        return {"model": w.model.id, "phase": w.phase, "batch": w.batch, "prompt_tokens": w.prompt_tokens,
+                "context_tokens": w.context_tokens, "dtype": w.dtype, "counting": w.counting.describe(),
+                "num_layers": w.model.num_layers, "device": dict(self.device), "threads": self.threads,
+                "launch_overhead_s": self.launch_s, "roofline_source": self.roofline_source,
+                "roofline": self.roofline.to_dict() if self.roofline else None,
+                "measured_seconds": self.seconds, "ops": [o.to_dict() for o in self.ops],
+                "warnings": list(self.warnings), "provenance": dict(self.provenance)}
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write :meth:`to_dict` as JSON (whole or not at all)."""
+        from roofprof.results import write_json_atomic
+
+        return write_json_atomic(path, self.to_dict())
+
+
+# --------------------------------------------------------------------------- the profiler
+
+
+def select_device(device: Device | str = "auto") -> Device:
+    """A :class:`~roofprof.devices.base.Device` from ``"auto" | "cpu" | "cuda:N"`` (or a Device).
+
+    Raises:
+        DeviceUnavailableError: a GPU is asked for and none is usable.
+    """
+    if not isinstance(device, str):
+        return device
+    from roofprof.devices import select
+
+    return select(device)
+
+
+class Profiler:
+    """Measures ops on one device with every implementation; remembers shapes already measured.
+
+    Args:
+        model: the model the ops come from (the torch implementations need its head counts).
+        device: a Device or ``"auto" | "cpu" | "cuda:N"``.
+        impls: implementation names to run (default: all available).
+        prefer: implementations preferred for the roll-up, in order, then the fastest; ``reference``
+            stands for the torch implementation of every op (:mod:`roofprof.torch_ops`).
+        budget_s, warmup_s, max_repeats: timing budget per measurement (seconds, calls).
+        threads: torch/numba intra-op threads while measuring (None: leave as is).
+        roofline: measured roofline for placement (see :func:`roofprof.cache.resolve_roofline`).
+        use_cache: read cached measurements (they are always written); a cached measurement
+            that was contended is measured again.
+        progress: ``progress(label, done, total)`` callback.
+        settings: the other tuning knobs (:class:`MeasureSettings`).
+
+    Raises:
+        RoofprofError: no such device, unknown implementation, unreadable roofline, bad threads.
+    """
+
+    def __init__(self, model: ModelSpec, device: Device | str = "auto", *, impls: Sequence[str] | None = None,
+                 prefer: Sequence[str] = DEFAULT_PREFER, budget_s: float = 0.2, warmup_s: float = 0.05,
+                 threads: int | None = None, roofline: Roofline | str | os.PathLike | None = "auto",
+                 use_cache: bool = False, progress: Progress | None = None, seed: int = 0, max_repeats: int = 100,
+                 settings: MeasureSettings | None = None):
+        self.model = model
+        self.settings = settings or MeasureSettings()
+        self.openmp = single_openmp_runtime()
+        self.device = select_device(device)
+        self._threads_arg = threads
+        with cpu_threads(threads) as count:
+            self.threads = count
+        self.budget_s, self.warmup_s, self.max_repeats = budget_s, warmup_s, max_repeats
+        self.progress = progress
+        self.rng = np.random.default_rng(seed)
+        self.reference_impl: str | None = None
+        self.impls = self._implementations(impls)
+        self.prefer = tuple(n for name in prefer
+                            for n in ((self.reference_impl,) if name == "reference" else (name,)) if n)
+        self.roofline, self.roofline_source = resolve_roofline(roofline, self.device, progress=progress)
+        self.cache = MeasurementCache(device_fingerprint(self.device, self.threads), enabled=use_cache,
+                                      model_key=(model.num_heads, model.num_kv_heads, model.head_dim))
+        self._measured: dict[tuple, Measurement] = {}
+        self._last_impl: str | None = None
+        self._launch_s: float | None = None
+        self._retry = RetryBudget(self.settings.retry_budget_s)
+        self.warnings: list[str] = []
+        if self.openmp == "already omp" and any(i.name in ("torch", "torch-eager") for i in self.impls):
+            self.warnings.append("numba's OpenMP threads were started before profiling (omp layer): two OpenMP "
+                                 "runtimes share the cores and torch timings may be inflated; run profile in a "
+                                 "fresh process (roofprof run does) or set NUMBA_THREADING_LAYER=workqueue")
+
+    # -- setup ---------------------------------------------------------------------------
+    def _implementations(self, names: Sequence[str] | None) -> list[OpImpl]:
+        impls = list(self.device.implementations())
+        try:
+            from roofprof.torch_ops import TorchOps
+
+            info = self.device.info
+            torch_impl = TorchOps(self.model, info.torch_device, cache_bytes=info.last_level_cache_bytes or (32 << 20))
+            if any(i.name == "torch" for i in impls):
+                torch_impl.name = "torch-eager"
+            impls.append(torch_impl)
+            self.reference_impl = torch_impl.name
+        except ImportError:
+            pass
+        if names:
+            known = {i.name for i in impls}
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise UnknownNameError("implementation", unknown[0], known)
+            impls = [i for i in impls if i.name in names]
+        return impls
+
+    @property
+    def launch_s(self) -> float:
+        """Per-kernel launch overhead (measured once, lazily)."""
+        if self._launch_s is None:
+            self._launch_s = self.device.launch_overhead_s()
+        return self._launch_s
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        with cpu_threads(self._threads_arg):
+            yield
+
+    # -- measuring -----------------------------------------------------------------------
+    def ordered_impls(self) -> list[OpImpl]:
+        """Implementations in measuring order: the preferred ones first, then the rest."""
+        rank = {name: i for i, name in enumerate(self.prefer)}
+        return sorted(self.impls, key=lambda impl: rank.get(impl.name, len(rank)))
+
+    def measure_shape(self, op: Op, impls: Sequence[OpImpl] | None = None) -> tuple[Measurement, ...]:
+        """``op``'s shape with every implementation (or ``impls``), each measured once per shape."""
+        with self._threads():
+            return tuple(self._get(impl, op) for impl in (impls if impls is not None else self.ordered_impls()))
+
+    def _get(self, impl: OpImpl, op: Op) -> Measurement:
+        key = (op.shape_key, impl.name)
+        if key not in self._measured:
+            if self._last_impl not in (None, impl.name) and impl.supports(op) is None:
+                # Another runtime's worker threads (numba/OpenMP, OpenBLAS) spin for a while after
+                # their last parallel region and would steal the cores from this one: let them sleep.
+                time.sleep(self.settings.switch_idle_s)
+                self._last_impl = None
+            m = self._measure_impl(impl, op)
+            if m.ok:
+                self._last_impl = impl.name
+            self._measured[key] = m
+        return self._measured[key]
+
+    def _cached(self, impl: OpImpl, op: Op) -> Measurement | None:
+        """A cached measurement to reuse: none when reading is off or it was contended."""
+        cached = self.cache.get(op, impl.name)
+        return cached if cached is not None and not cached.contended else None
+
+    def _flush_for(self, op: Op) -> Callable[[], Any] | None:
+        """The device flush when ``op`` should stream its weights from DRAM (memory-bound)."""
+        if self.roofline is None or not op.bytes or not op.weight_bytes:
+            return None
+        try:
+            return self.device.flush if self.roofline.bound(op.intensity, op.dtype) == "memory" else None
+        except ConfigError:
+            return None
+
+    def _measure_impl(self, impl: OpImpl, op: Op) -> Measurement:
+        """One op alone (on demand): check, then time with retries on a busy machine."""
+        cached = self._cached(impl, op)
+        if cached is not None:
+            return cached
+        info = self.device.info
+        m = check_then_time(impl, op, self.rng, clock=self.device.clock(), flush=self._flush_for(op),
+                            budget_s=self.budget_s, warmup_s=self.warmup_s, max_repeats=self.max_repeats,
+                            sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
+                            retries=self.settings.retries if info.shared_host else 0, retry=self._retry,
+                            host_issue=self._host_issue_s if info.asynchronous else None,
+                            warn=self.warnings.append)
+        if m.ok:
+            self.cache.put(op, m)
+        return m
+
+    def _measure_group(self, impl: OpImpl, ops: Sequence[Op], phase: str, *, done: int = 0, total: int = 0) -> None:
+        """Measure ``ops`` with one implementation in interleaved rounds.
+
+        Every op is checked first; then all are timed together
+        (:func:`roofprof.measurement.check_then_time_group`: ``settings.rounds`` rounds
+        visiting every op in turn). A slowdown of the machine lasting a second or two then
+        touches one round of many ops instead of every sample of one, and the median shrugs
+        it off. On a device sharing the host's cores, rounds during which other processes
+        used the CPUs are dropped when enough samples remain, and replaced from the retry
+        budget.
+        """
+        todo = [op for op in ops if (op.shape_key, impl.name) not in self._measured]
+        if not todo:
+            return
+        if self._last_impl not in (None, impl.name):
+            time.sleep(self.settings.switch_idle_s)  # let the previous runtime's worker threads go to sleep
+        fresh = []
+        for op in todo:
+            cached = self._cached(impl, op)
+            if cached is not None:
+                self._measured[(op.shape_key, impl.name)] = cached
+            else:
+                fresh.append(op)
+        info, rounds, n = self.device.info, self.settings.rounds, len(todo)
+
+        def on_check(i: int, op: Op) -> None:
+            if self.progress:
+                self.progress(f"{phase} {op.name} {op.m}×{op.n}×{op.k} [{impl.name}]: check", done + i, total)
+
+        def on_case(r: int, j: int) -> None:
+            if self.progress:
+                self.progress(f"{phase} timing round {r + 1}/{rounds} [{impl.name}]",
+                              done + n + min(r, rounds - 1) * n // rounds + j * n // (rounds * len(fresh)), total)
+
+        ms = check_then_time_group(
+            impl, fresh, self.rng, clock=self.device.clock(), flush_for=self._flush_for, budget_s=self.budget_s,
+            warmup_s=self.warmup_s, max_repeats=self.max_repeats, rounds=rounds,
+            sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
+            judge_rounds=info.shared_host,
+            more_rounds=lambda round_s: self._retry.spend(round_s, pause_s=self.settings.busy_pause_s),
+            host_issue=self._host_issue_s if info.asynchronous else None, warn=self.warnings.append,
+            on_check=on_check, on_case=on_case)
+        for op, m in zip(fresh, ms, strict=True):
+            if m.ok:
+                self.cache.put(op, m)
+                self._last_impl = impl.name
+            self._measured[(op.shape_key, impl.name)] = m
+
+    def _host_issue_s(self, prepared: PreparedOp, timing: Timing) -> float:
+        """Per-call wall time of back-to-back calls with one synchronisation at the end.
+
+        On an asynchronous device this is ``max(device time, host issue time)`` of the op
+        in steady state: what an eager framework gets when the host, not the GPU, is the
+        bottleneck (small decode kernels).
+        """
+        calls = getattr(prepared, "calls", None) or [prepared.run]
+        n = max(3, min(200, int(self.budget_s / max(timing.median_s, 1e-6))))
+        self.device.synchronize()
+        t0 = time.perf_counter()
+        for i in range(n):
+            calls[i % len(calls)]()
+        self.device.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    def choose(self, measurements: Sequence[Measurement]) -> Measurement | None:
+        """The measurement the roll-up uses: first of ``prefer`` that passed, else the fastest."""
+        good = [m for m in measurements if m.ok]
+        for name in self.prefer:
+            if name == "fastest":
+                break
+            for m in good:
+                if m.impl == name:
+                    return m
+        return min(good, key=lambda m: m.seconds, default=None)
+
+    def op_time(self, op: Op) -> tuple[OpTime | None, str]:
+        """The roll-up time of ``op``, measuring on demand only what the choice needs.
+
+        The preferred implementations are tried first; the others only when none of those
+        passed (then the fastest of them). Returns ``(None, reasons)`` when nothing passed.
+        """
+        ordered = self.ordered_impls()
+        preferred = [i for i in ordered if i.name in self.prefer]
+        ms = self.measure_shape(op, preferred) if preferred else ()
+        chosen = self.choose(ms)
+        if chosen is None:
+            ms = self.measure_shape(op, ordered)
+            chosen = self.choose(ms)
+        if chosen is None:
+            reasons = "; ".join(f"{m.impl}: {m.status}" + (f" ({m.note})" if m.status != "ok" and m.note else "")
+                                for m in ms) or "no implementation"
+            return None, reasons
+        return chosen.op_time(), ""
+
+    def profile(self, workload: Workload | Scenario) -> ProfileResult:
+        """Measure every op of ``workload`` (or of a scenario's pass) and place it on the roofline."""
+        from roofprof.results import provenance
+
+        if isinstance(workload, Scenario):
+            workload = models.ops(workload)
+        ops = workload.ops
+        results = []
+        before = len(self.warnings)
+        # implementation by implementation (preferred first), each over every shape: one
+        # runtime at a time owns the cores, with an idle gap between runtimes
+        impls = self.ordered_impls()
+        shapes = list({op.shape_key: op for op in ops}.values())
+        total = len(impls) * len(shapes) * 2  # checks, then interleaved timing rounds
+        with self._threads():
+            for i, impl in enumerate(impls):
+                self._measure_group(impl, shapes, workload.phase, done=i * len(shapes) * 2, total=total)
+        contended = []
+        for op in ops:
+            ms = self.measure_shape(op)
+            chosen = self.choose(ms)
+            if chosen is None:
+                msg = (f"{op.phase} {op.name}: no implementation measured it "
+                       f"({'; '.join(f'{m.impl}: {m.status}' for m in ms) or 'none available'}); "
+                       "the roll-up counts it from the empirical roofline")
+                self.warnings.append(msg)
+                _warnings.warn(msg, stacklevel=2)
+            elif chosen.contended:
+                contended.append(op.name)
+            results.append(OpResult(op, ms, chosen, self.roofline))
+        if contended:
+            self.warnings.append(f"{workload.phase}: {len(contended)} op(s) measured while other processes used the "
+                                 f"CPUs in every round ({', '.join(contended)}): their times are likely inflated; "
+                                 + REMEASURE_HINT)
+        if self.progress:
+            self.progress(f"{workload.phase} done", total, total)
+        info = self.device.info
+        return ProfileResult(workload, tuple(results), info.to_dict(), self.roofline, self.launch_s, self.threads,
+                             tuple(self.warnings[before:]),
+                             provenance(device=info.to_dict(), threads=self.threads,
+                                        implementations=[i.name for i in self.impls],
+                                        budget_s=self.budget_s, numba_threading_layer=self.openmp),
+                             self.roofline_source)
+
+    def estimator(self, *, include_launch: bool = True, inputs: Mapping[str, Any] | None = None) -> MeasuredEstimator:
+        """A ``measured`` estimator over this profiler (measures unseen shapes on demand)."""
+        fallback = RooflineEstimator(self.roofline, name="empirical", source=self.roofline_source) \
+            if self.roofline is not None else None
+
+        def classify(op: Op) -> str:
+            if self.roofline is None or not op.bytes:
+                return "measured"
+            try:
+                return self.roofline.bound(op.intensity, op.dtype)
+            except ConfigError:
+                return "measured"
+
+        d = {"device": self.device.info.to_dict(), "threads": self.threads, "roofline_source": self.roofline_source,
+             "implementations": [i.name for i in self.impls], "prefer": list(self.prefer),
+             "cache": str(self.cache.path) if self.cache.enabled else None, **(inputs or {})}
+        return MeasuredEstimator(launch_s=self.launch_s, include_launch=include_launch, fallback=fallback,
+                                 measure=self.op_time, classify=classify, inputs=d)
+
+
+# --------------------------------------------------------------------------- API
+
+
+def estimators_for(device: Device, profiler: Profiler | None, *,
+                   wanted: Sequence[str] = ("spec", "empirical", "measured"),
+                   roofline_source: str | None = None) -> tuple[dict[str, Estimator], dict[str, str]]:
+    """The estimators this device supports: label → estimator, and label → why not.
+
+    ``spec`` needs a datasheet row (``device.info.spec_id``); ``empirical`` the
+    profiler's roofline (labelled ``roofline_source`` when given); ``measured`` comes with
+    ``measured-no-launch`` (same measurements, no launch-overhead model). Without a
+    profiler only ``spec`` is possible.
+    """
+    ests: dict[str, Estimator] = {}
+    missing: dict[str, str] = {}
+    info = device.info
+    if "spec" in wanted:
+        spec = spec_roofline(device)
+        if spec is not None:
+            ests["spec"] = RooflineEstimator(spec, name="spec", source=f"data/gpus.json:{info.spec_id}")
+        else:
+            missing["spec"] = f"no datasheet row in data/gpus.json for {info.name}"
+    if "empirical" in wanted:
+        if profiler is not None and profiler.roofline is not None:
+            ests["empirical"] = RooflineEstimator(profiler.roofline, name="empirical",
+                                                  source=roofline_source or profiler.roofline_source)
+        else:
+            missing["empirical"] = "no measured roofline"
+    if "measured" in wanted and profiler is not None:
+        est = profiler.estimator()
+        ests["measured"] = est
+        ests["measured-no-launch"] = est.with_launch(False)
+    return ests, missing
+
+
+def profile(
+    model: str | ModelSpec | Scenario,
+    phase: str = "decode",
+    *,
+    batch: int = 1,
+    prompt_tokens: int = 128,
+    context_tokens: int | None = None,
+    dtype: str = "fp32",
+    device: Device | str = "auto",
+    impls: Sequence[str] | None = None,
+    convention: str | Counting = "engine",
+    roofline: Roofline | str | os.PathLike | None = "auto",
+    threads: int | None = None,
+    budget_s: float = 0.2,
+    prefer: Sequence[str] = DEFAULT_PREFER,
+    use_cache: bool = False,
+    progress: Progress | None = None,
+    profiler: Profiler | None = None,
+) -> ProfileResult:
+    """Measure every op of one pass of ``model`` on ``device`` and place it on the roofline.
+
+    Args:
+        model: id or config path (or a ModelSpec), or a Scenario (then the phase, sizes,
+            dtype and convention come from it).
+        phase: ``prefill`` (``prompt_tokens`` per sequence) or ``decode`` (one step at
+            ``context_tokens`` cached tokens, default the prompt).
+        dtype: weights/activations dtype (``fp32`` on a CPU; must match the real model's).
+        device: ``auto | cpu | cuda:N`` or a Device.
+        impls: implementation names (default: all available on the device).
+        convention: op counting (``engine``: what eager PyTorch/transformers runs, with
+            SDPA attention counted as fused; pass a Counting with ``attention="unfused"``
+            for eager attention).
+        roofline: measured roofline (see :func:`roofprof.cache.resolve_roofline`).
+        threads: torch/numba threads (same value as for ``validate``).
+        budget_s: timed seconds per op and implementation.
+        use_cache: reuse cached measurements (contended ones are measured again).
+        profiler: reuse a :class:`Profiler` (and its measured shapes) across calls.
+
+    Returns:
+        A :class:`ProfileResult` (``.seconds`` is the measured sum, ``.to_dict()`` the JSON).
+
+    Raises:
+        RoofprofError: bad model/phase/sizes/dtype, unknown implementation, no such device.
+
+    >>> from roofprof.specs import ModelSpec
+    >>> tiny = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+    ...                  num_kv_heads=2, head_dim=16, vocab_size=100, tie_word_embeddings=True,
+    ...                  max_position_embeddings=256)
+    >>> r = profile(tiny, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"])
+    >>> [o.chosen.impl for o in r.ops][:3], r.seconds > 0
+    (['torch', 'torch', 'torch'], True)
+    """
+    scenario = model if isinstance(model, Scenario) else Scenario.of(
+        model, phase, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens, dtype=dtype,
+        convention=convention)
+    prof = profiler or Profiler(scenario.model, device, impls=impls, prefer=prefer, budget_s=budget_s,
+                                threads=threads, roofline=roofline, use_cache=use_cache, progress=progress)
+    return prof.profile(scenario)
+
+
+def measured_estimator(model: str | ModelSpec, device: Device | str = "auto", dtype: str = "fp32",
+                       roofline: Roofline | str | os.PathLike | None = None, *, include_launch: bool = True,
+                       threads: int | None = None, budget_s: float = 0.2, use_cache: bool = True,
+                       impls: Sequence[str] | None = None, prefer: Sequence[str] = DEFAULT_PREFER,
+                       progress: Progress | None = None) -> MeasuredEstimator:
+    """The ``measured`` estimator for ``predict``: per-op times of this device, profiled on demand.
+
+    Ops with a cached measurement (same device, threads, libraries) reuse it unless it was
+    contended (then it is measured again); ``use_cache=False`` measures everything afresh
+    (``--remeasure``). The others are measured when the prediction asks for them.
+    ``roofline`` (a path, a Roofline, or None for the cached/quick-measured one) classifies
+    bounds and covers ops no implementation measures. ``dtype`` is only checked here (the
+    ops carry their own).
+
+    Raises:
+        RoofprofError: unknown model, device unavailable, unreadable roofline.
+    """
+    if dtype not in DTYPES:
+        raise UnknownNameError("dtype", dtype, DTYPES)
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    prof = Profiler(spec, device, impls=impls, prefer=prefer, budget_s=budget_s, threads=threads,
+                    roofline=roofline if roofline is not None else "auto", use_cache=use_cache, progress=progress)
+    roofline_file = str(roofline) if roofline is not None and not isinstance(roofline, Roofline) else None
+    return prof.estimator(include_launch=include_launch, inputs={"roofline_file": roofline_file})

@@ -24,7 +24,7 @@ from __future__ import annotations
 from _common import device, parse, roofline_of, si
 
 import roofprof
-from roofprof.profile import measured_estimator
+from roofprof.profiling import measured_estimator
 from roofprof.rollup import RooflineEstimator
 from roofprof.roofline import Roofline
 from roofprof.specs import load_gpu

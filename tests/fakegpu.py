@@ -78,10 +78,13 @@ class _RandomState:
 
 
 def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int = 8 << 30, total: int = 16 << 30,
-              clock_khz: int | None = 1_980_000, device_count: int = 1, pci_bus_ids: tuple[str, ...] = ()):
+              clock_khz: int | None = 1_980_000, device_count: int = 1, pci_bus_ids: tuple[str, ...] = (),
+              nvrtc: tuple[int, int] | None = (12, 9)):
     """A CuPy stand-in: numpy arrays as device arrays, perf_counter events, fixed attributes.
 
-    ``pci_bus_ids[i]`` is the PCI bus id of device ``i`` (default ``0000:1B:00.0`` for all)."""
+    ``pci_bus_ids[i]`` is the PCI bus id of device ``i`` (default ``0000:1B:00.0`` for all);
+    ``nvrtc`` what ``cupy.cuda.nvrtc.getVersion()`` returns (None: it raises, as when CuPy
+    cannot load libnvrtc)."""
     cp = types.SimpleNamespace()
     for n in ("empty", "full", "zeros", "asarray", "count_nonzero", "isfinite", "matmul", "exp", "sqrt",
               "concatenate", "take", "triu", "array_equal", "uint8", "uint16", "uint32", "float16", "float32",
@@ -121,7 +124,13 @@ def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int 
             raise FakeCudaError(state["sync_error"])
         return (b.t - a.t) * 1000.0
 
+    def nvrtc_get_version():
+        if nvrtc is None:
+            raise FakeCudaError("CuPy failed to load libnvrtc.so")
+        return tuple(nvrtc)
+
     cp.cuda = types.SimpleNamespace(runtime=runtime, Event=_Event, get_elapsed_time=elapsed,
+                                    nvrtc=types.SimpleNamespace(getVersion=nvrtc_get_version),
                                     Device=lambda i=0: _Device(i, name_cc, *pci_bus_ids[i:i + 1]),
                                     get_current_stream=lambda: types.SimpleNamespace(ptr=0),
                                     driver=types.SimpleNamespace())

@@ -32,8 +32,10 @@ only proves every thread ran to the end; the instruction's arithmetic is checked
 ``gemm_mma.cu`` against a float64 reference (``roofprof selftest``). The GEMMs compare a
 sampled block of the output with float64 numpy.
 
-Probes a GPU cannot run (fp8 ``mma.sync`` before sm_89, bf16 before sm_80, torch without
-CUDA) are left out of the catalogue and listed by :func:`skipped_probes` with the reason.
+Probes a GPU cannot run (fp8 ``mma.sync`` before sm_89 or when CuPy's NVRTC is older than
+12.4 — ``probes.cu`` then compiles ``probe_mma_fp8`` to an empty kernel, see
+``cuda_models.fp8_mma_probe_unavailable`` —, bf16 before sm_80, torch without CUDA) are left
+out of the catalogue and listed by :func:`skipped_probes` with the reason.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np
 
 from roofprof._resources import kernels_module
 from roofprof.devices.base import CheckResult, Probe, ProbeRun
+from roofprof.devices.cuda._runtime import nvrtc_version
 from roofprof.devices.cuda.impls import CublasGemm, TorchGemm, gemm_probe_setup
 from roofprof.workload import Op
 
@@ -465,6 +468,9 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
                             note=f"probe_fma_{fdt}, {4 * sm} blocks × 256"))
     for mdt in cm.MMA_PROBE_DTYPES:
         reason = device.unsupported(mdt, "mma.sync")
+        if mdt == "fp8" and not reason:
+            # under NVRTC < 12.4 probes.cu compiles probe_mma_fp8 to an empty kernel: never time it
+            reason = cm.fp8_mma_probe_unavailable(nvrtc_version(device.cupy), tuple(device.cc))
         name = f"mma.sync-{mdt}"
         if reason:
             skipped.append({"probe": name, "reason": reason})

@@ -87,7 +87,7 @@ def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int 
     cannot load libnvrtc)."""
     cp = types.SimpleNamespace()
     for n in ("empty", "full", "zeros", "asarray", "count_nonzero", "isfinite", "matmul", "exp", "sqrt",
-              "concatenate", "take", "triu", "array_equal", "uint8", "uint16", "uint32", "float16", "float32",
+              "concatenate", "take", "triu", "array_equal", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
               "float64", "int64", "inf"):
         setattr(cp, n, getattr(np, n))
     cp.__version__ = "fake"
@@ -197,12 +197,15 @@ class FakeKernels:
 
     bugs: ``gemv_tail`` (the scalar tail of K is skipped), ``gemm_edge`` (the last output
     column is not stored), ``read_wrong`` (the read probe folds one pass less),
-    ``fma_never`` (the FMA probes never write), ``splitk_reduce`` (the reduce drops a split).
+    ``fma_never`` (the FMA probes never write), ``splitk_reduce`` (the reduce drops a split),
+    ``delay_short`` (``probe_delay_ns`` reports half the time asked).
     """
 
     def __init__(self, bug: str | None = None):
         self.bug = bug
         self.launches: list[str] = []
+        self.reads: list[tuple[str, int, int]] = []  # (entry, bytes of src read per pass, passes)
+        self.delays: list[int] = []  # ns of each probe_delay_ns
 
     def __call__(self, entry, grid, block, args, shared_mem=0):
         self.launches.append(entry)
@@ -240,8 +243,11 @@ class FakeKernels:
                 res = res[:, :-1]
                 c = c[:, :-1]
             _store(c, res, dt if out != "f32" else "fp32")
-        elif entry == "probe_read_u4":
+        elif entry in ("probe_read_u4", "probe_read_l1_u4"):
             src, n_vec, passes, flag, out = args
+            self.reads.append((entry, int(n_vec) * 16, int(passes)))
+            if int(flag) == cpb.NEVER:
+                return  # timing and flush launches: no thread's fold is 0xFFFFFFFF in practice
             p = int(passes) - (1 if self.bug == "read_wrong" else 0)
             folds = cpb.read_probe_folds(src.reshape(-1, 4)[: int(n_vec)], threads, max(p, 0))
             out[folds == flag] = flag
@@ -272,6 +278,10 @@ class FakeKernels:
                 out[folds == flag] = flag
         elif entry == "probe_empty":
             pass
+        elif entry == "probe_delay_ns":
+            ns, out = args
+            self.delays.append(int(ns))
+            out[0] = int(ns) // 2 if self.bug == "delay_short" else int(ns) + 1500
         else:
             raise KeyError(entry)
 
@@ -291,6 +301,7 @@ def fake_device(*, cc: str = "90", name: str = "NVIDIA H100 80GB HBM3", bug: str
     def memset_async(array, value, what="cudaMemsetAsync"):
         dev.last_kernel = what  # the bytes are not written: a 64 MiB fill per timed call is slow in numpy
         cp.state["memsets"] += 1
+        kernels.launches.append(f"memset {int(array.nbytes)}")
 
     def memcpy_d2d(dst, src, nbytes):
         dev.last_kernel = "cudaMemcpyAsync D2D"

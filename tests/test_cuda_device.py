@@ -16,6 +16,7 @@ from fakegpu import FakeCudaError, fake_cupy, fake_device, fake_nvml
 from roofprof import devices
 from roofprof.devices import cuda as cuda_mod
 from roofprof.devices.cuda import (
+    DELAY_TARGET_S,
     CublasGemm,
     CudaDevice,
     CudaEventClock,
@@ -30,6 +31,7 @@ from roofprof.devices.cuda import (
     bf16_to_f32,
     dtype_unsupported,
     flush_bytes_for,
+    kernels_module,
     memory_refusal,
 )
 from roofprof.devices.cuda import device as cuda_device_mod
@@ -37,6 +39,8 @@ from roofprof.devices.cuda import probes as cpb
 from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError, UnknownNameError
 from roofprof.specs import load_model
 from roofprof.workload import Op, llama_ops
+
+cm = kernels_module("cuda_models")
 
 
 def gemm_op(m, n, k, dtype="bf16", name="op"):
@@ -159,19 +163,49 @@ def test_event_clock_names_the_kernel_on_a_cuda_error():
         dev.checked("my_kernel")
 
 
-def test_clock_hides_launch_latency_behind_a_delay_kernel():
+def test_clock_hides_launch_latency_behind_a_globaltimer_delay():
     dev = fake_device()
     clock = dev.clock()
     clock.start()
     clock.stop()
-    delays = [e for e in dev.fake_kernels.launches if e == "probe_fma_fp32"]
-    assert len(delays) >= 4  # 3 warm-ups + calibration + the one before the start event
-    assert "launch latency hidden" in dev.delay_note
+    clock.start()
+    clock.stop()
+    # no calibration: one checked launch, then one probe_delay_ns of 60-100 µs per start event
+    assert dev.fake_kernels.launches.count("probe_delay_ns") == 3
+    assert "probe_fma_fp32" not in dev.fake_kernels.launches
+    assert set(dev.fake_kernels.delays) == {int(DELAY_TARGET_S * 1e9)} and 60e-6 <= DELAY_TARGET_S <= 100e-6
+    assert "launch latency hidden by probe_delay_ns" in dev.delay_note and "%globaltimer" in dev.delay_note
     before = len(dev.fake_kernels.launches)
     plain = dev.clock(hide_launch=False)
     plain.start()
     plain.stop()
     assert len(dev.fake_kernels.launches) == before
+
+
+def test_a_delay_that_reports_less_than_asked_is_disabled():
+    dev = fake_device(bug="delay_short")
+    clock = dev.clock()
+    for _ in range(3):
+        clock.start()
+        clock.stop()
+    assert dev.fake_kernels.launches.count("probe_delay_ns") == 1  # the check only
+    assert "not hidden" in dev.delay_note and "less than asked" in dev.delay_note
+
+
+def test_a_delay_kernel_that_does_not_compile_is_disabled():
+    dev = fake_device()
+    real = dev.launch
+
+    def launch(entry, *a, **k):
+        if entry == "probe_delay_ns":
+            raise DeviceUnavailableError("kernels/cuda/probes.cu did not compile")
+        return real(entry, *a, **k)
+
+    dev.launch = launch
+    clock = dev.clock()
+    clock.start()
+    clock.stop()
+    assert "not hidden" in dev.delay_note and "did not compile" in dev.delay_note
 
 
 def test_memory_refusal_arithmetic():
@@ -193,12 +227,33 @@ def test_allocations_are_refused_before_allocating():
     assert calls == []
 
 
-def test_flush_memsets_at_least_twice_the_l2():
+def test_flush_memsets_at_least_twice_the_l2_then_reads_all_of_it():
     dev = fake_device(l2=48 * 2**20)
     dev.flush()
     dev.flush()
     assert dev.flush_bytes == 96 * 2**20 and dev._flush_buf.nbytes == 96 * 2**20
     assert dev.cupy.state["memsets"] == 2
+    # each flush: the memset, then an L1-bypassing read of the whole buffer as its last step,
+    # so the memset's dirty lines are written back before the start event
+    assert dev.fake_kernels.launches == [f"memset {96 * 2**20}", "probe_read_u4"] * 2
+    assert dev.fake_kernels.reads == [("probe_read_u4", 96 * 2**20, 1)] * 2
+    assert cm.READ_PROBE_ENTRIES["l2"] == "probe_read_u4"
+    assert "clean lines" in dev.flush_note and dev.describe()["flush"] == dev.flush_note
+
+
+def test_flush_without_the_read_kernel_is_a_memset_and_says_so():
+    dev = fake_device()
+    real = dev.launch
+
+    def launch(entry, *a, **k):
+        if entry == "probe_read_u4":
+            raise DeviceUnavailableError("kernels/cuda/probes.cu did not compile")
+        return real(entry, *a, **k)
+
+    dev.launch = launch
+    dev.flush()
+    dev.flush()
+    assert dev.cupy.state["memsets"] == 2 and "memset only" in dev.flush_note
 
 
 def test_dtype_support_by_architecture():

@@ -422,12 +422,35 @@ def test_every_probe_passes_its_check_on_a_correct_fake_gpu():
     dev = fake_device()
     probes = dev.probes()
     names = [p.name for p in probes]
-    for expected in ("read", "copy", "read-l2", "smem", "d2d-copy", "fma-fp32", "fma-fp64", "fma-bf16x2",
+    for expected in ("read", "copy", "read-l2", "read-l1", "smem", "d2d-copy", "fma-fp32", "fma-fp64", "fma-bf16x2",
                      "mma.sync-bf16", "mma.sync-fp8", "mma.sync-int8", "gemm-fp16", "intensity-fp32"):
         assert expected in names
     for p in probes:
         res = _setup(p).check()
         assert res.ok, (p.name, res.note)
+
+
+def test_l2_probes_bypass_l1_and_the_l1_probe_fits_l1_per_sm():
+    dev = fake_device(sm=132, l2=50 << 20)
+    by = {p.name: p for p in dev.probes()}
+    assert by["read-l2"].level == "l2" and by["read-l1"].level == "l1"
+    for name in ("read", "read-l2"):
+        assert "ld.global.cg" in by[name].accounting and "L1 bypassed" in by[name].accounting
+    # the sweep and the L2 probe launch the non-L1 entry; the L1 probe the L1-allocating one
+    l2 = by["read-l2"].setup(working_set_bytes=0)
+    sweep = by["read"].setup(working_set_bytes=4 << 20)
+    l1 = by["read-l1"].setup(working_set_bytes=1 << 30)  # the sweep's size is ignored
+    assert l2.params["entry"] == sweep.params["entry"] == cm.READ_PROBE_ENTRIES["l2"] == "probe_read_u4"
+    assert l1.params["entry"] == cm.READ_PROBE_ENTRIES["l1"] == "probe_read_l1_u4"
+    launch = cm.probe_launch("probe_read_l1_u4", 132)
+    n_vec = l1.params["n_vec"]
+    assert n_vec == cm.read_probe_n_vec_for_sm_footprint(cpb.L1_PROBE_SM_FOOTPRINT_BYTES, launch, 132)
+    assert l1.params["sm_footprint_bytes"] <= cpb.L1_PROBE_SM_FOOTPRINT_BYTES <= 128 * 1024
+    # the L2 probe's per-SM footprint would fit L1: only the bypass keeps it an L2 measurement
+    assert l2.params["sm_footprint_bytes"] < 256 * 1024
+    l1.run(2)
+    assert dev.fake_kernels.reads[-1] == ("probe_read_l1_u4", 16 * n_vec, 2)
+    assert l1.check().ok and l2.check().ok
 
 
 @pytest.mark.parametrize("bug, probe", [("read_wrong", "read"), ("fma_never", "fma-fp32")])

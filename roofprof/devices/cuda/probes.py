@@ -5,9 +5,10 @@ Each entry has the shape of the CPU catalogue (``roofprof.devices.cpu``) so that
 
 | probe | kind | level / dtype | kernel | bytes or FLOPs per repetition |
 | --- | --- | --- | --- | --- |
-| ``read`` | bandwidth (sweep) | from the working set | ``probe_read_u4``, a repetition = one more pass in the same launch | ``16·n_vec`` |
+| ``read`` | bandwidth (sweep) | from the working set | ``probe_read_u4`` (``ld.global.cg``: L2 only, never L1), a repetition = one more pass in the same launch | ``16·n_vec`` |
 | ``copy`` | bandwidth (sweep) | from the working set | ``probe_copy_u4`` | ``32·n_vec`` (read + write) |
-| ``read-l2`` | bandwidth | ``l2`` | ``probe_read_u4`` on L2/4 | ``16·n_vec`` |
+| ``read-l2`` | bandwidth | ``l2`` | ``probe_read_u4`` (``ld.global.cg``: L1 bypassed) on L2/4 | ``16·n_vec`` |
+| ``read-l1`` | bandwidth | ``l1`` | ``probe_read_l1_u4`` (L1-allocating) on 64 KiB per SM | ``16·n_vec`` |
 | ``smem`` | bandwidth | ``smem`` | ``probe_smem_u4`` | ``iters·8·16`` per thread |
 | ``d2d-copy`` | bandwidth | ``dram`` | ``cudaMemcpyAsync`` device to device (what CuPy's copy of a contiguous array does): the vendor reference of the HBM probes | ``2·size`` |
 | ``fma-fp64/fp32/fp16x2/bf16x2`` | compute | fp64, fp32, fp16, bf16 | ``probe_fma_*`` | ``cuda_models.fma_probe_flops`` |
@@ -55,7 +56,7 @@ from roofprof.workload import Op
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
-__all__ = ["FMA_SEED", "ITERS_PER_REP", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
+__all__ = ["FMA_SEED", "ITERS_PER_REP", "L1_PROBE_SM_FOOTPRINT_BYTES", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
            "flag_check", "fma_probe_fold", "hash32", "intensity_probe_folds", "launch_latency", "merge_checks",
            "read_check", "read_probe_folds", "round_to_precision", "setup_copy", "setup_d2d", "setup_fma",
            "setup_intensity", "setup_mma", "setup_read", "setup_smem", "skipped_probes", "smem_probe_fold"]
@@ -81,6 +82,10 @@ MAX_ITERS_PER_LAUNCH = 1 << 24
 FMA_SEED = 0x2545F490  # low 4 bits zero: y(seed) is exactly the literal (see fma_probe_fold)
 #: Seed of the random stream the probe checks draw from.
 CHECK_SEED = 20240611
+#: Bytes each SM's blocks read per pass in the ``read-l1`` probe: fits the L1 of every GPU
+#: roofprof supports (sm_80+: 128-256 KiB of combined L1/shared memory per SM; the probe
+#: declares no shared memory, so the carveout leaves most of it to L1).
+L1_PROBE_SM_FOOTPRINT_BYTES = 64 * 1024
 
 
 # --------------------------------------------------------------------------- checks
@@ -170,7 +175,8 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
 
 def read_check(device: CudaDevice, launch: Any, rng: np.random.Generator | None = None,
                passes: int = 2) -> CheckResult:
-    """``probe_read_u4`` on a ragged random buffer, each of three threads' folds replayed."""
+    """``launch``'s read probe (``probe_read_u4`` or ``probe_read_l1_u4``) on a ragged random
+    buffer, each of three threads' folds replayed."""
     cp, rng = device.cupy, _rng(rng)
     threads = launch.threads
     n_vec = threads * 5 + 13  # ragged: the 4-way body and the tail both run
@@ -184,18 +190,23 @@ def read_check(device: CudaDevice, launch: Any, rng: np.random.Generator | None 
                       (src, np.int64(n_vec), np.int32(passes), _u32(int(folds[t])), out))
         device.checked(launch.entry)
         results.append(flag_check(cp.asnumpy(out), folds, int(folds[t]), f"thread {t}"))
-    return merge_checks(results, f"probe_read_u4 on {n_vec} random 16-byte vectors, {passes} passes, "
+    return merge_checks(results, f"{launch.entry} on {n_vec} random 16-byte vectors, {passes} passes, "
                                  "replayed in numpy")
 
 
 def setup_read(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int, fixed_bytes: int | None = None,
-               rng: np.random.Generator | None = None) -> ProbeRun:
-    """``read`` (and ``read-l2`` with ``fixed_bytes``): ``probe_read_u4`` over the working set,
-    a repetition being one more pass in the same launch."""
+               rng: np.random.Generator | None = None, level: str = "l2") -> ProbeRun:
+    """``read`` (and ``read-l2`` with ``fixed_bytes``): ``probe_read_u4`` (``ld.global.cg``,
+    L1 bypassed) over the working set, a repetition being one more pass in the same launch.
+    ``level="l1"`` (``read-l1``): ``probe_read_l1_u4`` (L1-allocating loads) on a buffer of
+    :data:`L1_PROBE_SM_FOOTPRINT_BYTES` per SM (``cuda_models.read_probe_n_vec_for_sm_footprint``),
+    so every pass after the first hits each SM's L1."""
     cm, cp, rng = _cuda_models(device), device.cupy, _rng(rng)
-    launch = cm.probe_launch("probe_read_u4", device.sm_count)
+    launch = cm.probe_launch(cm.READ_PROBE_ENTRIES[level], device.sm_count)
     ws = fixed_bytes if fixed_bytes is not None else int(working_set_bytes)
     n_vec = max(1024, ws // 16)
+    if level == "l1":
+        n_vec = cm.read_probe_n_vec_for_sm_footprint(L1_PROBE_SM_FOOTPRINT_BYTES, launch, device.sm_count)
     buf = arena.get(n_vec * 16).view(cp.uint32)
     out = _out_buffer(device, launch)
 
@@ -206,7 +217,8 @@ def setup_read(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
 
     return ProbeRun(run=run, flops_per_rep=0.0, bytes_per_rep=float(cm.read_probe_bytes(n_vec)),
                     check=lambda: read_check(device, launch, rng), working_set_bytes=n_vec * 16,
-                    params={"n_vec": n_vec, "grid": launch.grid[0], "block": launch.block[0],
+                    params={"n_vec": n_vec, "grid": launch.grid[0], "block": launch.block[0], "entry": launch.entry,
+                            "sm_footprint_bytes": cm.read_probe_sm_footprint_bytes(n_vec, launch, device.sm_count),
                             "repetition": "one more pass in the same launch"})
 
 
@@ -434,7 +446,8 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
         return ProbeArena(device, what, seed)
 
     probes.append(Probe("read", "bandwidth", partial(setup_read, device, arena("the read probe buffer", 1), rng=rng),
-                        accounting="bytes = 16·n_vec per pass (uint4 __ldg loads, grid-stride, 4 in flight)",
+                        accounting="bytes = 16·n_vec per pass (uint4 ld.global.cg loads: L2 only, L1 bypassed; "
+                                   "grid-stride, 4 in flight)",
                         note=f"probe_read_u4, grid {4 * sm} blocks × 256 (4 per SM)"))
     probes.append(Probe("copy", "bandwidth", partial(setup_copy, device, arena("the copy probe buffers", 2), rng=rng),
                         accounting="bytes = 32·n_vec per launch (16 read + 16 written per vector)",
@@ -444,10 +457,18 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
         probes.append(Probe("read-l2", "bandwidth",
                             partial(setup_read, device, arena("the L2 read buffer", 3), fixed_bytes=l2_ws, rng=rng),
                             level="l2",
-                            accounting="bytes = 16·n_vec per pass; buffer L2/4, every pass after the warm-up hits L2",
+                            accounting="bytes = 16·n_vec per pass; buffer L2/4, ld.global.cg loads (L1 bypassed), "
+                                       "so every pass after the warm-up is served by L2, never by L1",
                             note=f"probe_read_u4 on {l2_ws // 1024} KiB (L2/4), passes in one launch"))
     else:
         skipped.append({"probe": "read-l2", "reason": "the L2 size is unknown"})
+    probes.append(Probe("read-l1", "bandwidth",
+                        partial(setup_read, device, arena("the L1 read buffer", 6), fixed_bytes=0, level="l1", rng=rng),
+                        level="l1",
+                        accounting=f"bytes = 16·n_vec per pass; {L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per SM "
+                                   "with L1-allocating __ldg loads, every pass after the first hits L1",
+                        note=f"probe_read_l1_u4, n_vec sized so each SM's 4 blocks read "
+                             f"{L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per pass; the L1 ceiling (all SMs)"))
     probes.append(Probe("smem", "bandwidth", partial(setup_smem, device, rng=rng), level="smem",
                         accounting="bytes = iters·8·16 per thread (conflict-free LDS.128)",
                         note="probe_smem_u4, 32 KiB static shared memory per block"))

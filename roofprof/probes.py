@@ -17,6 +17,9 @@ How each ceiling is obtained (the method is device-agnostic; kernels come from t
 * **Peak compute per dtype** (``compute`` probes): FMAs with enough independent
   accumulators (SIMD lanes × elements) on L1-resident data.
 * **Attainable GEMM** (``gemm`` probes): the best library GEMM rate over a few sizes.
+* **Diagnostics** (``Probe.diagnostic``): compute probes whose rate is recorded (a detail of
+  ``kind="diagnostic"``, labelled) but never becomes the dtype's ceiling, e.g. ``mma.sync``
+  fp8/tf32/int8 on Hopper, below the native tensor path the library GEMMs reach.
 * **Intensity sweep** (``intensity`` probes, mixbench-style): ``k`` FMAs per element
   loaded and stored, with a cache flush before each timed call; its curve traces the
   roofline from the memory slope to the compute roof. No ceiling is taken from it.
@@ -587,7 +590,7 @@ class _Run:
         missing = []
         if any(p.kind == "bandwidth" for p in self.catalogue) and not any(c.kind == "memory" for c in self.ceilings):
             missing.append("memory")
-        if any(p.kind in ("compute", "gemm") for p in self.catalogue) and not any(
+        if any(p.kind in ("compute", "gemm") and not p.diagnostic for p in self.catalogue) and not any(
                 c.kind == "compute" for c in self.ceilings):
             missing.append("compute")
         if missing:
@@ -748,10 +751,16 @@ class _Run:
         # GEMM (library), tensor-core mma.sync throughput, or CUDA-core/SIMD FMA chains
         kind_label = "GEMM" if probe.kind == "gemm" else ("tensor mma.sync" if "mma" in probe.name else "FMA")
         name = f"{probe.dtype} {kind_label} ({probe.name})"
-        self.ceilings.append(Ceiling(name=name, kind="compute", value=rate, dtype=probe.dtype, source="measured",
-                                     clock_mhz=clock, note=note))
+        kind = "compute"
+        if probe.diagnostic:
+            # kept, labelled, but never the dtype's ceiling (not in the Roofline)
+            name, kind = f"{name}: diagnostic, not the {probe.dtype} ceiling", "diagnostic"
+            note = f"{note}; {probe.note}".rstrip("; ")
+        else:
+            self.ceilings.append(Ceiling(name=name, kind="compute", value=rate, dtype=probe.dtype,
+                                         source="measured", clock_mhz=clock, note=note))
         self.details.append({
-            "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": "compute", "level": None,
+            "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": kind, "level": None,
             "dtype": probe.dtype, "value": rate, "unit": "FLOP/s", "clock_mhz": clock, "source": "measured",
             "median_value": median_rate, "cv": timing.cv, "noisy": timing.noisy, "params": params,
             "timing": timing.to_dict(), "telemetry": _short_telemetry(tele), "note": note,

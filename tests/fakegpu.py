@@ -313,3 +313,52 @@ def fake_device(*, cc: str = "90", name: str = "NVIDIA H100 80GB HBM3", bug: str
     dev.memcpy_d2d = memcpy_d2d
     dev.fake_kernels = kernels
     return dev
+
+
+# --------------------------------------------------------------------------- torch (fp8 GEMM probe)
+
+
+class _FakeTensor:
+    """A numpy array standing for a CUDA torch tensor: the calls the fp8 GEMM probe makes."""
+
+    def __init__(self, a, dtype="float32"):
+        self.a, self.dtype = np.asarray(a), dtype
+
+    def to(self, where):
+        if str(where).startswith("cuda"):
+            return self  # a device
+        if where == "float8_e4m3fn":
+            # e4m3 has 3 mantissa bits: the probe's inputs (halves in [-4, 4]) are exact
+            assert np.all(np.abs(self.a) <= 448)
+        return _FakeTensor(self.a, where)
+
+    def t(self):
+        return _FakeTensor(self.a.T, self.dtype)
+
+    def float(self):
+        return _FakeTensor(self.a.astype(np.float32))
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.a
+
+
+def fake_torch(*, scaled_mm: bool = True, cuda: bool = True, version: str = "2.11.0+cu130"):
+    """A torch with CUDA (``cuda``) and ``_scaled_mm`` (``scaled_mm``): enough for
+    ``gemm-fp8-torch``. ``t.scaled_mm_calls`` counts the GEMMs, with their dtypes and scales."""
+    t = types.SimpleNamespace(__version__=version, float32="float32", bfloat16="bfloat16",
+                              float8_e4m3fn="float8_e4m3fn", scaled_mm_calls=[])
+    t.version = types.SimpleNamespace(cuda="13.0" if cuda else None)
+    t.cuda = types.SimpleNamespace(is_available=lambda: cuda, is_initialized=lambda: False)
+    t.from_numpy = lambda a: _FakeTensor(a)
+    t.ones = lambda shape, dtype=None, device=None: _FakeTensor(np.ones(shape, dtype=np.float32), dtype)
+    if scaled_mm:
+        def _scaled_mm(a, b, *, scale_a, scale_b, out_dtype):
+            t.scaled_mm_calls.append((a.dtype, b.dtype, float(scale_a.a), float(scale_b.a), out_dtype))
+            prod = (a.a.astype(np.float64) @ b.a.astype(np.float64)) * float(scale_a.a) * float(scale_b.a)
+            return _FakeTensor(bf16_to_f32(bf16_bits(prod.astype(np.float32))), out_dtype)
+
+        t._scaled_mm = _scaled_mm
+    return t

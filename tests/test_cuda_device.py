@@ -703,3 +703,80 @@ def test_each_probe_setup_checks_and_runs_alone(name):
     assert res.ok, res.note
     run.run(1)
     assert run.bytes_per_rep > 0 or run.flops_per_rep > 0
+
+
+# --------------------------------------------------------------------------- item 5: Hopper fp8/tf32/int8 ceilings
+
+
+def _numpy_cublas(dev, a, w, out, dtype):
+    out[...] = (np.asarray(a, np.float64) @ np.asarray(w, np.float64).T).astype(out.dtype)
+
+
+@pytest.fixture
+def hopper_with_libraries(monkeypatch):
+    """A fake H100 whose torch has _scaled_mm and whose cuBLAS binding is a numpy product."""
+    from fakegpu import fake_torch
+
+    from roofprof.devices.cuda import impls
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    monkeypatch.setattr(impls, "_cublas_consts", lambda: (None, {}))
+    monkeypatch.setattr(impls, "cublas_gemm_nt", _numpy_cublas)
+    return fake_device(cc="90")
+
+
+def test_hopper_mma_sync_fp8_tf32_int8_are_labelled_diagnostics(hopper_with_libraries):
+    dev = hopper_with_libraries
+    by = {p.name: p for p in dev.probes()}
+    for dt in ("fp8", "tf32", "int8"):
+        assert by[f"mma.sync-{dt}"].diagnostic and "diagnostic" in by[f"mma.sync-{dt}"].note
+    assert not by["mma.sync-bf16"].diagnostic and not by["mma.sync-fp16"].diagnostic
+    assert "emulated" in by["mma.sync-fp8"].note
+    assert by["gemm-fp8-torch"].dtype == "fp8" and "_scaled_mm" in by["gemm-fp8-torch"].note
+    assert by["gemm-tf32"].dtype == "tf32" and "FAST_TF32" in by["gemm-tf32"].note
+    assert "gemm-int8" in {s["probe"] for s in cpb.skipped_probes(dev)}
+    # on Ampere mma.sync is the native tensor path: a ceiling as before
+    ampere = {p.name: p for p in fake_device(cc="80").probes()}
+    assert not ampere["mma.sync-tf32"].diagnostic and not ampere["mma.sync-int8"].diagnostic
+
+
+def test_fp8_gemm_probe_checks_against_float64(hopper_with_libraries):
+    torch = sys.modules["torch"]
+    p = {p.name: p for p in hopper_with_libraries.probes()}["gemm-fp8-torch"]
+    run = p.setup(size=64)
+    assert run.check().ok
+    run.run(2)
+    assert torch.scaled_mm_calls[-1] == ("float8_e4m3fn", "float8_e4m3fn", 1.0, 1.0, "bfloat16")
+    assert run.flops_per_rep == 2.0 * 64**3
+
+
+def test_the_ceiling_is_the_library_gemm_never_mma_sync(hopper_with_libraries):
+    from roofprof.probes import measure_roofline
+
+    dev = hopper_with_libraries
+    names = ["mma.sync-fp8", "mma.sync-tf32", "mma.sync-int8", "gemm-fp8-torch", "gemm-tf32", "read-l2"]
+    r = measure_roofline(dev, plan="test", probes=names)
+    assert not r.failed_probes, r.failed_probes
+    diag = {c["probe"]: c for c in r.ceilings if c["kind"] == "diagnostic"}
+    assert set(diag) == {"mma.sync-fp8", "mma.sync-tf32", "mma.sync-int8"}
+    assert all("diagnostic, not the" in c["name"] and c["value"] > 0 for c in diag.values())
+    roof = r.roofline
+    assert "int8" not in roof.dtypes
+    assert {c.dtype for c in roof.ceilings if c.kind == "compute"} == {"fp8", "tf32"}
+    assert "gemm-fp8-torch" in roof.compute_ceiling("fp8").name
+    assert "gemm-tf32" in roof.compute_ceiling("tf32").name
+    assert not any("mma.sync" in c.name for c in roof.ceilings)
+
+
+def test_fp8_gemm_probe_is_skipped_with_a_reason_where_torch_lacks_it(monkeypatch):
+    from fakegpu import fake_torch
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(scaled_mm=False))
+    reasons = {s["probe"]: s["reason"] for s in cpb.skipped_probes(fake_device(cc="90"))}
+    assert "_scaled_mm" in reasons["gemm-fp8-torch"]
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    reasons = {s["probe"]: s["reason"] for s in cpb.skipped_probes(fake_device(cc="80"))}
+    assert "8.9" in reasons["gemm-fp8-torch"]
+    monkeypatch.setitem(sys.modules, "torch", None)
+    reasons = {s["probe"]: s["reason"] for s in cpb.skipped_probes(fake_device(cc="90"))}
+    assert "not installed" in reasons["gemm-fp8-torch"]

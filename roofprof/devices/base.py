@@ -245,6 +245,9 @@ class Probe:
             ``smem``); None when the level follows from the working-set size.
         accounting: the FLOP/byte formula, in words.
         note: anything a reader of the result should know.
+        diagnostic: a compute probe whose rate is kept in the result, labelled, but is
+            never a ceiling of its dtype (e.g. Hopper's emulated fp8 ``mma.sync``, below the
+            native tensor path a library GEMM reaches).
     """
 
     name: str
@@ -254,11 +257,12 @@ class Probe:
     level: str | None = None
     accounting: str = ""
     note: str = ""
+    diagnostic: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The catalogue entry without its runnable, for result files."""
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "level": self.level,
-                "accounting": self.accounting, "note": self.note}
+                "accounting": self.accounting, "note": self.note, "diagnostic": self.diagnostic}
 
 
 @runtime_checkable

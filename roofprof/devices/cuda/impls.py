@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
 __all__ = ["CUBLAS_DTYPES", "GEMV_MAX_M", "CublasGemm", "CupyKernels", "NumbaKernels", "PreparedGemm", "TorchGemm",
-           "cublas_gemm_nt", "cuda_implementations", "gemm_probe_setup", "gemv_prepared", "torch_gemm_nt"]
+           "cublas_gemm_nt", "cuda_implementations", "gemm_probe_setup", "gemv_prepared", "torch_fp8_gemm_reason",
+           "torch_fp8_gemm_setup", "torch_gemm_nt"]
 
 GEMV_MAX_M = 16
 SAMPLE_ROWS = 16
@@ -383,5 +384,81 @@ def gemm_probe_setup(device: CudaDevice, dtype: str, backend: str) -> Callable[.
         return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * ITEMSIZE[dtype],
                         check=prep.check, working_set_bytes=3 * n * n * ITEMSIZE[dtype], release=prep.release,
                         params={"n": n, "backend": backend})
+
+    return setup
+
+
+# --------------------------------------------------------------------------- fp8 GEMM probe (torch._scaled_mm)
+
+
+def torch_fp8_gemm_reason(device: CudaDevice) -> str | None:
+    """Why the ``gemm-fp8-torch`` probe (``torch._scaled_mm``, e4m3) cannot run here (None: it
+    can): torch without CUDA, a torch without ``_scaled_mm``/``float8_e4m3fn``, or a GPU
+    before sm_89. Never raises."""
+    reason = torch_cuda_reason()
+    if reason:
+        return reason
+    import torch
+
+    missing = [n for n in ("_scaled_mm", "float8_e4m3fn") if not hasattr(torch, n)]
+    if missing:
+        return f"torch {torch.__version__} has no {' or '.join(missing)} (fp8 GEMMs need torch >= 2.1)"
+    if tuple(device.cc) < (8, 9):
+        return (f"fp8 (e4m3) GEMMs need compute capability 8.9 or newer (sm_89+); this GPU is "
+                f"sm_{device.cc[0]}{device.cc[1]}")
+    return None
+
+
+def torch_fp8_gemm_setup(device: CudaDevice) -> Callable[..., ProbeRun]:
+    """``setup(size=n)`` of ``gemm-fp8-torch``: ``torch._scaled_mm`` of n×n e4m3 A and Wᵀ (W
+    row-major, so Wᵀ is the column-major operand cuBLASLt wants) with per-tensor float32
+    scales 1.0, bf16 out: the GEMM that reaches Hopper's native fp8 tensor path.
+
+    The inputs are multiples of 1/2 in [-4, 4], exact in e4m3, so the check compares a
+    sampled block with the float64 product at bf16 output tolerance.
+    """
+    def setup(*, size: int) -> ProbeRun:
+        import torch
+
+        n = int(size)
+        dev = f"cuda:{device.info.index}"
+        rng = np.random.default_rng(n)
+        device.require(2 * n * n + 2 * n * n + 8 * n * n, f"the fp8 GEMM probe (n={n})")
+
+        def operand() -> tuple[np.ndarray, Any]:
+            host = (rng.integers(-8, 9, size=(n, n)) / 2.0).astype(np.float32)
+            return host, torch.from_numpy(host).to(dev).to(torch.float8_e4m3fn)
+
+        a_host, a = operand()
+        w_host, w = operand()
+        one = torch.ones((), dtype=torch.float32, device=dev)
+        out: list[Any] = []
+
+        def call() -> Any:
+            device.last_kernel = "torch._scaled_mm (fp8 e4m3)"
+            return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        def run(reps: int) -> None:
+            for _ in range(int(reps)):
+                call()
+
+        def check() -> CheckResult:
+            y = call()
+            device.checked("torch._scaled_mm (fp8 e4m3)")
+            got_all = np.asarray(y.float().cpu().numpy(), dtype=np.float64)
+            rows, cols = sample_indices(n, SAMPLE_ROWS, rng), sample_indices(n, SAMPLE_COLS, rng)
+            ref = a_host[rows].astype(np.float64) @ w_host[cols].astype(np.float64).T
+            return compare(got_all[np.ix_(rows, cols)], ref, check_tolerance("bf16", n),
+                           "torch._scaled_mm e4m3 (inputs exact in e4m3, scales 1.0, bf16 out) vs float64 numpy "
+                           f"on a {len(rows)}×{len(cols)} sampled block")
+
+        def release() -> None:
+            out.clear()
+            device.release_memory()
+
+        return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=2.0 * n * n + 2.0 * n * n,
+                        check=check, working_set_bytes=4 * n * n, release=release,
+                        params={"n": n, "backend": "torch._scaled_mm", "scales": "per-tensor 1.0",
+                                "out_dtype": "bf16"})
 
     return setup

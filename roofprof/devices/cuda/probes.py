@@ -13,9 +13,15 @@ Each entry has the shape of the CPU catalogue (``roofprof.devices.cpu``) so that
 | ``d2d-copy`` | bandwidth | ``dram`` | ``cudaMemcpyAsync`` device to device (what CuPy's copy of a contiguous array does): the vendor reference of the HBM probes | ``2·size`` |
 | ``fma-fp64/fp32/fp16x2/bf16x2`` | compute | fp64, fp32, fp16, bf16 | ``probe_fma_*`` | ``cuda_models.fma_probe_flops`` |
 | ``mma.sync-bf16/fp16/tf32/fp8/int8`` | compute | same | ``probe_mma_*`` (``mma.sync``: on Hopper below the ``wgmma`` datasheet peak) | ``cuda_models.mma_probe_flops`` |
-| ``gemm-bf16/fp16/fp32`` | gemm | same | cuBLAS (``cupy.matmul``; bf16 through ``cublasGemmEx``) | ``2n³`` |
+| ``gemm-bf16/fp16/fp32/tf32`` | gemm | same | cuBLAS (``cupy.matmul``; bf16 and tf32 — ``CUBLAS_COMPUTE_32F_FAST_TF32`` — through ``cublasGemmEx``) | ``2n³`` |
+| ``gemm-fp8-torch`` | gemm | fp8 | ``torch._scaled_mm`` (e4m3, per-tensor scales, bf16 out; sm_89+) | ``2n³`` |
 | ``gemm-bf16-torch/fp16-torch`` | gemm | same | ``torch.matmul`` on CUDA (when torch has CUDA) | ``2n³`` |
 | ``intensity-fp32`` | intensity | fp32 | ``probe_intensity_fp32`` (``nfma = max(1, k/2)``) | ``2·nfma·4·n_vec`` FLOPs, ``16·n_vec`` bytes |
+
+On sm_90+ the fp8, tf32 and int8 ``mma.sync`` probes are *diagnostics*
+(``Probe.diagnostic``): their rate is recorded, labelled, but never the dtype's ceiling
+(fp8 ``mma.sync`` is emulated there and all three run below the native ``wgmma`` path);
+the fp8 and tf32 ceilings come from ``gemm-fp8-torch`` and ``gemm-tf32``.
 
 The roofline's bf16 (fp16) ceiling is the highest of its ``mma.sync`` probe and the cuBLAS
 and torch GEMMs (``Roofline.compute_ceiling`` takes the maximum): the attainable tensor
@@ -50,13 +56,20 @@ import numpy as np
 from roofprof._resources import kernels_module
 from roofprof.devices.base import CheckResult, Probe, ProbeRun
 from roofprof.devices.cuda._runtime import nvrtc_version
-from roofprof.devices.cuda.impls import CublasGemm, TorchGemm, gemm_probe_setup
+from roofprof.devices.cuda.impls import (
+    CublasGemm,
+    TorchGemm,
+    gemm_probe_setup,
+    torch_fp8_gemm_reason,
+    torch_fp8_gemm_setup,
+)
 from roofprof.workload import Op
 
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
-__all__ = ["FMA_SEED", "ITERS_PER_REP", "L1_PROBE_SM_FOOTPRINT_BYTES", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
+__all__ = ["FMA_SEED", "ITERS_PER_REP", "L1_PROBE_SM_FOOTPRINT_BYTES", "MMA_DIAGNOSTIC_DTYPES",
+           "MMA_DIAGNOSTIC_MIN_CC", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
            "flag_check", "fma_probe_fold", "hash32", "intensity_probe_folds", "launch_latency", "merge_checks",
            "read_check", "read_probe_folds", "round_to_precision", "setup_copy", "setup_d2d", "setup_fma",
            "setup_intensity", "setup_mma", "setup_read", "setup_smem", "skipped_probes", "smem_probe_fold"]
@@ -82,6 +95,11 @@ MAX_ITERS_PER_LAUNCH = 1 << 24
 FMA_SEED = 0x2545F490  # low 4 bits zero: y(seed) is exactly the literal (see fma_probe_fold)
 #: Seed of the random stream the probe checks draw from.
 CHECK_SEED = 20240611
+#: mma.sync dtypes that are diagnostics, never ceilings, from this compute capability on: Hopper
+#: and Blackwell run fp8 (emulated: F2FP + HMMA), tf32 and int8 mma.sync below their native
+#: tensor path (wgmma/tcgen05), which only library GEMMs reach.
+MMA_DIAGNOSTIC_DTYPES = ("fp8", "tf32", "int8")
+MMA_DIAGNOSTIC_MIN_CC = (9, 0)
 #: Bytes each SM's blocks read per pass in the ``read-l1`` probe: fits the L1 of every GPU
 #: roofprof supports (sm_80+: 128-256 KiB of combined L1/shared memory per SM; the probe
 #: declares no shared memory, so the carveout leaves most of it to L1).
@@ -501,13 +519,20 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
         if mdt == "fp8" and native is not True:
             note += f"; fp8 mma.sync on sm_{device.cc[0]}{device.cc[1]}: " + (
                 cm.FP8_MMA_SYNC_SASS.get(tuple(device.cc), "SASS not checked for this architecture"))
+        diagnostic = mdt in MMA_DIAGNOSTIC_DTYPES and tuple(device.cc) >= MMA_DIAGNOSTIC_MIN_CC
+        if diagnostic:
+            note += (f"; diagnostic on sm_{device.cc[0]}{device.cc[1]}: mma.sync {mdt} runs below the native "
+                     f"tensor path (wgmma), so it is never the {mdt} ceiling — "
+                     + ("gemm-fp8-torch (torch._scaled_mm) gives that" if mdt == "fp8" else
+                        "gemm-tf32 (cuBLAS, fast-tf32 compute) gives that" if mdt == "tf32" else
+                        "no int8 library GEMM probe here, so the roofline has no int8 ceiling"))
         m, n, k = cm.MMA_SHAPES[mdt]
         probes.append(Probe(name, "compute", partial(setup_mma, device, mdt), dtype=mdt,
                             accounting=f"FLOPs = warps·8·iters·2·{m}·{n}·{k} (m{m}n{n}k{k}, 8 independent accumulators)"
                                        + (" (integer ops)" if mdt == "int8" else ""),
-                            note=note))
-    for gdt, backend in (("bf16", "cublas"), ("fp16", "cublas"), ("fp32", "cublas"), ("bf16", "torch"),
-                         ("fp16", "torch")):
+                            note=note, diagnostic=diagnostic))
+    for gdt, backend in (("bf16", "cublas"), ("fp16", "cublas"), ("fp32", "cublas"), ("tf32", "cublas"),
+                         ("bf16", "torch"), ("fp16", "torch")):
         name = f"gemm-{gdt}" + ("-torch" if backend == "torch" else "")
         impl = CublasGemm(device) if backend == "cublas" else TorchGemm(device)
         reason = impl.supports(Op(name, "gemm", "prefill", 256, 256, 256, gdt, 0.0, 0.0, fn="linear"))
@@ -515,10 +540,22 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
             skipped.append({"probe": name, "reason": reason})
             continue
         how = ("torch.matmul(a, w.t()) on CUDA (cuBLAS/cuBLASLt)" if backend == "torch" else
-               "cuBLAS: " + ("cublasGemmEx, bf16 in, fp32 accumulate" if gdt == "bf16" else "cupy.matmul"))
+               "cuBLAS: " + ("cublasGemmEx, bf16 in, fp32 accumulate" if gdt == "bf16" else
+                             "cublasGemmEx, fp32 in, CUBLAS_COMPUTE_32F_FAST_TF32" if gdt == "tf32" else
+                             "cupy.matmul"))
         probes.append(Probe(name, "gemm", gemm_probe_setup(device, gdt, backend), dtype=gdt,
                             accounting="FLOPs = 2·n³ per call; bytes = 3·n²·itemsize (minimum)",
                             note=how + ", C = A·Wᵀ (nn.Linear layout)"))
+    reason = torch_fp8_gemm_reason(device)
+    if reason:
+        skipped.append({"probe": "gemm-fp8-torch", "reason": reason})
+    else:
+        probes.append(Probe("gemm-fp8-torch", "gemm", torch_fp8_gemm_setup(device), dtype="fp8",
+                            accounting="FLOPs = 2·n³ per call; bytes = 2·n² (e4m3 A, W) + 2·n² (bf16 C)",
+                            note="torch._scaled_mm, e4m3 A·Wᵀ, per-tensor scales 1.0, bf16 out (cuBLASLt: "
+                                 "the native fp8 tensor path)"))
+    skipped.append({"probe": "gemm-int8", "reason": "no int8 library GEMM probe (cuBLASLt int8 is not wired "
+                                                     "here); int8 mma.sync is the only int8 rate"})
     probes.append(Probe("intensity-fp32", "intensity",
                         partial(setup_intensity, device, arena("the intensity sweep buffer", 5), rng=rng),
                         dtype="fp32",

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from roofprof.devices.base import per_call_clock
 from roofprof.errors import ConfigError
 from roofprof.roofline import Point, Roofline, place
 from roofprof.telemetry import CONTENDED_SHARE, Contention, NullSampler
@@ -284,6 +285,7 @@ def check_then_time(
         return result
     try:
         calls, flush_fn = calls_and_flush(prepared, flush)
+        clock = per_call_clock(clock, prepared)  # batched small ops: N calls per interval
         best = None
         attempts = 1 + max(0, retries)
         for attempt in range(attempts):

@@ -4,6 +4,7 @@ and checks, op implementations — on a numpy-backed fake GPU (tests/fakegpu.py)
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from fakegpu import FakeCudaError, fake_cupy, fake_device, fake_nvml
 
 from roofprof import devices
 from roofprof.devices import cuda as cuda_mod
+from roofprof.devices.base import CheckResult
 from roofprof.devices.cuda import (
     DELAY_TARGET_S,
     CublasGemm,
@@ -780,3 +782,97 @@ def test_fp8_gemm_probe_is_skipped_with_a_reason_where_torch_lacks_it(monkeypatc
     monkeypatch.setitem(sys.modules, "torch", None)
     reasons = {s["probe"]: s["reason"] for s in cpb.skipped_probes(fake_device(cc="90"))}
     assert "not installed" in reasons["gemm-fp8-torch"]
+
+
+# --------------------------------------------------------------------------- item 7: small ops, N calls per event pair
+
+
+class QuantisedEventClock:
+    """CUDA events with ~0.5 µs resolution: each timestamp is the simulated GPU time after a
+    random idle gap, late by up to 0.5 µs and floored to a 0.5 µs tick (what
+    cudaEventElapsedTime's resolution does to µs ops)."""
+
+    name = "fake_cuda_event"
+    STEP = 0.5e-6
+
+    def __init__(self, state, seed=3):
+        self.state, self.rng = state, np.random.default_rng(seed)
+
+    def _stamp(self):
+        late = self.state["t"] + self.rng.uniform(0, self.STEP)
+        return math.floor(late / self.STEP) * self.STEP
+
+    def start(self):
+        self.state["t"] += self.rng.uniform(0, 3e-6)  # the GPU idles a little before each interval
+        self.t0 = self._stamp()
+
+    def stop(self):
+        return self._stamp() - self.t0
+
+
+class TwoMicrosecondGemv:
+    """An OpImpl whose every call costs 2 µs of simulated GPU time."""
+
+    name = "sim"
+
+    def __init__(self, state):
+        self.state, self.prepared = state, 0
+
+    def supports(self, op):
+        return None
+
+    def prepare(self, op, rng):
+        self.prepared += 1
+        state = self.state
+
+        class P:
+            name, kernels, note = "sim gemv", 1, ""
+
+            def run(self):
+                state["t"] += 2e-6
+
+            def check(self):
+                return CheckResult(True, 0.0, 0.0, 1e-3, "sim")
+
+            def release(self):
+                pass
+
+        return P()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_2us_op_is_timed_right_within_10_percent_at_half_us_event_resolution(batched):
+    from roofprof.devices.cuda.batching import SmallOpBatching
+    from roofprof.measurement import check_then_time
+
+    dev = fake_device(l2=50 << 20)
+    state = {"t": 0.0}
+    inner = TwoMicrosecondGemv(state)
+    op = gemm_op(1, 1024, 4096, "bf16")  # 8 MiB of weights: ~2.5 µs on an H100 datasheet
+    impl = SmallOpBatching(inner, dev) if batched else inner
+    m = check_then_time(impl, op, np.random.default_rng(0), clock=QuantisedEventClock(state), budget_s=2e-3,
+                        warmup_s=0.0, max_repeats=50)
+    assert m.status == "ok", m.note
+    errors = [abs(t / 2e-6 - 1) for t in (m.timing.min_s, m.timing.median_s)]
+    if batched:
+        assert max(errors) < 0.10, m.timing.samples_s[:5]
+        assert inner.prepared >= 2  # rotating operand copies
+    else:  # one call per event pair: the resolution alone puts the fastest call 25 % off
+        assert max(errors) >= 0.10
+
+
+def test_small_ops_of_the_gpu_implementations_are_batched():
+    from roofprof.devices.cuda.batching import SmallOpBatching, calls_per_sample, estimate_s
+
+    dev = fake_device(l2=50 << 20)
+    impls = {i.name: i for i in dev.implementations()}
+    assert all(isinstance(impls[n], SmallOpBatching) for n in ("cupy", "numba", "cublas", "torch"))
+    small, big = gemm_op(1, 1024, 4096), gemm_op(4096, 4096, 4096, name="big")
+    assert estimate_s(dev, small) < 20e-6 <= estimate_s(dev, big)
+    assert calls_per_sample(estimate_s(dev, small)) >= 8 and calls_per_sample(estimate_s(dev, big)) == 1
+    prepared = impls["cupy"].prepare(small, np.random.default_rng(0))
+    assert prepared.calls_per_sample >= 8 and len(prepared.copies) >= 2 and prepared.check().ok
+    before = dev.fake_kernels.launches.count("gemv_bf16_m1")
+    prepared.calls[0]()
+    assert dev.fake_kernels.launches.count("gemv_bf16_m1") - before == prepared.calls_per_sample
+    prepared.release()

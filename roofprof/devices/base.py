@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from roofprof.workload import Op
 
 __all__ = ["DEVICE_KINDS", "PROBE_KINDS", "CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl",
-           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "tolerance", "torch_issue_overhead_s"]
+           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "per_call_clock", "tolerance",
+           "torch_issue_overhead_s"]
 
 DEVICE_KINDS = ("cpu", "cuda")
 #: Kinds of probe: ``bandwidth`` (swept over working-set sizes → one ceiling per memory
@@ -357,3 +358,34 @@ def torch_issue_overhead_s(device: Device, *, samples: int = 2000, rounds: int =
         device.synchronize()
         best = min(best, (time.perf_counter() - t0) / samples)
     return best
+
+
+class _PerCallClock:
+    """A clock whose intervals are divided by ``n`` (``n`` calls ran between start and stop)."""
+
+    def __init__(self, clock: Any, n: int):
+        self._clock, self.n = clock, int(n)
+        self.name = f"{getattr(clock, 'name', 'clock')}/{self.n}"
+
+    def start(self) -> None:
+        self._clock.start()
+
+    def stop(self) -> float:
+        return self._clock.stop() / self.n
+
+
+def per_call_clock(clock: Any, prepared: Any) -> Any:
+    """``clock`` for timing ``prepared``: unchanged, or — when the prepared op runs
+    ``calls_per_sample`` > 1 calls per timed call (e.g. the CUDA device's batched small ops)
+    — a clock that divides each interval by that count, so samples stay seconds per call.
+
+    >>> class C:
+    ...     name = "c"
+    ...     def start(self): pass
+    ...     def stop(self): return 10.0
+    >>> per_call_clock(C(), object()).stop(), per_call_clock(C(), type("P", (), {"calls_per_sample": 4})()).stop()
+    (10.0, 2.5)
+    """
+    n = int(getattr(prepared, "calls_per_sample", 1) or 1)
+    return clock if n == 1 else _PerCallClock(clock, n)
+

@@ -357,8 +357,14 @@ class TorchGemm(_GemmImpl):
 
 
 def cuda_implementations(device: CudaDevice) -> tuple[OpImpl, ...]:
-    """Every op implementation of ``device``; ``supports(op)`` says per op why one cannot run."""
-    return (CupyKernels(device), NumbaKernels(device), CublasGemm(device), TorchGemm(device), CupyReference(device))
+    """Every op implementation of ``device``; ``supports(op)`` says per op why one cannot run.
+    The GEMM implementations time ops estimated under 20 µs as N back-to-back calls per
+    event pair (:class:`~roofprof.devices.cuda.batching.SmallOpBatching`)."""
+    from roofprof.devices.cuda.batching import SmallOpBatching
+
+    gemms = (CupyKernels(device), NumbaKernels(device), CublasGemm(device), TorchGemm(device))
+    # ops estimated under 20 µs: N back-to-back calls per CUDA-event pair (batching.py)
+    return (*(SmallOpBatching(g, device) for g in gemms), CupyReference(device))
 
 
 # --------------------------------------------------------------------------- GEMM probes

@@ -66,7 +66,7 @@ def calls_per_sample(estimate: float | None, *, small_s: float = SMALL_OP_S, tar
     """
     if estimate is None or not math.isfinite(estimate) or estimate >= small_s:
         return 1
-    return int(min(max_calls, max(2, math.ceil(target_s / max(estimate, 1e-12)))))
+    return int(min(max_calls, max(2, math.ceil(round(target_s / max(estimate, 1e-12), 9)))))
 
 
 class BatchedPrepared:

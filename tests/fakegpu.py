@@ -362,3 +362,56 @@ def fake_torch(*, scaled_mm: bool = True, cuda: bool = True, version: str = "2.1
 
         t._scaled_mm = _scaled_mm
     return t
+
+
+# --------------------------------------------------------------------------- numba-cuda with several GPUs
+
+
+def fake_numba_cuda(gpus: int = 2):
+    """A ``numba.cuda`` with ``gpus`` devices: ``gpus[i]`` is a context manager that makes
+    device ``i`` current (device 0 outside any, as in numba-cuda); ``as_cuda_array`` and
+    every kernel launch record the device current at that moment in ``cuda.log``."""
+    cuda = types.SimpleNamespace(current=[0], log=[])
+
+    class _Ctx:
+        def __init__(self, i):
+            self.id = i
+
+        def __enter__(self):
+            cuda.current.append(self.id)
+
+        def __exit__(self, *exc):
+            cuda.current.pop()
+
+    cuda.gpus = [_Ctx(i) for i in range(gpus)]
+
+    def as_cuda_array(a):
+        cuda.log.append(("as_cuda_array", cuda.current[-1]))
+        return a
+
+    cuda.as_cuda_array = as_cuda_array
+    return cuda
+
+
+def fake_numba_kernels(cuda):
+    """A ``kernels/numba_cuda`` registry whose kernels record the device they launch on."""
+
+    class _Kernel:
+        def __getitem__(self, config):
+            def launch(*args):
+                cuda.log.append(("launch", cuda.current[-1]))
+            return launch
+
+    class _Spec:
+        def launch(self, shape, sm_count):
+            return (1,), (32,)
+
+        def kernel_for(self, shape, sm_count):
+            cuda.log.append(("compile", cuda.current[-1]))
+            return _Kernel()
+
+        def call_args(self, views, out):
+            return (views["x"], views["w"], out)
+
+    return types.SimpleNamespace(KERNELS={f"{k}_{d}": _Spec() for k in ("gemv", "gemm_tiled")
+                                          for d in ("fp32", "fp16")})

@@ -876,3 +876,31 @@ def test_small_ops_of_the_gpu_implementations_are_batched():
     prepared.calls[0]()
     assert dev.fake_kernels.launches.count("gemv_bf16_m1") - before == prepared.calls_per_sample
     prepared.release()
+
+
+# --------------------------------------------------------------------------- item 11: numba on cuda:N
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_numba_kernels_of_cuda_n_run_on_device_n(monkeypatch, index):
+    from fakegpu import fake_numba_cuda, fake_numba_kernels
+
+    from roofprof.devices.cuda import impls
+
+    cuda = fake_numba_cuda(gpus=2)
+    real_kernels_module = impls.kernels_module
+    monkeypatch.setattr(impls, "_numba_cuda", lambda: cuda)
+    monkeypatch.setattr(impls, "numba_cuda_reason", lambda: None)
+    monkeypatch.setattr(impls, "kernels_module",
+                        lambda name: fake_numba_kernels(cuda) if name == "numba_cuda" else real_kernels_module(name))
+    cp = fake_cupy(device_count=2, pci_bus_ids=("0000:1B:00.0", "0000:2C:00.0"))
+    nv = fake_nvml(gpus=(("NVIDIA H100 80GB HBM3", "00000000:1B:00.0"), ("NVIDIA H100 80GB HBM3", "00000000:2C:00.0")))
+    dev = CudaDevice(index, cupy=cp, nvml=nv)
+    for m in (1, 64):  # the GEMV and the tiled GEMM
+        prepared = NumbaKernels(dev).prepare(gemm_op(m, 64, 64, "fp32"), np.random.default_rng(0))
+        prepared.run()
+        prepared.run()
+        prepared.release()
+    assert cuda.log and all(d == index for _, d in cuda.log), cuda.log
+    assert [k for k, _ in cuda.log].count("launch") == 4
+    assert cuda.current == [0]  # every context pushed was popped

@@ -273,9 +273,11 @@ class NumbaKernels(_GemmImpl):
         return numba_cuda_reason()
 
     def prepare(self, op: Op, rng: np.random.Generator) -> PreparedGemm:
+        """Buffers through CuPy on ``cuda:N``; the Numba views, the kernel and every launch
+        inside ``numba.cuda.gpus[N]`` (numba-cuda's current context is device 0 otherwise,
+        and the kernel would read another GPU's memory)."""
         self._refuse(op)
-        from numba import cuda
-
+        cuda = _numba_cuda()
         nk = kernels_module("numba_cuda")
         dev = self.device
         key = f"{'gemv' if op.m <= GEMV_MAX_M else 'gemm_tiled'}_{op.dtype}"
@@ -283,18 +285,28 @@ class NumbaKernels(_GemmImpl):
         shape = {"M": op.m, "N": op.n, "K": op.k}
         bufs = CupyBuffers(dev, {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)}, op.dtype,
                            f"op {op.name!r} ({self.name})")
-        views = {"x": cuda.as_cuda_array(bufs["x"]), "w": cuda.as_cuda_array(bufs["w"])}
-        out = cuda.as_cuda_array(bufs["y"])
-        grid, block = spec.launch(shape, dev.sm_count)
-        kern = spec.kernel_for(shape, dev.sm_count)[grid, block]
+        gpu = cuda.gpus[int(dev.info.index)]
+        with gpu:
+            views = {"x": cuda.as_cuda_array(bufs["x"]), "w": cuda.as_cuda_array(bufs["w"])}
+            out = cuda.as_cuda_array(bufs["y"])
+            grid, block = spec.launch(shape, dev.sm_count)
+            kern = spec.kernel_for(shape, dev.sm_count)[grid, block]
         args = spec.call_args(views, out)
 
         def run() -> None:
             dev.last_kernel = f"numba {key}"
-            kern(*args)
+            with gpu:
+                kern(*args)
 
         return PreparedGemm(dev, op, rng, bufs, run, f"numba {key}", note=f"numba {key} grid {grid} block {block}",
                             extra=[views, out])
+
+
+def _numba_cuda() -> Any:
+    """``numba.cuda`` (a function so that tests can stand in a fake with several GPUs)."""
+    from numba import cuda
+
+    return cuda
 
 
 class CublasGemm(_GemmImpl):

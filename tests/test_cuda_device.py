@@ -873,8 +873,9 @@ def test_small_ops_of_the_gpu_implementations_are_batched():
     prepared = impls["cupy"].prepare(small, np.random.default_rng(0))
     assert prepared.calls_per_sample >= 8 and len(prepared.copies) >= 2 and prepared.check().ok
     before = dev.fake_kernels.launches.count("gemv_bf16_m1")
-    prepared.calls[0]()
+    prepared.batched_calls[0]()
     assert dev.fake_kernels.launches.count("gemv_bf16_m1") - before == prepared.calls_per_sample
+    assert len(prepared.calls) == len(prepared.copies)  # single calls, for per-call measurements
     prepared.release()
 
 
@@ -904,3 +905,18 @@ def test_numba_kernels_of_cuda_n_run_on_device_n(monkeypatch, index):
     assert cuda.log and all(d == index for _, d in cuda.log), cuda.log
     assert [k for k, _ in cuda.log].count("launch") == 4
     assert cuda.current == [0]  # every context pushed was popped
+
+
+def test_grouped_timing_of_batched_small_ops_is_per_call_too():
+    from roofprof.devices.cuda.batching import SmallOpBatching
+    from roofprof.measurement import check_then_time_group
+
+    dev = fake_device(l2=50 << 20)
+    state = {"t": 0.0}
+    impl = SmallOpBatching(TwoMicrosecondGemv(state), dev)
+    ops = [gemm_op(1, 1024, 4096, name="a"), gemm_op(2, 1024, 4096, name="b")]
+    ms = check_then_time_group(impl, ops, np.random.default_rng(0), clock=QuantisedEventClock(state),
+                               budget_s=2e-3, warmup_s=0.0, max_repeats=20, rounds=3)
+    for m in ms:
+        assert m.status == "ok", m.note
+        assert abs(m.timing.min_s / 2e-6 - 1) < 0.10 and abs(m.timing.median_s / 2e-6 - 1) < 0.10

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from roofprof.workload import Op
 
 __all__ = ["DEVICE_KINDS", "PROBE_KINDS", "CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl",
-           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "per_call_clock", "tolerance",
+           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "per_call_timing", "tolerance",
            "torch_issue_overhead_s"]
 
 DEVICE_KINDS = ("cpu", "cuda")
@@ -360,32 +360,21 @@ def torch_issue_overhead_s(device: Device, *, samples: int = 2000, rounds: int =
     return best
 
 
-class _PerCallClock:
-    """A clock whose intervals are divided by ``n`` (``n`` calls ran between start and stop)."""
+def per_call_timing(timing: Any, prepared: Any) -> Any:
+    """``timing`` as seconds per call: unchanged, or — when ``prepared`` runs
+    ``calls_per_sample`` > 1 calls per timed call (its ``batched_calls``, e.g. the CUDA
+    device's batched small ops) — every sample and the estimate divided by that count.
 
-    def __init__(self, clock: Any, n: int):
-        self._clock, self.n = clock, int(n)
-        self.name = f"{getattr(clock, 'name', 'clock')}/{self.n}"
-
-    def start(self) -> None:
-        self._clock.start()
-
-    def stop(self) -> float:
-        return self._clock.stop() / self.n
-
-
-def per_call_clock(clock: Any, prepared: Any) -> Any:
-    """``clock`` for timing ``prepared``: unchanged, or — when the prepared op runs
-    ``calls_per_sample`` > 1 calls per timed call (e.g. the CUDA device's batched small ops)
-    — a clock that divides each interval by that count, so samples stay seconds per call.
-
-    >>> class C:
-    ...     name = "c"
-    ...     def start(self): pass
-    ...     def stop(self): return 10.0
-    >>> per_call_clock(C(), object()).stop(), per_call_clock(C(), type("P", (), {"calls_per_sample": 4})()).stop()
-    (10.0, 2.5)
+    >>> from roofprof.timing import Timing
+    >>> t = Timing(samples_s=(8e-6, 10e-6), estimate_s=9e-6)
+    >>> per_call_timing(t, object()) is t
+    True
+    >>> per_call_timing(t, type("P", (), {"calls_per_sample": 4})()).samples_s
+    (2e-06, 2.5e-06)
     """
     n = int(getattr(prepared, "calls_per_sample", 1) or 1)
-    return clock if n == 1 else _PerCallClock(clock, n)
+    if n == 1:
+        return timing
+    from dataclasses import replace
 
+    return replace(timing, samples_s=tuple(s / n for s in timing.samples_s), estimate_s=timing.estimate_s / n)

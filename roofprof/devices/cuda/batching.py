@@ -5,8 +5,9 @@
 datasheet estimate (:func:`estimate_s`) is under :data:`SMALL_OP_S`, :class:`SmallOpBatching`
 prepares several copies of the op (rotating operands: each call finds its inputs outside
 the L2 when the copies together exceed twice the L2) and offers one *batched* call that runs
-``calls_per_sample`` of them back to back; :func:`roofprof.devices.base.per_call_clock`
-divides each interval by that count, so the engine's samples stay per call.
+``calls_per_sample`` of them back to back (``batched_calls``);
+:func:`roofprof.devices.base.per_call_timing` divides the samples by that count, so the
+engine's timings stay per call.
 
 Example (on a GPU)::
 
@@ -70,8 +71,10 @@ def calls_per_sample(estimate: float | None, *, small_s: float = SMALL_OP_S, tar
 
 
 class BatchedPrepared:
-    """``copies`` prepared instances of one op; ``calls`` is one callable running
-    ``calls_per_sample`` of them back to back, rotating through the copies.
+    """``copies`` prepared instances of one op. ``batched_calls`` is one callable running
+    ``calls_per_sample`` of them back to back, rotating through the copies (what the engine
+    times, dividing by ``calls_per_sample``); ``calls`` are the copies' single calls (what a
+    per-call measurement such as the host issue rate rotates over).
 
     ``check()`` checks the first copy (the copies run the same code on other buffers),
     ``run()`` is one call, ``release()`` frees every copy."""
@@ -87,7 +90,8 @@ class BatchedPrepared:
         self.note = (f"{getattr(first, 'note', '')}; {self.calls_per_sample} back-to-back calls per CUDA-event "
                      f"pair over {len(self.copies)} operand copies, time divided by {self.calls_per_sample}"
                      ).lstrip("; ")
-        self.calls: list[Callable[[], Any]] = [self._batch]
+        self.batched_calls: list[Callable[[], Any]] = [self._batch]
+        self.calls: list[Callable[[], Any]] = [c.run for c in self.copies]
 
     def _batch(self) -> None:
         k = len(self.copies)

@@ -182,8 +182,7 @@ class CudaEventClock:
 
     ``pre_start`` (optional) is called before the start event is recorded: the CUDA device
     queues a short delay kernel there (``probe_delay_ns``, 80 µs of ``%globaltimer``), so that
-    the host has queued
-    the timed work before the GPU reaches the start event. The interval then holds GPU time
+    the host has queued the timed work before the GPU reaches the start event. The interval then holds GPU time
     only, not the host's launch overhead (large for Numba and torch launches of
     microsecond kernels); the host issue rate is a separate figure.
 

@@ -2,7 +2,9 @@
 
 :func:`doctor_report` returns one row ``{component, ok, detail}`` per component: the CPU
 (cores, caches, RAM, ISA), numba, NVML and the GPUs it lists, the device ``auto`` picks,
-CUDA device support, ``nvcc``, ``ncu``, torch, CuPy and numba-cuda; with ``for_run=True``
+CUDA device support, ``nvcc``, ``ncu``, the CUDA stack's versions (:func:`cuda_stack_versions`:
+driver, CUDA runtime, the NVRTC CuPy uses, CuPy, numba-cuda, torch + its CUDA, ncu), torch,
+CuPy and numba-cuda; with ``for_run=True``
 also what ``roofprof run`` needs (transformers, torch threads, the load average). A missing
 piece is a row with ``ok=False`` and the reason in ``detail``, never an exception.
 ``roofprof doctor`` prints the rows (:func:`roofprof.report.print_doctor`); ``roofprof run``
@@ -17,7 +19,9 @@ import shutil
 import subprocess
 from typing import Any
 
-__all__ = ["doctor_report"]
+__all__ = ["cuda_stack_versions", "doctor_report"]
+
+_MISSING = object()
 
 
 def _version(module: str) -> str | None:
@@ -39,6 +43,106 @@ def _tool(name: str, args: list[str]) -> tuple[bool, str]:
         return True, f"{path}: {lines[-1].strip() if lines else 'no version output'}"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"{path} failed to run: {exc}"
+
+
+def _import(name: str, given: Any) -> Any:
+    """``given`` when a test passes a module (None: "not installed"), else ``import name``."""
+    if given is not _MISSING:
+        return given
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - ImportError, or a broken install raising anything
+        return None
+
+
+def _cuda_int(value: Any) -> str:
+    """``12090`` → ``"12.9"`` (CUDA's ``1000·major + 10·minor`` encoding)."""
+    v = int(value)
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def cuda_stack_versions(*, cupy: Any = _MISSING, numba_cuda: Any = _MISSING,
+                        torch: Any = _MISSING, nvml: Any = _MISSING,
+                        ncu: tuple[bool, str] | None = None) -> dict[str, str]:
+    """The CUDA stack roofprof runs on, one string per component, in this order: ``driver``
+    (NVML's driver version and the CUDA version it supports), ``cuda runtime`` (CuPy's),
+    ``nvrtc`` (the NVRTC CuPy compiles ``kernels/cuda`` with — a ``libnvrtc`` torch loaded
+    first wins — and whether fp8 ``mma.sync`` compiles under it), ``cupy``, ``numba-cuda``,
+    ``torch`` (+ the CUDA it was built for), ``ncu``.
+
+    A component that is missing reads ``"not installed"``; one that is installed but cannot
+    answer reads ``"unavailable (why)"``. Never raises. The keyword arguments are the modules
+    (tests pass fakes; None means not installed) and ``ncu`` the ``(ok, detail)`` of
+    ``ncu --version``.
+
+    Example::
+
+        >>> v = cuda_stack_versions(cupy=None, numba_cuda=None, torch=None, nvml=None,
+        ...                         ncu=(False, "ncu not on PATH"))
+        >>> v["nvrtc"], v["ncu"]
+        ('not installed (no CuPy)', 'not installed (ncu not on PATH)')
+    """
+    out: dict[str, str] = {}
+    cp = _import("cupy", cupy)
+    nv = _import("pynvml", nvml)
+
+    def ask(fn: Any) -> str:
+        try:
+            return str(fn())
+        except Exception as exc:  # noqa: BLE001 - no driver, no GPU, an old library
+            return f"unavailable ({type(exc).__name__}: {str(exc).strip() or 'no message'})"
+
+    driver = "not installed (no nvidia-ml-py)" if nv is None else None
+    if nv is not None:
+        from roofprof.devices import _nvml
+
+        try:
+            with _nvml.session(nv) as n:
+                raw = n.nvmlSystemGetDriverVersion()
+                driver = raw.decode() if isinstance(raw, bytes) else str(raw)
+        except Exception as exc:  # noqa: BLE001
+            driver = f"unavailable ({getattr(exc, 'reason', None) or exc})"
+    if cp is not None:
+        api = ask(lambda: _cuda_int(cp.cuda.runtime.driverGetVersion()))
+        driver = f"{driver}; supports CUDA {api}" if not api.startswith("unavailable") else (
+            f"{driver}; CUDA driver API {api}")
+    out["driver"] = driver or "unavailable"
+    if cp is None:
+        out["cuda runtime"] = out["nvrtc"] = "not installed (no CuPy)"
+        out["cupy"] = "not installed"
+    else:
+        out["cuda runtime"] = ask(lambda: _cuda_int(cp.cuda.runtime.runtimeGetVersion()))
+        from roofprof.devices.cuda._runtime import nvrtc_version
+
+        nvrtc = nvrtc_version(cp)
+        if nvrtc is None:
+            out["nvrtc"] = "unavailable (cupy.cuda.nvrtc.getVersion() failed)"
+        else:
+            from roofprof._resources import kernels_module
+
+            cm = kernels_module("cuda_models")
+            fp8 = ("fp8 mma.sync compiles" if tuple(nvrtc) >= cm.FP8_MMA_MIN_NVRTC else
+                   f"fp8 mma.sync needs {cm.FP8_MMA_MIN_NVRTC[0]}.{cm.FP8_MMA_MIN_NVRTC[1]}+: "
+                   "that probe is skipped")
+            out["nvrtc"] = f"{nvrtc[0]}.{nvrtc[1]} (the one CuPy uses; {fp8})"
+        out["cupy"] = str(getattr(cp, "__version__", "?"))
+    if numba_cuda is _MISSING:
+        found = importlib.util.find_spec("numba") is not None and _version("numba-cuda")
+        out["numba-cuda"] = str(found) if found else "not installed"
+    else:
+        out["numba-cuda"] = "not installed" if numba_cuda is None else str(
+            getattr(numba_cuda, "__version__", "?"))
+    th = _import("torch", torch)
+    if th is None:
+        out["torch"] = "not installed"
+    else:
+        built = getattr(getattr(th, "version", None), "cuda", None)
+        out["torch"] = f"{getattr(th, '__version__', '?')} (CUDA {built})" if built else (
+            f"{getattr(th, '__version__', '?')} (CPU-only build)")
+    ok, detail = ncu if ncu is not None else _tool("ncu", ["--version"])
+    out["ncu"] = detail if ok else (f"not installed ({detail})" if "not on PATH" in detail
+                                    else f"unavailable ({detail})")
+    return out
 
 
 def doctor_report(*, for_run: bool = False) -> list[dict[str, Any]]:
@@ -87,8 +191,11 @@ def doctor_report(*, for_run: bool = False) -> list[dict[str, Any]]:
         else "roofprof.devices.cuda missing: only the CPU device can be measured")
     ok, detail = _tool("nvcc", ["--version"])
     add("nvcc", ok, detail)
-    ok, detail = _tool("ncu", ["--version"])
-    add("ncu", ok, detail)
+    ncu = _tool("ncu", ["--version"])
+    add("ncu", *ncu)
+    stack = cuda_stack_versions(ncu=ncu)
+    add("cuda stack", not stack["cupy"].startswith(("not installed", "unavailable")),
+        "; ".join(f"{k} {v}" for k, v in stack.items()))
     try:
         import torch
 

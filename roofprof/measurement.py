@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from roofprof.devices.base import per_call_timing
 from roofprof.errors import ConfigError
 from roofprof.roofline import Point, Roofline, place
 from roofprof.telemetry import CONTENDED_SHARE, Contention, NullSampler
@@ -234,9 +235,11 @@ def calls_and_flush(prepared: PreparedOp, flush: Callable[[], Any] | None
     """The equivalent calls to rotate over, and what to run before each timed call.
 
     ``flush`` (the device's cache flush) is used only when the prepared op does not
-    rotate over input copies; the op's own ``before_call`` (if any) runs as well.
+    rotate over input copies; the op's own ``before_call`` (if any) runs as well. An op with
+    ``batched_calls`` (N calls per timed call, ``calls_per_sample`` = N) is timed through them;
+    :func:`~roofprof.devices.base.per_call_timing` then divides its samples by N.
     """
-    calls = list(getattr(prepared, "calls", None) or [prepared.run])
+    calls = list(getattr(prepared, "batched_calls", None) or getattr(prepared, "calls", None) or [prepared.run])
     before = getattr(prepared, "before_call", None)
     chosen = flush if len(calls) == 1 else None
     if before is not None:
@@ -292,6 +295,7 @@ def check_then_time(
             with watch, meter:
                 timing = benchmark(calls, clock=clock, budget_s=budget_s, warmup_s=warmup_s, flush=flush_fn,
                                    max_repeats=max_repeats, estimate_runs=1)
+            timing = per_call_timing(timing, prepared)  # batched small ops: N calls per interval
             if best is None or meter.share < best[2].share:
                 best = (timing, watch, meter)
             if (meter.share <= CONTENDED_SHARE or attempt == attempts - 1
@@ -371,6 +375,7 @@ def check_then_time_group(
                                  on_case=on_case)
         base = telemetry_dict(watch.summary())
         for (i, prepared, checked, _), timing in zip(staged, timings, strict=True):
+            timing = per_call_timing(timing, prepared)
             telemetry = {**base, "rounds": timing.rounds, "rounds_kept": timing.rounds_kept,
                          **shares_telemetry(shares)}
             if any(s is not None for s in shares) and timing.rounds_kept < timing.rounds:

@@ -17,14 +17,22 @@ How each ceiling is obtained (the method is device-agnostic; kernels come from t
 * **Peak compute per dtype** (``compute`` probes): FMAs with enough independent
   accumulators (SIMD lanes × elements) on L1-resident data.
 * **Attainable GEMM** (``gemm`` probes): the best library GEMM rate over a few sizes.
+* **Diagnostics** (``Probe.diagnostic``): compute probes whose rate is recorded (a detail of
+  ``kind="diagnostic"``, labelled) but never becomes the dtype's ceiling, e.g. ``mma.sync``
+  fp8/tf32/int8 on Hopper, below the native tensor path the library GEMMs reach.
 * **Intensity sweep** (``intensity`` probes, mixbench-style): ``k`` FMAs per element
   loaded and stored, with a cache flush before each timed call; its curve traces the
   roofline from the memory slope to the compute roof. No ceiling is taken from it.
 
-Every probe is checked against a numpy reference before it is timed; a failed check stops
-the run (:class:`ProbeCheckError`). A sweep that would not fit in free memory is refused
-before anything is allocated. Ctrl-C raises :class:`RooflineInterrupted` carrying the
-partial result (what finished, ``complete=False``).
+Every probe is checked against a numpy reference before it is timed. A probe that fails
+(its check disagrees — :class:`ProbeCheckError` —, its kernel does not compile, or a CUDA
+error) is skipped and recorded (``warnings``, its ``probes`` record under ``"failed"``,
+``RooflineResult.failed_probes``); the run continues and fails with
+:class:`RooflineFailed` (exit 2, naming what failed) only when no memory or no compute
+ceiling remains. A sweep that would not fit in free memory is refused before anything is
+allocated. Ctrl-C raises :class:`RooflineInterrupted` carrying the partial result (what
+finished, ``complete=False``); ``should_stop``/``deadline_s`` stop the run between steps
+and return the partial result the same way, without an exception.
 """
 
 from __future__ import annotations
@@ -61,6 +69,27 @@ Progress = Callable[[int, int, str], Any]
 
 class ProbeCheckError(RoofprofError):
     """A probe kernel disagreed with its reference: nothing it would measure can be trusted."""
+
+
+class RooflineFailed(RoofprofError):
+    """Probes failed and left the roofline with no memory or no compute ceiling.
+
+    ``result`` is the partial :class:`RooflineResult` (its ``failed_probes`` say why each
+    probe was skipped)."""
+
+    def __init__(self, message: str, result: RooflineResult):
+        super().__init__(message)
+        self.result = result
+
+
+#: Errors that skip one probe instead of aborting the run: RoofprofError (a failed check, a
+#: kernel that does not compile, a refused buffer) and RuntimeError (a device's kernel error,
+#: e.g. ``CudaKernelError``).
+PROBE_FAILURES: tuple[type[BaseException], ...] = (RoofprofError, RuntimeError)
+
+
+class _Stop(Exception):
+    """Internal: ``should_stop``/``deadline_s`` asked the run to stop after a step."""
 
 
 class RooflineInterrupted(KeyboardInterrupt):
@@ -327,8 +356,9 @@ class RooflineResult:
         spec_comparison: measured vs datasheet per ceiling, or why there is none.
         plan: the :class:`RooflinePlan` used.
         provenance: versions, command, time, host, load.
-        warnings: noisy points, busy machine, unavailable telemetry, missing levels.
-        complete: False when interrupted (``interrupted_during`` says where).
+        warnings: noisy points, busy machine, unavailable telemetry, missing levels, skipped probes.
+        complete: False when interrupted or stopped (``interrupted_during`` says where).
+        failed_probes: ``{"probe", "kind", "error", "type"}`` per probe skipped because it failed.
     """
 
     roofline: Roofline
@@ -344,6 +374,7 @@ class RooflineResult:
     complete: bool = True
     interrupted_during: str | None = None
     elapsed_s: float = 0.0
+    failed_probes: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``roofline.json`` payload; ``"roofline"`` holds ``Roofline.to_dict()``."""
@@ -361,6 +392,7 @@ class RooflineResult:
             "plan": dict(self.plan),
             "warnings": list(self.warnings),
             "elapsed_s": self.elapsed_s,
+            "failed_probes": list(self.failed_probes),
             "provenance": dict(self.provenance),
         }
 
@@ -383,7 +415,8 @@ class RooflineResult:
                        spec_comparison=d.get("spec_comparison", {}), plan=d.get("plan", {}),
                        provenance=d.get("provenance", {}), warnings=tuple(d.get("warnings", ())),
                        complete=bool(d.get("complete", True)), interrupted_during=d.get("interrupted_during"),
-                       elapsed_s=float(d.get("elapsed_s", 0.0)))
+                       elapsed_s=float(d.get("elapsed_s", 0.0)),
+                       failed_probes=tuple(d.get("failed_probes", ())))
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"not a roofprof roofline result: missing or malformed {exc}") from exc
 
@@ -405,7 +438,9 @@ def load_result(path: str | os.PathLike) -> RooflineResult:
 def measure_roofline(device: Device, quick: bool = False, progress: Progress | None = None, *,
                      plan: RooflinePlan | str | None = None,
                      checkpoint: Callable[[RooflineResult], Any] | None = None,
-                     probes: Sequence[str] | None = None) -> RooflineResult:
+                     probes: Sequence[str] | None = None,
+                     should_stop: Callable[[], bool] | None = None,
+                     deadline_s: float | None = None) -> RooflineResult:
     """Measure the roofline of ``device``.
 
     Args:
@@ -416,13 +451,18 @@ def measure_roofline(device: Device, quick: bool = False, progress: Progress | N
         checkpoint: called with the partial result after each probe finishes (the CLI
             writes it, so an interrupted run keeps what finished).
         probes: names of catalogue probes to run (default: all).
+        should_stop: polled after each step; when it returns True the run stops and the
+            partial result is returned (``complete=False``, ``interrupted_during`` = the step).
+        deadline_s: seconds from now after which the run stops the same way.
 
     Returns:
-        The :class:`RooflineResult`.
+        The :class:`RooflineResult` (partial when stopped).
 
     Raises:
         ConfigError: the plan would not fit in free memory (checked before allocating).
-        ProbeCheckError: a probe kernel failed its correctness check.
+        RooflineFailed: probes failed (wrong result, compile error, CUDA error) and no memory
+            or no compute ceiling remains; names each failed probe. A probe that fails while
+            others give its kind of ceiling is skipped and recorded instead.
         RooflineInterrupted: Ctrl-C; carries the partial result.
 
     Example (tiny plan)::
@@ -453,7 +493,11 @@ def measure_roofline(device: Device, quick: bool = False, progress: Progress | N
                           f"{free / MiB:.0f} MiB of {info.label} memory is free (at most 80% is used); "
                           "free some memory or use --quick")
 
-    run = _Run(device, plan, catalogue, progress, checkpoint)
+    stops: list[Callable[[], bool]] = [should_stop] if should_stop is not None else []
+    if deadline_s is not None:
+        end = time.perf_counter() + float(deadline_s)
+        stops.append(lambda: time.perf_counter() > end)
+    run = _Run(device, plan, catalogue, progress, checkpoint, stop=(lambda: any(f() for f in stops)) if stops else None)
     return run.execute()
 
 
@@ -461,9 +505,11 @@ class _Run:
     """State of one measure_roofline call (so a partial result can be built at any time)."""
 
     def __init__(self, device: Device, plan: RooflinePlan, catalogue: tuple[Probe, ...],
-                 progress: Progress | None, checkpoint: Callable[[RooflineResult], Any] | None):
+                 progress: Progress | None, checkpoint: Callable[[RooflineResult], Any] | None,
+                 stop: Callable[[], bool] | None = None):
         self.device, self.plan, self.catalogue = device, plan, catalogue
-        self.progress, self.checkpoint = progress, checkpoint
+        self.progress, self.checkpoint, self.stop = progress, checkpoint, stop
+        self.failed: list[dict[str, Any]] = []
         self.clock = device.clock()
         self.sampler = device.sampler()
         self.ceilings: list[Ceiling] = []
@@ -496,6 +542,8 @@ class _Run:
         self.done += 1
         if self.progress is not None:
             self.progress(self.done, self.total, label)
+        if self.stop is not None and self.stop():
+            raise _Stop(label)
 
     # -- driver ------------------------------------------------------------------------
     def execute(self) -> RooflineResult:
@@ -504,14 +552,52 @@ class _Run:
             order = {"compute": 0, "gemm": 1, "bandwidth": 2, "intensity": 3}
             for probe in sorted(self.catalogue, key=lambda p: order.get(p.kind, 9)):
                 current = probe.name
+                if self.stop is not None and self.stop():
+                    raise _Stop(probe.name)
                 if self.progress is not None:
                     self.progress(self.done, self.total, f"{probe.name}: checking")
-                getattr(self, f"_run_{probe.kind}")(probe)
+                try:
+                    getattr(self, f"_run_{probe.kind}")(probe)
+                except PROBE_FAILURES as exc:
+                    self._skip(probe, exc)
                 if self.checkpoint is not None:
                     self.checkpoint(self._result(complete=False, during=None))
+        except _Stop:
+            return self._result(complete=False, during=current)
         except KeyboardInterrupt as exc:
             raise RooflineInterrupted(self._result(complete=False, during=current), current) from exc
+        self._require_ceilings()
         return self._result(complete=True, during=None)
+
+    def _skip(self, probe: Probe, exc: BaseException) -> None:
+        """Record a probe that failed and drop whatever it left half-done."""
+        message = str(exc).strip() or type(exc).__name__
+        self.failed.append({"probe": probe.name, "kind": probe.kind, "type": type(exc).__name__, "error": message})
+        self.warnings.append(f"probe {probe.name!r} skipped: {type(exc).__name__}: {message}")
+        for group in ("bandwidth", "intensity", "gemm"):
+            self.sweeps.get(group, {}).pop(probe.name, None)
+        self.plateaus.pop(probe.name, None)
+        records = [r for r in self.probe_records if r.get("name") == probe.name]
+        if records:
+            records[-1]["failed"] = message
+        else:
+            self.probe_records.append({**probe.describe(), "failed": message})
+
+    def _require_ceilings(self) -> None:
+        """Fail when failures left no memory or no compute ceiling that the catalogue could give."""
+        if not self.failed:
+            return
+        missing = []
+        if any(p.kind == "bandwidth" for p in self.catalogue) and not any(c.kind == "memory" for c in self.ceilings):
+            missing.append("memory")
+        if any(p.kind in ("compute", "gemm") and not p.diagnostic for p in self.catalogue) and not any(
+                c.kind == "compute" for c in self.ceilings):
+            missing.append("compute")
+        if missing:
+            failed = "; ".join(f"{f['probe']} ({f['type']}: {f['error']})" for f in self.failed)
+            raise RooflineFailed(f"no {' and no '.join(missing)} ceiling could be measured on "
+                                 f"{self.device.info.label}: the probe(s) failed: {failed}",
+                                 self._result(complete=False, during=None))
 
     def _checked(self, probe: Probe, run: ProbeRun, where: str) -> dict[str, Any]:
         res = run.check()
@@ -665,10 +751,16 @@ class _Run:
         # GEMM (library), tensor-core mma.sync throughput, or CUDA-core/SIMD FMA chains
         kind_label = "GEMM" if probe.kind == "gemm" else ("tensor mma.sync" if "mma" in probe.name else "FMA")
         name = f"{probe.dtype} {kind_label} ({probe.name})"
-        self.ceilings.append(Ceiling(name=name, kind="compute", value=rate, dtype=probe.dtype, source="measured",
-                                     clock_mhz=clock, note=note))
+        kind = "compute"
+        if probe.diagnostic:
+            # kept, labelled, but never the dtype's ceiling (not in the Roofline)
+            name, kind = f"{name}: diagnostic, not the {probe.dtype} ceiling", "diagnostic"
+            note = f"{note}; {probe.note}".rstrip("; ")
+        else:
+            self.ceilings.append(Ceiling(name=name, kind="compute", value=rate, dtype=probe.dtype,
+                                         source="measured", clock_mhz=clock, note=note))
         self.details.append({
-            "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": "compute", "level": None,
+            "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": kind, "level": None,
             "dtype": probe.dtype, "value": rate, "unit": "FLOP/s", "clock_mhz": clock, "source": "measured",
             "median_value": median_rate, "cv": timing.cv, "noisy": timing.noisy, "params": params,
             "timing": timing.to_dict(), "telemetry": _short_telemetry(tele), "note": note,
@@ -737,7 +829,7 @@ class _Run:
             plateaus=dict(self.plateaus), probes=tuple(self.probe_records),
             spec_comparison=spec_comparison(info, self.details), plan=self.plan.to_dict(), provenance=prov,
             warnings=tuple(dict.fromkeys(warnings)), complete=complete, interrupted_during=during,
-            elapsed_s=time.perf_counter() - self.t0,
+            elapsed_s=time.perf_counter() - self.t0, failed_probes=tuple(dict(f) for f in self.failed),
         )
 
 

@@ -78,13 +78,16 @@ class _RandomState:
 
 
 def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int = 8 << 30, total: int = 16 << 30,
-              clock_khz: int | None = 1_980_000, device_count: int = 1, pci_bus_ids: tuple[str, ...] = ()):
+              clock_khz: int | None = 1_980_000, device_count: int = 1, pci_bus_ids: tuple[str, ...] = (),
+              nvrtc: tuple[int, int] | None = (12, 9)):
     """A CuPy stand-in: numpy arrays as device arrays, perf_counter events, fixed attributes.
 
-    ``pci_bus_ids[i]`` is the PCI bus id of device ``i`` (default ``0000:1B:00.0`` for all)."""
+    ``pci_bus_ids[i]`` is the PCI bus id of device ``i`` (default ``0000:1B:00.0`` for all);
+    ``nvrtc`` what ``cupy.cuda.nvrtc.getVersion()`` returns (None: it raises, as when CuPy
+    cannot load libnvrtc)."""
     cp = types.SimpleNamespace()
     for n in ("empty", "full", "zeros", "asarray", "count_nonzero", "isfinite", "matmul", "exp", "sqrt",
-              "concatenate", "take", "triu", "array_equal", "uint8", "uint16", "uint32", "float16", "float32",
+              "concatenate", "take", "triu", "array_equal", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
               "float64", "int64", "inf"):
         setattr(cp, n, getattr(np, n))
     cp.__version__ = "fake"
@@ -121,7 +124,13 @@ def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int 
             raise FakeCudaError(state["sync_error"])
         return (b.t - a.t) * 1000.0
 
+    def nvrtc_get_version():
+        if nvrtc is None:
+            raise FakeCudaError("CuPy failed to load libnvrtc.so")
+        return tuple(nvrtc)
+
     cp.cuda = types.SimpleNamespace(runtime=runtime, Event=_Event, get_elapsed_time=elapsed,
+                                    nvrtc=types.SimpleNamespace(getVersion=nvrtc_get_version),
                                     Device=lambda i=0: _Device(i, name_cc, *pci_bus_ids[i:i + 1]),
                                     get_current_stream=lambda: types.SimpleNamespace(ptr=0),
                                     driver=types.SimpleNamespace())
@@ -188,12 +197,15 @@ class FakeKernels:
 
     bugs: ``gemv_tail`` (the scalar tail of K is skipped), ``gemm_edge`` (the last output
     column is not stored), ``read_wrong`` (the read probe folds one pass less),
-    ``fma_never`` (the FMA probes never write), ``splitk_reduce`` (the reduce drops a split).
+    ``fma_never`` (the FMA probes never write), ``splitk_reduce`` (the reduce drops a split),
+    ``delay_short`` (``probe_delay_ns`` reports half the time asked).
     """
 
     def __init__(self, bug: str | None = None):
         self.bug = bug
         self.launches: list[str] = []
+        self.reads: list[tuple[str, int, int]] = []  # (entry, bytes of src read per pass, passes)
+        self.delays: list[int] = []  # ns of each probe_delay_ns
 
     def __call__(self, entry, grid, block, args, shared_mem=0):
         self.launches.append(entry)
@@ -231,8 +243,11 @@ class FakeKernels:
                 res = res[:, :-1]
                 c = c[:, :-1]
             _store(c, res, dt if out != "f32" else "fp32")
-        elif entry == "probe_read_u4":
+        elif entry in ("probe_read_u4", "probe_read_l1_u4"):
             src, n_vec, passes, flag, out = args
+            self.reads.append((entry, int(n_vec) * 16, int(passes)))
+            if int(flag) == cpb.NEVER:
+                return  # timing and flush launches: no thread's fold is 0xFFFFFFFF in practice
             p = int(passes) - (1 if self.bug == "read_wrong" else 0)
             folds = cpb.read_probe_folds(src.reshape(-1, 4)[: int(n_vec)], threads, max(p, 0))
             out[folds == flag] = flag
@@ -263,6 +278,10 @@ class FakeKernels:
                 out[folds == flag] = flag
         elif entry == "probe_empty":
             pass
+        elif entry == "probe_delay_ns":
+            ns, out = args
+            self.delays.append(int(ns))
+            out[0] = int(ns) // 2 if self.bug == "delay_short" else int(ns) + 1500
         else:
             raise KeyError(entry)
 
@@ -282,6 +301,7 @@ def fake_device(*, cc: str = "90", name: str = "NVIDIA H100 80GB HBM3", bug: str
     def memset_async(array, value, what="cudaMemsetAsync"):
         dev.last_kernel = what  # the bytes are not written: a 64 MiB fill per timed call is slow in numpy
         cp.state["memsets"] += 1
+        kernels.launches.append(f"memset {int(array.nbytes)}")
 
     def memcpy_d2d(dst, src, nbytes):
         dev.last_kernel = "cudaMemcpyAsync D2D"
@@ -293,3 +313,105 @@ def fake_device(*, cc: str = "90", name: str = "NVIDIA H100 80GB HBM3", bug: str
     dev.memcpy_d2d = memcpy_d2d
     dev.fake_kernels = kernels
     return dev
+
+
+# --------------------------------------------------------------------------- torch (fp8 GEMM probe)
+
+
+class _FakeTensor:
+    """A numpy array standing for a CUDA torch tensor: the calls the fp8 GEMM probe makes."""
+
+    def __init__(self, a, dtype="float32"):
+        self.a, self.dtype = np.asarray(a), dtype
+
+    def to(self, where):
+        if str(where).startswith("cuda"):
+            return self  # a device
+        if where == "float8_e4m3fn":
+            # e4m3 has 3 mantissa bits: the probe's inputs (halves in [-4, 4]) are exact
+            assert np.all(np.abs(self.a) <= 448)
+        return _FakeTensor(self.a, where)
+
+    def t(self):
+        return _FakeTensor(self.a.T, self.dtype)
+
+    def float(self):
+        return _FakeTensor(self.a.astype(np.float32))
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.a
+
+
+def fake_torch(*, scaled_mm: bool = True, cuda: bool = True, version: str = "2.11.0+cu130"):
+    """A torch with CUDA (``cuda``) and ``_scaled_mm`` (``scaled_mm``): enough for
+    ``gemm-fp8-torch``. ``t.scaled_mm_calls`` counts the GEMMs, with their dtypes and scales."""
+    t = types.SimpleNamespace(__version__=version, float32="float32", bfloat16="bfloat16",
+                              float8_e4m3fn="float8_e4m3fn", scaled_mm_calls=[])
+    t.version = types.SimpleNamespace(cuda="13.0" if cuda else None)
+    t.cuda = types.SimpleNamespace(is_available=lambda: cuda, is_initialized=lambda: False)
+    t.from_numpy = lambda a: _FakeTensor(a)
+    t.ones = lambda shape, dtype=None, device=None: _FakeTensor(np.ones(shape, dtype=np.float32), dtype)
+    if scaled_mm:
+        def _scaled_mm(a, b, *, scale_a, scale_b, out_dtype):
+            t.scaled_mm_calls.append((a.dtype, b.dtype, float(scale_a.a), float(scale_b.a), out_dtype))
+            prod = (a.a.astype(np.float64) @ b.a.astype(np.float64)) * float(scale_a.a) * float(scale_b.a)
+            return _FakeTensor(bf16_to_f32(bf16_bits(prod.astype(np.float32))), out_dtype)
+
+        t._scaled_mm = _scaled_mm
+    return t
+
+
+# --------------------------------------------------------------------------- numba-cuda with several GPUs
+
+
+def fake_numba_cuda(gpus: int = 2):
+    """A ``numba.cuda`` with ``gpus`` devices: ``gpus[i]`` is a context manager that makes
+    device ``i`` current (device 0 outside any, as in numba-cuda); ``as_cuda_array`` and
+    every kernel launch record the device current at that moment in ``cuda.log``."""
+    cuda = types.SimpleNamespace(current=[0], log=[])
+
+    class _Ctx:
+        def __init__(self, i):
+            self.id = i
+
+        def __enter__(self):
+            cuda.current.append(self.id)
+
+        def __exit__(self, *exc):
+            cuda.current.pop()
+
+    cuda.gpus = [_Ctx(i) for i in range(gpus)]
+
+    def as_cuda_array(a):
+        cuda.log.append(("as_cuda_array", cuda.current[-1]))
+        return a
+
+    cuda.as_cuda_array = as_cuda_array
+    return cuda
+
+
+def fake_numba_kernels(cuda):
+    """A ``kernels/numba_cuda`` registry whose kernels record the device they launch on."""
+
+    class _Kernel:
+        def __getitem__(self, config):
+            def launch(*args):
+                cuda.log.append(("launch", cuda.current[-1]))
+            return launch
+
+    class _Spec:
+        def launch(self, shape, sm_count):
+            return (1,), (32,)
+
+        def kernel_for(self, shape, sm_count):
+            cuda.log.append(("compile", cuda.current[-1]))
+            return _Kernel()
+
+        def call_args(self, views, out):
+            return (views["x"], views["w"], out)
+
+    return types.SimpleNamespace(KERNELS={f"{k}_{d}": _Spec() for k in ("gemv", "gemm_tiled")
+                                          for d in ("fp32", "fp16")})

@@ -4,6 +4,7 @@ and checks, op implementations — on a numpy-backed fake GPU (tests/fakegpu.py)
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from fakegpu import FakeCudaError, fake_cupy, fake_device, fake_nvml
 
 from roofprof import devices
 from roofprof.devices import cuda as cuda_mod
+from roofprof.devices.base import CheckResult
 from roofprof.devices.cuda import (
+    DELAY_TARGET_S,
     CublasGemm,
     CudaDevice,
     CudaEventClock,
@@ -30,6 +33,7 @@ from roofprof.devices.cuda import (
     bf16_to_f32,
     dtype_unsupported,
     flush_bytes_for,
+    kernels_module,
     memory_refusal,
 )
 from roofprof.devices.cuda import device as cuda_device_mod
@@ -37,6 +41,8 @@ from roofprof.devices.cuda import probes as cpb
 from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError, UnknownNameError
 from roofprof.specs import load_model
 from roofprof.workload import Op, llama_ops
+
+cm = kernels_module("cuda_models")
 
 
 def gemm_op(m, n, k, dtype="bf16", name="op"):
@@ -159,19 +165,49 @@ def test_event_clock_names_the_kernel_on_a_cuda_error():
         dev.checked("my_kernel")
 
 
-def test_clock_hides_launch_latency_behind_a_delay_kernel():
+def test_clock_hides_launch_latency_behind_a_globaltimer_delay():
     dev = fake_device()
     clock = dev.clock()
     clock.start()
     clock.stop()
-    delays = [e for e in dev.fake_kernels.launches if e == "probe_fma_fp32"]
-    assert len(delays) >= 4  # 3 warm-ups + calibration + the one before the start event
-    assert "launch latency hidden" in dev.delay_note
+    clock.start()
+    clock.stop()
+    # no calibration: one checked launch, then one probe_delay_ns of 60-100 µs per start event
+    assert dev.fake_kernels.launches.count("probe_delay_ns") == 3
+    assert "probe_fma_fp32" not in dev.fake_kernels.launches
+    assert set(dev.fake_kernels.delays) == {int(DELAY_TARGET_S * 1e9)} and 60e-6 <= DELAY_TARGET_S <= 100e-6
+    assert "launch latency hidden by probe_delay_ns" in dev.delay_note and "%globaltimer" in dev.delay_note
     before = len(dev.fake_kernels.launches)
     plain = dev.clock(hide_launch=False)
     plain.start()
     plain.stop()
     assert len(dev.fake_kernels.launches) == before
+
+
+def test_a_delay_that_reports_less_than_asked_is_disabled():
+    dev = fake_device(bug="delay_short")
+    clock = dev.clock()
+    for _ in range(3):
+        clock.start()
+        clock.stop()
+    assert dev.fake_kernels.launches.count("probe_delay_ns") == 1  # the check only
+    assert "not hidden" in dev.delay_note and "less than asked" in dev.delay_note
+
+
+def test_a_delay_kernel_that_does_not_compile_is_disabled():
+    dev = fake_device()
+    real = dev.launch
+
+    def launch(entry, *a, **k):
+        if entry == "probe_delay_ns":
+            raise DeviceUnavailableError("kernels/cuda/probes.cu did not compile")
+        return real(entry, *a, **k)
+
+    dev.launch = launch
+    clock = dev.clock()
+    clock.start()
+    clock.stop()
+    assert "not hidden" in dev.delay_note and "did not compile" in dev.delay_note
 
 
 def test_memory_refusal_arithmetic():
@@ -193,12 +229,33 @@ def test_allocations_are_refused_before_allocating():
     assert calls == []
 
 
-def test_flush_memsets_at_least_twice_the_l2():
+def test_flush_memsets_at_least_twice_the_l2_then_reads_all_of_it():
     dev = fake_device(l2=48 * 2**20)
     dev.flush()
     dev.flush()
     assert dev.flush_bytes == 96 * 2**20 and dev._flush_buf.nbytes == 96 * 2**20
     assert dev.cupy.state["memsets"] == 2
+    # each flush: the memset, then an L1-bypassing read of the whole buffer as its last step,
+    # so the memset's dirty lines are written back before the start event
+    assert dev.fake_kernels.launches == [f"memset {96 * 2**20}", "probe_read_u4"] * 2
+    assert dev.fake_kernels.reads == [("probe_read_u4", 96 * 2**20, 1)] * 2
+    assert cm.READ_PROBE_ENTRIES["l2"] == "probe_read_u4"
+    assert "clean lines" in dev.flush_note and dev.describe()["flush"] == dev.flush_note
+
+
+def test_flush_without_the_read_kernel_is_a_memset_and_says_so():
+    dev = fake_device()
+    real = dev.launch
+
+    def launch(entry, *a, **k):
+        if entry == "probe_read_u4":
+            raise DeviceUnavailableError("kernels/cuda/probes.cu did not compile")
+        return real(entry, *a, **k)
+
+    dev.launch = launch
+    dev.flush()
+    dev.flush()
+    assert dev.cupy.state["memsets"] == 2 and "memset only" in dev.flush_note
 
 
 def test_dtype_support_by_architecture():
@@ -367,12 +424,35 @@ def test_every_probe_passes_its_check_on_a_correct_fake_gpu():
     dev = fake_device()
     probes = dev.probes()
     names = [p.name for p in probes]
-    for expected in ("read", "copy", "read-l2", "smem", "d2d-copy", "fma-fp32", "fma-fp64", "fma-bf16x2",
+    for expected in ("read", "copy", "read-l2", "read-l1", "smem", "d2d-copy", "fma-fp32", "fma-fp64", "fma-bf16x2",
                      "mma.sync-bf16", "mma.sync-fp8", "mma.sync-int8", "gemm-fp16", "intensity-fp32"):
         assert expected in names
     for p in probes:
         res = _setup(p).check()
         assert res.ok, (p.name, res.note)
+
+
+def test_l2_probes_bypass_l1_and_the_l1_probe_fits_l1_per_sm():
+    dev = fake_device(sm=132, l2=50 << 20)
+    by = {p.name: p for p in dev.probes()}
+    assert by["read-l2"].level == "l2" and by["read-l1"].level == "l1"
+    for name in ("read", "read-l2"):
+        assert "ld.global.cg" in by[name].accounting and "L1 bypassed" in by[name].accounting
+    # the sweep and the L2 probe launch the non-L1 entry; the L1 probe the L1-allocating one
+    l2 = by["read-l2"].setup(working_set_bytes=0)
+    sweep = by["read"].setup(working_set_bytes=4 << 20)
+    l1 = by["read-l1"].setup(working_set_bytes=1 << 30)  # the sweep's size is ignored
+    assert l2.params["entry"] == sweep.params["entry"] == cm.READ_PROBE_ENTRIES["l2"] == "probe_read_u4"
+    assert l1.params["entry"] == cm.READ_PROBE_ENTRIES["l1"] == "probe_read_l1_u4"
+    launch = cm.probe_launch("probe_read_l1_u4", 132)
+    n_vec = l1.params["n_vec"]
+    assert n_vec == cm.read_probe_n_vec_for_sm_footprint(cpb.L1_PROBE_SM_FOOTPRINT_BYTES, launch, 132)
+    assert l1.params["sm_footprint_bytes"] <= cpb.L1_PROBE_SM_FOOTPRINT_BYTES <= 128 * 1024
+    # the L2 probe's per-SM footprint would fit L1: only the bypass keeps it an L2 measurement
+    assert l2.params["sm_footprint_bytes"] < 256 * 1024
+    l1.run(2)
+    assert dev.fake_kernels.reads[-1] == ("probe_read_l1_u4", 16 * n_vec, 2)
+    assert l1.check().ok and l2.check().ok
 
 
 @pytest.mark.parametrize("bug, probe", [("read_wrong", "read"), ("fma_never", "fma-fp32")])
@@ -625,3 +705,218 @@ def test_each_probe_setup_checks_and_runs_alone(name):
     assert res.ok, res.note
     run.run(1)
     assert run.bytes_per_rep > 0 or run.flops_per_rep > 0
+
+
+# --------------------------------------------------------------------------- item 5: Hopper fp8/tf32/int8 ceilings
+
+
+def _numpy_cublas(dev, a, w, out, dtype):
+    out[...] = (np.asarray(a, np.float64) @ np.asarray(w, np.float64).T).astype(out.dtype)
+
+
+@pytest.fixture
+def hopper_with_libraries(monkeypatch):
+    """A fake H100 whose torch has _scaled_mm and whose cuBLAS binding is a numpy product."""
+    from fakegpu import fake_torch
+
+    from roofprof.devices.cuda import impls
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    monkeypatch.setattr(impls, "_cublas_consts", lambda: (None, {}))
+    monkeypatch.setattr(impls, "cublas_gemm_nt", _numpy_cublas)
+    return fake_device(cc="90")
+
+
+def test_hopper_mma_sync_fp8_tf32_int8_are_labelled_diagnostics(hopper_with_libraries):
+    dev = hopper_with_libraries
+    by = {p.name: p for p in dev.probes()}
+    for dt in ("fp8", "tf32", "int8"):
+        assert by[f"mma.sync-{dt}"].diagnostic and "diagnostic" in by[f"mma.sync-{dt}"].note
+    assert not by["mma.sync-bf16"].diagnostic and not by["mma.sync-fp16"].diagnostic
+    assert "emulated" in by["mma.sync-fp8"].note
+    assert by["gemm-fp8-torch"].dtype == "fp8" and "_scaled_mm" in by["gemm-fp8-torch"].note
+    assert by["gemm-tf32"].dtype == "tf32" and "FAST_TF32" in by["gemm-tf32"].note
+    assert "gemm-int8" in {s["probe"] for s in cpb.skipped_probes(dev)}
+    # on Ampere mma.sync is the native tensor path: a ceiling as before
+    ampere = {p.name: p for p in fake_device(cc="80").probes()}
+    assert not ampere["mma.sync-tf32"].diagnostic and not ampere["mma.sync-int8"].diagnostic
+
+
+def test_fp8_gemm_probe_checks_against_float64(hopper_with_libraries):
+    torch = sys.modules["torch"]
+    p = {p.name: p for p in hopper_with_libraries.probes()}["gemm-fp8-torch"]
+    run = p.setup(size=64)
+    assert run.check().ok
+    run.run(2)
+    assert torch.scaled_mm_calls[-1] == ("float8_e4m3fn", "float8_e4m3fn", 1.0, 1.0, "bfloat16")
+    assert run.flops_per_rep == 2.0 * 64**3
+
+
+def test_the_ceiling_is_the_library_gemm_never_mma_sync(hopper_with_libraries):
+    from roofprof.probes import measure_roofline
+
+    dev = hopper_with_libraries
+    names = ["mma.sync-fp8", "mma.sync-tf32", "mma.sync-int8", "gemm-fp8-torch", "gemm-tf32", "read-l2"]
+    r = measure_roofline(dev, plan="test", probes=names)
+    assert not r.failed_probes, r.failed_probes
+    diag = {c["probe"]: c for c in r.ceilings if c["kind"] == "diagnostic"}
+    assert set(diag) == {"mma.sync-fp8", "mma.sync-tf32", "mma.sync-int8"}
+    assert all("diagnostic, not the" in c["name"] and c["value"] > 0 for c in diag.values())
+    roof = r.roofline
+    assert "int8" not in roof.dtypes
+    assert {c.dtype for c in roof.ceilings if c.kind == "compute"} == {"fp8", "tf32"}
+    assert "gemm-fp8-torch" in roof.compute_ceiling("fp8").name
+    assert "gemm-tf32" in roof.compute_ceiling("tf32").name
+    assert not any("mma.sync" in c.name for c in roof.ceilings)
+
+
+def test_fp8_gemm_probe_is_skipped_with_a_reason_where_torch_lacks_it(monkeypatch):
+    from fakegpu import fake_torch
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(scaled_mm=False))
+    reasons = {s["probe"]: s["reason"] for s in cpb.skipped_probes(fake_device(cc="90"))}
+    assert "_scaled_mm" in reasons["gemm-fp8-torch"]
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    reasons = {s["probe"]: s["reason"] for s in cpb.skipped_probes(fake_device(cc="80"))}
+    assert "8.9" in reasons["gemm-fp8-torch"]
+    monkeypatch.setitem(sys.modules, "torch", None)
+    reasons = {s["probe"]: s["reason"] for s in cpb.skipped_probes(fake_device(cc="90"))}
+    assert "not installed" in reasons["gemm-fp8-torch"]
+
+
+# --------------------------------------------------------------------------- item 7: small ops, N calls per event pair
+
+
+class QuantisedEventClock:
+    """CUDA events with ~0.5 µs resolution: each timestamp is the simulated GPU time after a
+    random idle gap, late by up to 0.5 µs and floored to a 0.5 µs tick (what
+    cudaEventElapsedTime's resolution does to µs ops)."""
+
+    name = "fake_cuda_event"
+    STEP = 0.5e-6
+
+    def __init__(self, state, seed=3):
+        self.state, self.rng = state, np.random.default_rng(seed)
+
+    def _stamp(self):
+        late = self.state["t"] + self.rng.uniform(0, self.STEP)
+        return math.floor(late / self.STEP) * self.STEP
+
+    def start(self):
+        self.state["t"] += self.rng.uniform(0, 3e-6)  # the GPU idles a little before each interval
+        self.t0 = self._stamp()
+
+    def stop(self):
+        return self._stamp() - self.t0
+
+
+class TwoMicrosecondGemv:
+    """An OpImpl whose every call costs 2 µs of simulated GPU time."""
+
+    name = "sim"
+
+    def __init__(self, state):
+        self.state, self.prepared = state, 0
+
+    def supports(self, op):
+        return None
+
+    def prepare(self, op, rng):
+        self.prepared += 1
+        state = self.state
+
+        class P:
+            name, kernels, note = "sim gemv", 1, ""
+
+            def run(self):
+                state["t"] += 2e-6
+
+            def check(self):
+                return CheckResult(True, 0.0, 0.0, 1e-3, "sim")
+
+            def release(self):
+                pass
+
+        return P()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_2us_op_is_timed_right_within_10_percent_at_half_us_event_resolution(batched):
+    from roofprof.devices.cuda.batching import SmallOpBatching
+    from roofprof.measurement import check_then_time
+
+    dev = fake_device(l2=50 << 20)
+    state = {"t": 0.0}
+    inner = TwoMicrosecondGemv(state)
+    op = gemm_op(1, 1024, 4096, "bf16")  # 8 MiB of weights: ~2.5 µs on an H100 datasheet
+    impl = SmallOpBatching(inner, dev) if batched else inner
+    m = check_then_time(impl, op, np.random.default_rng(0), clock=QuantisedEventClock(state), budget_s=2e-3,
+                        warmup_s=0.0, max_repeats=50)
+    assert m.status == "ok", m.note
+    errors = [abs(t / 2e-6 - 1) for t in (m.timing.min_s, m.timing.median_s)]
+    if batched:
+        assert max(errors) < 0.10, m.timing.samples_s[:5]
+        assert inner.prepared >= 2  # rotating operand copies
+    else:  # one call per event pair: the resolution alone puts the fastest call 25 % off
+        assert max(errors) >= 0.10
+
+
+def test_small_ops_of_the_gpu_implementations_are_batched():
+    from roofprof.devices.cuda.batching import SmallOpBatching, calls_per_sample, estimate_s
+
+    dev = fake_device(l2=50 << 20)
+    impls = {i.name: i for i in dev.implementations()}
+    assert all(isinstance(impls[n], SmallOpBatching) for n in ("cupy", "numba", "cublas", "torch"))
+    small, big = gemm_op(1, 1024, 4096), gemm_op(4096, 4096, 4096, name="big")
+    assert estimate_s(dev, small) < 20e-6 <= estimate_s(dev, big)
+    assert calls_per_sample(estimate_s(dev, small)) >= 8 and calls_per_sample(estimate_s(dev, big)) == 1
+    prepared = impls["cupy"].prepare(small, np.random.default_rng(0))
+    assert prepared.calls_per_sample >= 8 and len(prepared.copies) >= 2 and prepared.check().ok
+    before = dev.fake_kernels.launches.count("gemv_bf16_m1")
+    prepared.batched_calls[0]()
+    assert dev.fake_kernels.launches.count("gemv_bf16_m1") - before == prepared.calls_per_sample
+    assert len(prepared.calls) == len(prepared.copies)  # single calls, for per-call measurements
+    prepared.release()
+
+
+# --------------------------------------------------------------------------- item 11: numba on cuda:N
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_numba_kernels_of_cuda_n_run_on_device_n(monkeypatch, index):
+    from fakegpu import fake_numba_cuda, fake_numba_kernels
+
+    from roofprof.devices.cuda import impls
+
+    cuda = fake_numba_cuda(gpus=2)
+    real_kernels_module = impls.kernels_module
+    monkeypatch.setattr(impls, "_numba_cuda", lambda: cuda)
+    monkeypatch.setattr(impls, "numba_cuda_reason", lambda: None)
+    monkeypatch.setattr(impls, "kernels_module",
+                        lambda name: fake_numba_kernels(cuda) if name == "numba_cuda" else real_kernels_module(name))
+    cp = fake_cupy(device_count=2, pci_bus_ids=("0000:1B:00.0", "0000:2C:00.0"))
+    nv = fake_nvml(gpus=(("NVIDIA H100 80GB HBM3", "00000000:1B:00.0"), ("NVIDIA H100 80GB HBM3", "00000000:2C:00.0")))
+    dev = CudaDevice(index, cupy=cp, nvml=nv)
+    for m in (1, 64):  # the GEMV and the tiled GEMM
+        prepared = NumbaKernels(dev).prepare(gemm_op(m, 64, 64, "fp32"), np.random.default_rng(0))
+        prepared.run()
+        prepared.run()
+        prepared.release()
+    assert cuda.log and all(d == index for _, d in cuda.log), cuda.log
+    assert [k for k, _ in cuda.log].count("launch") == 4
+    assert cuda.current == [0]  # every context pushed was popped
+
+
+def test_grouped_timing_of_batched_small_ops_is_per_call_too():
+    from roofprof.devices.cuda.batching import SmallOpBatching
+    from roofprof.measurement import check_then_time_group
+
+    dev = fake_device(l2=50 << 20)
+    state = {"t": 0.0}
+    impl = SmallOpBatching(TwoMicrosecondGemv(state), dev)
+    ops = [gemm_op(1, 1024, 4096, name="a"), gemm_op(2, 1024, 4096, name="b")]
+    ms = check_then_time_group(impl, ops, np.random.default_rng(0), clock=QuantisedEventClock(state),
+                               budget_s=2e-3, warmup_s=0.0, max_repeats=20, rounds=3)
+    for m in ms:
+        assert m.status == "ok", m.note
+        assert abs(m.timing.min_s / 2e-6 - 1) < 0.10 and abs(m.timing.median_s / 2e-6 - 1) < 0.10

@@ -10,10 +10,11 @@ import pytest
 
 from roofprof.devices.base import CheckResult, DeviceInfo, Probe, ProbeRun
 from roofprof.devices.cpu import CpuDevice
-from roofprof.errors import ConfigError
+from roofprof.devices.cuda import CudaKernelError
+from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.probes import (
     Plateau,
-    ProbeCheckError,
+    RooflineFailed,
     RooflineInterrupted,
     RooflinePlan,
     RooflineResult,
@@ -352,10 +353,91 @@ def test_memory_refusal_happens_before_allocating():
     assert dev.state["setups"] == []
 
 
-def test_failed_check_stops_before_timing():
+def test_failed_check_is_skipped_never_timed():
     dev = SimDevice(fail_check="fma-fp64")
-    with pytest.raises(ProbeCheckError, match="fma-fp64"):
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"))
+    assert r.complete and "fma-fp64" not in {c["probe"] for c in r.ceilings}
+    assert [f["probe"] for f in r.failed_probes] == ["fma-fp64"]
+    assert r.failed_probes[0]["type"] == "ProbeCheckError"
+    assert any("fma-fp64" in w and "skipped" in w for w in r.warnings)
+    rec = [p for p in r.probes if p["name"] == "fma-fp64"][0]
+    assert "failed" in rec and not rec["check"]["ok"]
+    assert dev.state["setups"].count("fma-fp64") == 1  # set up and checked once, never timed
+    assert RooflineResult.from_dict(json.loads(json.dumps(r.to_dict()))).failed_probes == r.failed_probes
+
+
+class FailingDevice(SimDevice):
+    """A SimDevice whose named probes fail in the named way: ``check`` (wrong result),
+    ``compile`` (its source does not compile: DeviceUnavailableError at setup), ``cuda`` (a
+    CUDA error while timing: a RuntimeError such as CudaKernelError)."""
+
+    def __init__(self, failures, **kw):
+        super().__init__(**kw)
+        self.failures = dict(failures)
+
+    def _run(self, name, seconds_per_rep, flops, nbytes, ws, params=None):
+        how = self.failures.get(name)
+        if how == "compile":
+            raise DeviceUnavailableError(f"kernels/cuda/probes.cu did not compile ({name})")
+        run = super()._run(name, seconds_per_rep, flops, nbytes, ws, params)
+        if how == "check":
+            return ProbeRun(run=run.run, flops_per_rep=flops, bytes_per_rep=nbytes,
+                            check=lambda: CheckResult(False, 1.0, 1.0, 1e-6, "wrong"), working_set_bytes=ws)
+        if how == "cuda":
+            def bad(reps):
+                raise CudaKernelError(f"CUDA error launching {name}: cudaErrorIllegalAddress")
+            return ProbeRun(run=bad, flops_per_rep=flops, bytes_per_rep=nbytes, check=run.check,
+                            working_set_bytes=ws)
+        return run
+
+
+def test_each_kind_of_probe_failure_is_skipped_and_the_run_continues():
+    dev = FailingDevice({"fma-fp64": "check", "gemm-fp32": "compile", "triad": "cuda"})
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"))
+    assert r.complete
+    failed = {f["probe"]: f["type"] for f in r.failed_probes}
+    assert failed == {"fma-fp64": "ProbeCheckError", "gemm-fp32": "DeviceUnavailableError",
+                      "triad": "CudaKernelError"}
+    names = {c["probe"] for c in r.ceilings}
+    assert {"fma-fp32", "gemm-fp64", "read"} <= names and not names & set(failed)
+    assert "triad" not in r.sweeps["bandwidth"] and "triad" not in r.plateaus
+    assert r.roofline.memory_ceiling("dram").value > 0 and r.roofline.compute_ceiling("fp32").value > 0
+
+
+@pytest.mark.parametrize("how", ["check", "compile", "cuda"])
+def test_no_compute_ceiling_left_fails_naming_the_probes(how):
+    dev = FailingDevice({n: how for n in ("fma-fp32", "fma-fp64", "gemm-fp32", "gemm-fp64")})
+    with pytest.raises(RooflineFailed, match="no compute ceiling") as err:
         measure_roofline(dev, plan=sim_plan(dev, "test"))
+    assert err.value.exit_code == 2
+    assert all(n in str(err.value) for n in ("fma-fp32", "fma-fp64", "gemm-fp32", "gemm-fp64"))
+    assert {f["probe"] for f in err.value.result.failed_probes} == {"fma-fp32", "fma-fp64", "gemm-fp32",
+                                                                   "gemm-fp64"}
+
+
+def test_no_memory_ceiling_left_fails():
+    dev = FailingDevice({"read": "cuda", "triad": "check"})
+    with pytest.raises(RooflineFailed, match="no memory ceiling"):
+        measure_roofline(dev, plan=sim_plan(dev, "test"))
+    # a selection without bandwidth probes needs no memory ceiling
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"), probes=["fma-fp32"])
+    assert {c["probe"] for c in r.ceilings} == {"fma-fp32"}
+
+
+def test_should_stop_and_deadline_return_the_partial_result_without_an_exception():
+    dev = SimDevice()
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return len(calls) > 3
+
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"), should_stop=stop)
+    assert not r.complete and r.interrupted_during and r.ceilings
+    r0 = measure_roofline(dev, plan=sim_plan(dev, "test"), deadline_s=-1.0)
+    assert not r0.complete and r0.ceilings == () and r0.interrupted_during == "fma-fp32"
+    full = measure_roofline(dev, plan=sim_plan(dev, "test"), deadline_s=3600.0)
+    assert full.complete
 
 
 def test_interrupt_keeps_what_finished():

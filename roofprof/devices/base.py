@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from roofprof.workload import Op
 
 __all__ = ["DEVICE_KINDS", "PROBE_KINDS", "CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl",
-           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "tolerance", "torch_issue_overhead_s"]
+           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "per_call_timing", "tolerance",
+           "torch_issue_overhead_s"]
 
 DEVICE_KINDS = ("cpu", "cuda")
 #: Kinds of probe: ``bandwidth`` (swept over working-set sizes → one ceiling per memory
@@ -245,6 +246,9 @@ class Probe:
             ``smem``); None when the level follows from the working-set size.
         accounting: the FLOP/byte formula, in words.
         note: anything a reader of the result should know.
+        diagnostic: a compute probe whose rate is kept in the result, labelled, but is
+            never a ceiling of its dtype (e.g. Hopper's emulated fp8 ``mma.sync``, below the
+            native tensor path a library GEMM reaches).
     """
 
     name: str
@@ -254,11 +258,12 @@ class Probe:
     level: str | None = None
     accounting: str = ""
     note: str = ""
+    diagnostic: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The catalogue entry without its runnable, for result files."""
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "level": self.level,
-                "accounting": self.accounting, "note": self.note}
+                "accounting": self.accounting, "note": self.note, "diagnostic": self.diagnostic}
 
 
 @runtime_checkable
@@ -353,3 +358,23 @@ def torch_issue_overhead_s(device: Device, *, samples: int = 2000, rounds: int =
         device.synchronize()
         best = min(best, (time.perf_counter() - t0) / samples)
     return best
+
+
+def per_call_timing(timing: Any, prepared: Any) -> Any:
+    """``timing`` as seconds per call: unchanged, or — when ``prepared`` runs
+    ``calls_per_sample`` > 1 calls per timed call (its ``batched_calls``, e.g. the CUDA
+    device's batched small ops) — every sample and the estimate divided by that count.
+
+    >>> from roofprof.timing import Timing
+    >>> t = Timing(samples_s=(8e-6, 10e-6), estimate_s=9e-6)
+    >>> per_call_timing(t, object()) is t
+    True
+    >>> per_call_timing(t, type("P", (), {"calls_per_sample": 4})()).samples_s
+    (2e-06, 2.5e-06)
+    """
+    n = int(getattr(prepared, "calls_per_sample", 1) or 1)
+    if n == 1:
+        return timing
+    from dataclasses import replace
+
+    return replace(timing, samples_s=tuple(s / n for s in timing.samples_s), estimate_s=timing.estimate_s / n)

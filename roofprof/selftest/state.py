@@ -18,12 +18,12 @@ Progress = Callable[[str], Any]
 """Called with one-line status messages."""
 
 
-class SectionTimeout(KeyboardInterrupt):
-    """Raised from a progress callback to stop a section at its deadline (caught, never escapes).
+class SectionTimeout(Exception):
+    """Raised to stop a section at its deadline (caught by the section, never escapes).
 
-    A ``KeyboardInterrupt`` because :func:`roofprof.probes.measure_roofline` hands back its
-    partial result (as ``RooflineInterrupted``) only for one; the roofline section tells the
-    two apart by ``__cause__``.
+    A plain exception: the roofline section stops :func:`roofprof.probes.measure_roofline`
+    with its ``deadline_s`` argument (the partial result comes back, ``complete=False``), so
+    no fake Ctrl-C is needed.
     """
 
 

@@ -32,6 +32,7 @@ from roofprof.devices.cuda._runtime import (
     fmt_bytes,
     kernels_module,
     memory_refusal,
+    nvrtc_version,
     parse_cc,
 )
 from roofprof.devices.cuda.buffers import (
@@ -79,7 +80,7 @@ __all__ = ["AUTO_FALLBACK", "CUBLAS_DTYPES", "DELAY_TARGET_S", "GEMV_MAX_M", "IN
            "TorchGemm", "WHAT", "attention_group", "bf16_bits", "bf16_to_f32", "check_tolerance", "cublas_gemm_nt",
            "cuda_implementations", "cuda_probes", "cuda_roofline_plan", "dtype_unsupported", "enumerate",
            "flush_bytes_for", "fmt_bytes", "gemm_buffer_bytes", "gemm_probe_setup", "gemv_prepared", "host_f64",
-           "kernels_module", "launch_latency", "memory_refusal", "numba_cuda_reason", "open", "parse_cc",
+           "kernels_module", "launch_latency", "memory_refusal", "numba_cuda_reason", "nvrtc_version", "open", "parse_cc",
            "read_identity", "roofline_plan", "sample_indices", "scale_to_clock", "skipped_probes", "spec_clocks",
            "storage_dtype", "torch_cuda_reason", "torch_gemm_nt"]
 

@@ -24,7 +24,7 @@ from roofprof.units import fmt_bytes
 
 __all__ = ["INSTALL_HINT", "MIN_FLUSH_BYTES", "USABLE_FRACTION", "CudaEventClock", "CudaKernelError",
            "KernelModules", "cuda_error_types", "cuda_message", "dtype_unsupported", "flush_bytes_for",
-           "fmt_bytes", "import_cupy", "kernels_module", "memory_refusal", "parse_cc"]
+           "fmt_bytes", "import_cupy", "kernels_module", "memory_refusal", "nvrtc_version", "parse_cc"]
 
 
 #: At most this fraction of the free device memory is handed out (the rest is headroom for
@@ -118,6 +118,20 @@ def flush_bytes_for(l2_bytes: int) -> int:
     return max(MIN_FLUSH_BYTES, int(math.ceil(2 * max(0, l2_bytes) / 2**20)) * 2**20)
 
 
+def nvrtc_version(cp: Any) -> tuple[int, int] | None:
+    """``(major, minor)`` of the NVRTC this CuPy compiles with (``cupy.cuda.nvrtc.getVersion()``),
+    or None when it cannot be asked (no NVRTC, a CuPy without the call). Never raises.
+
+    Which NVRTC CuPy uses depends on the process: a ``libnvrtc`` that torch loaded first wins,
+    so this is the version that compiles ``kernels/cuda``, not the toolkit's.
+    """
+    try:
+        major, minor = cp.cuda.nvrtc.getVersion()
+        return int(major), int(minor)
+    except Exception:  # noqa: BLE001 - any failure means "unknown"
+        return None
+
+
 def import_cupy():
     """``import cupy``, or :class:`DeviceUnavailableError` with the install hint."""
     try:
@@ -167,8 +181,8 @@ class CudaEventClock:
     last kernel launched).
 
     ``pre_start`` (optional) is called before the start event is recorded: the CUDA device
-    queues a short delay kernel there (about 40 µs, one block), so that the host has queued
-    the timed work before the GPU reaches the start event. The interval then holds GPU time
+    queues a short delay kernel there (``probe_delay_ns``, 80 µs of ``%globaltimer``), so that
+    the host has queued the timed work before the GPU reaches the start event. The interval then holds GPU time
     only, not the host's launch overhead (large for Numba and torch launches of
     microsecond kernels); the host issue rate is a separate figure.
 

@@ -11,7 +11,9 @@ not installed, the driver is missing or too old, or there is no such GPU; NVML i
 * **Clock** (:class:`CudaEventClock`): CUDA events on the current stream; elapsed time from
   ``cupy.cuda.get_elapsed_time`` (milliseconds → seconds). A CUDA error surfacing at the end
   event names the last kernel launched.
-* **Flush**: ``cudaMemsetAsync`` over a buffer of at least twice the L2 (64 MiB minimum).
+* **Flush**: ``cudaMemsetAsync`` over a buffer of at least twice the L2 (64 MiB minimum),
+  then one L1-bypassing read pass over it, so no dirty line is left for the timed op to write back.
+* **Launch-hiding delay**: ``probe_delay_ns`` (80 µs on ``%globaltimer``) before each start event.
 * **Memory**: :meth:`CudaDevice.free_memory_bytes` is ``cudaMemGetInfo`` free plus what CuPy's
   pool holds unused; :meth:`CudaDevice.require` refuses an allocation *before* making it
   (:class:`~roofprof.errors.ConfigError` with the numbers) when it would exceed 90 % of that.
@@ -40,7 +42,6 @@ Example (on a machine with a GPU)::
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -73,8 +74,9 @@ if TYPE_CHECKING:
 __all__ = ["DELAY_TARGET_S", "CudaDevice", "cuda_roofline_plan", "read_identity", "scale_to_clock",
            "spec_clocks"]
 
-#: Length of the delay kernel queued before each timed interval (hides host launch overhead).
-DELAY_TARGET_S = 40e-6
+#: Length of the delay kernel queued before each timed interval (hides host launch overhead):
+#: ``probe_delay_ns`` spins this long on ``%globaltimer``, whatever the SM clock.
+DELAY_TARGET_S = 80e-6
 
 # --------------------------------------------------------------------------- identity
 
@@ -246,7 +248,9 @@ class CudaDevice:
         self._kernels: KernelModules | None = None
         self.last_kernel = "no kernel yet"
         self._delay: tuple[int, Any] | None = None
-        self.delay_note = "not calibrated yet"
+        self.delay_note = "not checked yet"
+        self._flush_reader: Any = None
+        self.flush_note = "no flush yet"
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -284,55 +288,86 @@ class CudaDevice:
             raise CudaKernelError(f"CUDA error after {self.last_kernel}: {cuda_message(exc)}") from exc
 
     def clock(self, hide_launch: bool = True) -> CudaEventClock:
-        """A CUDA-event clock; ``hide_launch`` queues a ~40 µs delay kernel before each start
-        event so the interval excludes the host's launch overhead (see :class:`CudaEventClock`)."""
+        """A CUDA-event clock; ``hide_launch`` queues an 80 µs ``probe_delay_ns`` kernel
+        (:data:`DELAY_TARGET_S`) before each start event so the interval excludes the host's
+        launch overhead (see :class:`CudaEventClock`)."""
         return CudaEventClock(self._cp, context=lambda: f"work ending with {self.last_kernel}",
                               pre_start=self._queue_delay if hide_launch else None)
 
-    def _delay_args(self, iters: int, out: Any) -> tuple:
-        return (np.int32(iters), np.uint32(0x2545F490), np.uint32(0xFFFFFFFF), out)
-
     def _queue_delay(self) -> None:
         if self._delay is None:
-            self._delay = self._calibrate_delay()
-        iters, out = self._delay
-        if iters:
-            self.launch("probe_fma_fp32", (1, 1, 1), (256, 1, 1), self._delay_args(iters, out))
+            self._delay = self._check_delay()
+        ns, out = self._delay
+        if ns:
+            self.launch("probe_delay_ns", (1, 1, 1), (32, 1, 1), (np.uint64(ns), out))
 
-    def _calibrate_delay(self, target_s: float = DELAY_TARGET_S) -> tuple[int, Any]:
-        """Iterations of a one-block ``probe_fma_fp32`` lasting about ``target_s`` (0: disabled)."""
+    def _check_delay(self, target_s: float = DELAY_TARGET_S) -> tuple[int, Any]:
+        """``(ns, out)`` of the launch-hiding delay, ``probe_delay_ns`` spinning ``target_s`` on
+        the GPU's ``%globaltimer`` (no calibration: independent of the SM clock and of the
+        launch overhead). Checked once: the kernel must report ``out[0] >= ns`` elapsed timer
+        nanoseconds; on a failure (no such kernel, a CUDA error, a short spin) the delay is
+        disabled (``(0, None)``) and :attr:`delay_note` says why."""
+        cm = self.kernels.models
+        ns = int(cm.delay_probe_ns(target_s))
         try:
-            out = self._cp.full(256, 0xA5A5A5A5, dtype=self._cp.uint32)
-            base = 64
-            for _ in range(3):
-                self.launch("probe_fma_fp32", (1, 1, 1), (256, 1, 1), self._delay_args(base, out))
-            self.synchronize()
-            clock = CudaEventClock(self._cp)
-            best = math.inf
-            for _ in range(3):
-                clock.start()
-                self.launch("probe_fma_fp32", (1, 1, 1), (256, 1, 1), self._delay_args(base, out))
-                best = min(best, clock.stop())
-            iters = int(min(1 << 20, max(8, math.ceil(base * target_s / max(best, 1e-7)))))
-            self.delay_note = f"launch latency hidden by a {iters}-iteration one-block probe_fma_fp32 (~{target_s * 1e6:.0f} µs)"
-            return iters, out
+            out = self._cp.zeros(1, dtype=self._cp.uint64)
+            self.launch("probe_delay_ns", (1, 1, 1), (32, 1, 1), (np.uint64(ns), out))
+            self.checked("probe_delay_ns")
+            elapsed = int(self._cp.asnumpy(out)[0])
         except (DeviceUnavailableError, CudaKernelError, *self.errors) as exc:
             self.delay_note = f"launch latency not hidden (delay kernel unavailable: {exc})"
             return 0, None
+        if elapsed < ns:
+            self.delay_note = (f"launch latency not hidden (probe_delay_ns({ns}) reported {elapsed} ns of "
+                               "%globaltimer, less than asked)")
+            return 0, None
+        self.delay_note = (f"launch latency hidden by probe_delay_ns: a one-warp kernel spinning "
+                           f"{ns / 1000:.0f} µs on %globaltimer before each start event")
+        return ns, out
 
     @property
     def flush_bytes(self) -> int:
-        """Bytes the flush writes: ≥ 2× L2 and ≥ 64 MiB (:func:`flush_bytes_for`)."""
+        """Bytes the flush writes then reads: ≥ 2× L2 and ≥ 64 MiB (:func:`flush_bytes_for`)."""
         return flush_bytes_for(self.l2_bytes)
 
     def flush(self) -> None:
-        """Evict the L2: ``cudaMemsetAsync`` over :attr:`flush_bytes` on the current stream."""
+        """Evict the L2 and leave it clean: ``cudaMemsetAsync`` over :attr:`flush_bytes`, then one
+        ``probe_read_u4`` pass (``ld.global.cg``) over the whole buffer, on the current stream.
+
+        The read evicts the memset's dirty lines (their write-back happens here, before the
+        start event, not inside the timed interval) and leaves the L2 full of clean lines of
+        the flush buffer. Without the probe kernel (``probes.cu`` does not compile) only the
+        memset runs and :attr:`flush_note` says so.
+        """
         cp = self._cp
         if self._flush_buf is None:
             self.require(self.flush_bytes, "the L2 flush buffer")
             self._flush_buf = cp.empty(self.flush_bytes, dtype=cp.uint8)
         self._flush_value ^= 1
         self.memset_async(self._flush_buf, self._flush_value, "L2 flush (cudaMemsetAsync)")
+        self._flush_read()
+
+    def _flush_read(self) -> None:
+        if self._flush_reader is False:
+            return
+        cm = self.kernels.models
+        first = self._flush_reader is None
+        if first:
+            launch = cm.probe_launch("probe_read_u4", max(1, self.sm_count))
+            out = self._cp.zeros(cm.probe_out_words(launch), dtype=self._cp.uint32)
+            self._flush_reader = (launch, out)
+        launch, out = self._flush_reader
+        words = self._flush_buf.view(self._cp.uint32)
+        try:
+            self.launch(launch.entry, launch.grid, launch.block,
+                        (words, np.int64(self.flush_bytes // 16), np.int32(1), np.uint32(0xFFFFFFFF), out))
+        except DeviceUnavailableError as exc:
+            self._flush_reader = False
+            self.flush_note = f"L2 flush is a memset only (its read pass is unavailable: {exc})"
+            return
+        if first:
+            self.flush_note = ("L2 flush: cudaMemsetAsync then one probe_read_u4 (ld.global.cg) pass over "
+                               f"{self.flush_bytes >> 20} MiB, so the L2 holds clean lines")
 
     def memset_async(self, array: Any, value: int, what: str = "cudaMemsetAsync") -> None:
         """``cudaMemsetAsync`` over all bytes of a device array on the current stream."""
@@ -459,6 +494,7 @@ class CudaDevice:
         """Identity and raw facts for result files."""
         return {**self._info.to_dict(), "facts": {k: v for k, v in self.facts.items() if k != "nvml"},
                 "nvml": dict(self.facts.get("nvml", {})), "clock_delay": self.delay_note,
+                "flush": self.flush_note,
                 "compile_s": dict(self._kernels.compile_s) if self._kernels else {}}
 
 

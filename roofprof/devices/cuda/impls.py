@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
 __all__ = ["CUBLAS_DTYPES", "GEMV_MAX_M", "CublasGemm", "CupyKernels", "NumbaKernels", "PreparedGemm", "TorchGemm",
-           "cublas_gemm_nt", "cuda_implementations", "gemm_probe_setup", "gemv_prepared", "torch_gemm_nt"]
+           "cublas_gemm_nt", "cuda_implementations", "gemm_probe_setup", "gemv_prepared", "torch_fp8_gemm_reason",
+           "torch_fp8_gemm_setup", "torch_gemm_nt"]
 
 GEMV_MAX_M = 16
 SAMPLE_ROWS = 16
@@ -272,9 +273,11 @@ class NumbaKernels(_GemmImpl):
         return numba_cuda_reason()
 
     def prepare(self, op: Op, rng: np.random.Generator) -> PreparedGemm:
+        """Buffers through CuPy on ``cuda:N``; the Numba views, the kernel and every launch
+        inside ``numba.cuda.gpus[N]`` (numba-cuda's current context is device 0 otherwise,
+        and the kernel would read another GPU's memory)."""
         self._refuse(op)
-        from numba import cuda
-
+        cuda = _numba_cuda()
         nk = kernels_module("numba_cuda")
         dev = self.device
         key = f"{'gemv' if op.m <= GEMV_MAX_M else 'gemm_tiled'}_{op.dtype}"
@@ -282,18 +285,28 @@ class NumbaKernels(_GemmImpl):
         shape = {"M": op.m, "N": op.n, "K": op.k}
         bufs = CupyBuffers(dev, {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)}, op.dtype,
                            f"op {op.name!r} ({self.name})")
-        views = {"x": cuda.as_cuda_array(bufs["x"]), "w": cuda.as_cuda_array(bufs["w"])}
-        out = cuda.as_cuda_array(bufs["y"])
-        grid, block = spec.launch(shape, dev.sm_count)
-        kern = spec.kernel_for(shape, dev.sm_count)[grid, block]
+        gpu = cuda.gpus[int(dev.info.index)]
+        with gpu:
+            views = {"x": cuda.as_cuda_array(bufs["x"]), "w": cuda.as_cuda_array(bufs["w"])}
+            out = cuda.as_cuda_array(bufs["y"])
+            grid, block = spec.launch(shape, dev.sm_count)
+            kern = spec.kernel_for(shape, dev.sm_count)[grid, block]
         args = spec.call_args(views, out)
 
         def run() -> None:
             dev.last_kernel = f"numba {key}"
-            kern(*args)
+            with gpu:
+                kern(*args)
 
         return PreparedGemm(dev, op, rng, bufs, run, f"numba {key}", note=f"numba {key} grid {grid} block {block}",
                             extra=[views, out])
+
+
+def _numba_cuda() -> Any:
+    """``numba.cuda`` (a function so that tests can stand in a fake with several GPUs)."""
+    from numba import cuda
+
+    return cuda
 
 
 class CublasGemm(_GemmImpl):
@@ -356,8 +369,14 @@ class TorchGemm(_GemmImpl):
 
 
 def cuda_implementations(device: CudaDevice) -> tuple[OpImpl, ...]:
-    """Every op implementation of ``device``; ``supports(op)`` says per op why one cannot run."""
-    return (CupyKernels(device), NumbaKernels(device), CublasGemm(device), TorchGemm(device), CupyReference(device))
+    """Every op implementation of ``device``; ``supports(op)`` says per op why one cannot run.
+    The GEMM implementations time ops estimated under 20 µs as N back-to-back calls per
+    event pair (:class:`~roofprof.devices.cuda.batching.SmallOpBatching`)."""
+    from roofprof.devices.cuda.batching import SmallOpBatching
+
+    gemms = (CupyKernels(device), NumbaKernels(device), CublasGemm(device), TorchGemm(device))
+    # ops estimated under 20 µs: N back-to-back calls per CUDA-event pair (batching.py)
+    return (*(SmallOpBatching(g, device) for g in gemms), CupyReference(device))
 
 
 # --------------------------------------------------------------------------- GEMM probes
@@ -383,5 +402,81 @@ def gemm_probe_setup(device: CudaDevice, dtype: str, backend: str) -> Callable[.
         return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * ITEMSIZE[dtype],
                         check=prep.check, working_set_bytes=3 * n * n * ITEMSIZE[dtype], release=prep.release,
                         params={"n": n, "backend": backend})
+
+    return setup
+
+
+# --------------------------------------------------------------------------- fp8 GEMM probe (torch._scaled_mm)
+
+
+def torch_fp8_gemm_reason(device: CudaDevice) -> str | None:
+    """Why the ``gemm-fp8-torch`` probe (``torch._scaled_mm``, e4m3) cannot run here (None: it
+    can): torch without CUDA, a torch without ``_scaled_mm``/``float8_e4m3fn``, or a GPU
+    before sm_89. Never raises."""
+    reason = torch_cuda_reason()
+    if reason:
+        return reason
+    import torch
+
+    missing = [n for n in ("_scaled_mm", "float8_e4m3fn") if not hasattr(torch, n)]
+    if missing:
+        return f"torch {torch.__version__} has no {' or '.join(missing)} (fp8 GEMMs need torch >= 2.1)"
+    if tuple(device.cc) < (8, 9):
+        return (f"fp8 (e4m3) GEMMs need compute capability 8.9 or newer (sm_89+); this GPU is "
+                f"sm_{device.cc[0]}{device.cc[1]}")
+    return None
+
+
+def torch_fp8_gemm_setup(device: CudaDevice) -> Callable[..., ProbeRun]:
+    """``setup(size=n)`` of ``gemm-fp8-torch``: ``torch._scaled_mm`` of n×n e4m3 A and Wᵀ (W
+    row-major, so Wᵀ is the column-major operand cuBLASLt wants) with per-tensor float32
+    scales 1.0, bf16 out: the GEMM that reaches Hopper's native fp8 tensor path.
+
+    The inputs are multiples of 1/2 in [-4, 4], exact in e4m3, so the check compares a
+    sampled block with the float64 product at bf16 output tolerance.
+    """
+    def setup(*, size: int) -> ProbeRun:
+        import torch
+
+        n = int(size)
+        dev = f"cuda:{device.info.index}"
+        rng = np.random.default_rng(n)
+        device.require(2 * n * n + 2 * n * n + 8 * n * n, f"the fp8 GEMM probe (n={n})")
+
+        def operand() -> tuple[np.ndarray, Any]:
+            host = (rng.integers(-8, 9, size=(n, n)) / 2.0).astype(np.float32)
+            return host, torch.from_numpy(host).to(dev).to(torch.float8_e4m3fn)
+
+        a_host, a = operand()
+        w_host, w = operand()
+        one = torch.ones((), dtype=torch.float32, device=dev)
+        out: list[Any] = []
+
+        def call() -> Any:
+            device.last_kernel = "torch._scaled_mm (fp8 e4m3)"
+            return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        def run(reps: int) -> None:
+            for _ in range(int(reps)):
+                call()
+
+        def check() -> CheckResult:
+            y = call()
+            device.checked("torch._scaled_mm (fp8 e4m3)")
+            got_all = np.asarray(y.float().cpu().numpy(), dtype=np.float64)
+            rows, cols = sample_indices(n, SAMPLE_ROWS, rng), sample_indices(n, SAMPLE_COLS, rng)
+            ref = a_host[rows].astype(np.float64) @ w_host[cols].astype(np.float64).T
+            return compare(got_all[np.ix_(rows, cols)], ref, check_tolerance("bf16", n),
+                           "torch._scaled_mm e4m3 (inputs exact in e4m3, scales 1.0, bf16 out) vs float64 numpy "
+                           f"on a {len(rows)}×{len(cols)} sampled block")
+
+        def release() -> None:
+            out.clear()
+            device.release_memory()
+
+        return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=2.0 * n * n + 2.0 * n * n,
+                        check=check, working_set_bytes=4 * n * n, release=release,
+                        params={"n": n, "backend": "torch._scaled_mm", "scales": "per-tensor 1.0",
+                                "out_dtype": "bf16"})
 
     return setup

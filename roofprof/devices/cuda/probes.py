@@ -5,16 +5,23 @@ Each entry has the shape of the CPU catalogue (``roofprof.devices.cpu``) so that
 
 | probe | kind | level / dtype | kernel | bytes or FLOPs per repetition |
 | --- | --- | --- | --- | --- |
-| ``read`` | bandwidth (sweep) | from the working set | ``probe_read_u4``, a repetition = one more pass in the same launch | ``16·n_vec`` |
+| ``read`` | bandwidth (sweep) | from the working set | ``probe_read_u4`` (``ld.global.cg``: L2 only, never L1), a repetition = one more pass in the same launch | ``16·n_vec`` |
 | ``copy`` | bandwidth (sweep) | from the working set | ``probe_copy_u4`` | ``32·n_vec`` (read + write) |
-| ``read-l2`` | bandwidth | ``l2`` | ``probe_read_u4`` on L2/4 | ``16·n_vec`` |
+| ``read-l2`` | bandwidth | ``l2`` | ``probe_read_u4`` (``ld.global.cg``: L1 bypassed) on L2/4 | ``16·n_vec`` |
+| ``read-l1`` | bandwidth | ``l1`` | ``probe_read_l1_u4`` (L1-allocating) on 64 KiB per SM | ``16·n_vec`` |
 | ``smem`` | bandwidth | ``smem`` | ``probe_smem_u4`` | ``iters·8·16`` per thread |
 | ``d2d-copy`` | bandwidth | ``dram`` | ``cudaMemcpyAsync`` device to device (what CuPy's copy of a contiguous array does): the vendor reference of the HBM probes | ``2·size`` |
 | ``fma-fp64/fp32/fp16x2/bf16x2`` | compute | fp64, fp32, fp16, bf16 | ``probe_fma_*`` | ``cuda_models.fma_probe_flops`` |
 | ``mma.sync-bf16/fp16/tf32/fp8/int8`` | compute | same | ``probe_mma_*`` (``mma.sync``: on Hopper below the ``wgmma`` datasheet peak) | ``cuda_models.mma_probe_flops`` |
-| ``gemm-bf16/fp16/fp32`` | gemm | same | cuBLAS (``cupy.matmul``; bf16 through ``cublasGemmEx``) | ``2n³`` |
+| ``gemm-bf16/fp16/fp32/tf32`` | gemm | same | cuBLAS (``cupy.matmul``; bf16 and tf32 — ``CUBLAS_COMPUTE_32F_FAST_TF32`` — through ``cublasGemmEx``) | ``2n³`` |
+| ``gemm-fp8-torch`` | gemm | fp8 | ``torch._scaled_mm`` (e4m3, per-tensor scales, bf16 out; sm_89+) | ``2n³`` |
 | ``gemm-bf16-torch/fp16-torch`` | gemm | same | ``torch.matmul`` on CUDA (when torch has CUDA) | ``2n³`` |
 | ``intensity-fp32`` | intensity | fp32 | ``probe_intensity_fp32`` (``nfma = max(1, k/2)``) | ``2·nfma·4·n_vec`` FLOPs, ``16·n_vec`` bytes |
+
+On sm_90+ the fp8, tf32 and int8 ``mma.sync`` probes are *diagnostics*
+(``Probe.diagnostic``): their rate is recorded, labelled, but never the dtype's ceiling
+(fp8 ``mma.sync`` is emulated there and all three run below the native ``wgmma`` path);
+the fp8 and tf32 ceilings come from ``gemm-fp8-torch`` and ``gemm-tf32``.
 
 The roofline's bf16 (fp16) ceiling is the highest of its ``mma.sync`` probe and the cuBLAS
 and torch GEMMs (``Roofline.compute_ceiling`` takes the maximum): the attainable tensor
@@ -32,8 +39,10 @@ only proves every thread ran to the end; the instruction's arithmetic is checked
 ``gemm_mma.cu`` against a float64 reference (``roofprof selftest``). The GEMMs compare a
 sampled block of the output with float64 numpy.
 
-Probes a GPU cannot run (fp8 ``mma.sync`` before sm_89, bf16 before sm_80, torch without
-CUDA) are left out of the catalogue and listed by :func:`skipped_probes` with the reason.
+Probes a GPU cannot run (fp8 ``mma.sync`` before sm_89 or when CuPy's NVRTC is older than
+12.4 — ``probes.cu`` then compiles ``probe_mma_fp8`` to an empty kernel, see
+``cuda_models.fp8_mma_probe_unavailable`` —, bf16 before sm_80, torch without CUDA) are left
+out of the catalogue and listed by :func:`skipped_probes` with the reason.
 """
 
 from __future__ import annotations
@@ -46,13 +55,21 @@ import numpy as np
 
 from roofprof._resources import kernels_module
 from roofprof.devices.base import CheckResult, Probe, ProbeRun
-from roofprof.devices.cuda.impls import CublasGemm, TorchGemm, gemm_probe_setup
+from roofprof.devices.cuda._runtime import nvrtc_version
+from roofprof.devices.cuda.impls import (
+    CublasGemm,
+    TorchGemm,
+    gemm_probe_setup,
+    torch_fp8_gemm_reason,
+    torch_fp8_gemm_setup,
+)
 from roofprof.workload import Op
 
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
-__all__ = ["FMA_SEED", "ITERS_PER_REP", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
+__all__ = ["FMA_SEED", "ITERS_PER_REP", "L1_PROBE_SM_FOOTPRINT_BYTES", "MMA_DIAGNOSTIC_DTYPES",
+           "MMA_DIAGNOSTIC_MIN_CC", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
            "flag_check", "fma_probe_fold", "hash32", "intensity_probe_folds", "launch_latency", "merge_checks",
            "read_check", "read_probe_folds", "round_to_precision", "setup_copy", "setup_d2d", "setup_fma",
            "setup_intensity", "setup_mma", "setup_read", "setup_smem", "skipped_probes", "smem_probe_fold"]
@@ -78,6 +95,15 @@ MAX_ITERS_PER_LAUNCH = 1 << 24
 FMA_SEED = 0x2545F490  # low 4 bits zero: y(seed) is exactly the literal (see fma_probe_fold)
 #: Seed of the random stream the probe checks draw from.
 CHECK_SEED = 20240611
+#: mma.sync dtypes that are diagnostics, never ceilings, from this compute capability on: Hopper
+#: and Blackwell run fp8 (emulated: F2FP + HMMA), tf32 and int8 mma.sync below their native
+#: tensor path (wgmma/tcgen05), which only library GEMMs reach.
+MMA_DIAGNOSTIC_DTYPES = ("fp8", "tf32", "int8")
+MMA_DIAGNOSTIC_MIN_CC = (9, 0)
+#: Bytes each SM's blocks read per pass in the ``read-l1`` probe: fits the L1 of every GPU
+#: roofprof supports (sm_80+: 128-256 KiB of combined L1/shared memory per SM; the probe
+#: declares no shared memory, so the carveout leaves most of it to L1).
+L1_PROBE_SM_FOOTPRINT_BYTES = 64 * 1024
 
 
 # --------------------------------------------------------------------------- checks
@@ -167,7 +193,8 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
 
 def read_check(device: CudaDevice, launch: Any, rng: np.random.Generator | None = None,
                passes: int = 2) -> CheckResult:
-    """``probe_read_u4`` on a ragged random buffer, each of three threads' folds replayed."""
+    """``launch``'s read probe (``probe_read_u4`` or ``probe_read_l1_u4``) on a ragged random
+    buffer, each of three threads' folds replayed."""
     cp, rng = device.cupy, _rng(rng)
     threads = launch.threads
     n_vec = threads * 5 + 13  # ragged: the 4-way body and the tail both run
@@ -181,18 +208,23 @@ def read_check(device: CudaDevice, launch: Any, rng: np.random.Generator | None 
                       (src, np.int64(n_vec), np.int32(passes), _u32(int(folds[t])), out))
         device.checked(launch.entry)
         results.append(flag_check(cp.asnumpy(out), folds, int(folds[t]), f"thread {t}"))
-    return merge_checks(results, f"probe_read_u4 on {n_vec} random 16-byte vectors, {passes} passes, "
+    return merge_checks(results, f"{launch.entry} on {n_vec} random 16-byte vectors, {passes} passes, "
                                  "replayed in numpy")
 
 
 def setup_read(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int, fixed_bytes: int | None = None,
-               rng: np.random.Generator | None = None) -> ProbeRun:
-    """``read`` (and ``read-l2`` with ``fixed_bytes``): ``probe_read_u4`` over the working set,
-    a repetition being one more pass in the same launch."""
+               rng: np.random.Generator | None = None, level: str = "l2") -> ProbeRun:
+    """``read`` (and ``read-l2`` with ``fixed_bytes``): ``probe_read_u4`` (``ld.global.cg``,
+    L1 bypassed) over the working set, a repetition being one more pass in the same launch.
+    ``level="l1"`` (``read-l1``): ``probe_read_l1_u4`` (L1-allocating loads) on a buffer of
+    :data:`L1_PROBE_SM_FOOTPRINT_BYTES` per SM (``cuda_models.read_probe_n_vec_for_sm_footprint``),
+    so every pass after the first hits each SM's L1."""
     cm, cp, rng = _cuda_models(device), device.cupy, _rng(rng)
-    launch = cm.probe_launch("probe_read_u4", device.sm_count)
+    launch = cm.probe_launch(cm.READ_PROBE_ENTRIES[level], device.sm_count)
     ws = fixed_bytes if fixed_bytes is not None else int(working_set_bytes)
     n_vec = max(1024, ws // 16)
+    if level == "l1":
+        n_vec = cm.read_probe_n_vec_for_sm_footprint(L1_PROBE_SM_FOOTPRINT_BYTES, launch, device.sm_count)
     buf = arena.get(n_vec * 16).view(cp.uint32)
     out = _out_buffer(device, launch)
 
@@ -203,7 +235,8 @@ def setup_read(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
 
     return ProbeRun(run=run, flops_per_rep=0.0, bytes_per_rep=float(cm.read_probe_bytes(n_vec)),
                     check=lambda: read_check(device, launch, rng), working_set_bytes=n_vec * 16,
-                    params={"n_vec": n_vec, "grid": launch.grid[0], "block": launch.block[0],
+                    params={"n_vec": n_vec, "grid": launch.grid[0], "block": launch.block[0], "entry": launch.entry,
+                            "sm_footprint_bytes": cm.read_probe_sm_footprint_bytes(n_vec, launch, device.sm_count),
                             "repetition": "one more pass in the same launch"})
 
 
@@ -431,7 +464,8 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
         return ProbeArena(device, what, seed)
 
     probes.append(Probe("read", "bandwidth", partial(setup_read, device, arena("the read probe buffer", 1), rng=rng),
-                        accounting="bytes = 16·n_vec per pass (uint4 __ldg loads, grid-stride, 4 in flight)",
+                        accounting="bytes = 16·n_vec per pass (uint4 ld.global.cg loads: L2 only, L1 bypassed; "
+                                   "grid-stride, 4 in flight)",
                         note=f"probe_read_u4, grid {4 * sm} blocks × 256 (4 per SM)"))
     probes.append(Probe("copy", "bandwidth", partial(setup_copy, device, arena("the copy probe buffers", 2), rng=rng),
                         accounting="bytes = 32·n_vec per launch (16 read + 16 written per vector)",
@@ -441,10 +475,18 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
         probes.append(Probe("read-l2", "bandwidth",
                             partial(setup_read, device, arena("the L2 read buffer", 3), fixed_bytes=l2_ws, rng=rng),
                             level="l2",
-                            accounting="bytes = 16·n_vec per pass; buffer L2/4, every pass after the warm-up hits L2",
+                            accounting="bytes = 16·n_vec per pass; buffer L2/4, ld.global.cg loads (L1 bypassed), "
+                                       "so every pass after the warm-up is served by L2, never by L1",
                             note=f"probe_read_u4 on {l2_ws // 1024} KiB (L2/4), passes in one launch"))
     else:
         skipped.append({"probe": "read-l2", "reason": "the L2 size is unknown"})
+    probes.append(Probe("read-l1", "bandwidth",
+                        partial(setup_read, device, arena("the L1 read buffer", 6), fixed_bytes=0, level="l1", rng=rng),
+                        level="l1",
+                        accounting=f"bytes = 16·n_vec per pass; {L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per SM "
+                                   "with L1-allocating __ldg loads, every pass after the first hits L1",
+                        note=f"probe_read_l1_u4, n_vec sized so each SM's 4 blocks read "
+                             f"{L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per pass; the L1 ceiling (all SMs)"))
     probes.append(Probe("smem", "bandwidth", partial(setup_smem, device, rng=rng), level="smem",
                         accounting="bytes = iters·8·16 per thread (conflict-free LDS.128)",
                         note="probe_smem_u4, 32 KiB static shared memory per block"))
@@ -465,6 +507,9 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
                             note=f"probe_fma_{fdt}, {4 * sm} blocks × 256"))
     for mdt in cm.MMA_PROBE_DTYPES:
         reason = device.unsupported(mdt, "mma.sync")
+        if mdt == "fp8" and not reason:
+            # under NVRTC < 12.4 probes.cu compiles probe_mma_fp8 to an empty kernel: never time it
+            reason = cm.fp8_mma_probe_unavailable(nvrtc_version(device.cupy), tuple(device.cc))
         name = f"mma.sync-{mdt}"
         if reason:
             skipped.append({"probe": name, "reason": reason})
@@ -474,13 +519,20 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
         if mdt == "fp8" and native is not True:
             note += f"; fp8 mma.sync on sm_{device.cc[0]}{device.cc[1]}: " + (
                 cm.FP8_MMA_SYNC_SASS.get(tuple(device.cc), "SASS not checked for this architecture"))
+        diagnostic = mdt in MMA_DIAGNOSTIC_DTYPES and tuple(device.cc) >= MMA_DIAGNOSTIC_MIN_CC
+        if diagnostic:
+            note += (f"; diagnostic on sm_{device.cc[0]}{device.cc[1]}: mma.sync {mdt} runs below the native "
+                     f"tensor path (wgmma), so it is never the {mdt} ceiling — "
+                     + ("gemm-fp8-torch (torch._scaled_mm) gives that" if mdt == "fp8" else
+                        "gemm-tf32 (cuBLAS, fast-tf32 compute) gives that" if mdt == "tf32" else
+                        "no int8 library GEMM probe here, so the roofline has no int8 ceiling"))
         m, n, k = cm.MMA_SHAPES[mdt]
         probes.append(Probe(name, "compute", partial(setup_mma, device, mdt), dtype=mdt,
                             accounting=f"FLOPs = warps·8·iters·2·{m}·{n}·{k} (m{m}n{n}k{k}, 8 independent accumulators)"
                                        + (" (integer ops)" if mdt == "int8" else ""),
-                            note=note))
-    for gdt, backend in (("bf16", "cublas"), ("fp16", "cublas"), ("fp32", "cublas"), ("bf16", "torch"),
-                         ("fp16", "torch")):
+                            note=note, diagnostic=diagnostic))
+    for gdt, backend in (("bf16", "cublas"), ("fp16", "cublas"), ("fp32", "cublas"), ("tf32", "cublas"),
+                         ("bf16", "torch"), ("fp16", "torch")):
         name = f"gemm-{gdt}" + ("-torch" if backend == "torch" else "")
         impl = CublasGemm(device) if backend == "cublas" else TorchGemm(device)
         reason = impl.supports(Op(name, "gemm", "prefill", 256, 256, 256, gdt, 0.0, 0.0, fn="linear"))
@@ -488,10 +540,22 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
             skipped.append({"probe": name, "reason": reason})
             continue
         how = ("torch.matmul(a, w.t()) on CUDA (cuBLAS/cuBLASLt)" if backend == "torch" else
-               "cuBLAS: " + ("cublasGemmEx, bf16 in, fp32 accumulate" if gdt == "bf16" else "cupy.matmul"))
+               "cuBLAS: " + ("cublasGemmEx, bf16 in, fp32 accumulate" if gdt == "bf16" else
+                             "cublasGemmEx, fp32 in, CUBLAS_COMPUTE_32F_FAST_TF32" if gdt == "tf32" else
+                             "cupy.matmul"))
         probes.append(Probe(name, "gemm", gemm_probe_setup(device, gdt, backend), dtype=gdt,
                             accounting="FLOPs = 2·n³ per call; bytes = 3·n²·itemsize (minimum)",
                             note=how + ", C = A·Wᵀ (nn.Linear layout)"))
+    reason = torch_fp8_gemm_reason(device)
+    if reason:
+        skipped.append({"probe": "gemm-fp8-torch", "reason": reason})
+    else:
+        probes.append(Probe("gemm-fp8-torch", "gemm", torch_fp8_gemm_setup(device), dtype="fp8",
+                            accounting="FLOPs = 2·n³ per call; bytes = 2·n² (e4m3 A, W) + 2·n² (bf16 C)",
+                            note="torch._scaled_mm, e4m3 A·Wᵀ, per-tensor scales 1.0, bf16 out (cuBLASLt: "
+                                 "the native fp8 tensor path)"))
+    skipped.append({"probe": "gemm-int8", "reason": "no int8 library GEMM probe (cuBLASLt int8 is not wired "
+                                                     "here); int8 mma.sync is the only int8 rate"})
     probes.append(Probe("intensity-fp32", "intensity",
                         partial(setup_intensity, device, arena("the intensity sweep buffer", 5), rng=rng),
                         dtype="fp32",

@@ -21,10 +21,10 @@ import types
 from typing import Any
 
 from roofprof.trace.costs import Cost, OpCall, TensorMeta, cost_of, register_cost
-from roofprof.trace.tracer import Tracer, region
+from roofprof.trace.tracer import Tracer, region, step
 
 __all__ = ["Cost", "OpCall", "TensorMeta", "Tracer", "cost_of", "import_trace", "region", "register_cost",
-           "trace"]
+           "step", "trace"]
 
 
 def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, warmup: int = 0,

@@ -23,7 +23,7 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.trace.costs import Cost, OpCall, TensorMeta, cost_of, dtype_name
 
-__all__ = ["Recipe", "SignatureStats", "Tracer", "join_profiler_events", "region"]
+__all__ = ["Recipe", "SignatureStats", "Tracer", "join_profiler_events", "region", "step"]
 
 #: integer/bool tensors up to this many elements are kept for replay (indices, masks)
 KEEP_INDEX_ELEMENTS = 1 << 22
@@ -141,6 +141,13 @@ class region:  # noqa: N801 - used as a context manager, like torch.profiler.rec
     def __exit__(self, *exc: Any) -> None:
         for t in _ACTIVE:
             t._region_exit(self.name)
+
+
+def step() -> None:
+    """Mark a step boundary from inside a script traced by ``roofprof trace --steps/--warmup``
+    (``t.step()`` of every active trace); does nothing outside a trace."""
+    for t in list(_ACTIVE):
+        t.step()
 
 
 def join_profiler_events(events: Iterable[Any], prefix: str = "roofprof#") -> dict[int, float]:

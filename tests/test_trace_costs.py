@@ -33,17 +33,24 @@ def flopcounter(fn):
     return f.get_total_flops()
 
 
-@pytest.mark.parametrize("make", [
-    lambda: (lambda a=torch.randn(32, 48), b=torch.randn(48, 16): a @ b),
-    lambda: (lambda a=torch.randn(4, 8, 16), b=torch.randn(4, 16, 8): torch.bmm(a, b)),
-    lambda: (lambda m=torch.nn.Linear(24, 40), x=torch.randn(3, 5, 24): m(x)),
-    lambda: (lambda m=torch.nn.Conv2d(3, 8, 3, padding=1), x=torch.randn(2, 3, 16, 16): m(x)),
-    lambda: (lambda m=torch.nn.Conv2d(8, 8, 3, stride=2, groups=4), x=torch.randn(1, 8, 9, 9): m(x)),
-    lambda: (lambda m=torch.nn.ConvTranspose2d(4, 6, 3), x=torch.randn(1, 4, 5, 5): m(x)),
-    lambda: (lambda m=torch.nn.Conv1d(4, 6, 5), x=torch.randn(2, 4, 30): m(x)),
-])
-def test_matmul_and_conv_flops_equal_flopcounter(make):
-    fn = make()
+def _bind(f, *inputs):
+    return lambda: f(*inputs)
+
+
+CASES = {
+    "mm": lambda: _bind(torch.mm, torch.randn(32, 48), torch.randn(48, 16)),
+    "bmm": lambda: _bind(torch.bmm, torch.randn(4, 8, 16), torch.randn(4, 16, 8)),
+    "linear3d": lambda: _bind(torch.nn.Linear(24, 40), torch.randn(3, 5, 24)),
+    "conv2d": lambda: _bind(torch.nn.Conv2d(3, 8, 3, padding=1), torch.randn(2, 3, 16, 16)),
+    "conv2d-grouped": lambda: _bind(torch.nn.Conv2d(8, 8, 3, stride=2, groups=4), torch.randn(1, 8, 9, 9)),
+    "convT": lambda: _bind(torch.nn.ConvTranspose2d(4, 6, 3), torch.randn(1, 4, 5, 5)),
+    "conv1d": lambda: _bind(torch.nn.Conv1d(4, 6, 5), torch.randn(2, 4, 30)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matmul_and_conv_flops_equal_flopcounter(case):
+    fn = CASES[case]()
     r = traced(fn)
     ours = sum((o.flops or 0) * o.count for o in r.ops if o.kind in ("matmul", "conv"))
     assert ours == flopcounter(fn) > 0

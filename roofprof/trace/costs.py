@@ -140,7 +140,7 @@ class OpCall:
 class Cost:
     """FLOPs and minimum bytes of one call; ``kind`` classifies the op (``matmul``, ``conv``,
     ``attention``, ``norm``, ``softmax``, ``elementwise``, ``reduction``, ``gather``,
-    ``copy``, ``view``, ``create``, ``custom``) and ``note`` says which rule applied."""
+    ``copy``, ``view``, ``create``, ``pool``, ``custom``) and ``note`` says which rule applied."""
 
     flops: float
     read_bytes: float
@@ -426,6 +426,30 @@ def _create(call: OpCall) -> Cost:
         call.tensors[0].nbytes if call.mutable and call.tensors else 0)
     read = call.tensors[0].nbytes if call.op.endswith(("tril", "triu")) and call.tensors else 0
     return Cost(0, read, written, "create")
+
+
+# -- pooling, concatenation, padding ------------------------------------------------------
+@_rule("max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d", "max_pool1d", "avg_pool2d",
+       "avg_pool1d", "avg_pool3d", "_adaptive_avg_pool2d", "adaptive_avg_pool2d", "_adaptive_avg_pool3d",
+       "adaptive_max_pool2d", "mkldnn_max_pool2d")
+def _pool(call: OpCall) -> Cost:
+    """One comparison or add per input element in each window: ``out · prod(kernel)``
+    (adaptive pools: one per input element)."""
+    x = call.args[0]
+    kernel = call.arg(1, "kernel_size", None)
+    out = _out_numel(call) if call.outputs else x.numel
+    if isinstance(kernel, (list, tuple)) and kernel and not call.op.split("::")[-1].lstrip("_").startswith("adaptive"):
+        k = kernel if len(kernel) > 1 else list(kernel) * (len(x.shape) - 2)
+        flops = out * math.prod(k)
+    else:
+        flops = x.numel
+    return Cost(flops, _read([x]), _write(call, x.dtype), "pool")
+
+
+@_rule("cat", "stack", "constant_pad_nd", "reflection_pad2d", "replicate_pad2d", "repeat", "roll", "flip",
+       "tile", "_unsafe_index", "upsample_nearest2d", "upsample_bilinear2d")
+def _move(call: OpCall) -> Cost:
+    return Cost(0, _read(call.tensors), _write(call), "copy")
 
 
 # -- elementwise and reductions (by torch's op tags) ----------------------------------------

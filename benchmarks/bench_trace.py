@@ -161,8 +161,11 @@ def bench_model(name: str, steps: int, rounds: int) -> dict:
 
 
 def bench_10k() -> dict:
-    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()) for _ in range(50)])
-    x = torch.randn(8, 64)
+    """50 layers of 50 different widths (150 unique signatures), run until 10,000 op calls."""
+    widths = [32 + 8 * i for i in range(51)]
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.ReLU())
+                                  for a, b in zip(widths, widths[1:], strict=False)])
+    x = torch.randn(8, widths[0])
     t0 = time.perf_counter()
     with torch.no_grad(), roofprof.trace(device="cpu") as t:
         while t.calls < 10_000:

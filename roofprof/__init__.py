@@ -32,7 +32,9 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module = importlib.import_module(_LAZY[name])
+        # a facade name that is its own subpackage (trace) is that callable module
+        return module if module.__name__ == f"roofprof.{name}" else getattr(module, name)
     raise AttributeError(f"module 'roofprof' has no attribute {name!r}")
 
 

@@ -218,3 +218,13 @@ def test_import_kernels_joined_and_unattributed(tmp_path):
     assert mm.time_s == pytest.approx(30e-6) and mm.flops == 2 * 8 * 16 * 4
     fused = next(o for o in r.ops if "triton_fused" in o.op)
     assert fused.time_s == pytest.approx(20e-6) and fused.flops is None  # time only, not dropped
+
+
+def test_facade_in_a_fresh_process_gives_the_callable_module():
+    import subprocess
+    import sys
+
+    code = ("import roofprof; t = roofprof.trace; "
+            "assert callable(t) and t.register_cost and t.region and t.Cost; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr

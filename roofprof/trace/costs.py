@@ -27,7 +27,7 @@ Custom ops: :func:`register_cost` (or the ``@register_cost("mylib::op")`` decora
 >>> mm = OpCall("aten::mm", (TensorMeta((64, 128), "fp32"), TensorMeta((128, 32), "fp32")),
 ...             outputs=(TensorMeta((64, 32), "fp32"),))
 >>> c = cost_of(mm); c.flops, c.bytes
-(524288, 49152)
+(524288, 57344)
 """
 
 from __future__ import annotations

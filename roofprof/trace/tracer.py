@@ -157,9 +157,9 @@ def join_profiler_events(events: Iterable[Any], prefix: str = "roofprof#") -> di
     time. Ranges without kernels give 0.0.
 
     >>> from types import SimpleNamespace as E
-    >>> join_profiler_events([E(name="roofprof#3", device_time_total=12.5), E(name="aten::mm",
-    ...                       device_time_total=12.5)])
-    {3: 1.25e-05}
+    >>> join_profiler_events([E(name="roofprof#3", device_time_total=12.0), E(name="aten::mm",
+    ...                       device_time_total=12.0)])
+    {3: 1.2e-05}
     """
     out: dict[int, float] = {}
     for e in events:

@@ -138,3 +138,26 @@ def test_unknown_op_is_time_only_never_dropped():
     x = torch.randn(4, 4)
     r = traced(lambda: torch.linalg.qr(x))
     assert any(o.flops is None and "no-cost" in o.flags for o in r.ops)
+
+
+def test_training_step_flops_equal_flopcounter_and_full_coverage():
+    import roofprof
+
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 32), torch.nn.LayerNorm(32))
+    emb = torch.nn.Embedding(100, 16)
+    x, idx = torch.randn(4, 3, 16, 16), torch.tensor([1, 2, 3])
+
+    def step():
+        (m(x).softmax(-1).sum() + emb(idx).sum()).backward()
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as f:
+        step()
+    with roofprof.trace(device="cpu", roofline="none", replay=False) as t:
+        step()
+    r = t.result
+    assert sum(o.flops * o.count for o in r.ops if o.kind in ("matmul", "conv")) == f.get_total_flops()
+    assert all(o.flops is not None for o in r.ops)  # every forward and backward op costed
+    assert any(m.phase == "backward" for m in r.modules)

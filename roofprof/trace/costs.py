@@ -124,6 +124,7 @@ class OpCall:
     view: bool = False
     overload: str = "default"
     index_rows: int | None = None
+    results: tuple = ()  # the op's returns in position (None where undefined), when known
 
     @property
     def tensors(self) -> list[TensorMeta]:
@@ -452,6 +453,73 @@ def _move(call: OpCall) -> Cost:
     return Cost(0, _read(call.tensors), _write(call), "copy")
 
 
+# -- backward ops ------------------------------------------------------------------------------
+def _norm_backward(kind: str, factor: int = 2):
+    def fn(call: OpCall) -> Cost:
+        grad = call.tensors[0]
+        return Cost(factor * NORM_FLOPS_PER_ELEMENT[kind] * grad.numel, _read(call.tensors), _write(call),
+                    "norm", f"{kind} backward ({factor}x forward)")
+    return fn
+
+
+_rule("native_layer_norm_backward")(_norm_backward("layer_norm"))
+_rule("_fused_rms_norm_backward")(_norm_backward("rms_norm"))
+_rule("native_batch_norm_backward", "_native_batch_norm_legit_backward")(_norm_backward("batch_norm"))
+_rule("native_group_norm_backward")(_norm_backward("group_norm"))
+
+
+@_rule("_softmax_backward_data", "_log_softmax_backward_data")
+def _softmax_backward(call: OpCall) -> Cost:
+    g = call.tensors[0]  # sum(g·y) (2), subtract (1), multiply (1)
+    return Cost(4 * g.numel, _read(call.tensors), _write(call), "softmax", "backward")
+
+
+@_rule("embedding_dense_backward")
+def _embedding_backward(call: OpCall) -> Cost:
+    g, idx = call.tensors[0], call.tensors[1]  # scatter-add of the touched rows into the table
+    return Cost(g.numel, g.nbytes + idx.nbytes + g.numel * g.itemsize, _write(call), "gather", "backward")
+
+
+def _torch_registry(call: OpCall) -> Cost | None:
+    """FLOPs from torch's own ``flop_registry`` for ops it knows and roofprof has no rule for
+    (convolution_backward, the attention backward ops, ...), on meta tensors; bytes: distinct
+    inputs + outputs."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    ns, name = call.op.split("::", 1)
+    packet = getattr(getattr(torch.ops, ns, None), name, None)
+    fn = flop_registry.get(packet) if packet is not None else None
+    if fn is None:
+        return None
+
+    def meta(v: Any) -> Any:
+        if isinstance(v, TensorMeta):
+            return torch.empty_strided(v.shape, v.stride or _contiguous(v.shape), device="meta",
+                                       dtype=getattr(torch, _TORCH_NAMES.get(v.dtype, "float32")))
+        if isinstance(v, (list, tuple)):
+            return type(v)(meta(x) for x in v)
+        return v
+
+    outs = meta(tuple(call.results or call.outputs))
+    flops = fn(*meta(call.args), **{k: meta(v) for k, v in call.kwargs.items()},
+               out_val=outs if len(outs) != 1 else outs[0])
+    kind = "conv" if "conv" in name else "attention" if "attention" in name else "matmul"
+    return Cost(flops, _read(call.tensors), _write(call), kind, "torch flop_registry")
+
+
+_TORCH_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64", "int64": "int64",
+                "int32": "int32", "int8": "int8", "uint8": "uint8", "bool": "bool", "fp8": "float8_e4m3fn"}
+
+
+def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 # -- elementwise and reductions (by torch's op tags) ----------------------------------------
 #: FLOPs per output element for elementwise ops (default 1: one arithmetic op per element).
 #: Transcendentals count 1 (one instruction sequence per element, as exp); composite
@@ -494,6 +562,10 @@ def cost_of(call: OpCall) -> Cost | None:
     try:
         if fn is not None:
             return fn(call)
+        if call.op.startswith("aten::") and call.outputs:
+            from_torch = _torch_registry(call)
+            if from_torch is not None:
+                return from_torch
         if call.view:
             return Cost(0, 0, 0, "view")
         base = _base(call.op)
@@ -503,7 +575,7 @@ def cost_of(call: OpCall) -> Cost | None:
             return _reduction(call)
         if not call.tags and call.op.startswith("aten::") and base in _VIEW_NAMES:
             return Cost(0, 0, 0, "view")
-    except (IndexError, TypeError, ValueError, AttributeError):
+    except (IndexError, TypeError, ValueError, AttributeError, RuntimeError):
         return None
     return None
 

@@ -348,8 +348,9 @@ class Tracer:
         name = schema.name
         if name == "aten::embedding" and len(args) > 1 and isinstance(args[1], tensors):
             index_rows = int(torch.unique(args[1]).numel())
+        results = tuple(_meta(o) if isinstance(o, tensors) else None for o in outs)
         call = OpCall(name, tuple(margs), mkwargs, mouts, frozenset(str(t).split(".")[-1] for t in func.tags),
-                      schema.is_mutable, view, schema.overload_name or "default", index_rows)
+                      schema.is_mutable, view, schema.overload_name or "default", index_rows, results)
         try:
             recipe = Recipe(func, _map(args, lambda t: _spec(t, torch), tensors),
                             _map(kwargs, lambda t: _spec(t, torch), tensors))

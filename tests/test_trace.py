@@ -166,6 +166,11 @@ def test_cli_bad_input_one_line_exit_2(capsys, script, tmp_path):
     code, _, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline", "none",
                            "--region", "nope")
     assert code == 2 and "never occurred" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline", "spec")
+    assert code == 2 and "no datasheet roofline" in err and "ARGS" not in out  # before the run
+    code, out, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline",
+                             str(tmp_path / "missing.json"))
+    assert code == 2 and "ARGS" not in out
     code, _, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--counters")
     assert code == 2 and "needs a GPU" in err
     code, _, err = run_cli(capsys, "trace", "--import", str(script))

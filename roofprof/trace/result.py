@@ -18,7 +18,7 @@ from typing import Any
 
 from roofprof.roofline import Point, Roofline, place
 
-__all__ = ["ModuleRow", "OpRow", "TraceResult", "TraceSummary", "build_result", "place_row",
+__all__ = ["ModuleRow", "OpRow", "TraceResult", "TraceSummary", "build_result", "place_row", "resolve_for",
            "DISAGREE_FRACTION"]
 
 #: in-context vs replayed time disagreeing by more than this is flagged
@@ -202,21 +202,34 @@ def _replay(stats: Any, device: Any, cold: bool, budget_s: float) -> float | Non
         return None
 
 
-def build_result(tracer: Any) -> TraceResult:
-    """Replay, place and summarise what ``tracer`` recorded (see the module doc)."""
+def resolve_for(device: Any, spec: Any) -> tuple[Roofline | None, str]:
+    """The roofline to place ops on: ``"spec"`` (the datasheet), else
+    :func:`roofprof.cache.resolve_roofline` (``auto``, ``none``, a file, a Roofline).
+
+    Raises:
+        ConfigError: ``spec`` for a device without a datasheet row; an unreadable file.
+    """
     from roofprof.cache import resolve_roofline, spec_roofline
 
-    device = tracer._device
-    spec = tracer.roofline_spec
     if isinstance(spec, str) and spec == "spec":
-        roofline, source = spec_roofline(device), "datasheet"
+        roofline = spec_roofline(device)
         if roofline is None:
             from roofprof.errors import ConfigError
 
-            raise ConfigError(f"{device.info.name} has no datasheet roofline ({device.info.spec_note or 'no match'}); "
+            raise ConfigError(f"{device.info.name} has no datasheet roofline "
+                              f"({device.info.spec_note or 'no match in data/gpus.json'}); "
                               "use --roofline auto or a roofline.json")
-    else:
-        roofline, source = resolve_roofline(spec, device)
+        return roofline, "datasheet"
+    return resolve_roofline(spec, device)
+
+
+def build_result(tracer: Any) -> TraceResult:
+    """Replay, place and summarise what ``tracer`` recorded (see the module doc)."""
+    from roofprof.cache import spec_roofline
+
+    device = tracer._device
+    resolved = getattr(tracer, "_roofline", None)
+    roofline, source = resolved if resolved is not None else resolve_for(device, tracer.roofline_spec)
     datasheet = spec_roofline(device)
 
     rows: list[OpRow] = []

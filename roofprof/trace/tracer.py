@@ -202,6 +202,7 @@ class Tracer:
         self._in_region = 0
         self._window_t0: float | None = None
         self._result = None
+        self._roofline = None
         self._device = None
         self._async = False
         self._profiler = None
@@ -252,8 +253,10 @@ class Tracer:
         from torch.utils.module_tracker import ModuleTracker
 
         from roofprof.devices import select
+        from roofprof.trace.result import resolve_for
 
         self._device = select(self.device_spec) if isinstance(self.device_spec, str) else self.device_spec
+        self._roofline = resolve_for(self._device, self.roofline_spec)  # bad input fails before the run
         self._async = bool(self._device.info.asynchronous)
         self._torch_device = self._device.info.torch_device
         if self._async:

@@ -263,6 +263,10 @@ class Tracer:
             self._profiler = torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
             self._profiler.__enter__()
+        try:  # the dispatch machinery imports dynamo on first use: not inside the window
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001 - optional
+            pass
         self._tracker = ModuleTracker()
         self._tracker.__enter__()
         self._mode = _Mode(self, torch)

@@ -233,3 +233,11 @@ def test_facade_in_a_fresh_process_gives_the_callable_module():
             "assert callable(t) and t.register_cost and t.region and t.Cost; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_cold_replays_flush_between_calls():
+    with roofprof.trace(device="cpu", roofline=ROOFLINE, cold=True, replay_budget_s=0.002) as t:
+        torch.randn(128, 128).exp()
+    exp = next(o for o in t.result.ops if o.op == "aten::exp")
+    assert exp.replay_s is not None and exp.replay_s > 0
+    assert len(t.result.to_dataframe("modules")) == len(t.result.modules)

@@ -5,7 +5,8 @@ The public facade is small: specs and workloads in, predictions and measurements
 * :func:`predict`: prefill and decode times from a roofline (:mod:`roofprof.rollup`);
 * :func:`profile`: every op of a pass measured on this machine (:mod:`roofprof.profiling`);
 * :func:`measure`: any function timed and placed on the roofline (:mod:`roofprof.profiling`);
-* :func:`validate`: a real model forward pass against the estimators (:mod:`roofprof.validation`).
+* :func:`validate`: a real model forward pass against the estimators (:mod:`roofprof.validation`);
+* :func:`trace`: any PyTorch code's ops costed, timed and placed (:mod:`roofprof.trace`).
 
 >>> import roofprof
 >>> p = roofprof.predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
@@ -19,19 +20,21 @@ __version__ = "0.1.0"
 
 from roofprof.errors import RoofprofError  # noqa: E402
 
-__all__ = ["RoofprofError", "__version__", "measure", "predict", "profile", "validate"]
+__all__ = ["RoofprofError", "__version__", "measure", "predict", "profile", "trace", "validate"]
 
 #: Facade name -> the module that defines it (imported on first use: `import roofprof` stays
 #: cheap, no numba or pandas, so `predict` stays fast).
 _LAZY = {"predict": "roofprof.rollup", "profile": "roofprof.profiling", "measure": "roofprof.profiling",
-         "validate": "roofprof.validation"}
+         "validate": "roofprof.validation", "trace": "roofprof.trace"}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module = importlib.import_module(_LAZY[name])
+        # a facade name that is its own subpackage (trace) is that callable module
+        return module if module.__name__ == f"roofprof.{name}" else getattr(module, name)
     raise AttributeError(f"module 'roofprof' has no attribute {name!r}")
 
 

@@ -1,0 +1,71 @@
+"""Any PyTorch code on the roofline: ``with roofprof.trace() as t:`` and ``roofprof trace``.
+
+Every aten op of a window is recorded with its shapes, dtypes and module, costed (FLOPs and
+minimum bytes, :mod:`roofprof.trace.costs`), timed in context and replayed in isolation,
+and placed on the machine's measured roofline (:mod:`roofprof.trace.result`).
+
+>>> import torch, roofprof
+>>> with roofprof.trace(device="cpu", roofline="none", replay=False) as t:  # doctest: +SKIP
+...     torch.randn(64, 64) @ torch.randn(64, 64)
+>>> t.result.summary.flops  # doctest: +SKIP
+524288.0
+
+The module itself is callable (``roofprof.trace(...)`` is :func:`trace`), so the facade name
+and the subpackage are the same object.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from roofprof.trace.costs import Cost, OpCall, TensorMeta, cost_of, register_cost
+from roofprof.trace.tracer import Tracer, region, step
+
+__all__ = ["Cost", "OpCall", "TensorMeta", "Tracer", "cost_of", "import_trace", "region", "register_cost",
+           "step", "trace"]
+
+
+def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, warmup: int = 0,
+          steps: int | None = None, cold: bool = False, region: str | None = None,
+          module_depth: int | None = None, replay_budget_s: float = 0.02) -> Tracer:
+    """Trace the code in a ``with`` block: every aten op, costed, timed and placed.
+
+    Args:
+        device: ``"auto"``, ``"cpu"``, ``"cuda:N"`` or a roofprof Device.
+        roofline: ``"auto"`` (cached or quick-measured roofline of the device), ``"spec"``
+            (datasheet), ``"none"``, a ``roofline.json`` path or a Roofline.
+        replay: replay each unique signature in isolation (``roofprof.timing.benchmark``).
+        warmup, steps: steps (marked by ``t.step()``) skipped, then measured (None: all).
+        cold: flush the device's caches before every replayed call.
+        region: only code inside ``roofprof.trace.region(region)`` counts; each entry a step.
+        module_depth: cut module names to this depth in the module table.
+        replay_budget_s: timed seconds per replayed signature.
+
+    Returns:
+        The :class:`Tracer`; after the block, ``t.result`` is the
+        :class:`~roofprof.trace.result.TraceResult` (ops, modules, summary, to_dataframe,
+        save, plot).
+
+    Raises:
+        ConfigError: bad arguments, an unreadable roofline, a region that never occurred.
+        DeviceUnavailableError: the device asked for is not usable.
+    """
+    return Tracer(device=device, roofline=roofline, replay=replay, warmup=warmup, steps=steps, cold=cold,
+                  region=region, module_depth=module_depth, replay_budget_s=replay_budget_s)
+
+
+def import_trace(path: Any, **kwargs: Any):
+    """A TraceResult from a torch profiler Chrome trace (:func:`roofprof.trace.chrome.import_trace`)."""
+    from roofprof.trace.chrome import import_trace as _import
+
+    return _import(path, **kwargs)
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> Tracer:
+        return trace(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

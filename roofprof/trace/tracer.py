@@ -1,0 +1,394 @@
+"""Record every aten op of a run: ``with roofprof.trace() as t:`` (the capture half of trace).
+
+A :class:`~torch.utils._python_dispatch.TorchDispatchMode` sees each aten op after
+decomposition; torch's :class:`~torch.utils.module_tracker.ModuleTracker` says which module
+(fully qualified name, forward or backward) called it. Each call is folded into its unique
+signature (op, overload, shapes, strides, dtypes, scalar arguments) with a count, the time
+in context, the module split and one replayable recipe; the cost model
+(:mod:`roofprof.trace.costs`) runs once per signature.
+
+Time in context: on a synchronous device (a CPU) the op's own duration, read around the
+call (the mode's Python overhead is outside the interval); on an asynchronous device
+(a GPU) each call runs inside ``record_function("roofprof#<n>")`` under torch's profiler
+and its kernels' device time is joined to it exactly (:func:`join_profiler_events`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from roofprof.errors import ConfigError
+from roofprof.trace.costs import Cost, OpCall, TensorMeta, cost_of, dtype_name
+
+__all__ = ["Recipe", "SignatureStats", "Tracer", "join_profiler_events", "region", "step"]
+
+#: integer/bool tensors up to this many elements are kept for replay (indices, masks)
+KEEP_INDEX_ELEMENTS = 1 << 22
+
+
+@dataclass
+class Recipe:
+    """How to rebuild one call's arguments for a replay: tensors as (shape, stride, dtype,
+    device, data) specs, ``data`` kept for integer and boolean tensors only."""
+
+    func: Any
+    args: Any
+    kwargs: Any
+
+
+@dataclass
+class SignatureStats:
+    """Everything recorded for one unique signature."""
+
+    op: str
+    overload: str
+    shapes: tuple
+    dtypes: tuple
+    call: OpCall
+    cost: Cost | None
+    recipe: Recipe | None
+    count: int = 0
+    time_s: float = 0.0
+    modules: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (fqn, phase) -> [n, s]
+
+
+@dataclass(frozen=True)
+class _TensorSpec:
+    shape: tuple
+    stride: tuple
+    dtype: Any
+    device: Any
+    data: Any = None
+
+
+def _meta(t: Any) -> TensorMeta:
+    try:
+        storage = t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - meta, sparse, nested tensors: treated as distinct
+        storage = None
+    try:
+        stride, offset = tuple(t.stride()), int(t.storage_offset())
+    except Exception:  # noqa: BLE001
+        stride, offset = None, 0
+    return TensorMeta(tuple(t.shape), dtype_name(t.dtype), stride, storage, offset)
+
+
+def _map(x: Any, fn: Callable[[Any], Any], kind: type) -> Any:
+    if isinstance(x, kind):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map(v, fn, kind) for v in x)
+    if isinstance(x, dict):
+        return {k: _map(v, fn, kind) for k, v in x.items()}
+    return x
+
+
+def _describe(x: Any, torch: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), tuple(x.stride()) if x.layout == torch.strided else (), str(x.dtype))
+    if isinstance(x, (list, tuple)):
+        return tuple(_describe(v, torch) for v in x)
+    if isinstance(x, (int, float, bool, str, type(None))):
+        return x
+    return type(x).__name__ if not isinstance(x, (torch.dtype, torch.device, torch.layout,
+                                                  torch.memory_format)) else str(x)
+
+
+def _spec(t: Any, torch: Any) -> _TensorSpec:
+    data = None
+    if not (t.is_floating_point() or t.is_complex()) and t.numel() <= KEEP_INDEX_ELEMENTS:
+        data = t.detach().clone()
+    return _TensorSpec(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, data)
+
+
+def build(spec: _TensorSpec, torch: Any) -> Any:
+    """A fresh tensor for a replay: same shape, strides (broadcasts kept), dtype and device;
+    random values for floating point, the recorded values for integers and booleans."""
+    if spec.data is not None:
+        return spec.data.clone()
+    extent = 1 + sum((s - 1) * st for s, st in zip(spec.shape, spec.stride, strict=False) if s > 0)
+    if 0 in spec.shape:
+        extent = 0
+    base = torch.randn(extent, dtype=spec.dtype, device=spec.device) if spec.dtype.is_floating_point \
+        else torch.zeros(extent, dtype=spec.dtype, device=spec.device)
+    return base.as_strided(spec.shape, spec.stride)
+
+
+# -- regions marked inside a script -------------------------------------------------------
+_ACTIVE: list[Tracer] = []
+
+
+class region:  # noqa: N801 - used as a context manager, like torch.profiler.record_function
+    """Mark a region ``name`` inside a script run by ``roofprof trace --region NAME``: each
+    entry is one step (warm-up steps first, then the measured ones). Outside a trace it does
+    nothing, so the script runs unchanged without roofprof.
+
+    >>> with region("step"):
+    ...     pass
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self) -> region:
+        for t in _ACTIVE:
+            t._region_enter(self.name)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for t in _ACTIVE:
+            t._region_exit(self.name)
+
+
+def step() -> None:
+    """Mark a step boundary from inside a script traced by ``roofprof trace --steps/--warmup``
+    (``t.step()`` of every active trace); does nothing outside a trace."""
+    for t in list(_ACTIVE):
+        t.step()
+
+
+def join_profiler_events(events: Iterable[Any], prefix: str = "roofprof#") -> dict[int, float]:
+    """Device seconds per recorded call from torch profiler events: each call ran inside
+    ``record_function(prefix + n)``; the range's ``device_time_total`` (µs: its own and its
+    children's kernels, joined by torch through the launch's correlation id) is the call's
+    time. Ranges without kernels give 0.0.
+
+    >>> from types import SimpleNamespace as E
+    >>> join_profiler_events([E(name="roofprof#3", device_time_total=12.0), E(name="aten::mm",
+    ...                       device_time_total=12.0)])
+    {3: 1.2e-05}
+    """
+    out: dict[int, float] = {}
+    for e in events:
+        name = getattr(e, "name", "")
+        if name.startswith(prefix):
+            try:
+                n = int(name[len(prefix):])
+            except ValueError:
+                continue
+            us = getattr(e, "device_time_total", None)
+            if us is None:
+                us = getattr(e, "cuda_time_total", 0.0)
+            out[n] = out.get(n, 0.0) + float(us) * 1e-6
+    return out
+
+
+class Tracer:
+    """The context manager behind :func:`roofprof.trace.trace` (see there for the arguments).
+
+    Steps: the code before the first :meth:`step` is step 0; steps ``warmup`` to
+    ``warmup + steps - 1`` are the measured window (all steps from ``warmup`` on when
+    ``steps`` is None). With ``region``, only code inside ``roofprof.trace.region(region)``
+    counts and each entry is a step.
+    """
+
+    def __init__(self, *, device: Any = "auto", roofline: Any = "auto", replay: bool = True,
+                 warmup: int = 0, steps: int | None = None, cold: bool = False, region: str | None = None,
+                 module_depth: int | None = None, replay_budget_s: float = 0.02):
+        if warmup < 0 or (steps is not None and steps < 1):
+            raise ConfigError(f"need warmup >= 0 and steps >= 1, got warmup={warmup}, steps={steps}")
+        self.device_spec, self.roofline_spec = device, roofline
+        self.replay, self.cold, self.region = replay, cold, region
+        self.warmup, self.steps, self.module_depth = warmup, steps, module_depth
+        self.replay_budget_s = replay_budget_s
+        self.sigs: dict[tuple, SignatureStats] = {}
+        self.calls = 0
+        self.wall_s = 0.0
+        self.region_seen = 0
+        self._step = 0
+        self._in_region = 0
+        self._window_t0: float | None = None
+        self._result = None
+        self._roofline = None
+        self._device = None
+        self._async = False
+        self._profiler = None
+        self._pending: list[tuple[int, SignatureStats, tuple[str, str]]] = []
+
+    # -- window --------------------------------------------------------------------------
+    def _in_window(self) -> bool:
+        if self.region is not None and not self._in_region:
+            return False
+        return self._step >= self.warmup and (self.steps is None or self._step < self.warmup + self.steps)
+
+    def _sync_window(self) -> None:
+        now = time.perf_counter()
+        active = self._in_window()
+        if active and self._window_t0 is None:
+            self._sync_device()
+            self._window_t0 = time.perf_counter()
+        elif not active and self._window_t0 is not None:
+            self._sync_device()
+            self.wall_s += time.perf_counter() - self._window_t0
+            self._window_t0 = None
+        del now
+
+    def _sync_device(self) -> None:
+        if self._async and self._device is not None:
+            self._device.synchronize()
+
+    def step(self) -> None:
+        """Mark the end of a step (like ``torch.profiler.profile.step``)."""
+        self._step += 1
+        self._sync_window()
+
+    def _region_enter(self, name: str) -> None:
+        if name == self.region:
+            self._in_region += 1
+            self.region_seen += 1
+            self._sync_window()
+
+    def _region_exit(self, name: str) -> None:
+        if name == self.region:
+            self._in_region -= 1
+            self._sync_window()
+            self._step += 1
+
+    # -- context -------------------------------------------------------------------------
+    def __enter__(self) -> Tracer:
+        import torch
+        from torch.utils.module_tracker import ModuleTracker
+
+        from roofprof.devices import select
+        from roofprof.trace.result import resolve_for
+
+        self._device = select(self.device_spec) if isinstance(self.device_spec, str) else self.device_spec
+        self._roofline = resolve_for(self._device, self.roofline_spec)  # bad input fails before the run
+        self._async = bool(self._device.info.asynchronous)
+        self._torch_device = self._device.info.torch_device
+        if self._async:
+            self._profiler = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+            self._profiler.__enter__()
+        try:  # the dispatch machinery imports dynamo on first use: not inside the window
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001 - optional
+            pass
+        self._tracker = ModuleTracker()
+        self._tracker.__enter__()
+        self._mode = _Mode(self, torch)
+        self._mode.__enter__()
+        _ACTIVE.append(self)
+        self._sync_window()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._window_t0 is not None:
+            self._sync_device()
+            self.wall_s += time.perf_counter() - self._window_t0
+            self._window_t0 = None
+        _ACTIVE.remove(self)
+        self._mode.__exit__(exc_type, exc, tb)
+        self._tracker.__exit__(exc_type, exc, tb)
+        if self._profiler is not None:
+            self._profiler.__exit__(exc_type, exc, tb)
+            if exc_type is None:
+                self._join(self._profiler.events())
+        if exc_type is None and self.region is not None and not self.region_seen:
+            raise ConfigError(f"region {self.region!r} never occurred in the traced code; mark it with "
+                              f"`with roofprof.trace.region({self.region!r}):`")
+
+    def _join(self, events: Iterable[Any]) -> None:
+        times = join_profiler_events(events)
+        for n, stats, key in self._pending:
+            s = times.get(n, 0.0)
+            stats.time_s += s
+            stats.modules.setdefault(key, [0, 0.0])[1] += s
+        self._pending.clear()
+
+    @property
+    def result(self):
+        """The :class:`~roofprof.trace.result.TraceResult` (built on first access: replays,
+        roofline placement)."""
+        if self._result is None:
+            from roofprof.trace.result import build_result
+
+            self._result = build_result(self)
+        return self._result
+
+    # -- recording -----------------------------------------------------------------------
+    def _module(self) -> tuple[str, str]:
+        parents = self._tracker.parents
+        name = max(parents, key=lambda p: (p != "Global", p.count(".")), default="Global")
+        return name, ("backward" if self._tracker.is_bw else "forward")
+
+    def record(self, func: Any, args: tuple, kwargs: dict, torch: Any) -> Any:
+        if not self._in_window():
+            return func(*args, **kwargs)
+        key = (func, _describe(args, torch), _describe(kwargs, torch))
+        stats = self.sigs.get(key)
+        module = self._module()
+        if self._async:
+            n = self.calls
+            with torch.profiler.record_function(f"roofprof#{n}"):
+                out = func(*args, **kwargs)
+            elapsed = 0.0
+        else:
+            t0 = time.perf_counter()
+            out = func(*args, **kwargs)
+            elapsed = time.perf_counter() - t0
+        self.calls += 1
+        if stats is None:
+            stats = self._new_signature(func, args, kwargs, out, torch)
+            self.sigs[key] = stats
+        stats.count += 1
+        stats.time_s += elapsed
+        m = stats.modules.setdefault(module, [0, 0.0])
+        m[0] += 1
+        m[1] += elapsed
+        if self._async:
+            self._pending.append((self.calls - 1, stats, module))
+        return out
+
+    def _new_signature(self, func: Any, args: tuple, kwargs: dict, out: Any, torch: Any) -> SignatureStats:
+        schema = func._schema
+        tensors = torch.Tensor
+        margs = _map(args, _meta, tensors)
+        mkwargs = _map(kwargs, _meta, tensors)
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        mouts = tuple(_meta(o) for o in outs if isinstance(o, tensors))
+        view = not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
+        index_rows = None
+        name = schema.name
+        if name == "aten::embedding" and len(args) > 1 and isinstance(args[1], tensors):
+            index_rows = int(torch.unique(args[1]).numel())
+        results = tuple(_meta(o) if isinstance(o, tensors) else None for o in outs)
+        call = OpCall(name, tuple(margs), mkwargs, mouts, frozenset(str(t).split(".")[-1] for t in func.tags),
+                      schema.is_mutable, view, schema.overload_name or "default", index_rows, results)
+        try:
+            recipe = Recipe(func, _map(args, lambda t: _spec(t, torch), tensors),
+                            _map(kwargs, lambda t: _spec(t, torch), tensors))
+        except Exception:  # noqa: BLE001 - exotic tensors (sparse, nested): in-context only
+            recipe = None
+        tmetas = [t for t in _flat(margs) if isinstance(t, TensorMeta)]
+        return SignatureStats(name, call.overload, tuple(t.shape for t in tmetas), tuple(t.dtype for t in tmetas),
+                              call, cost_of(call), recipe)
+
+
+def _flat(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return [y for v in x for y in _flat(v)]
+    if isinstance(x, dict):
+        return [y for v in x.values() for y in _flat(v)]
+    return [x]
+
+
+def _mode_class():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):
+        def __init__(self, tracer: Tracer, torch: Any):
+            super().__init__()
+            self.tracer, self.torch = tracer, torch
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return self.tracer.record(func, args, kwargs or {}, self.torch)
+
+    return Mode
+
+
+def _Mode(tracer: Tracer, torch: Any):  # noqa: N802 - builds the mode class lazily (torch optional)
+    return _mode_class()(tracer, torch)

@@ -14,7 +14,7 @@ import torch
 from _common import device, parse
 
 import roofprof
-from roofprof.trace import Cost, OpCall, register_cost
+from roofprof.tracing import Cost, OpCall, register_cost
 
 
 @torch.library.custom_op("demo::scaled_silu", mutates_args=())

@@ -6,7 +6,7 @@ The public facade is small: specs and workloads in, predictions and measurements
 * :func:`profile`: every op of a pass measured on this machine (:mod:`roofprof.profiling`);
 * :func:`measure`: any function timed and placed on the roofline (:mod:`roofprof.profiling`);
 * :func:`validate`: a real model forward pass against the estimators (:mod:`roofprof.validation`);
-* :func:`trace`: any PyTorch code's ops costed, timed and placed (:mod:`roofprof.trace`).
+* :func:`trace`: any PyTorch code's ops costed, timed and placed (:mod:`roofprof.tracing`).
 
 >>> import roofprof
 >>> p = roofprof.predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
@@ -25,16 +25,14 @@ __all__ = ["RoofprofError", "__version__", "measure", "predict", "profile", "tra
 #: Facade name -> the module that defines it (imported on first use: `import roofprof` stays
 #: cheap, no numba or pandas, so `predict` stays fast).
 _LAZY = {"predict": "roofprof.rollup", "profile": "roofprof.profiling", "measure": "roofprof.profiling",
-         "validate": "roofprof.validation", "trace": "roofprof.trace"}
+         "validate": "roofprof.validation", "trace": "roofprof.tracing"}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        module = importlib.import_module(_LAZY[name])
-        # a facade name that is its own subpackage (trace) is that callable module
-        return module if module.__name__ == f"roofprof.{name}" else getattr(module, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'roofprof' has no attribute {name!r}")
 
 

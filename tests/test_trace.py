@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import roofprof  # noqa: E402
 from roofprof.cli import main  # noqa: E402
 from roofprof.roofline import Ceiling, Roofline  # noqa: E402
-from roofprof.trace.tracer import Tracer, join_profiler_events  # noqa: E402
+from roofprof.tracing.tracer import Tracer, join_profiler_events  # noqa: E402
 
 ROOFLINE = Roofline("test cpu", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
                                  Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
@@ -104,7 +104,7 @@ def test_gpu_join_of_profiler_ranges():
                                  E(name="roofprof#x", device_time_total=1.0),
                                  E(name="aten::mm", device_time_total=99.0)]) == {0: pytest.approx(1.5e-5)}
     t = Tracer(device="cpu", roofline="none")
-    from roofprof.trace.tracer import SignatureStats
+    from roofprof.tracing.tracer import SignatureStats
 
     stats = SignatureStats("aten::mm", "default", (), (), None, None, None, count=1)
     t._pending = [(0, stats, ("M", "forward"))]
@@ -120,7 +120,7 @@ def run_cli(capsys, *args):
 
 
 SCRIPT = """
-import sys, torch, roofprof.trace as rt
+import sys, torch, roofprof.tracing as rt
 m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
 print("ARGS", sys.argv[1:])
 for _ in range(3):
@@ -205,7 +205,7 @@ def test_cli_import_profiler_trace(capsys, tmp_path):
 
 
 def test_import_kernels_joined_and_unattributed(tmp_path):
-    from roofprof.trace.chrome import import_trace
+    from roofprof.tracing.chrome import import_trace
 
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50,

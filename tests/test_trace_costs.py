@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from roofprof.trace import Cost, OpCall, TensorMeta, cost_of, register_cost  # noqa: E402
-from roofprof.trace.costs import causal_pairs  # noqa: E402
+from roofprof.tracing import Cost, OpCall, TensorMeta, cost_of, register_cost  # noqa: E402
+from roofprof.tracing.costs import causal_pairs  # noqa: E402
 
 
 def traced(fn, **kw):

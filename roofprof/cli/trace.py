@@ -1,6 +1,6 @@
 """``roofprof trace``: any PyTorch script's ops costed, timed and placed on the roofline.
 
-``roofprof trace script.py [-- args]`` runs the script under :func:`roofprof.trace.trace`
+``roofprof trace script.py [-- args]`` runs the script under :func:`roofprof.tracing.trace`
 (the whole script, or the ``--region NAME`` it marks with ``roofprof.trace.region``);
 ``roofprof trace --import trace.json`` reads a torch profiler trace recorded with shapes.
 A script that raises: its own traceback is shown as the script's, nothing is written, and
@@ -77,7 +77,7 @@ def trace(
         help="Folder for trace.json, ops.csv, modules.csv, roofline.png, report.html."),
 ) -> None:
     """Trace any PyTorch script: every op's FLOPs, minimum bytes and time on the roofline."""
-    from roofprof.trace.report import csv_text
+    from roofprof.tracing.report import csv_text
 
     if (script is None) == (import_ is None):
         raise ConfigError("give a script to run (roofprof trace script.py [-- args]) "
@@ -92,13 +92,13 @@ def trace(
         raise DeviceUnavailableError("--counters per traced op is not available in this version; "
                                      "use `roofprof profile --counters` for the Llama ops")
     if import_ is not None:
-        from roofprof.trace.chrome import import_trace
+        from roofprof.tracing.chrome import import_trace
 
         result = import_trace(import_, device=device, roofline=roofline, module_depth=module_depth)
     else:
         if not script.is_file():
             raise ConfigError(f"no such script: {script}")
-        from roofprof.trace import trace as make_trace
+        from roofprof.tracing import trace as make_trace
 
         tracer = make_trace(device, roofline=roofline, replay=replay, warmup=warmup, steps=steps,
                             cold=cold, region=region, module_depth=module_depth)

@@ -1,8 +1,8 @@
 """Any PyTorch code on the roofline: ``with roofprof.trace() as t:`` and ``roofprof trace``.
 
 Every aten op of a window is recorded with its shapes, dtypes and module, costed (FLOPs and
-minimum bytes, :mod:`roofprof.trace.costs`), timed in context and replayed in isolation,
-and placed on the machine's measured roofline (:mod:`roofprof.trace.result`).
+minimum bytes, :mod:`roofprof.tracing.costs`), timed in context and replayed in isolation,
+and placed on the machine's measured roofline (:mod:`roofprof.tracing.result`).
 
 >>> import torch, roofprof
 >>> with roofprof.trace(device="cpu", roofline="none", replay=False) as t:  # doctest: +SKIP
@@ -10,18 +10,18 @@ and placed on the machine's measured roofline (:mod:`roofprof.trace.result`).
 >>> t.result.summary.flops  # doctest: +SKIP
 524288.0
 
-The module itself is callable (``roofprof.trace(...)`` is :func:`trace`), so the facade name
-and the subpackage are the same object.
+``roofprof.trace`` is the function :func:`trace`; what a traced script or a custom op's
+author needs hangs off it (``roofprof.trace.region``, ``roofprof.trace.step``,
+``roofprof.trace.register_cost``, ``roofprof.trace.Cost``), so the facade stays a plain
+function (this package is ``roofprof.tracing``).
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any
 
-from roofprof.trace.costs import Cost, OpCall, TensorMeta, cost_of, register_cost
-from roofprof.trace.tracer import Tracer, region, step
+from roofprof.tracing.costs import Cost, OpCall, TensorMeta, cost_of, register_cost
+from roofprof.tracing.tracer import Tracer, region, step
 
 __all__ = ["Cost", "OpCall", "TensorMeta", "Tracer", "cost_of", "import_trace", "region", "register_cost",
            "step", "trace"]
@@ -45,7 +45,7 @@ def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, 
 
     Returns:
         The :class:`Tracer`; after the block, ``t.result`` is the
-        :class:`~roofprof.trace.result.TraceResult` (ops, modules, summary, to_dataframe,
+        :class:`~roofprof.tracing.result.TraceResult` (ops, modules, summary, to_dataframe,
         save, plot).
 
     Raises:
@@ -57,15 +57,16 @@ def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, 
 
 
 def import_trace(path: Any, **kwargs: Any):
-    """A TraceResult from a torch profiler Chrome trace (:func:`roofprof.trace.chrome.import_trace`)."""
-    from roofprof.trace.chrome import import_trace as _import
+    """A TraceResult from a torch profiler Chrome trace (:func:`roofprof.tracing.chrome.import_trace`)."""
+    from roofprof.tracing.chrome import import_trace as _import
 
     return _import(path, **kwargs)
 
 
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Tracer:
-        return trace(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# The facade name is this function: hang the names a traced script needs off it.
+trace.region = region  # type: ignore[attr-defined]
+trace.step = step  # type: ignore[attr-defined]
+trace.register_cost = register_cost  # type: ignore[attr-defined]
+trace.Cost = Cost  # type: ignore[attr-defined]
+trace.OpCall = OpCall  # type: ignore[attr-defined]
+trace.import_trace = import_trace  # type: ignore[attr-defined]

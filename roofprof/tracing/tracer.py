@@ -5,7 +5,7 @@ decomposition; torch's :class:`~torch.utils.module_tracker.ModuleTracker` says w
 (fully qualified name, forward or backward) called it. Each call is folded into its unique
 signature (op, overload, shapes, strides, dtypes, scalar arguments) with a count, the time
 in context, the module split and one replayable recipe; the cost model
-(:mod:`roofprof.trace.costs`) runs once per signature.
+(:mod:`roofprof.tracing.costs`) runs once per signature.
 
 Time in context: on a synchronous device (a CPU) the op's own duration, read around the
 call (the mode's Python overhead is outside the interval); on an asynchronous device
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roofprof.errors import ConfigError
-from roofprof.trace.costs import Cost, OpCall, TensorMeta, cost_of, dtype_name
+from roofprof.tracing.costs import Cost, OpCall, TensorMeta, cost_of, dtype_name
 
 __all__ = ["Recipe", "SignatureStats", "Tracer", "join_profiler_events", "region", "step"]
 
@@ -177,7 +177,7 @@ def join_profiler_events(events: Iterable[Any], prefix: str = "roofprof#") -> di
 
 
 class Tracer:
-    """The context manager behind :func:`roofprof.trace.trace` (see there for the arguments).
+    """The context manager behind :func:`roofprof.tracing.trace` (see there for the arguments).
 
     Steps: the code before the first :meth:`step` is step 0; steps ``warmup`` to
     ``warmup + steps - 1`` are the measured window (all steps from ``warmup`` on when
@@ -253,7 +253,7 @@ class Tracer:
         from torch.utils.module_tracker import ModuleTracker
 
         from roofprof.devices import select
-        from roofprof.trace.result import resolve_for
+        from roofprof.tracing.result import resolve_for
 
         self._device = select(self.device_spec) if isinstance(self.device_spec, str) else self.device_spec
         self._roofline = resolve_for(self._device, self.roofline_spec)  # bad input fails before the run
@@ -301,10 +301,10 @@ class Tracer:
 
     @property
     def result(self):
-        """The :class:`~roofprof.trace.result.TraceResult` (built on first access: replays,
+        """The :class:`~roofprof.tracing.result.TraceResult` (built on first access: replays,
         roofline placement)."""
         if self._result is None:
-            from roofprof.trace.result import build_result
+            from roofprof.tracing.result import build_result
 
             self._result = build_result(self)
         return self._result

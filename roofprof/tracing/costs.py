@@ -2,8 +2,8 @@
 
 Every op call is described by an :class:`OpCall` whose tensors are :class:`TensorMeta`
 (shape, dtype name, strides, storage identity): the same call can come from a live run
-(:mod:`roofprof.trace.tracer`) or from a profiler trace that recorded shapes only
-(:mod:`roofprof.trace.chrome`). :func:`cost_of` returns a :class:`Cost`, or None when no
+(:mod:`roofprof.tracing.tracer`) or from a profiler trace that recorded shapes only
+(:mod:`roofprof.tracing.chrome`). :func:`cost_of` returns a :class:`Cost`, or None when no
 rule applies (the op is then reported with its time only, never dropped).
 
 Conventions (stated, so two tools can be compared):

@@ -1,6 +1,6 @@
 """What a trace found: one row per unique op signature, per module, and a summary.
 
-Built from a :class:`~roofprof.trace.tracer.Tracer` by :func:`build_result`: each unique
+Built from a :class:`~roofprof.tracing.tracer.Tracer` by :func:`build_result`: each unique
 signature is replayed in isolation with :func:`roofprof.timing.benchmark` (``cold``: the
 device's cache flush before every call), then placed with :func:`roofprof.roofline.place`
 on the measured roofline (:func:`roofprof.cache.resolve_roofline`), its in-context time
@@ -120,14 +120,14 @@ class TraceResult:
 
     def table(self, top: int | None = 20) -> str:
         """A plain-text table of the ``top`` slowest signatures and the summary."""
-        from roofprof.trace.report import text_table
+        from roofprof.tracing.report import text_table
 
         return text_table(self, top=top)
 
     def save(self, folder: str | Path, html: bool = True) -> dict[str, str]:
         """Write ``trace.json``, ``ops.csv``, ``modules.csv``, ``roofline.png`` and
         ``report.html`` under ``folder`` (each file whole or not at all); returns name → path."""
-        from roofprof.trace.report import write_report
+        from roofprof.tracing.report import write_report
 
         return write_report(self, Path(folder), html=html)
 
@@ -181,7 +181,7 @@ def _replay(stats: Any, device: Any, cold: bool, budget_s: float) -> float | Non
     import torch
 
     from roofprof.timing import benchmark
-    from roofprof.trace.tracer import _map, _TensorSpec, build
+    from roofprof.tracing.tracer import _map, _TensorSpec, build
 
     recipe = stats.recipe
     if recipe is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from roofprof.errors import ConfigError
-from roofprof.trace.costs import _C10, OpCall, TensorMeta, cost_of, dtype_name
+from roofprof.tracing.costs import _C10, OpCall, TensorMeta, cost_of, dtype_name
 
 __all__ = ["import_trace", "read_events"]
 
@@ -137,7 +137,7 @@ def _infer(name: str, values: list[Any]) -> tuple[tuple[TensorMeta, ...], frozen
 
 
 class _Imported:
-    """Stands in for a Tracer for :func:`roofprof.trace.result.build_result`."""
+    """Stands in for a Tracer for :func:`roofprof.tracing.result.build_result`."""
 
     def __init__(self, device: Any, roofline: Any, module_depth: int | None):
         self._device, self.roofline_spec, self.module_depth = device, roofline, module_depth
@@ -147,7 +147,7 @@ class _Imported:
 
 
 def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto", module_depth: int | None = None):
-    """A :class:`~roofprof.trace.result.TraceResult` from a torch profiler Chrome trace.
+    """A :class:`~roofprof.tracing.result.TraceResult` from a torch profiler Chrome trace.
 
     ``device`` and ``roofline`` choose the roofline the ops are placed on (give the
     ``roofline.json`` of the machine the trace was made on). No replays (the inputs are
@@ -157,8 +157,8 @@ def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto
         ConfigError: not a torch profiler trace, or a trace without shapes.
     """
     from roofprof.devices import select
-    from roofprof.trace.result import build_result
-    from roofprof.trace.tracer import SignatureStats
+    from roofprof.tracing.result import build_result
+    from roofprof.tracing.tracer import SignatureStats
 
     events = read_events(path)
     ops = [e for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op" and "ts" in e]

@@ -16,7 +16,7 @@ DATA = Path(__file__).parents[1] / "data"
 GPUS_PATH = DATA / "gpus.json"
 MODELS_DIR = DATA / "models"
 
-DTYPES = {"fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"}
+DTYPES = {"fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"}
 ARCHITECTURES = {"volta", "turing", "ampere", "ada", "hopper", "blackwell"}
 CONFIDENCE = {"high", "medium", "low"}
 EXPECTED_IDS = {

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from roofprof import published
+from roofprof._resources import data_root
 from roofprof.errors import ConfigError
 from roofprof.specs import list_models, load_gpu, load_model
 
@@ -55,7 +56,7 @@ def test_derived_values_are_marked():
 
 @pytest.mark.parametrize("mid", PUBLISHED_MODELS)
 def test_published_model_configs(mid):
-    cfg = json.loads((published.data_root() / "models" / f"{mid}.json").read_text())
+    cfg = json.loads((data_root() / "models" / f"{mid}.json").read_text())
     assert cfg["_roofprof_source"].startswith("https://huggingface.co/meta-llama/")
     m = load_model(mid)
     assert m.num_heads % m.num_kv_heads == 0
@@ -81,7 +82,7 @@ def test_published_roofline_unknown_gpu_names_the_ones_that_have_them():
 
 
 def test_missing_field_names_file_and_row(tmp_path):
-    src = published.data_root() / "published"
+    src = data_root() / "published"
     for name in ("end_to_end.json", "microbenchmarks.json"):
         (tmp_path / name).write_text((src / name).read_text())
     data = json.loads((tmp_path / "end_to_end.json").read_text())

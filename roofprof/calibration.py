@@ -304,7 +304,7 @@ def fit(preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = N
         source = {}
         for phase, own in (("decode", dec), ("prefill", pre), ("offline", off)):
             source[phase] = (f"own rows ({len(own)})" if own
-                             else f"pooled {pool.engine} ({len(pool.rows[phase])} rows)")
+                             else f"{pool.engine} ({len(pool.rows[phase])} rows)")
         prof = run(replace(pool, engine=engine), dec, pre, off)
         profiles[engine] = replace(prof, fitted_from=source,
                                    rows={"decode": labels(dec), "prefill": labels(pre), "offline": labels(off)})
@@ -410,7 +410,7 @@ def calibrated_estimator(gpu: str | None, *, engine: str = "ideal", roofline: Ro
         for phase, src in profile.fitted_from.items():
             if src.startswith("pooled") and phase in ("decode", "prefill"):
                 warnings.append(f"calibrated {engine}: no published {phase} rows for this engine; "
-                                f"{phase} parameters borrowed from the {src}")
+                                f"{phase} parameters borrowed from the fit of {src}")
     if roofline is not None:
         roof, source = roofline, "measured roofline"
     elif gpu is None:

@@ -119,3 +119,10 @@ def test_cli_predict_calibrated_contract(capsys):
     assert rc == 0 and d["prefill"]["seconds"] > 0 and d["decode"]["seconds_per_token"] > 0
     assert (d["dtype"], d["weights"], d["kv_dtype"]) == ("fp8", "fp8", "fp8")
     assert d["estimator_inputs"]["calibration"]["generated_by"] == "roofprof calibrate"
+
+
+def test_run_report_section():
+    from roofprof.report.html import _published_section
+
+    html = _published_section()
+    assert "Against published GPU measurements" in html and "calibrated" in html and "<img" in html

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from roofprof.plots import pyplot, save
 
-__all__ = ["plot_published"]
+__all__ = ["draw_published", "plot_published"]
 
 
 def plot_published(result, path: str | Path, estimator: str = "calibrated") -> Path:
@@ -20,6 +20,14 @@ def plot_published(result, path: str | Path, estimator: str = "calibrated") -> P
     """
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 6))
+    draw_published(ax, result, estimator)
+    save(fig, path)
+    return Path(path)
+
+
+def draw_published(ax, result, estimator: str = "calibrated") -> None:
+    """Draw the predicted-vs-published scatter of ``result`` on the axes ``ax``."""
+    plt = pyplot()
     rows = [r for r in result.rows if r.get(f"{estimator}_s")]
     engines = sorted({r["engine_profile"] for r in rows})
     markers = {"decode": "o", "prefill": "s", "offline": "^"}
@@ -59,5 +67,3 @@ def plot_published(result, path: str | Path, estimator: str = "calibrated") -> P
     ax.set_title(f"{estimator} vs published measurements")
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
-    save(fig, path)
-    return Path(path)

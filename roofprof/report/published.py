@@ -211,3 +211,37 @@ def print_calibration(
         )
     console.print(t)
     console.print(f"written: {escape(str(path))}")
+
+
+def published_html_summary() -> tuple[list[str], list[list[str]], bytes | None]:
+    """Headers, rows and the predicted-vs-published chart for the ``roofprof run`` report:
+    median / worst |residual| per estimator and phase over the published corpus
+    (calibrated: leave-one-out). Needs no device (about a second)."""
+    from roofprof.plots import pyplot, save
+    from roofprof.published import validate_published
+
+    result = validate_published()
+    rows = [
+        [
+            s["estimator"],
+            s["value"],
+            str(s["n"]),
+            _pct(s["median_abs_residual"]),
+            _pct(s["worst_abs_residual"]),
+            s["worst_case"],
+        ]
+        for s in result.summary
+        if s["group"] in ("all", "phase")
+    ]
+    chart = None
+    try:
+        from roofprof.plots.published import draw_published
+
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 6))
+        draw_published(ax, result, "calibrated")
+        chart = save(fig)
+    except (ImportError, ValueError):
+        chart = None
+    headers = ["estimator", "phase", "n", "median |res|", "worst |res|", "worst case"]
+    return headers, rows, chart

@@ -62,9 +62,13 @@ def test_published_model_configs(mid):
     assert m.num_heads % m.num_kv_heads == 0
 
 
-def test_llama2_7b_parameter_count():
-    # 6.74 B parameters (Llama 2 paper: "7B"); 13.48 GB in bf16, as gpt-fast's 1397 GB/s / 104.9 tok/s implies
-    assert load_model("llama-2-7b").param_count() == 6_738_415_616
+@pytest.mark.parametrize("mid, params", [
+    ("llama-2-7b", 6_738_415_616), ("llama-2-13b", 13_015_864_320), ("llama-2-70b", 68_976_648_192),
+    ("llama-3-8b", 8_030_261_248), ("llama-3-70b", 70_553_706_496), ("llama-3.3-70b", 70_553_706_496)])
+def test_parameter_counts(mid, params):
+    # the parameter counts the checkpoints report; llama-2-7b x 2 bytes = 13.48 GB, as gpt-fast's
+    # 1397.31 GB/s / 104.9 tok/s implies (S5)
+    assert load_model(mid).param_count() == params
 
 
 def test_published_roofline_cites_rows():

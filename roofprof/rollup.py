@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from roofprof import models
+from roofprof.precision import check_compute
 from roofprof.roofline import Roofline
 from roofprof.specs import GpuSpec, ModelSpec, load_gpu
 from roofprof.units import finite_or_none
@@ -183,6 +184,8 @@ class Prediction:
         pf, dc = self.prefill, self.decode
         return {
             "model": self.model.id, "gpu": self.machine, "dtype": pf.workload.dtype,
+            "weights": pf.workload.weights or pf.workload.dtype,
+            "kv_dtype": pf.workload.kv_dtype or pf.workload.dtype,
             "batch": pf.workload.batch, "prompt_tokens": pf.workload.prompt_tokens,
             "context_tokens": dc.workload.context_tokens, "estimator": self.estimator,
             "counting": pf.workload.counting.describe(),
@@ -220,6 +223,8 @@ def predict(
     context_tokens: int | None = None,
     dtype: str = "bf16",
     convention: str | Counting = "engine",
+    weights: str | None = None,
+    kv_dtype: str | None = None,
 ) -> Prediction:
     """Predict prefill (TTFT, seconds) and decode (seconds per step, tokens/s).
 
@@ -228,10 +233,12 @@ def predict(
     are used; the keyword sizes are then ignored; both phases are predicted whatever its
     ``phase``). Give a datasheet ``gpu`` (``spec`` estimator), a measured ``roofline``
     (``empirical``), or any ``estimator``. Decode attends to ``context_tokens`` cached
-    tokens per sequence (default: the prompt).
+    tokens per sequence (default: the prompt). ``weights`` and ``kv_dtype`` are the stored
+    weight format and KV-cache type (:mod:`roofprof.precision`; ``None``: as ``dtype``).
 
     Raises:
-        RoofprofError: unknown model/GPU, bad sizes, a dtype the machine lacks.
+        RoofprofError: unknown model/GPU, weight format or KV dtype, bad sizes, a compute
+            dtype the machine lacks (the message names what it has and the weight-only form).
 
     >>> p = predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
     >>> p.estimator, p.decode.bound
@@ -241,13 +248,16 @@ def predict(
     True
     """
     scenario = _scenario(model, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens,
-                         dtype=dtype, convention=convention)
+                         dtype=dtype, convention=convention, weights=weights, kv_dtype=kv_dtype)
     if estimator is None:
         if roofline is not None:
             estimator = RooflineEstimator(roofline, name="empirical", source="measured roofline")
         else:
             spec = load_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
             estimator = RooflineEstimator(Roofline.from_spec(spec), name="spec", source=f"data/gpus.json:{spec.id}")
+    roof = getattr(estimator, "roofline", None)
+    if isinstance(roof, Roofline):
+        check_compute(scenario.dtype, roof.dtypes, roof.device or str(gpu), scenario.weights)
     spec_model, prompt, context = scenario.model, scenario.prompt_tokens, scenario.context_tokens
     notes = []
     longest = max(prompt, context + 1)
@@ -268,11 +278,12 @@ def predict(
 
 def _scenario(model: str | ModelSpec | Scenario, *, phase: str = "decode", batch: int = 1, prompt_tokens: int = 0,
               context_tokens: int | None = None, dtype: str = "bf16",
-              convention: str | Counting = "engine") -> Scenario:
+              convention: str | Counting = "engine", weights: str | None = None,
+              kv_dtype: str | None = None) -> Scenario:
     if isinstance(model, Scenario):
         return model
     return Scenario.of(model, phase, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens,
-                       dtype=dtype, convention=convention)
+                       dtype=dtype, convention=convention, weights=weights, kv_dtype=kv_dtype)
 
 
 def sweep(model: str | ModelSpec | Scenario | Sequence[Scenario], *, batches: Sequence[int] = (1,),

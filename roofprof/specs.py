@@ -24,8 +24,10 @@ from typing import Any
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
 
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+#: Bytes per element of each compute dtype (fp4: Blackwell's E2M1, half a byte; its block scales
+#: belong to the weight format, see :mod:`roofprof.precision`).
+BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5}
 
 
 def _data_root():

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from roofprof.errors import ConfigError, UnknownNameError
-from roofprof.specs import DTYPES, ModelSpec
+from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
 
 __all__ = ["CONVENTIONS", "OP_FNS", "OP_GROUPS", "OP_KINDS", "PHASES", "Counting", "Op", "Parallel",
            "Scenario", "Workload", "llama_ops"]
@@ -178,12 +178,20 @@ class Scenario:
     dtype: str = "bf16"
     counting: Counting = field(default_factory=Counting)
     parallel: Parallel = field(default_factory=Parallel)
+    weights: str | None = None
+    kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        from roofprof.precision import kv_bytes, weight_format
+
         if self.phase not in PHASES:
             raise UnknownNameError("phase", self.phase, PHASES)
         if self.dtype not in DTYPES:
             raise UnknownNameError("dtype", self.dtype, DTYPES)
+        if self.weights is not None:
+            weight_format(self.weights)
+        if self.kv_dtype is not None:
+            kv_bytes(self.kv_dtype)
         if self.batch < 1:
             raise ConfigError(f"batch must be at least 1, got {self.batch}")
         if self.context_tokens is None:
@@ -193,20 +201,53 @@ class Scenario:
         if self.context_tokens < 0:
             raise ConfigError(f"context tokens must be 0 or more, got {self.context_tokens}")
 
+    @property
+    def weight_precision(self) -> str:
+        """The stored weight format (``weights``, else the compute ``dtype``)."""
+        return self.weights or self.dtype
+
+    @property
+    def kv_precision(self) -> str:
+        """The KV cache's element type (``kv_dtype``, else the compute ``dtype``)."""
+        return self.kv_dtype or self.dtype
+
+    @property
+    def weight_bytes_per_element(self) -> float:
+        """Bytes per stored weight, scales and zero points included (:mod:`roofprof.precision`)."""
+        from roofprof.precision import weight_bits
+
+        if self.weights is None:
+            return float(BYTES_PER_ELEMENT[self.dtype])
+        return weight_bits(self.weights) / 8.0
+
+    @property
+    def kv_bytes_per_element(self) -> float:
+        """Bytes per KV-cache element."""
+        from roofprof.precision import kv_bytes
+
+        return float(BYTES_PER_ELEMENT[self.dtype]) if self.kv_dtype is None else kv_bytes(self.kv_dtype)
+
+    def precisions(self) -> dict[str, str]:
+        """``{"dtype", "weights", "kv_dtype"}`` as used (defaults resolved), for every output."""
+        return {"dtype": self.dtype, "weights": self.weight_precision, "kv_dtype": self.kv_precision}
+
     @classmethod
     def of(cls, model: str | ModelSpec, phase: str, *, batch: int = 1, prompt_tokens: int = 0,
            context_tokens: int | None = None, dtype: str = "bf16", convention: str | Counting = "engine",
-           parallel: Parallel | None = None) -> Scenario:
+           parallel: Parallel | None = None, weights: str | None = None, kv_dtype: str | None = None) -> Scenario:
         """A scenario from loose arguments (a model id/path or spec, a convention name).
 
+        ``weights`` and ``kv_dtype`` default to ``None``: the same as ``dtype``.
+
         Raises:
-            ConfigError, UnknownNameError: unknown model, phase, dtype or convention; bad sizes.
+            ConfigError, UnknownNameError: unknown model, phase, dtype, weight format, KV
+                dtype or convention; bad sizes.
         """
         from roofprof.specs import load_model
 
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         return cls(spec, phase, batch, prompt_tokens, context_tokens, dtype, _counting(convention),
-                   parallel or Parallel())
+                   parallel or Parallel(), weights, kv_dtype)
 
     def replace(self, **changes) -> Scenario:
         """A copy with some fields changed (``phase``, ``batch``, ``context_tokens``...)."""
@@ -225,6 +266,8 @@ class Workload:
     dtype: str
     counting: Counting
     ops: tuple[Op, ...] = field(default_factory=tuple)
+    weights: str | None = None
+    kv_dtype: str | None = None
 
     @property
     def tokens(self) -> int:
@@ -255,7 +298,7 @@ class Workload:
     def scenario(self) -> Scenario:
         """The scenario these ops were built for."""
         return Scenario(self.model, self.phase, self.batch, self.prompt_tokens, self.context_tokens, self.dtype,
-                        self.counting)
+                        self.counting, weights=self.weights, kv_dtype=self.kv_dtype)
 
 
 def llama_ops(

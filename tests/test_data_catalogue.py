@@ -16,7 +16,7 @@ DATA = Path(__file__).parents[1] / "data"
 GPUS_PATH = DATA / "gpus.json"
 MODELS_DIR = DATA / "models"
 
-DTYPES = {"fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"}
+DTYPES = {"fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"}
 ARCHITECTURES = {"volta", "turing", "ampere", "ada", "hopper", "blackwell"}
 CONFIDENCE = {"high", "medium", "low"}
 EXPECTED_IDS = {
@@ -72,6 +72,8 @@ RANGES = {
 }
 FLOPS_RANGE = (1e11, 1e16)
 MODEL_IDS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b"]
+#: Configs the published-measurement rows need (checked in tests/test_published.py).
+PUBLISHED_MODEL_IDS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.3-70b"]
 
 
 def _load(path: Path):
@@ -349,7 +351,7 @@ def _param_count(cfg: dict) -> int:
 
 
 def test_model_files_present(models):
-    assert sorted(models) == sorted(MODEL_IDS)
+    assert sorted(models) == sorted(MODEL_IDS + PUBLISHED_MODEL_IDS)
 
 
 @pytest.mark.parametrize("mid", MODEL_IDS)

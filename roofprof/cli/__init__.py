@@ -41,7 +41,7 @@ def _root(ctx: typer.Context, version: bool = version_option()) -> None:
 
 # Command modules, each registering its commands on `app` when imported (in help order).
 _COMMAND_MODULES = ("predict", "specs", "roofline", "doctor", "profile", "validate", "run",
-                    "counters", "selftest", "trace")
+                    "counters", "selftest", "trace", "calibrate")
 
 
 def _register_commands() -> None:

@@ -23,7 +23,14 @@ def predict(
         None, "--roofline", help="roofline.json from `roofprof roofline` (empirical estimator)."),
     estimator: str | None = typer.Option(
         None, "--estimator",
-        help="spec | empirical | measured (default: spec with --gpu, empirical with --roofline)."),
+        help="spec | empirical | measured | calibrated (default: spec with --gpu, empirical "
+             "with --roofline). empirical with --gpu and no --roofline uses the GPU's "
+             "published ceilings; calibrated adds the fitted engine losses "
+             "(data/calibration.json)."),
+    engine: str = typer.Option(
+        "ideal", "--engine",
+        help="Engine profile for --estimator calibrated: ideal | trt-llm | vllm | sglang | "
+             "gpt-fast | llama.cpp | hf-eager."),
     device: str = typer.Option("auto", "--device",
                                help="Device for the measured estimator: auto | cpu | cuda:N."),
     prompt: int = typer.Option(2000, "--prompt", "-p",
@@ -34,7 +41,14 @@ def predict(
         None, "--context", "-c",
         help="Cached tokens per sequence at decode (default: the prompt); a comma list sweeps."),
     dtype: str = typer.Option("bf16", "--dtype",
-                              help="fp32 | bf16 | fp16 | fp8 | int8 | fp64 | tf32."),
+                              help="Compute precision (which tensor-core peak applies): fp32 | "
+                                   "bf16 | fp16 | fp8 | int8 | fp4 | fp64 | tf32."),
+    weights: str | None = typer.Option(
+        None, "--weights",
+        help="Stored weight format (default: --dtype): bf16 | fp16 | fp8 | int8 | int4 | nvfp4 | "
+             "mxfp4 | q8_0 | q4_k_m. Weight-only formats read fewer bytes and compute at --dtype."),
+    kv_dtype: str | None = typer.Option(
+        None, "--kv-dtype", help="KV-cache precision (default: --dtype): bf16 | fp16 | fp8."),
     convention: str = typer.Option(
         "engine", "--convention",
         help="engine (lm_head on the last token, embedding gather, separate elementwise kernels) "
@@ -69,8 +83,16 @@ def predict(
             raise ConfigError(f"unknown attention counting {attention!r}; "
                               "valid choices: fused, unfused")
         counting = dataclasses.replace(counting, attention=attention)
-    kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting)
-    kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure))
+    from roofprof.precision import kv_bytes, weight_format
+
+    if weights is not None:
+        weight_format(weights)
+    if kv_dtype is not None:
+        kv_bytes(kv_dtype)
+    kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting, weights=weights,
+                  kv_dtype=kv_dtype)
+    kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure,
+                                  engine))
     predictions = rollup.sweep(model, batches=batches, contexts=contexts, **kwargs)
     if plot is not None:
         from roofprof.plots.roofline import plot_prediction
@@ -81,10 +103,30 @@ def predict(
         typer.echo(f"roofline plot written to {plot}", err=True)
 
 
-def _estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure=False) -> dict:
+def _estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure=False,
+                    engine="ideal") -> dict:
     from roofprof.roofline import load_roofline
 
     name = estimator or ("empirical" if roofline is not None and gpu is None else "spec")
+    if engine != "ideal" and name != "calibrated":
+        raise ConfigError("--engine applies to --estimator calibrated only")
+    if name == "calibrated":
+        from roofprof.calibration import calibrated_estimator
+
+        if gpu is None and roofline is None:
+            raise ConfigError("the calibrated estimator needs --gpu (or --roofline roofline.json)")
+        measured = load_roofline(roofline) if roofline else None
+        return {"estimator": calibrated_estimator(gpu, engine=engine, roofline=measured)}
+    if name == "empirical" and roofline is None and gpu is not None:
+        from roofprof.published import published_roofline
+        from roofprof.rollup import RooflineEstimator
+
+        roof = published_roofline(gpu)
+        note = (f"empirical: no --roofline given; using the published ceilings of {gpu} "
+                f"(`roofprof roofline --published {gpu}`)")
+        typer.echo(note, err=True)
+        return {"estimator": RooflineEstimator(roof, name="empirical", source="published ceilings",
+                                               warnings=(note,)), "gpu": gpu}
     if name == "spec":
         if gpu is None:
             raise ConfigError("the spec estimator needs --gpu (see `roofprof specs` for the ids)")
@@ -92,14 +134,16 @@ def _estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure=Fa
     if name == "empirical":
         if roofline is None:
             raise ConfigError("the empirical estimator needs --roofline roofline.json "
-                              "(from `roofprof roofline`)")
+                              "(from `roofprof roofline`), or --gpu ID of a GPU with published "
+                              "ceilings")
         return {"roofline": load_roofline(roofline)}
     if name == "measured":
         from roofprof.profiling import measured_estimator
 
         return {"estimator": measured_estimator(model=model, device=device, dtype=dtype,
                                                 roofline=roofline, use_cache=not remeasure)}
-    raise ConfigError(f"unknown estimator {name!r}; valid choices: spec, empirical, measured")
+    raise ConfigError(f"unknown estimator {name!r}; "
+                      "valid choices: spec, empirical, measured, calibrated")
 
 
 def _emit(predictions, fmt: str) -> None:

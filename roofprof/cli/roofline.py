@@ -33,9 +33,16 @@ def roofline(
                                help="Draw the roofline, staircase and sweep PNGs."),
     plan: Literal["full", "quick", "test"] | None = typer.Option(
         None, "--plan", hidden=True, help="full | quick | test (test: tiny budgets, for CI)."),
+    published: str | None = typer.Option(
+        None, "--published", metavar="GPU",
+        help="Measure nothing: build GPU's roofline from published microbenchmarks "
+             "(data/published/), each ceiling citing its row; same roofline.json format."),
 ) -> None:
     """Measure the roofline of this machine: bandwidth per memory level, peak compute per dtype,
     best GEMM, and an intensity sweep; write roofline.json and plots."""
+    if published is not None:
+        _published(published, out, fmt, plots)
+        return
     from roofprof.devices import select_device
     from roofprof.probes import RooflineInterrupted, measure_roofline
     from roofprof.report import print_roofline_summary, roofline_summary_payload
@@ -79,6 +86,33 @@ def roofline(
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         print_roofline_summary(result, written)
+
+
+def _published(gpu: str, out: Path, fmt: str, plots: bool) -> None:
+    from roofprof.published import published_roofline
+    from roofprof.report.published import print_published_roofline, published_roofline_payload
+    from roofprof.results import check_writable_dir, write_json_atomic
+    from roofprof.roofline import Roofline
+    from roofprof.specs import load_gpu
+
+    spec = load_gpu(gpu)
+    roof = published_roofline(spec.id)  # exit 2 naming the GPUs with ceilings
+    folder = check_writable_dir(out)
+    payload = published_roofline_payload(spec, roof)
+    json_path = folder / "roofline.json"
+    write_json_atomic(json_path, payload)
+    written = [json_path]
+    if plots:
+        from roofprof.plots.roofline import plot_roofline
+
+        written.append(plot_roofline(roof, (), folder / "roofline.png", dtypes=list(roof.dtypes),
+                                     spec=Roofline.from_spec(spec),
+                                     title=f"Published-ceiling roofline: {spec.name}"))
+    if fmt == "json":
+        sys.stdout.write(json.dumps({**payload, "written": [str(p) for p in written]}, indent=2)
+                         + "\n")
+    else:
+        print_published_roofline(roof, written)
 
 
 def _plots(result, folder: Path, err) -> list[Path]:

@@ -10,7 +10,7 @@ import typer
 
 from roofprof.cli import app
 from roofprof.cli._console import progress_bar
-from roofprof.cli._options import TableJson, resolve_dtype, split_list
+from roofprof.cli._options import TableJsonCsv, resolve_dtype, split_list
 from roofprof.errors import ConfigError
 
 
@@ -34,18 +34,38 @@ def validate(
                                           help="Run at most this many layers (scaled, stated)."),
     roofline: str = typer.Option("auto", "--roofline",
                                  help="roofline.json | auto | none (for empirical/measured)."),
-    estimators: str = typer.Option("spec,empirical,measured", "--estimators",
-                                   help="Comma list to compare: spec, empirical, measured."),
+    estimators: str | None = typer.Option(
+        None, "--estimators", "--estimator",
+        help="Comma list to compare: spec, empirical, measured (default: all three); with "
+             "--published: spec, empirical, calibrated (default: all three)."),
     budget: float = typer.Option(0.2, "--budget",
                                  help="Timed seconds per op for the measured estimator."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the validation JSON here."),
-    fmt: TableJson = typer.Option("table", "--format", "-f", help="table | json."),
+    fmt: TableJsonCsv = typer.Option("table", "--format", "-f",
+                                     help="table | json (| csv with --published)."),
+    published: bool = typer.Option(
+        False, "--published",
+        help="No device: hold every prediction against the published measurements "
+             "(data/published/), with residuals and MBU/MFU."),
+    gpu: str | None = typer.Option(None, "--gpu", help="With --published: only this GPU's rows."),
+    engine: str | None = typer.Option(None, "--engine",
+                                      help="With --published: only this engine's rows."),
+    phase: str | None = typer.Option(None, "--phase",
+                                     help="With --published: decode | prefill | offline."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="With --published: write predicted vs published (log-log) here."),
 ) -> None:
     """Run a real Llama forward pass (prefill + decode) on the device and report each
-    estimator's residual."""
+    estimator's residual; or, with --published, hold the predictions against published
+    real measurements."""
+    if published:
+        _published(estimators, gpu, engine, phase, fmt, out, plot)
+        return
+    if fmt == "csv":
+        raise ConfigError("--format csv needs --published")
     from roofprof.validation import validate as run_validation
 
-    wanted = split_list(estimators) or []
+    wanted = split_list(estimators or "spec,empirical,measured") or []
     bad = [w for w in wanted if w not in ("spec", "empirical", "measured")]
     if bad:
         raise ConfigError(f"unknown estimator {bad[0]!r}; valid choices: spec, empirical, measured")
@@ -78,6 +98,42 @@ def validate(
         skipped = [w for w in wanted if w not in result.predictions]
         for w in skipped:
             typer.echo(f"{w}: not available on this device", err=True)
+    if out is not None:
+        typer.echo(f"validation written to {out}", err=True)
+
+
+def _published(estimators, gpu, engine, phase, fmt, out, plot) -> None:
+    from roofprof.calibration import ENGINES
+    from roofprof.published import validate_published
+    from roofprof.report.published import (
+        print_published_validation,
+        published_validation_csv,
+    )
+    from roofprof.units import clean
+
+    wanted = split_list(estimators or "spec,empirical,calibrated") or []
+    if engine is not None and engine not in ENGINES:
+        from roofprof.errors import UnknownNameError
+
+        raise UnknownNameError("engine", engine, ENGINES)
+    result = validate_published(wanted, gpu=gpu, engine=engine, phase=phase)
+    payload = clean(result.to_dict())
+    if out is not None:
+        from roofprof.results import write_json_atomic
+
+        write_json_atomic(out, payload)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(published_validation_csv(result))
+    else:
+        print_published_validation(result)
+    if plot is not None:
+        from roofprof.plots.published import plot_published
+
+        est = "calibrated" if "calibrated" in wanted else wanted[-1]
+        plot_published(result, plot, estimator=est)
+        typer.echo(f"plot written to {plot}", err=True)
     if out is not None:
         typer.echo(f"validation written to {out}", err=True)
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from roofprof.precision import kv_bytes, weight_bits
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
 from roofprof.workload import OP_GROUPS, Counting, Op, Scenario, Workload
 
@@ -51,9 +52,10 @@ def ops(scenario: Scenario) -> Workload:
     attending to ``context_tokens`` cached tokens.
     """
     s = scenario
-    builder = _Builder(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting)
+    builder = _Builder(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
+                       s.weights, s.kv_dtype)
     return Workload(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
-                    tuple(builder.ops()))
+                    tuple(builder.ops()), s.weights, s.kv_dtype)
 
 
 _PROJ, _MLP, _ATTN, _HEAD, _ELEM = OP_GROUPS[1], OP_GROUPS[2], OP_GROUPS[0], OP_GROUPS[3], OP_GROUPS[4]
@@ -80,17 +82,24 @@ class _Builder:
     context_tokens: int
     dtype: str
     counting: Counting
+    weights: str | None = None  # stored weight format (None: dtype)
+    kv_dtype: str | None = None  # KV-cache element type (None: dtype)
 
     def __post_init__(self) -> None:
-        self.e = BYTES_PER_ELEMENT[self.dtype]
+        self.e = BYTES_PER_ELEMENT[self.dtype]  # activations
+        self.ekv = self.e if self.kv_dtype is None else kv_bytes(self.kv_dtype)
         self.q_tokens = self.prompt_tokens if self.phase == "prefill" else 1  # per sequence
         self.rows = self.batch * self.q_tokens  # activation rows through the linear layers
         self.layers = self.model.num_layers
 
+    def ew(self, name: str) -> float:
+        """Bytes per stored weight of op ``name`` (the weight format's, scales included)."""
+        return self.e if self.weights is None else weight_bits(self.weights, name) / 8.0
+
     # -- helpers -----------------------------------------------------------------------
     def gemm(self, name: str, rows: int, n: int, k: int, scope: str = "layer") -> Op:
         e = self.e
-        weights = n * k * e
+        weights = n * k * self.ew(name)
         return Op(name, "gemm", self.phase, rows, n, k, self.dtype, 2.0 * rows * n * k,
                   weights + rows * k * e + rows * n * e, count=self.layers if scope == "layer" else 1,
                   weight_bytes=weights, scope=scope)
@@ -156,9 +165,9 @@ class _Builder:
             op = self.gemm("embedding", rows, m.hidden_size, m.vocab_size, scope="model")
             return Op(**{**op.__dict__, "kind": "embedding",
                          "note": "counted as a one-hot matmul over the whole table (2·P·T convention)"})
-        table_rows = rows * m.hidden_size * e
+        table_rows = rows * m.hidden_size * self.ew("embedding")
         return Op("embedding", "embedding", self.phase, rows, m.hidden_size, 0, self.dtype, 0.0,
-                  2.0 * table_rows + rows * 4, scope="model", weight_bytes=table_rows,
+                  table_rows + rows * m.hidden_size * e + rows * 4, scope="model", weight_bytes=table_rows,
                   note="gather of one table row per token")
 
     def attention(self) -> list[Op]:
@@ -166,7 +175,7 @@ class _Builder:
         b, tq, d = self.batch, self.q_tokens, m.head_dim
         keys = self.prompt_tokens if self.phase == "prefill" else self.context_tokens + 1
         heads = m.num_heads
-        kv_row = 2 * m.kv_size * e  # K and V of one token, one layer
+        kv_row = 2 * m.kv_size * self.ekv  # K and V of one token, one layer (KV-cache dtype)
         q_bytes = b * tq * m.q_size * e
         new_kv_bytes = b * tq * kv_row  # written to the cache
         if self.phase == "prefill":

@@ -230,6 +230,7 @@ def render_html(result, payload: dict[str, Any], charts: dict[str, bytes]) -> st
                 numeric_from=2,
             )
         )
+    add(_published_section())
     add("<h2>Clocks and throttling</h2>")
     add("".join(f"<p>{_esc(line)}</p>" for line in _throttle_summary(result)))
     add(_img(charts.get("clocks"), "clocks"))
@@ -339,6 +340,25 @@ def _throttle_summary(result) -> list[str]:
                 "timed samples"
             )
     return lines
+
+
+def _published_section() -> str:
+    """GPU predictions against published measurements (no device needed; never fails the report)."""
+    from roofprof.errors import RoofprofError
+
+    try:
+        from roofprof.report.published import published_html_summary
+
+        headers, rows, chart = published_html_summary()
+    except (RoofprofError, ImportError) as exc:
+        return f"<h2>Against published GPU measurements</h2><p class='muted'>{_esc(exc)}</p>"
+    return (
+        "<h2>Against published GPU measurements</h2>"
+        "<p>roofprof validate --published: median and worst |residual| over data/published/ "
+        "(calibrated: leave-one-out)</p>"
+        + _html_table(headers, rows, numeric_from=2)
+        + _img(chart, "predicted vs published")
+    )
 
 
 def _esc(x: Any) -> str:

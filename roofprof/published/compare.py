@@ -1,0 +1,290 @@
+"""Every published row as a prediction case, and each estimator's residual against it.
+
+A row becomes one or more :class:`Case` objects:
+
+* ``decode``: one decode step (batch, context as the row gives them) against the
+  published time per output token (``tpot_s``);
+* ``prefill``: one prefill of ``prompt_tokens`` against the published TTFT (``ttft_s``);
+* ``offline``: a whole offline run (one prefill of ``batch × prompt`` tokens, then
+  ``output_tokens`` decode steps at that batch) against its derived duration
+  (``offline_run_s``: tokens counted / published tokens/s).
+
+Rows roofprof cannot model (other model families, tensor parallelism before the
+multi-GPU roll-up, loaded or saturation throughput) become :class:`Skipped` with the reason.
+
+Estimators: ``spec`` (datasheet roofline), ``empirical`` (the roofline of the GPU's
+published ceilings, :func:`~roofprof.published.corpus.published_roofline`) and
+``calibrated`` (:mod:`roofprof.calibration`; in :func:`validate_published` its prediction
+for a row always comes from a fit that **left that row out**).
+
+The residual is ``predicted / published − 1`` (positive: the prediction is slower).
+MBU (decode) is the bytes of the step over the published time, as a fraction of the
+datasheet bandwidth and of the published ceiling; MFU (prefill, offline) the FLOPs over
+the time, as a fraction of the datasheet and published compute peaks.
+
+>>> cs, skipped = cases()
+>>> next(c for c in cs if c.row.id == "D01").phase, len(skipped) > 10
+('decode', True)
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from roofprof import models
+from roofprof.errors import ConfigError, RoofprofError
+from roofprof.published.corpus import PublishedRow, load_end_to_end, published_roofline
+from roofprof.rollup import Estimator, RooflineEstimator, estimate_phase
+from roofprof.roofline import Roofline
+from roofprof.specs import list_models, load_gpu
+from roofprof.workload import Scenario, Workload
+
+__all__ = ["ESTIMATORS", "Case", "PublishedValidation", "Skipped", "case_seconds", "cases", "summarize",
+           "validate_published"]
+
+ESTIMATORS = ("spec", "empirical", "calibrated")
+PHASES = ("decode", "prefill", "offline")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published figure to predict: ``passes`` are (scenario, times it runs)."""
+
+    row: PublishedRow
+    phase: str
+    metric: str
+    published_s: float
+    derived: bool
+    passes: tuple[tuple[Scenario, int], ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.row.id}:{self.phase}"
+
+    @property
+    def gpu(self) -> str:
+        return self.row.gpu_id or ""
+
+    @property
+    def engine(self) -> str:
+        return self.row.engine_profile
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A row (or one phase of it) roofprof does not model, and why."""
+
+    row_id: str
+    model: str
+    gpu: str
+    engine: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"row": self.row_id, "model": self.model, "gpu": self.gpu, "engine": self.engine,
+                "reason": self.reason}
+
+
+def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[Skipped]]:
+    """The modelled cases and the skipped rows of the corpus (or of ``rows``)."""
+    out: list[Case] = []
+    skipped: list[Skipped] = []
+    for r in rows if rows is not None else load_end_to_end():
+        def skip(reason: str, r: PublishedRow = r) -> None:
+            skipped.append(Skipped(r.id, r.model, r.gpu_id or r.gpu, r.engine, reason))
+
+        if r.skip:
+            skip(r.skip)
+            continue
+        if r.model_id not in list_models():
+            skip(f"no shipped config {r.model_id!r}")
+            continue
+        try:
+            base = Scenario.of(r.model_id, "decode", batch=r.batch or 1, prompt_tokens=r.prompt_tokens or 1,
+                               dtype=r.dtype or "bf16", weights=r.weights, kv_dtype=r.kv_dtype)
+        except RoofprofError as exc:
+            skip(str(exc))
+            continue
+        ctx = r.decode_context_tokens if r.decode_context_tokens is not None else (r.prompt_tokens or 0)
+        if r.phase in ("decode", "decode+prefill") and r.figure("tpot_s"):
+            out.append(Case(r, "decode", "tpot_s", r.figure("tpot_s"), r.is_derived("tpot_s"),
+                            ((base.replace(context_tokens=ctx), 1),)))
+        if r.phase in ("prefill", "decode+prefill") and r.figure("ttft_s"):
+            out.append(Case(r, "prefill", "ttft_s", r.figure("ttft_s"), r.is_derived("ttft_s"),
+                            ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),)))
+        if r.phase == "offline" and r.figure("offline_run_s"):
+            out.append(Case(r, "offline", "offline_run_s", r.figure("offline_run_s"), True,
+                            ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),
+                             (base.replace(context_tokens=ctx), int(r.output_tokens or 0)))))
+    return out, skipped
+
+
+@functools.lru_cache(maxsize=4096)
+def workload(scenario: Scenario) -> Workload:
+    """``models.ops(scenario)``, cached (the corpus asks for the same passes many times)."""
+    return models.ops(scenario)
+
+
+def case_seconds(case: Case, estimator: Estimator) -> float:
+    """Predicted seconds of ``case`` (every pass through ``estimator``, times its count)."""
+    return sum(n * estimate_phase(workload(s), estimator).seconds for s, n in case.passes if n)
+
+
+def case_flops_bytes(case: Case) -> tuple[float, float]:
+    """FLOPs and bytes of the whole case (all passes)."""
+    flops = sum(n * workload(s).flops for s, n in case.passes)
+    moved = sum(n * workload(s).bytes for s, n in case.passes)
+    return flops, moved
+
+
+@functools.lru_cache(maxsize=64)
+def spec_roofline(gpu: str) -> Roofline:
+    return Roofline.from_spec(load_gpu(gpu))
+
+
+@functools.lru_cache(maxsize=64)
+def empirical_roofline(gpu: str) -> Roofline | str:
+    """The published-ceiling roofline of ``gpu``, or the reason there is none."""
+    try:
+        return published_roofline(gpu)
+    except ConfigError as exc:
+        return str(exc)
+
+
+def base_roofline(gpu: str) -> tuple[Roofline, str]:
+    """The roofline the calibrated estimator starts from: published ceilings, else the datasheet."""
+    roof = empirical_roofline(gpu)
+    if isinstance(roof, Roofline):
+        return roof, "published ceilings"
+    return spec_roofline(gpu), "datasheet (no published ceilings)"
+
+
+def _achieved(case: Case, seconds: float) -> dict[str, float | None]:
+    flops, moved = case_flops_bytes(case)
+    dtype = case.passes[0][0].dtype
+    spec = spec_roofline(case.gpu)
+    emp = empirical_roofline(case.gpu)
+    out: dict[str, float | None] = {}
+    if case.phase == "decode":
+        rate = moved / seconds
+        out["mbu_datasheet"] = rate / spec.memory_bandwidth()
+        out["mbu_published"] = rate / emp.memory_bandwidth() if isinstance(emp, Roofline) else None
+    else:
+        rate = flops / seconds
+        out["mfu_datasheet"] = rate / spec.compute_peak(dtype) if dtype in spec.dtypes else None
+        out["mfu_published"] = (rate / emp.compute_peak(dtype) if isinstance(emp, Roofline) and dtype in emp.dtypes
+                                else None)
+    return out
+
+
+@dataclass(frozen=True)
+class PublishedValidation:
+    """Per-case results, the summary and the skipped rows of ``validate_published``."""
+
+    rows: tuple[Mapping[str, Any], ...]
+    summary: tuple[Mapping[str, Any], ...]
+    skipped: tuple[Skipped, ...]
+    estimators: tuple[str, ...]
+    calibration: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimators": list(self.estimators), "rows": [dict(r) for r in self.rows],
+                "summary": [dict(s) for s in self.summary], "skipped": [s.to_dict() for s in self.skipped],
+                "calibration": dict(self.calibration), "seconds": self.seconds,
+                "residual": "predicted / published - 1 (positive: the prediction is slower than the measurement)",
+                "calibrated_is": "leave-one-out: each row predicted from a fit without that row"}
+
+
+def validate_published(estimators: Sequence[str] = ESTIMATORS, *, gpu: str | None = None, engine: str | None = None,
+                       phase: str | None = None) -> PublishedValidation:
+    """Every modelled published figure against each estimator, with residuals and MBU/MFU.
+
+    ``gpu``, ``engine`` (profile name or engine text) and ``phase`` filter the rows shown
+    (the calibration's leave-one-out fits always use the whole corpus minus the row).
+
+    Raises:
+        ConfigError: an unknown estimator or phase (the message lists the choices).
+    """
+    started = time.perf_counter()
+    bad = [e for e in estimators if e not in ESTIMATORS]
+    if bad:
+        raise ConfigError(f"unknown estimator {bad[0]!r}; valid choices: {', '.join(ESTIMATORS)}")
+    if phase is not None and phase not in PHASES:
+        raise ConfigError(f"unknown phase {phase!r}; valid choices: {', '.join(PHASES)}")
+    gpu_id = load_gpu(gpu).id if gpu else None
+    all_cases, skipped = cases()
+    loo: dict[str, float] = {}
+    calibration: dict[str, Any] = {}
+    if "calibrated" in estimators:
+        from roofprof.calibration import leave_one_out
+
+        loo = leave_one_out(all_cases)
+        calibration = {"procedure": "leave-one-out: for each row, every profile is refitted on the corpus "
+                                    "without that row (roofprof.calibration.fit), then the row is predicted"}
+
+    def keep(c: Case) -> bool:
+        return ((gpu_id is None or c.gpu == gpu_id) and (phase is None or c.phase == phase)
+                and (engine is None or engine in (c.engine, c.row.engine)))
+
+    rows = []
+    for c in (c for c in all_cases if keep(c)):
+        rec: dict[str, Any] = {
+            "row": c.row.id, "case": c.label, "cite": c.row.cite(), "model": c.row.model_id, "gpu": c.gpu,
+            "engine": c.row.engine, "engine_profile": c.engine, "phase": c.phase, "metric": c.metric,
+            "published_s": c.published_s, "published_derived": c.derived, "flags": list(c.row.flags),
+            **c.passes[0][0].precisions(), "batch": c.passes[0][0].batch,
+            "prompt_tokens": c.passes[0][0].prompt_tokens, **_achieved(c, c.published_s)}
+        for name in estimators:
+            seconds, reason = None, ""
+            if name == "spec":
+                seconds = case_seconds(c, RooflineEstimator(spec_roofline(c.gpu)))
+            elif name == "empirical":
+                roof = empirical_roofline(c.gpu)
+                if isinstance(roof, Roofline):
+                    seconds = case_seconds(c, RooflineEstimator(roof, name="empirical"))
+                else:
+                    reason = roof
+            else:
+                seconds = loo.get(c.label)
+                reason = "" if seconds is not None else "no fit"
+            rec[f"{name}_s"] = seconds
+            rec[f"{name}_residual"] = seconds / c.published_s - 1.0 if seconds else None
+            if reason:
+                rec[f"{name}_note"] = reason
+        rows.append(rec)
+    shown_skipped = [s for s in skipped if gpu_id is None or s.gpu == gpu_id]
+    return PublishedValidation(tuple(rows), tuple(summarize(rows, estimators)), tuple(shown_skipped),
+                               tuple(estimators), calibration, time.perf_counter() - started)
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], estimators: Sequence[str],
+              by: Sequence[str] = ("phase", "gpu", "engine_profile")) -> list[dict[str, Any]]:
+    """Median and worst |residual| per estimator, over all rows, per phase, per GPU and per engine.
+
+    >>> summarize([{"phase": "decode", "gpu": "a", "engine_profile": "x", "row": "D1", "spec_residual": -0.2},
+    ...            {"phase": "decode", "gpu": "a", "engine_profile": "x", "row": "D2", "spec_residual": 0.1}],
+    ...           ["spec"])[0]["median_abs_residual"]
+    0.15000000000000002
+    """
+    out = []
+    groups: list[tuple[str, str, list[Mapping[str, Any]]]] = [("all", "all", list(rows))]
+    for key in by:
+        for value in sorted({r[key] for r in rows}):
+            groups.append((key, value, [r for r in rows if r[key] == value]))
+    for name in estimators:
+        for key, value, members in groups:
+            res = [(abs(r[f"{name}_residual"]), r) for r in members if r.get(f"{name}_residual") is not None]
+            if not res:
+                continue
+            worst = max(res, key=lambda t: t[0])
+            out.append({"estimator": name, "group": key, "value": value, "n": len(res),
+                        "median_abs_residual": statistics.median(v for v, _ in res),
+                        "worst_abs_residual": worst[0], "worst_case": worst[1]["case"],
+                        "worst_residual": worst[1][f"{name}_residual"]})
+    return out

@@ -264,7 +264,7 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         raise ConfigError(f"{text}: not a valid JSON config ({exc})") from exc
     if not isinstance(cfg, dict):
         raise ConfigError(f"{text}: a config must be a JSON object")
-    from roofprof.models import family_of
+    from roofprof.models.families import family_of
 
     family = family_of(cfg)
     for key in _REQUIRED_FIELDS:

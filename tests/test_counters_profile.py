@@ -15,9 +15,9 @@ from roofprof.counters.ops_pass import (
     run_ops_once,
 )
 from roofprof.devices import select
+from roofprof.models import llama_ops
 from roofprof.results import write_json_atomic
 from roofprof.specs import load_model
-from roofprof.workload import llama_ops
 
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512}

@@ -26,6 +26,7 @@ from typing import Any
 from roofprof.counters.collection import run_under_ncu
 from roofprof.counters.hierarchical import compare_with_ops, place_hierarchical, records_to_json
 from roofprof.counters.nvtx import op_range
+from roofprof.measurement import Measurement, prepare_checked
 from roofprof.results import check_writable_dir, provenance, read_json, write_json_atomic
 from roofprof.workload import Workload
 
@@ -55,8 +56,10 @@ def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None
                  seed: int = 0) -> list[dict[str, Any]]:
     """Child side: check each distinct op with each implementation, then run it once in its range.
 
+    The check is :func:`roofprof.measurement.prepare_checked` (the engine's first half).
     Returns one manifest entry per op × implementation: ``CounterOp`` fields plus
-    ``status`` (``ran``, ``failed``, ``unsupported``) and the check.
+    ``status`` (``ran``, ``failed``, ``unsupported``, ``error``) and the check (or the
+    ``reason`` it did not run).
     """
     import numpy as np
 
@@ -72,24 +75,26 @@ def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None
                 continue
             entry = CounterOp(counter_op_name(op, impl.name), op.name, impl.name, op.phase, op.kind, op.dtype,
                               op.flops, op.bytes).__dict__.copy()
-            reason = impl.supports(op)
-            if reason is not None:
-                manifest.append({**entry, "status": "unsupported", "reason": reason})
+            prepared, checked = prepare_checked(impl, op, rng)
+            if prepared is None:  # a wrong kernel is reported, never profiled
+                manifest.append({**entry, **_not_ran(checked)})
                 continue
-            prepared = impl.prepare(op, rng)
             try:
-                check = prepared.check()
-                if not check.ok:  # a wrong kernel is reported, never profiled
-                    manifest.append({**entry, "status": "failed", "check": check.to_dict()})
-                    continue
                 device.synchronize()
                 with op_range(entry["name"]):
                     prepared.run()
                     device.synchronize()
-                manifest.append({**entry, "status": "ran", "check": check.to_dict()})
+                manifest.append({**entry, "status": "ran", "check": checked.check.to_dict()})
             finally:
                 prepared.release()
     return manifest
+
+
+def _not_ran(m: Measurement) -> dict[str, Any]:
+    """The manifest fields of an op × implementation that was not run (failed, unsupported, error)."""
+    if m.status == "failed":
+        return {"status": "failed", "check": m.check.to_dict() if m.check is not None else None}
+    return {"status": m.status, "reason": m.note}
 
 
 def child_command(*, model: str, phase: str, batch: int, prompt: int, context: int | None, dtype: str,

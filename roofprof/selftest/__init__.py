@@ -43,7 +43,7 @@ from typing import Any
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.selftest.markdown import markdown_report
 from roofprof.selftest.plan import MODELS, PROMPT_TOKENS, BenchCase, benchmark_plan, gemm_ops
-from roofprof.selftest.sections import RUNNERS, Measurement, find_tests_dir
+from roofprof.selftest.sections import RUNNERS, find_tests_dir
 from roofprof.selftest.state import Progress, RunState, SectionResult, SectionTimeout, write_results
 from roofprof.selftest.targets import (
     Aggregate,
@@ -68,7 +68,6 @@ __all__ = [
     "SHARES",
     "Aggregate",
     "BenchCase",
-    "Measurement",
     "Progress",
     "SectionResult",
     "SectionTimeout",

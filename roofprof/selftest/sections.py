@@ -12,20 +12,22 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.errors import DeviceUnavailableError
+from roofprof.measurement import Measurement, prepare_checked
 from roofprof.selftest.plan import benchmark_plan, gemm_ops
 from roofprof.selftest.state import RunState, SectionTimeout, write_results
 from roofprof.selftest.targets import aggregate, common_ops
 from roofprof.specs import BYTES_PER_ELEMENT
+from roofprof.timing import benchmark
 
-__all__ = ["RUNNERS", "Measurement", "Runner", "find_tests_dir"]
+__all__ = ["RUNNERS", "Runner", "find_tests_dir"]
 
 # --------------------------------------------------------------------------- section: correctness
 
@@ -328,8 +330,6 @@ def _memory_bound(dev: Any, op: Any) -> bool:
 
 
 def _section_benchmarks(dev: Any, st: RunState, deadline: float) -> tuple[str, str]:
-    from roofprof.timing import benchmark
-
     bench = st.results.setdefault("benchmarks", {"records": [], "summary": []})
     bench.update({"records": [], "summary": [], "method": (
         "each (shape, implementation): prepare, check (fresh random inputs, output poisoned), then timed with CUDA "
@@ -363,8 +363,8 @@ def _section_benchmarks(dev: Any, st: RunState, deadline: float) -> tuple[str, s
                         bench["records"].append({**base, "status": "failed",
                                                  "note": "its kernels failed the correctness section: not timed"})
                         continue
-                    measured = _measure(dev, impl, op, rng, clock, benchmark)
-                    bench["records"].append({**base, **measured.to_dict()})
+                    measured = _measure(dev, impl, op, rng, clock)
+                    bench["records"].append({**base, **_bench_fields(measured, op)})
     st.results["telemetry_benchmarks"] = sampler.summary().to_dict()
     _add_ratios(bench)
     ok = sum(r["status"] == "ok" for r in bench["records"])
@@ -372,69 +372,42 @@ def _section_benchmarks(dev: Any, st: RunState, deadline: float) -> tuple[str, s
         f"; stopped at its deadline at {timed_out}" if timed_out else "")
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """One (shape, implementation) of the benchmarks section: checked, then timed if it passed.
+def _bench_fields(m: Measurement, op: Any) -> dict[str, Any]:
+    """A measurement's fields of a benchmark record in ``selftest.json`` (those its status carries).
 
-    ``status`` is ``ok`` (timed; every field set), ``failed`` (check failed: ``note`` and
-    ``check``), ``unsupported`` or ``error`` (``note`` only). Times in seconds, rates in
-    bytes/s and FLOP/s at the median time.
+    ``ok``: median/min time (s), CV, noisy, repeats, flush, kernels, note, check, and the
+    rates at the median time (bytes/s, FLOP/s); otherwise ``note`` (and ``check`` when it ran).
     """
-
-    status: str
-    note: str = ""
-    check: Mapping[str, Any] | None = None
-    median_s: float | None = None
-    min_s: float | None = None
-    cv: float | None = None
-    noisy: bool | None = None
-    repeats: int | None = None
-    flush: Any = None
-    kernels: int | None = None
-    bytes_per_s: float | None = None
-    flops_per_s: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The benchmark record's fields in ``selftest.json`` (only those its status carries)."""
-        if self.status == "ok":
-            return {"status": self.status, "median_s": self.median_s, "min_s": self.min_s,
-                    "cv": self.cv, "noisy": self.noisy, "repeats": self.repeats,
-                    "flush": self.flush, "kernels": self.kernels, "note": self.note,
-                    "check": self.check, "bytes_per_s": self.bytes_per_s,
-                    "flops_per_s": self.flops_per_s}
-        out: dict[str, Any] = {"status": self.status, "note": self.note}
-        if self.check is not None:
-            out["check"] = self.check
-        return out
+    check = m.check.to_dict() if m.check is not None else None
+    if m.ok:
+        t = m.timing
+        return {"status": m.status, "median_s": t.median_s, "min_s": t.min_s, "cv": t.cv, "noisy": t.noisy,
+                "repeats": t.n, "flush": t.flush, "kernels": m.kernels, "note": m.note, "check": check,
+                "bytes_per_s": op.bytes / t.median_s, "flops_per_s": op.flops / t.median_s}
+    out: dict[str, Any] = {"status": m.status, "note": m.note}
+    if check is not None:
+        out["check"] = check
+    return out
 
 
-def _measure(dev: Any, impl: Any, op: Any, rng: np.random.Generator, clock: Any,
-             benchmark: Callable[..., Any]) -> Measurement:
-    prep = None
+def _measure(dev: Any, impl: Any, op: Any, rng: np.random.Generator, clock: Any) -> Measurement:
+    """Check then time one (shape, implementation): :func:`roofprof.measurement.prepare_checked`,
+    then :func:`roofprof.timing.benchmark` of one call (L2 flushed when memory-bound)."""
+    prepared, checked = prepare_checked(impl, op, rng)
+    if prepared is None:
+        return checked
     try:
-        prep = impl.prepare(op, rng)
-        chk = prep.check()
-        if not chk.ok:
-            return Measurement("failed", note=chk.note, check=chk.to_dict())
         flush = dev.flush if _memory_bound(dev, op) else None
-        timing = benchmark(prep.run, clock=clock, budget_s=0.05, warmup_s=0.01, flush=flush, min_repeats=5,
+        timing = benchmark(prepared.run, clock=clock, budget_s=0.05, warmup_s=0.01, flush=flush, min_repeats=5,
                            max_repeats=200, estimate_runs=1)
-        median_s = timing.median_s
-        return Measurement("ok", note=getattr(prep, "note", ""), check=chk.to_dict(),
-                           median_s=median_s,
-                           min_s=timing.min_s, cv=timing.cv, noisy=timing.noisy, repeats=timing.n,
-                           flush=timing.flush, kernels=getattr(prep, "kernels", 1),
-                           bytes_per_s=op.bytes / median_s, flops_per_s=op.flops / median_s)
-    except ConfigError as exc:
-        return Measurement("unsupported", note=str(exc))
+        return replace(checked, timing=timing)
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is reported, never fatal
-        return Measurement("error", note=f"{type(exc).__name__}: {exc}")
+        return Measurement(impl.name, "error", f"{type(exc).__name__}: {exc}")
     finally:
-        if prep is not None:
-            try:
-                prep.release()
-            except Exception:  # noqa: BLE001
-                pass
+        try:
+            prepared.release()
+        except Exception:  # noqa: BLE001 - releasing after a fault must not hide the record
+            pass
 
 
 def _add_ratios(bench: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from roofprof.roofline import Roofline
     from roofprof.validation import ValidationResult
 
-__all__ = ["STEPS", "RunResult", "default_model", "doctor_rows", "run"]
+__all__ = ["STEPS", "RunResult", "default_model", "run"]
 
 Progress = Callable[[str, int, int], None]
 Step = Callable[[str], None]
@@ -77,41 +77,15 @@ def default_model(info: DeviceInfo) -> tuple[str, str]:
     return info.default_model, info.default_dtype
 
 
-def doctor_rows() -> list[dict[str, Any]]:
-    """Environment rows ``{component, ok, detail}``.
-
-    The rows of ``roofprof doctor`` (``roofprof.cli.roofline.doctor_report``) and what
-    ``run`` itself needs (transformers, torch threads, load average).
-    """
-    import importlib.util
-
-    from roofprof.telemetry import loadavg
-
-    rows: list[dict[str, Any]] = []
+def _doctor_rows() -> list[dict[str, Any]]:
+    """:func:`roofprof.doctor.doctor_report` with ``run``'s own rows (``for_run=True``);
+    a doctor that fails is one row, never the end of the run."""
     try:
         from roofprof.doctor import doctor_report
 
-        rows.extend(doctor_report())
+        return doctor_report(for_run=True)
     except Exception as exc:  # noqa: BLE001 - the doctor must never stop the run
-        rows.append({"component": "doctor", "ok": False, "detail": f"doctor unavailable: {exc}"})
-    has_tf = importlib.util.find_spec("transformers") is not None
-    rows.append({"component": "transformers", "ok": has_tf,
-                 "detail": "installed: validate runs LlamaForCausalLM" if has_tf
-                 else "not installed: validate runs the plain-torch Llama (pip install 'roofprof[hf]' for HF)"})
-    try:
-        import torch
-
-        rows.append({"component": "torch threads", "ok": True, "detail": f"{torch.get_num_threads()} intra-op threads"})
-    except ImportError:
-        rows.append({"component": "torch", "ok": False, "detail": "not installed: pip install 'roofprof[torch]'"})
-    load = loadavg()
-    if load is not None:
-        cpus = os.cpu_count() or 1
-        busy = load[0] > 0.5 * cpus
-        rows.append({"component": "load average", "ok": not busy,
-                     "detail": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpus} CPUs"
-                     + (": other processes compete for the cores; measurements will be noisy" if busy else "")})
-    return rows
+        return [{"component": "doctor", "ok": False, "detail": f"doctor unavailable: {exc}"}]
 
 
 def run(
@@ -195,7 +169,7 @@ def run(
 
         # 1. doctor
         begin("doctor")
-        result.doctor = doctor_rows()
+        result.doctor = _doctor_rows()
         end("doctor")
 
         # 2. roofline

@@ -19,7 +19,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "roofprof"
 MAX_LINES = 650
 #: Modules allowed over MAX_LINES, with the reason (ideally none).
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "roofprof/probes.py": "the roofline runner and plans; another helper reworks it in wave 2 (split it after)",
+}
 DEVICE_KINDS = {"cpu", "cuda"}
 #: Op names of the model families (what a name-based dispatch would compare against).
 OP_NAMES = {"embedding", "attn_norm", "mlp_norm", "final_norm", "q_proj", "k_proj", "v_proj", "o_proj",

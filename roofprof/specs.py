@@ -24,6 +24,9 @@ from typing import Any
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
 
+__all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GpuSpec", "ModelSpec", "gpu_sources", "list_gpus",
+           "list_models", "load_gpu", "load_model", "match_gpu"]
+
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 

@@ -22,6 +22,10 @@ MAX_LINES = 650
 LONG_MODULES: dict[str, str] = {
     "roofprof/probes.py": "the roofline runner and plans; another helper reworks it in wave 2 (split it after)",
 }
+#: Modules without ``__all__`` yet, with the reason (ideally none).
+NO_ALL: dict[str, str] = {
+    "roofprof.probes": "another helper reworks it in wave 2; its __all__ comes with that",
+}
 DEVICE_KINDS = {"cpu", "cuda"}
 #: Op names of the model families (what a name-based dispatch would compare against).
 OP_NAMES = {"embedding", "attn_norm", "mlp_norm", "final_norm", "q_proj", "k_proj", "v_proj", "o_proj",
@@ -221,7 +225,7 @@ def test_op_name_dispatch_lives_in_models():
     assert not found, "op-name dispatch outside roofprof/models/: " + ", ".join(found)
 
 
-@pytest.mark.parametrize("mod", sorted(m for m in MODULES if not m.endswith("__main__")))
+@pytest.mark.parametrize("mod", sorted(m for m in MODULES if not m.endswith("__main__") and m not in NO_ALL))
 def test_every_module_declares_all(mod):
     tree = ast.parse(MODULES[mod].read_text(encoding="utf-8"))
     names = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))

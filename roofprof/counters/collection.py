@@ -25,6 +25,7 @@ from roofprof.counters.errors import (
     CollectionError,
     CounterWarning,
     NcuNotFoundError,
+    check_permission,
 )
 from roofprof.counters.metrics import (
     BYTE_METRICS,
@@ -38,7 +39,7 @@ from roofprof.counters.metrics import (
     tensor_table,
 )
 from roofprof.counters.nvtx import DEFAULT_NVTX_INCLUDE
-from roofprof.counters.parse import _check_permission, parse_ncu_csv
+from roofprof.counters.parse import parse_ncu_csv
 from roofprof.errors import ConfigError
 
 __all__ = [
@@ -156,7 +157,7 @@ def query_available_metrics(ncu: str, *, chip: str | None = None, timeout_s: flo
     except (OSError, subprocess.SubprocessError) as exc:
         warnings.warn(f"`{' '.join(cmd)}` failed ({exc}); metric names not verified", CounterWarning, stacklevel=2)
         return None
-    _check_permission(out.stdout + out.stderr)
+    check_permission(out.stdout + out.stderr)
     names = parse_query_metrics(out.stdout)
     if out.returncode != 0 or not names:
         tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
@@ -372,7 +373,7 @@ def collect(
         raise CollectionError(f"ncu did not finish within {timeout_s} s: {' '.join(cmd[-len(command):])}") from exc
     log = out.read_text(encoding="utf-8-sig", errors="replace") if out.exists() else ""
     combined = "\n".join((proc.stdout, proc.stderr, log))
-    _check_permission(combined)
+    check_permission(combined)
     errors = [ln.strip() for ln in combined.splitlines() if ln.strip().startswith("==ERROR==")]
     if '"ID",' not in log:
         if errors:

@@ -60,19 +60,41 @@ class MeasureResult:
             return {"attainable_flops_per_s": None, "percent_of_roof": None, "bound": None}
         pl = place(self.point(), self.roofline)
         pct = pl.percent_of_roof if self.flops else pl.percent_of_roof_time
-        return {"attainable_flops_per_s": pl.attainable_flops_per_s, "percent_of_roof": pct, "bound": pl.bound}
+        return {
+            "attainable_flops_per_s": pl.attainable_flops_per_s,
+            "percent_of_roof": pct,
+            "bound": pl.bound,
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "seconds": self.seconds, "flops": self.flops, "bytes": self.bytes,
-                "dtype": self.dtype, "intensity": self.intensity if math.isfinite(self.intensity) else None,
-                "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s, **self.placement(),
-                "timing": self.timing.to_dict(), "roofline_source": self.roofline_source}
+        return {
+            "name": self.name,
+            "seconds": self.seconds,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "dtype": self.dtype,
+            "intensity": self.intensity if math.isfinite(self.intensity) else None,
+            "flops_per_s": self.flops_per_s,
+            "bytes_per_s": self.bytes_per_s,
+            **self.placement(),
+            "timing": self.timing.to_dict(),
+            "roofline_source": self.roofline_source,
+        }
 
 
-def measure(fn: Callable[[], Any], *, flops: float, bytes: float, dtype: str = "fp32",
-            device: Device | str = "auto", roofline: Roofline | str | os.PathLike | None = "auto",
-            name: str | None = None, budget_s: float = 0.2, warmup_s: float = 0.05,
-            flush: bool = False) -> MeasureResult:
+def measure(
+    fn: Callable[[], Any],
+    *,
+    flops: float,
+    bytes: float,
+    dtype: str = "fp32",
+    device: Device | str = "auto",
+    roofline: Roofline | str | os.PathLike | None = "auto",
+    name: str | None = None,
+    budget_s: float = 0.2,
+    warmup_s: float = 0.05,
+    flush: bool = False,
+) -> MeasureResult:
     """Time any function or kernel and place it on this machine's roofline.
 
     Args:
@@ -94,17 +116,34 @@ def measure(fn: Callable[[], Any], *, flops: float, bytes: float, dtype: str = "
 
     >>> import numpy as np
     >>> a = np.ones((64, 64), dtype=np.float32)
-    >>> r = measure(lambda: a @ a, flops=2 * 64**3, bytes=3 * 64 * 64 * 4, roofline="none", budget_s=0.01)
+    >>> r = measure(lambda: a @ a, flops=2 * 64**3, bytes=3 * 64 * 64 * 4, roofline="none",
+    ...             budget_s=0.01)
     >>> r.seconds > 0 and round(r.intensity, 1)
     10.7
     """
     if flops < 0 or bytes < 0 or (flops == 0 and bytes == 0):
-        raise ConfigError(f"measure() needs flops >= 0 and bytes >= 0, not both zero; got flops={flops}, bytes={bytes}")
+        raise ConfigError(
+            "measure() needs flops >= 0 and bytes >= 0, not both zero; "
+            f"got flops={flops}, bytes={bytes}"
+        )
     from roofprof.cache import resolve_roofline
     from roofprof.devices import select
 
     dev = select(device) if isinstance(device, str) else device
     roof, source = resolve_roofline(roofline, dev)
-    timing = benchmark(fn, clock=dev.clock(), budget_s=budget_s, warmup_s=warmup_s,
-                       flush=dev.flush if flush else None)
-    return MeasureResult(name or getattr(fn, "__name__", "fn"), timing, float(flops), float(bytes), dtype, roof, source)
+    timing = benchmark(
+        fn,
+        clock=dev.clock(),
+        budget_s=budget_s,
+        warmup_s=warmup_s,
+        flush=dev.flush if flush else None,
+    )
+    return MeasureResult(
+        name or getattr(fn, "__name__", "fn"),
+        timing,
+        float(flops),
+        float(bytes),
+        dtype,
+        roof,
+        source,
+    )

@@ -95,9 +95,11 @@ class HierarchicalPlacement:
         }
 
 
-def _level_placement(rec: KernelCounters, level: str, dtype: str | None, roofline: Roofline | None
-                     ) -> LevelPlacement:
-    """``rec`` at one level: a :class:`~roofprof.roofline.Point` placed by :func:`roofline.place`."""
+def _level_placement(
+    rec: KernelCounters, level: str, dtype: str | None, roofline: Roofline | None
+) -> LevelPlacement:
+    """``rec`` at one level: a :class:`~roofprof.roofline.Point` placed by
+    :func:`roofprof.roofline.place`."""
     b, intensity = rec.bytes_at(level), rec.intensity(level)
     if roofline is None:
         return LevelPlacement(level, b, intensity)
@@ -107,8 +109,15 @@ def _level_placement(rec: KernelCounters, level: str, dtype: str | None, rooflin
         return LevelPlacement(level, b, intensity)
     if intensity is None or not dtype:
         return LevelPlacement(level, b, intensity, bw)
-    point = Point(rec.range_name or rec.name, rec.flops or 0.0, b or 0.0, rec.time_s or 0.0, dtype,
-                  level=level, source="counters")
+    point = Point(
+        rec.range_name or rec.name,
+        rec.flops or 0.0,
+        b or 0.0,
+        rec.time_s or 0.0,
+        dtype,
+        level=level,
+        source="counters",
+    )
     try:
         placed = place(point, roofline)
     except RoofprofError:  # no compute ceiling for the kernel's dtype
@@ -116,8 +125,9 @@ def _level_placement(rec: KernelCounters, level: str, dtype: str | None, rooflin
     return LevelPlacement(level, b, intensity, bw, placed.attainable_flops_per_s, placed.bound)
 
 
-def place_hierarchical(records: Iterable[KernelCounters], roofline: Roofline | None = None
-                       ) -> list[HierarchicalPlacement]:
+def place_hierarchical(
+    records: Iterable[KernelCounters], roofline: Roofline | None = None
+) -> list[HierarchicalPlacement]:
     """Place each kernel at its L1, L2 and DRAM intensities, on ``roofline`` when given.
 
     Each level is a :class:`roofprof.roofline.Point` (``level=...``, ``source="counters"``)
@@ -136,8 +146,18 @@ def place_hierarchical(records: Iterable[KernelCounters], roofline: Roofline | N
             except RoofprofError:
                 peak = None
         levels = tuple(_level_placement(rec, level, dtype, roofline) for level in LEVELS)
-        out.append(HierarchicalPlacement(rec.name, rec.range_name, dtype, rec.time_s, rec.flops, rec.flops_per_s,
-                                         levels, peak))
+        out.append(
+            HierarchicalPlacement(
+                rec.name,
+                rec.range_name,
+                dtype,
+                rec.time_s,
+                rec.flops,
+                rec.flops_per_s,
+                levels,
+                peak,
+            )
+        )
     return out
 
 
@@ -149,8 +169,10 @@ TENSOR_OP_DTYPES = ("bf16", "fp16", "fp8", "int8", "tf32")
 def expected_pipes(kind: str | None, dtype: str) -> tuple[str, ...]:
     """Pipes an op's FLOPs should run on: tensor cores for low-precision GEMM/attention.
 
-    >>> expected_pipes("gemm", "bf16"), expected_pipes("norm", "bf16"), expected_pipes("gemm", "fp32")
-    (('tensor:bf16',), ('cuda:fp32', 'cuda:fp16'), ('cuda:fp32',))
+    >>> expected_pipes("gemm", "bf16"), expected_pipes("norm", "bf16")
+    (('tensor:bf16',), ('cuda:fp32', 'cuda:fp16'))
+    >>> expected_pipes("gemm", "fp32")
+    ('cuda:fp32',)
     """
     matmul = kind in (None, "gemm", "attention")
     if matmul and dtype in TENSOR_OP_DTYPES:
@@ -232,7 +254,11 @@ class OpComparison:
 
 
 def compare_with_ops(
-    records: Iterable[KernelCounters], ops: Iterable[Any], *, tolerance: float = 0.10, calls: int = 1
+    records: Iterable[KernelCounters],
+    ops: Iterable[Any],
+    *,
+    tolerance: float = 0.10,
+    calls: int = 1,
 ) -> list[OpComparison]:
     """Compare counters with analytic op counts; flag differences beyond ``tolerance`` (10%).
 

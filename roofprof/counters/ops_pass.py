@@ -52,8 +52,9 @@ def counter_op_name(op: Any, impl_name: str) -> str:
     return f"{op.phase}/{op.name}@{impl_name}"
 
 
-def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None = None,
-                 seed: int = 0) -> list[dict[str, Any]]:
+def run_ops_once(
+    workload: Workload, device: Any, *, impls: Sequence[str] | None = None, seed: int = 0
+) -> list[dict[str, Any]]:
     """Child side: check each distinct op with each implementation, then run it once in its range.
 
     The check is :func:`roofprof.measurement.prepare_checked` (the engine's first half).
@@ -73,8 +74,16 @@ def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None
         for impl in device.implementations():
             if impls and impl.name not in impls:
                 continue
-            entry = CounterOp(counter_op_name(op, impl.name), op.name, impl.name, op.phase, op.kind, op.dtype,
-                              op.flops, op.bytes).__dict__.copy()
+            entry = CounterOp(
+                counter_op_name(op, impl.name),
+                op.name,
+                impl.name,
+                op.phase,
+                op.kind,
+                op.dtype,
+                op.flops,
+                op.bytes,
+            ).__dict__.copy()
             prepared, checked = prepare_checked(impl, op, rng)
             if prepared is None:  # a wrong kernel is reported, never profiled
                 manifest.append({**entry, **_not_ran(checked)})
@@ -91,18 +100,49 @@ def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None
 
 
 def _not_ran(m: Measurement) -> dict[str, Any]:
-    """The manifest fields of an op × implementation that was not run (failed, unsupported, error)."""
+    """Manifest fields of an op × implementation that did not run (failed, unsupported, error)."""
     if m.status == "failed":
         return {"status": "failed", "check": m.check.to_dict() if m.check is not None else None}
     return {"status": m.status, "reason": m.note}
 
 
-def child_command(*, model: str, phase: str, batch: int, prompt: int, context: int | None, dtype: str,
-                  device: str, attention: str, impls: Sequence[str] | None, manifest: Path) -> list[str]:
+def child_command(
+    *,
+    model: str,
+    phase: str,
+    batch: int,
+    prompt: int,
+    context: int | None,
+    dtype: str,
+    device: str,
+    attention: str,
+    impls: Sequence[str] | None,
+    manifest: Path,
+) -> list[str]:
     """The argument list of the child process (no shell)."""
-    cmd = [sys.executable, "-m", "roofprof", "counters", "ops-pass", "--model", model, "--phase", phase,
-           "--batch", str(batch), "--prompt", str(prompt), "--dtype", dtype, "--device", device,
-           "--attention", attention, "--manifest", str(manifest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "roofprof",
+        "counters",
+        "ops-pass",
+        "--model",
+        model,
+        "--phase",
+        phase,
+        "--batch",
+        str(batch),
+        "--prompt",
+        str(prompt),
+        "--dtype",
+        dtype,
+        "--device",
+        device,
+        "--attention",
+        attention,
+        "--manifest",
+        str(manifest),
+    ]
     if context is not None:
         cmd += ["--context", str(context)]
     if impls:
@@ -110,8 +150,15 @@ def child_command(*, model: str, phase: str, batch: int, prompt: int, context: i
     return cmd
 
 
-def profile_counters(child: list[str], manifest: Path, out_dir: str | os.PathLike, *, roofline: Any = None,
-                     clock_control: str = "none", **ncu_options: Any) -> dict[str, Any]:
+def profile_counters(
+    child: list[str],
+    manifest: Path,
+    out_dir: str | os.PathLike,
+    *,
+    roofline: Any = None,
+    clock_control: str = "none",
+    **ncu_options: Any,
+) -> dict[str, Any]:
     """Parent side: run ``child`` under ncu; place and compare; write ``counters.json`` whole.
 
     Raises:
@@ -120,13 +167,21 @@ def profile_counters(child: list[str], manifest: Path, out_dir: str | os.PathLik
     """
     out = check_writable_dir(out_dir)
     records = run_under_ncu(child, out / "counters.csv", clock_control=clock_control, **ncu_options)
-    ran = [CounterOp(**{k: e[k] for k in CounterOp.__dataclass_fields__})
-           for e in read_json(manifest) if e["status"] == "ran"]
+    ran = [
+        CounterOp(**{k: e[k] for k in CounterOp.__dataclass_fields__})
+        for e in read_json(manifest)
+        if e["status"] == "ran"
+    ]
     comparisons = compare_with_ops(records, ran)
     placements = place_hierarchical(records, roofline)
-    payload = records_to_json(records, placements, comparisons,
-                                       manifest=read_json(manifest), clock_control=clock_control,
-                                       provenance=provenance(roofline=getattr(roofline, "device", None)))
+    payload = records_to_json(
+        records,
+        placements,
+        comparisons,
+        manifest=read_json(manifest),
+        clock_control=clock_control,
+        provenance=provenance(roofline=getattr(roofline, "device", None)),
+    )
     write_json_atomic(out / "counters.json", payload)
     if placements:
         from roofprof.plots.hierarchical import plot_hierarchical

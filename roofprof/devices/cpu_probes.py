@@ -23,8 +23,19 @@ from roofprof.devices.base import CheckResult, Probe, ProbeRun, compare, toleran
 if TYPE_CHECKING:
     from roofprof.devices.cpu import CpuDevice
 
-__all__ = ["NP_DTYPES", "PROBE_SEED", "ProbeArena", "aligned_empty", "cpu_probes", "gemm_tolerance",
-           "setup_fma", "setup_gemm", "setup_intensity", "setup_read", "setup_triad"]
+__all__ = [
+    "NP_DTYPES",
+    "PROBE_SEED",
+    "ProbeArena",
+    "aligned_empty",
+    "cpu_probes",
+    "gemm_tolerance",
+    "setup_fma",
+    "setup_gemm",
+    "setup_intensity",
+    "setup_read",
+    "setup_triad",
+]
 
 NP_DTYPES = {"fp32": np.float32, "fp64": np.float64}
 #: Seed of the random stream the probe checks draw from.
@@ -40,7 +51,7 @@ def aligned_empty(n: int, dtype: Any) -> np.ndarray:
     itemsize = np.dtype(dtype).itemsize
     raw = np.empty(n * itemsize + _ALIGN, dtype=np.uint8)
     start = (-raw.ctypes.data) % _ALIGN
-    return raw[start:start + n * itemsize].view(dtype)
+    return raw[start : start + n * itemsize].view(dtype)
 
 
 class ProbeArena:
@@ -70,8 +81,13 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
     return rng if rng is not None else np.random.default_rng(PROBE_SEED)
 
 
-def setup_read(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
-               rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_read(
+    device: CpuDevice,
+    arena: ProbeArena,
+    *,
+    working_set_bytes: int,
+    rng: np.random.Generator | None = None,
+) -> ProbeRun:
     """The ``read`` bandwidth probe at one working set (bytes): a parallel float64 sum.
 
     >>> from roofprof.devices.cpu import CpuDevice
@@ -93,15 +109,30 @@ def setup_read(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
         x[:m] = rng.random(m) + 0.5
         got = k.read_sum(x, out, nt, 2)
         ref = k.read_sum_reference(x, 2)
-        return compare(np.array([got]), np.array([ref]), 1e-9,
-                       "read_sum vs numpy sum (random head, rest filled), 2 passes")
+        return compare(
+            np.array([got]),
+            np.array([ref]),
+            1e-9,
+            "read_sum vs numpy sum (random head, rest filled), 2 passes",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=float(n), bytes_per_rep=8.0 * n, check=check,
-                    working_set_bytes=8 * n, params={"elements": n, "threads": nt})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=float(n),
+        bytes_per_rep=8.0 * n,
+        check=check,
+        working_set_bytes=8 * n,
+        params={"elements": n, "threads": nt},
+    )
 
 
-def setup_triad(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
-                rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_triad(
+    device: CpuDevice,
+    arena: ProbeArena,
+    *,
+    working_set_bytes: int,
+    rng: np.random.Generator | None = None,
+) -> ProbeRun:
     """The ``triad`` bandwidth probe (STREAM ``a = b + s·c``) at one working set (bytes)."""
     k, rng = _kernels(), _rng(rng)
     nt = device.nthreads
@@ -109,7 +140,7 @@ def setup_triad(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
     pad = _stagger_elems(8)
     stride = -(-n // 512) * 512 + pad
     buf = arena.get(3 * stride)
-    a, b, c = buf[0:n], buf[stride:stride + n], buf[2 * stride:2 * stride + n]
+    a, b, c = buf[0:n], buf[stride : stride + n], buf[2 * stride : 2 * stride + n]
     s = 0.5
 
     def run(reps: int) -> None:
@@ -120,13 +151,23 @@ def setup_triad(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
         c[:] = rng.random(n) + 0.5
         a[:] = np.nan
         k.triad(a, b, c, s, nt, 3)
-        res = compare(a, k.triad_reference(b, c, s, 3), 1e-15 * 8,
-                      "triad vs numpy b + s*c, a poisoned with NaN, 3 passes")
+        res = compare(
+            a,
+            k.triad_reference(b, c, s, 3),
+            1e-15 * 8,
+            "triad vs numpy b + s*c, a poisoned with NaN, 3 passes",
+        )
         k.fill(buf, 1.0)
         return res
 
-    return ProbeRun(run=run, flops_per_rep=2.0 * n, bytes_per_rep=24.0 * n, check=check,
-                    working_set_bytes=24 * n, params={"elements_per_array": n, "threads": nt})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=2.0 * n,
+        bytes_per_rep=24.0 * n,
+        check=check,
+        working_set_bytes=24 * n,
+        params={"elements_per_array": n, "threads": nt},
+    )
 
 
 def setup_fma(device: CpuDevice, dtype: str, *, rng: np.random.Generator | None = None) -> ProbeRun:
@@ -147,15 +188,26 @@ def setup_fma(device: CpuDevice, dtype: str, *, rng: np.random.Generator | None 
         x[:] = x0
         k.fma_chain(x, a, c, 16, 4, k.FMA_BLOCK)
         tol = 4 * 64 * float(np.finfo(np_t).eps)
-        return compare(x, k.fma_chain_reference(x0, a, c, 64), tol,
-                       "64 chained FMAs per element vs closed form in float64")
+        return compare(
+            x,
+            k.fma_chain_reference(x0, a, c, 64),
+            tol,
+            "64 chained FMAs per element vs closed form in float64",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=2.0 * 16 * n, bytes_per_rep=2.0 * np.dtype(np_t).itemsize * n,
-                    check=check, working_set_bytes=n * np.dtype(np_t).itemsize,
-                    params={"elements": n, "block": k.FMA_BLOCK, "fmas_per_element_per_rep": 16})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=2.0 * 16 * n,
+        bytes_per_rep=2.0 * np.dtype(np_t).itemsize * n,
+        check=check,
+        working_set_bytes=n * np.dtype(np_t).itemsize,
+        params={"elements": n, "block": k.FMA_BLOCK, "fmas_per_element_per_rep": 16},
+    )
 
 
-def setup_gemm(device: CpuDevice, dtype: str, *, size: int, rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_gemm(
+    device: CpuDevice, dtype: str, *, size: int, rng: np.random.Generator | None = None
+) -> ProbeRun:
     """The ``gemm-<dtype>`` probe: one ``size``-order numpy (BLAS) matmul per rep."""
     rng = _rng(rng)
     np_t = NP_DTYPES[dtype]
@@ -175,15 +227,30 @@ def setup_gemm(device: CpuDevice, dtype: str, *, size: int, rng: np.random.Gener
         np.matmul(a, b, out=out)
         rows = rng.choice(n, size=min(n, 32), replace=False)
         ref = a[rows].astype(np.float64) @ b.astype(np.float64)
-        return compare(out[rows], ref, gemm_tolerance(dtype, n), "numpy matmul vs float64 reference on 32 rows")
+        return compare(
+            out[rows], ref, gemm_tolerance(dtype, n), "numpy matmul vs float64 reference on 32 rows"
+        )
 
     item = np.dtype(np_t).itemsize
-    return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * item, check=check,
-                    working_set_bytes=3 * n * n * item, params={"n": n})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=2.0 * n**3,
+        bytes_per_rep=3.0 * n * n * item,
+        check=check,
+        working_set_bytes=3 * n * n * item,
+        params={"n": n},
+    )
 
 
-def setup_intensity(device: CpuDevice, arena: ProbeArena, dtype: str, *, working_set_bytes: int,
-                    fmas_per_element: int, rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_intensity(
+    device: CpuDevice,
+    arena: ProbeArena,
+    dtype: str,
+    *,
+    working_set_bytes: int,
+    fmas_per_element: int,
+    rng: np.random.Generator | None = None,
+) -> ProbeRun:
     """The ``intensity-<dtype>`` probe: ``fmas_per_element`` FMAs per element read and written."""
     k, rng = _kernels(), _rng(rng)
     np_t = NP_DTYPES[dtype]
@@ -207,12 +274,21 @@ def setup_intensity(device: CpuDevice, arena: ProbeArena, dtype: str, *, working
         y[:] = y0
         k.fma_chain(y, a, c, u, inner, k.FMA_BLOCK)
         tol = 4 * max(kk, 4) * float(np.finfo(np_t).eps)
-        return compare(y, k.fma_chain_reference(y0, a, c, kk), tol,
-                       f"{kk} chained FMAs per element vs closed form in float64")
+        return compare(
+            y,
+            k.fma_chain_reference(y0, a, c, kk),
+            tol,
+            f"{kk} chained FMAs per element vs closed form in float64",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=2.0 * kk * n, bytes_per_rep=2.0 * item * n, check=check,
-                    working_set_bytes=n * item,
-                    params={"elements": n, "fmas_per_element": kk, "unroll": u, "inner_passes": inner})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=2.0 * kk * n,
+        bytes_per_rep=2.0 * item * n,
+        check=check,
+        working_set_bytes=n * item,
+        params={"elements": n, "fmas_per_element": kk, "unroll": u, "inner_passes": inner},
+    )
 
 
 def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
@@ -221,30 +297,74 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
     rng = np.random.default_rng(PROBE_SEED)
     read_arena, triad_arena = ProbeArena(), ProbeArena()
     sweep_arenas: dict[str, ProbeArena] = {"fp32": ProbeArena(), "fp64": ProbeArena()}
-    fma_accounting = ("FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
-                      "elements independent), data L1-resident")
+    fma_accounting = (
+        "FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
+        "elements independent), data L1-resident"
+    )
     blas = device.info.extra.get("blas", "unknown")
     return (
-        Probe("read", "bandwidth", partial(setup_read, device, read_arena, rng=rng),
-              accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
-              note="vectorised sum, one contiguous chunk per thread"),
-        Probe("triad", "bandwidth", partial(setup_triad, device, triad_arena, rng=rng),
-              accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), FLOPs = 2·n",
-              note="a = b + s·c, one contiguous chunk per thread, arrays staggered against 4K aliasing"),
-        Probe("fma-fp64", "compute", partial(setup_fma, device, "fp64", rng=rng), dtype="fp64",
-              accounting=fma_accounting),
-        Probe("fma-fp32", "compute", partial(setup_fma, device, "fp32", rng=rng), dtype="fp32",
-              accounting=fma_accounting),
-        Probe("gemm-fp64", "gemm", partial(setup_gemm, device, "fp64", rng=rng), dtype="fp64",
-              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·8 (minimum)", note=f"numpy matmul ({blas})"),
-        Probe("gemm-fp32", "gemm", partial(setup_gemm, device, "fp32", rng=rng), dtype="fp32",
-              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·4 (minimum)", note=f"numpy matmul ({blas})"),
-        Probe("intensity-fp64", "intensity", partial(setup_intensity, device, sweep_arenas["fp64"], "fp64", rng=rng),
-              dtype="fp64",
-              accounting="per element: read 8 B + write 8 B from DRAM, k FMAs = 2k FLOPs → intensity k/8 FLOP/B"),
-        Probe("intensity-fp32", "intensity", partial(setup_intensity, device, sweep_arenas["fp32"], "fp32", rng=rng),
-              dtype="fp32",
-              accounting="per element: read 4 B + write 4 B from DRAM, k FMAs = 2k FLOPs → intensity k/4 FLOP/B"),
+        Probe(
+            "read",
+            "bandwidth",
+            partial(setup_read, device, read_arena, rng=rng),
+            accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
+            note="vectorised sum, one contiguous chunk per thread",
+        ),
+        Probe(
+            "triad",
+            "bandwidth",
+            partial(setup_triad, device, triad_arena, rng=rng),
+            accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), "
+            "FLOPs = 2·n",
+            note="a = b + s·c, one contiguous chunk per thread, arrays staggered against "
+            "4K aliasing",
+        ),
+        Probe(
+            "fma-fp64",
+            "compute",
+            partial(setup_fma, device, "fp64", rng=rng),
+            dtype="fp64",
+            accounting=fma_accounting,
+        ),
+        Probe(
+            "fma-fp32",
+            "compute",
+            partial(setup_fma, device, "fp32", rng=rng),
+            dtype="fp32",
+            accounting=fma_accounting,
+        ),
+        Probe(
+            "gemm-fp64",
+            "gemm",
+            partial(setup_gemm, device, "fp64", rng=rng),
+            dtype="fp64",
+            accounting="FLOPs = 2·n³ per call; bytes = 3·n²·8 (minimum)",
+            note=f"numpy matmul ({blas})",
+        ),
+        Probe(
+            "gemm-fp32",
+            "gemm",
+            partial(setup_gemm, device, "fp32", rng=rng),
+            dtype="fp32",
+            accounting="FLOPs = 2·n³ per call; bytes = 3·n²·4 (minimum)",
+            note=f"numpy matmul ({blas})",
+        ),
+        Probe(
+            "intensity-fp64",
+            "intensity",
+            partial(setup_intensity, device, sweep_arenas["fp64"], "fp64", rng=rng),
+            dtype="fp64",
+            accounting="per element: read 8 B + write 8 B from DRAM, k FMAs = 2k FLOPs "
+            "→ intensity k/8 FLOP/B",
+        ),
+        Probe(
+            "intensity-fp32",
+            "intensity",
+            partial(setup_intensity, device, sweep_arenas["fp32"], "fp32", rng=rng),
+            dtype="fp32",
+            accounting="per element: read 4 B + write 4 B from DRAM, k FMAs = 2k FLOPs "
+            "→ intensity k/4 FLOP/B",
+        ),
     )
 
 

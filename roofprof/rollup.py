@@ -369,6 +369,9 @@ class MeasuredEstimator:
         self.inputs = dict(inputs or {})
         self.missing: dict[tuple, str] = {}
         self.contended: set[tuple] = set()
+        # the contended shapes' labels, and where their one (updated) warning sits in `warnings`
+        self._contended_labels: list[str] = []
+        self._contended_at: list[int] = []
         self.warnings: list[str] = []
         device = self.inputs.get("device") or {}
         self.machine = (f"{device.get('name')} ({device.get('label')})" if isinstance(device, Mapping) and device
@@ -381,6 +384,7 @@ class MeasuredEstimator:
                                   name=name, inputs=self.inputs)
         other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
         other.contended = self.contended
+        other._contended_labels, other._contended_at = self._contended_labels, self._contended_at
         return other
 
     def lookup(self, op: Op) -> OpTime | None:
@@ -407,13 +411,23 @@ class MeasuredEstimator:
         return None
 
     def _flag(self, op: Op, found: OpTime) -> OpTime:
-        if found.contended and op.shape_key not in self.contended:
-            self.contended.add(op.shape_key)
-            self.warnings.append(f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}): measured while other processes "
-                                 "used the CPUs (contended even after retries): its time is likely inflated; "
-                                 "re-measure on a quiet machine with `roofprof predict --estimator measured "
-                                 "--remeasure`")
-            _warnings.warn(self.warnings[-1], stacklevel=4)
+        """Note a contended measurement: one warning for all such shapes, kept up to date."""
+        if not found.contended or op.shape_key in self.contended:
+            return found
+        self.contended.add(op.shape_key)
+        self._contended_labels.append(f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k})")
+        labels = self._contended_labels
+        shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+        text = (f"{len(labels)} op shape{'s' if len(labels) > 1 else ''} measured while other processes "
+                f"used the CPUs (contended even after retries): {shown}; their times are likely "
+                "inflated; re-measure on a quiet machine with `roofprof predict --estimator measured "
+                "--remeasure`")
+        if self._contended_at:
+            self.warnings[self._contended_at[0]] = text
+        else:
+            self._contended_at.append(len(self.warnings))
+            self.warnings.append(text)
+            _warnings.warn(text, stacklevel=4)
         return found
 
     def estimate(self, op: Op) -> OpEstimate:

@@ -175,3 +175,17 @@ def test_a_contended_measurement_is_used_and_said_plainly():
     assert len(est.warnings) == 1 and "--remeasure" in est.warnings[0]
     assert OpTime(1e-3, "torch", contended=True).to_dict()["contended"] is True
     assert "contended" not in OpTime(1e-3, "torch").to_dict()
+
+
+def test_many_contended_measurements_make_one_warning_naming_them():
+    w = llama_ops(TINY, "decode", context_tokens=8, dtype="fp32")
+    ops = [op for op in w.ops if op.kind == "gemm"]
+    est = MeasuredEstimator({op.shape_key: OpTime(1e-3, "torch", contended=True) for op in ops})
+    with pytest.warns(UserWarning, match="contended"):
+        for op in ops:
+            est.estimate(op)
+    distinct = len({op.shape_key for op in ops})
+    assert len(est.warnings) == 1  # one line, however many shapes
+    assert est.warnings[0].startswith(f"{distinct} op shapes measured while other processes")
+    assert "--remeasure" in est.warnings[0]
+    assert est.with_launch(False).warnings is est.warnings  # the copies share it

@@ -123,7 +123,7 @@ class CalibratedEstimator:
         memory_s = op.bytes / (self.roofline.memory_bandwidth(self.level) * p.memory_fraction)
         seconds = max(compute_s, memory_s) + p.launch_s
         note = ""
-        if op.name == "embedding":  # once per pass: the per-step cost
+        if op.fn in ("gather", "onehot_matmul"):  # the embedding, once per pass: the per-step cost
             step = p.prefill_step_s if op.phase == "prefill" else p.decode_step_s
             seconds += step
             note = f"includes the {op.phase} step cost {step * 1e3:.3f} ms" if step else ""
@@ -178,7 +178,7 @@ class _Prepared:
 
 
 def _prepare(case) -> _Prepared:
-    from roofprof.published.compare import base_roofline, workload
+    from roofprof.published.cases import base_roofline, workload
 
     roof, _ = base_roofline(case.gpu)
     bw = roof.memory_bandwidth()
@@ -196,7 +196,7 @@ def _prepare(case) -> _Prepared:
 
 @functools.lru_cache(maxsize=1)
 def _prepared_corpus() -> tuple[_Prepared, ...]:
-    from roofprof.published.compare import cases
+    from roofprof.published.cases import cases
 
     return tuple(_prepare(c) for c in cases()[0])
 
@@ -394,7 +394,7 @@ def calibrated_estimator(gpu: str | None, *, engine: str = "ideal", roofline: Ro
         UnknownNameError: unknown engine (lists the profiles) or GPU.
         ConfigError: no calibration file.
     """
-    from roofprof.published.compare import base_roofline
+    from roofprof.published.cases import base_roofline
     from roofprof.specs import load_gpu
 
     if engine not in ENGINES:

@@ -243,17 +243,16 @@ def _run_rows() -> list[dict[str, Any]]:
 
         rows.append({"component": "torch threads", "ok": True,
                      "detail": f"{torch.get_num_threads()} intra-op threads"})
-    except ImportError:
-        rows.append({"component": "torch", "ok": False,
-                     "detail": "not installed: pip install 'roofprof[torch]'"})
-    try:
-        load = os.getloadavg()
+    except ImportError:  # the doctor's own "torch" row already says so
+        pass
+    from roofprof.telemetry import loadavg
+
+    load = loadavg()
+    if load is not None:
         cpus = os.cpu_count() or 1
         busy = load[0] > 0.5 * cpus
         rows.append({"component": "load average", "ok": not busy,
                      "detail": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpus} CPUs"
                      + (": other processes compete for the cores; measurements will be noisy"
                         if busy else "")})
-    except OSError:
-        pass
     return rows

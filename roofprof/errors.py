@@ -11,6 +11,9 @@ import difflib
 import os
 from collections.abc import Iterable
 
+__all__ = ["ConfigError", "DeviceUnavailableError", "RoofprofError", "UnknownNameError",
+           "ordered_choices"]
+
 
 class RoofprofError(Exception):
     """A problem with the user's input or environment, reported in one line (exit code 2)."""

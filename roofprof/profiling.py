@@ -39,14 +39,13 @@ from roofprof.cache import MeasurementCache, device_fingerprint, resolve_rooflin
 from roofprof.devices.cpu import single_openmp_runtime
 from roofprof.devices.cpu import threads as cpu_threads
 from roofprof.errors import ConfigError, UnknownNameError
-from roofprof.measurement import (  # measure() lives with the Measurement record, and is API here too
+from roofprof.measure_any import MeasureResult, measure  # API here too (roofprof.measure)
+from roofprof.measurement import (
     Measurement,
-    MeasureResult,
     MeasureSettings,
     RetryBudget,
     check_then_time,
     check_then_time_group,
-    measure,
 )
 from roofprof.rollup import Estimator, MeasuredEstimator, OpTime, RooflineEstimator
 from roofprof.roofline import Point, Roofline, place

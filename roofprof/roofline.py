@@ -25,6 +25,9 @@ from roofprof.errors import ConfigError
 if TYPE_CHECKING:
     from roofprof.specs import GpuSpec
 
+__all__ = ["KINDS", "MEMORY_LEVELS", "SOURCES", "Ceiling", "Placement", "Point", "Roofline",
+           "load_roofline", "merge", "place"]
+
 MEMORY_LEVELS = ("dram", "l3", "l2", "l1", "smem")
 KINDS = ("compute", "memory")
 SOURCES = ("spec", "measured")

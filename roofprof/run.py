@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from roofprof.roofline import Roofline
     from roofprof.validation import ValidationResult
 
-__all__ = ["STEPS", "RunResult", "default_model", "doctor_rows", "run"]
+__all__ = ["STEPS", "RunResult", "default_model", "run"]
 
 Progress = Callable[[str, int, int], None]
 Step = Callable[[str], None]
@@ -54,7 +54,9 @@ class RunResult:
     profiles: dict[str, ProfileResult] = field(default_factory=dict)  # by phase
     predictions: dict[str, Prediction] = field(default_factory=dict)  # by estimator label
     unavailable: dict[str, str] = field(default_factory=dict)  # estimator label -> why not
-    batch_sweep: dict[str, list[PhasePrediction]] = field(default_factory=dict)  # by estimator label
+    batch_sweep: dict[str, list[PhasePrediction]] = field(
+        default_factory=dict
+    )  # by estimator label
     context_sweep: dict[str, list[PhasePrediction]] = field(default_factory=dict)
     validation: ValidationResult | None = None
     step_seconds: dict[str, float] = field(default_factory=dict)
@@ -77,41 +79,15 @@ def default_model(info: DeviceInfo) -> tuple[str, str]:
     return info.default_model, info.default_dtype
 
 
-def doctor_rows() -> list[dict[str, Any]]:
-    """Environment rows ``{component, ok, detail}``.
-
-    The rows of ``roofprof doctor`` (``roofprof.cli.roofline.doctor_report``) and what
-    ``run`` itself needs (transformers, torch threads, load average).
-    """
-    import importlib.util
-
-    from roofprof.telemetry import loadavg
-
-    rows: list[dict[str, Any]] = []
+def _doctor_rows() -> list[dict[str, Any]]:
+    """:func:`roofprof.doctor.doctor_report` with ``run``'s own rows (``for_run=True``);
+    a doctor that fails is one row, never the end of the run."""
     try:
         from roofprof.doctor import doctor_report
 
-        rows.extend(doctor_report())
+        return doctor_report(for_run=True)
     except Exception as exc:  # noqa: BLE001 - the doctor must never stop the run
-        rows.append({"component": "doctor", "ok": False, "detail": f"doctor unavailable: {exc}"})
-    has_tf = importlib.util.find_spec("transformers") is not None
-    rows.append({"component": "transformers", "ok": has_tf,
-                 "detail": "installed: validate runs LlamaForCausalLM" if has_tf
-                 else "not installed: validate runs the plain-torch Llama (pip install 'roofprof[hf]' for HF)"})
-    try:
-        import torch
-
-        rows.append({"component": "torch threads", "ok": True, "detail": f"{torch.get_num_threads()} intra-op threads"})
-    except ImportError:
-        rows.append({"component": "torch", "ok": False, "detail": "not installed: pip install 'roofprof[torch]'"})
-    load = loadavg()
-    if load is not None:
-        cpus = os.cpu_count() or 1
-        busy = load[0] > 0.5 * cpus
-        rows.append({"component": "load average", "ok": not busy,
-                     "detail": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpus} CPUs"
-                     + (": other processes compete for the cores; measurements will be noisy" if busy else "")})
-    return rows
+        return [{"component": "doctor", "ok": False, "detail": f"doctor unavailable: {exc}"}]
 
 
 def run(
@@ -174,15 +150,33 @@ def run(
     counting = Counting(attention=attention)
     context = validation_context(prompt_tokens, 2, decode_steps, 3)  # the validated decode context
     # the validated scenario: prefill of the prompt, then decode at the validated context
-    scenario = Scenario.of(model, "decode", batch=batch, prompt_tokens=prompt_tokens, context_tokens=context,
-                           dtype=dtype, convention=counting)
+    scenario = Scenario.of(
+        model,
+        "decode",
+        batch=batch,
+        prompt_tokens=prompt_tokens,
+        context_tokens=context,
+        dtype=dtype,
+        convention=counting,
+    )
     spec = scenario.model
     with cpu_threads(threads) as threads:  # the same threads for profile and validation
         result = RunResult(folder, spec.id, dtype, info.to_dict())
-        result.settings = {"batch": batch, "prompt_tokens": prompt_tokens, "batches": list(batches),
-                           "contexts": list(contexts or []), "quick": quick, "threads": threads, "budget_s": budget_s,
-                           "decode_steps": decode_steps, "attention": attention, "counting": counting.describe(),
-                           "backend": backend, "device": info.label, "numba_threading_layer": openmp}
+        result.settings = {
+            "batch": batch,
+            "prompt_tokens": prompt_tokens,
+            "batches": list(batches),
+            "contexts": list(contexts or []),
+            "quick": quick,
+            "threads": threads,
+            "budget_s": budget_s,
+            "decode_steps": decode_steps,
+            "attention": attention,
+            "counting": counting.describe(),
+            "backend": backend,
+            "device": info.label,
+            "numba_threading_layer": openmp,
+        }
         t_step = [time.perf_counter()]
 
         def begin(name: str) -> None:
@@ -195,7 +189,7 @@ def run(
 
         # 1. doctor
         begin("doctor")
-        result.doctor = doctor_rows()
+        result.doctor = _doctor_rows()
         end("doctor")
 
         # 2. roofline
@@ -218,11 +212,21 @@ def run(
 
         # 3. profile
         begin("profile")
-        profiler = Profiler(spec, dev, impls=impls, budget_s=budget_s, threads=threads,
-                            roofline=measured if measured is not None else "none", progress=progress)
+        profiler = Profiler(
+            spec,
+            dev,
+            impls=impls,
+            budget_s=budget_s,
+            threads=threads,
+            roofline=measured if measured is not None else "none",
+            progress=progress,
+        )
         for phase in ("prefill", "decode"):
-            prof = profiler.profile(scenario.replace(phase=phase, context_tokens=context if phase == "decode"
-                                                     else prompt_tokens))
+            prof = profiler.profile(
+                scenario.replace(
+                    phase=phase, context_tokens=context if phase == "decode" else prompt_tokens
+                )
+            )
             result.profiles[phase] = prof
             prof.write(folder / f"profile-{phase}.json")
             result.files[f"profile-{phase}"] = f"profile-{phase}.json"
@@ -237,16 +241,24 @@ def run(
             _warnings.simplefilter("ignore")
             for label, est in estimators.items():
                 result.predictions[label] = predict(scenario, estimator=est)
-            contexts = list(contexts or sorted({prompt_tokens, 4 * prompt_tokens, 32 * prompt_tokens}))
+            contexts = list(
+                contexts or sorted({prompt_tokens, 4 * prompt_tokens, 32 * prompt_tokens})
+            )
             result.settings["contexts"] = contexts
-            sweep_estimators = {k: v for k, v in estimators.items() if k in ("spec", "empirical", "measured")}
+            sweep_estimators = {
+                k: v for k, v in estimators.items() if k in ("spec", "empirical", "measured")
+            }
             n = len(sweep_estimators) * (len(batches) + len(contexts))
             i = 0
             for label, est in sweep_estimators.items():
                 if progress:
                     progress(f"decode sweeps ({label})", i, n)
-                result.batch_sweep[label] = phase_sweep(scenario, est, batches=batches, contexts=(context,))
-                result.context_sweep[label] = phase_sweep(scenario, est, batches=(batch,), contexts=contexts)
+                result.batch_sweep[label] = phase_sweep(
+                    scenario, est, batches=batches, contexts=(context,)
+                )
+                result.context_sweep[label] = phase_sweep(
+                    scenario, est, batches=(batch,), contexts=contexts
+                )
                 i += len(batches) + len(contexts)
         result.warnings.extend(w for w in measured_est.warnings if w not in result.warnings)
         end("predictions")
@@ -258,10 +270,21 @@ def run(
             from roofprof.validation import validate as run_validation
 
             try:
-                val = run_validation(scenario, device=dev, decode_steps=decode_steps, warmup_steps=2,
-                                     prefill_repeats=3, backend=backend, threads=threads, progress=progress)
-                result.warnings.extend(f"validation: {w}" for w in val.warnings)  # scaling, a busy machine
-                # each estimator predicts exactly what the real run did (the scaled model, if scaled)
+                val = run_validation(
+                    scenario,
+                    device=dev,
+                    decode_steps=decode_steps,
+                    warmup_steps=2,
+                    prefill_repeats=3,
+                    backend=backend,
+                    threads=threads,
+                    progress=progress,
+                )
+                result.warnings.extend(
+                    f"validation: {w}" for w in val.warnings
+                )  # scaling, a busy machine
+                # each estimator predicts exactly what the real run did
+                # (the scaled model, if scaled)
                 with _warnings.catch_warnings():
                     _warnings.simplefilter("ignore")
                     result.validation = val.with_predictions(predict_for(val, estimators))
@@ -280,4 +303,3 @@ def run(
         end("report")
         write_run_report(result, html=False)  # final JSON with the report step's time
         return result
-

@@ -24,6 +24,9 @@ from typing import Any
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
 
+__all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GpuSpec", "ModelSpec", "gpu_sources", "list_gpus",
+           "list_models", "load_gpu", "load_model", "match_gpu"]
+
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 #: Bytes per element of each compute dtype (fp4: Blackwell's E2M1, half a byte; its block scales
 #: belong to the weight format, see :mod:`roofprof.precision`).
@@ -266,7 +269,7 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         raise ConfigError(f"{text}: not a valid JSON config ({exc})") from exc
     if not isinstance(cfg, dict):
         raise ConfigError(f"{text}: a config must be a JSON object")
-    from roofprof.models import family_of
+    from roofprof.models.families import family_of
 
     family = family_of(cfg)
     for key in _REQUIRED_FIELDS:

@@ -32,6 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+__all__ = ["CLOCKS_EVENT_REASONS", "CONTENDED_SHARE", "DEFAULT_INTERVAL_S", "THROTTLE_REASONS",
+           "Contention", "CpuFreqSampler", "NullSampler", "NvmlSampler", "Sampler",
+           "TelemetrySummary", "loadavg", "reason_names"]
+
 DEFAULT_INTERVAL_S = 0.01
 #: Share of all CPUs used by other processes above which a CPU measurement counts as contended.
 CONTENDED_SHARE = 0.05

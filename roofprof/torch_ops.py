@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from roofprof.devices.base import CheckResult
+from roofprof.devices.base import CheckResult, tolerance  # tolerance: the one policy, API here too
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op
 
@@ -44,22 +44,6 @@ _PREPARE = {"linear": "_gemm", "rmsnorm": "_norm", "add": "_residual", "silu_mul
             "qk_matmul": "_attention_eager", "softmax": "_attention_eager", "pv_matmul": "_attention_eager"}
 #: The ``Op.fn`` values TorchOps implements.
 SUPPORTED_FNS = tuple(_PREPARE)
-
-_EPS = {"fp64": 2.0 ** -52, "fp32": 2.0 ** -23, "tf32": 2.0 ** -10, "bf16": 2.0 ** -7, "fp16": 2.0 ** -10}
-
-
-def tolerance(dtype: str, reduction: int) -> float:
-    """Norm-wise relative tolerance for an output of ``dtype`` reducing over ``reduction`` terms.
-
-    Output rounding (a few ulps of the dtype) plus float32 accumulation error growing like
-    ``sqrt(reduction)``.
-
-    >>> tolerance("fp32", 2048) < 1e-4 < tolerance("bf16", 2048)
-    True
-    """
-    acc = _EPS["fp32"] if dtype in ("bf16", "fp16", "fp32", "tf32") else _EPS.get(dtype, _EPS["fp32"])
-    return 8 * _EPS.get(dtype, _EPS["fp32"]) + 8 * acc * math.sqrt(max(reduction, 1))
-
 
 @dataclass
 class PreparedTorchOp:

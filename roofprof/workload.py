@@ -45,7 +45,7 @@ from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
 
 __all__ = ["CONVENTIONS", "OP_FNS", "OP_GROUPS", "OP_KINDS", "PHASES", "Counting", "Op", "Parallel",
-           "Scenario", "Workload", "llama_ops"]
+           "Scenario", "Workload", "counting_of"]
 
 PHASES = ("prefill", "decode")
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
@@ -246,7 +246,7 @@ class Scenario:
         from roofprof.specs import load_model
 
         spec = model if isinstance(model, ModelSpec) else load_model(model)
-        return cls(spec, phase, batch, prompt_tokens, context_tokens, dtype, _counting(convention),
+        return cls(spec, phase, batch, prompt_tokens, context_tokens, dtype, counting_of(convention),
                    parallel or Parallel(), weights, kv_dtype)
 
     def replace(self, **changes) -> Scenario:
@@ -301,29 +301,12 @@ class Workload:
                         self.counting, weights=self.weights, kv_dtype=self.kv_dtype)
 
 
-def llama_ops(
-    model: ModelSpec,
-    phase: str,
-    *,
-    batch: int = 1,
-    prompt_tokens: int = 0,
-    context_tokens: int | None = None,
-    dtype: str = "bf16",
-    convention: str | Counting = "engine",
-) -> Workload:
-    """The ops of one pass from loose arguments: ``models.ops(Scenario(...))``.
-
-    Kept for callers not yet ported to :class:`Scenario`; new code builds a Scenario.
+def counting_of(convention: str | Counting) -> Counting:
+    """A :class:`Counting` as given, or the named one of :data:`CONVENTIONS`.
 
     Raises:
-        ConfigError, UnknownNameError: bad phase, dtype, sizes or convention.
+        UnknownNameError: an unknown convention name.
     """
-    from roofprof.models import ops
-
-    return ops(Scenario(model, phase, batch, prompt_tokens, context_tokens, dtype, _counting(convention)))
-
-
-def _counting(convention: str | Counting) -> Counting:
     if isinstance(convention, Counting):
         return convention
     if convention not in CONVENTIONS:

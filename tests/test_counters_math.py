@@ -238,3 +238,16 @@ def test_plot_hierarchical(tmp_path):
     with pytest.raises(ConfigError, match="no kernel has FLOP counters"):
         plot_hierarchical(c.place_hierarchical(c.read_ncu_csv(GEMM)), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_place_hierarchical_without_the_kernels_dtype_on_the_roofline():
+    from roofprof.roofline import Ceiling, Roofline
+
+    roof = Roofline("fp32-only", (Ceiling("fp32", "compute", 1e13, dtype="fp32"),
+                                  Ceiling("HBM", "memory", 4e12, level="dram")))
+    rec = k({T.format("src_bf16_dst_fp32"): (1e12, ""), "gpu__time_duration.sum": (2, "msecond"),
+             "dram__bytes.sum": (2, "Gbyte")})
+    (p,) = c.place_hierarchical([rec], roof)
+    dram = p.level("dram")
+    assert p.compute_peak_flops_per_s is None and dram.bandwidth_bytes_per_s == 4e12
+    assert dram.attainable_flops_per_s is None and dram.bound is None and dram.intensity == pytest.approx(500)

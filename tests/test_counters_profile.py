@@ -15,23 +15,13 @@ from roofprof.counters.ops_pass import (
     run_ops_once,
 )
 from roofprof.devices import select
+from roofprof.models import llama_ops
 from roofprof.results import write_json_atomic
 from roofprof.specs import load_model
-from roofprof.workload import llama_ops
-
-TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512}
-
-
-@pytest.fixture
-def tiny_model(tmp_path):
-    p = tmp_path / "tiny.json"
-    p.write_text(json.dumps(TINY))
-    return str(p)
 
 
 def test_child_checks_then_runs_each_distinct_op_once(tiny_model):
-    w = llama_ops(load_model(tiny_model), "decode", batch=1, context_tokens=8, dtype="fp32")
+    w = llama_ops(tiny_model, "decode", batch=1, context_tokens=8, dtype="fp32")
     manifest = run_ops_once(w, select("cpu"), impls=["numpy"])
     ran = [e for e in manifest if e["status"] == "ran"]
     assert ran and all(e["impl"] == "numpy" and e["check"]["ok"] for e in ran)
@@ -98,3 +88,55 @@ def test_profile_counters_without_ncu_exits_2(tmp_path, monkeypatch, capsys):
     code = main(["profile", "--counters", "--device", "cpu", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err
     assert code == 2 and "ncu" in err and len(err.strip().splitlines()) == 1
+
+
+def test_child_never_runs_a_wrong_or_raising_kernel(tiny_model):
+    """The check is the engine's (measurement.prepare_checked): failed and raising impls are recorded."""
+    from roofprof.devices.base import CheckResult
+
+    ran = []
+
+    class Prepared:
+        def __init__(self, ok):
+            self.ok = ok
+
+        def check(self):
+            return CheckResult(self.ok, 1.0, 1.0, 1e-3, "planted")
+
+        def run(self):
+            ran.append(self)
+
+        def release(self):
+            pass
+
+    class Impl:
+        def __init__(self, name, ok=True, raises=False):
+            self.name, self.ok, self.raises = name, ok, raises
+
+        def supports(self, op):
+            return None if op.fn == "linear" else "GEMMs only"
+
+        def prepare(self, op, rng):
+            if self.raises:
+                raise RuntimeError("boom")
+            return Prepared(self.ok)
+
+    class Dev:
+        def implementations(self):
+            return (Impl("good"), Impl("wrong", ok=False), Impl("raises", raises=True))
+
+        def synchronize(self):
+            pass
+
+    w = llama_ops(tiny_model, "decode", batch=1, context_tokens=8, dtype="fp32")
+    with pytest.warns(UserWarning, match="failed its correctness check"):
+        manifest = run_ops_once(w, Dev())
+    by = {}
+    for e in manifest:
+        by.setdefault(e["impl"], set()).add(e["status"])
+    assert by["good"] == {"ran", "unsupported"} and by["wrong"] == {"failed", "unsupported"}
+    assert by["raises"] == {"error", "unsupported"}
+    assert len(ran) == sum(e["status"] == "ran" for e in manifest)
+    failed = next(e for e in manifest if e["status"] == "failed")
+    assert failed["check"]["ok"] is False and "reason" not in failed
+    assert "boom" in next(e for e in manifest if e["status"] == "error")["reason"]

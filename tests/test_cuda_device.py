@@ -39,8 +39,9 @@ from roofprof.devices.cuda import (
 from roofprof.devices.cuda import device as cuda_device_mod
 from roofprof.devices.cuda import probes as cpb
 from roofprof.errors import ConfigError, DeviceUnavailableError, RoofprofError, UnknownNameError
+from roofprof.models import llama_ops
 from roofprof.specs import load_model
-from roofprof.workload import Op, llama_ops
+from roofprof.workload import Op
 
 cm = kernels_module("cuda_models")
 

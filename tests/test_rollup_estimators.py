@@ -5,6 +5,7 @@ import math
 import pytest
 from conftest import tiny_spec
 
+from roofprof.models import llama_ops
 from roofprof.rollup import (
     MeasuredEstimator,
     OpTime,
@@ -17,7 +18,7 @@ from roofprof.rollup import (
     residual,
 )
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.workload import Op, llama_ops
+from roofprof.workload import Op
 
 TINY = tiny_spec()
 ROOF = Roofline("literal", (Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),

@@ -209,6 +209,9 @@ def test_selftest_on_the_fake_gpu_writes_whole_results(tmp_path):
     assert {r["status"] for r in recs if r["impl"] == "numba"} == {"unsupported"}  # simulator on here
     ok = [r for r in recs if r["status"] == "ok"]
     assert ok and all(r["check"]["ok"] for r in ok)
+    fields = {"status", "median_s", "min_s", "cv", "noisy", "repeats", "flush", "kernels", "note", "check",
+              "bytes_per_s", "flops_per_s"}
+    assert all(fields <= set(r) and "timing" not in r and r["repeats"] >= 5 for r in ok)  # selftest.json's shape
     assert any(r.get("vs_cublas") for r in ok if r["impl"] == "cupy")
     assert saved["clock_scaled"] and len(saved["targets"]) == len(res["targets"])
     md = (tmp_path / "out" / "selftest.md").read_text()

@@ -1,8 +1,9 @@
 import pytest
 
 from roofprof.errors import ConfigError, UnknownNameError
+from roofprof.models import llama_ops
 from roofprof.specs import load_model
-from roofprof.workload import Counting, llama_ops
+from roofprof.workload import Counting
 
 M8 = load_model("llama-3.1-8b")
 

@@ -11,6 +11,8 @@ import typer
 from roofprof.cli import app
 from roofprof.cli._options import TableJson
 
+__all__ = ["calibrate"]
+
 
 @app.command()
 def calibrate(

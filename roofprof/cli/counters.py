@@ -17,6 +17,8 @@ from roofprof.cli._options import TableJson, split_list
 from roofprof.cli._usage import CommandGroup, show_help
 from roofprof.errors import ConfigError
 
+__all__ = ["collect_cmd", "counters_app", "import_cmd", "ops_pass_cmd"]
+
 counters_app = typer.Typer(
     name="counters",
     help="Hardware counters through Nsight Compute: FLOPs per precision, bytes at L1/L2/DRAM, "

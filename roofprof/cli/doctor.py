@@ -10,6 +10,8 @@ import typer
 from roofprof.cli import app
 from roofprof.cli._options import TableJson
 
+__all__ = ["doctor"]
+
 
 @app.command()
 def doctor(

@@ -12,6 +12,8 @@ from roofprof.cli import app
 from roofprof.cli._options import TableJsonCsv, parse_int_list
 from roofprof.errors import ConfigError
 
+__all__ = ["predict"]
+
 
 @app.command()
 def predict(

@@ -20,6 +20,8 @@ from roofprof.cli._console import progress_bar, show_warnings
 from roofprof.cli._options import TableJsonCsv, counting, parse_int_list, resolve_dtype, split_list
 from roofprof.errors import ConfigError
 
+__all__ = ["profile", "profile_with_counters"]
+
 
 @app.command()
 def profile(

@@ -13,6 +13,8 @@ from roofprof.cli import app
 from roofprof.cli._options import TableJson
 from roofprof.errors import RoofprofError
 
+__all__ = ["RunInterrupted", "roofline"]
+
 
 class RunInterrupted(RoofprofError):
     """Ctrl-C during a measurement: what finished is written; exit code 130."""

@@ -11,6 +11,8 @@ from roofprof.cli._console import progress_bar
 from roofprof.cli._options import counting, parse_int_list, split_list
 from roofprof.errors import ConfigError
 
+__all__ = ["run_command"]
+
 
 @app.command("run")
 def run_command(

@@ -12,6 +12,8 @@ import typer
 from roofprof.cli import app
 from roofprof.cli._options import split_list
 
+__all__ = ["selftest"]
+
 
 @app.command()
 def selftest(

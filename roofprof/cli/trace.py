@@ -20,6 +20,8 @@ from roofprof.cli import app
 from roofprof.cli._options import TableJsonCsv
 from roofprof.errors import ConfigError, DeviceUnavailableError
 
+__all__ = ["trace"]
+
 
 def _run_script(script: Path, args: list[str], tracer) -> None:
     """Run ``script`` as ``__main__`` with ``args`` inside ``tracer``; on the script's own

@@ -13,6 +13,8 @@ from roofprof.cli._console import progress_bar
 from roofprof.cli._options import TableJsonCsv, resolve_dtype, split_list
 from roofprof.errors import ConfigError
 
+__all__ = ["validate"]
+
 
 @app.command()
 def validate(

@@ -51,12 +51,10 @@ Modules, each importable on its own (none imports numba, CuPy or torch at import
 (NVTX ranges), :mod:`~roofprof.counters.collection` (running ncu),
 :mod:`~roofprof.counters.hierarchical` (placement and comparison with analytic ops) and
 :mod:`~roofprof.counters.ops_pass` (``roofprof profile --counters``). The GPU self-check
-lives in :mod:`roofprof.selftest.counters`.
+lives in :mod:`roofprof.selftest.counters` (above this package: it is not re-exported here).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from roofprof.counters.collection import (
     Collection,
@@ -142,15 +140,6 @@ __all__ = [
     "read_ncu_report",
     "records_to_json",
     "run_under_ncu",
-    "selftest_check",
     "unit_scale",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """``selftest_check`` lives in :mod:`roofprof.selftest.counters`; imported on first use."""
-    if name == "selftest_check":
-        from roofprof.selftest.counters import selftest_check
-
-        return selftest_check
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,6 +25,7 @@ from roofprof.counters.errors import (
     CollectionError,
     CounterWarning,
     NcuNotFoundError,
+    check_permission,
 )
 from roofprof.counters.metrics import (
     BYTE_METRICS,
@@ -38,7 +39,7 @@ from roofprof.counters.metrics import (
     tensor_table,
 )
 from roofprof.counters.nvtx import DEFAULT_NVTX_INCLUDE
-from roofprof.counters.parse import _check_permission, parse_ncu_csv
+from roofprof.counters.parse import parse_ncu_csv
 from roofprof.errors import ConfigError
 
 __all__ = [
@@ -91,7 +92,8 @@ def find_ncu(ncu: str | os.PathLike | None = None) -> str:
 
 
 def detect_compute_capability() -> str | None:
-    """Compute capability of GPU 0 (``"9.0"``) through NVML, then nvidia-smi; ``None`` if neither."""
+    """Compute capability of GPU 0 (``"9.0"``) through NVML, then nvidia-smi; ``None`` if
+    neither."""
     from roofprof.devices import _nvml
 
     try:
@@ -120,7 +122,9 @@ def detect_compute_capability() -> str | None:
 def ncu_version(ncu: str) -> str | None:
     """``ncu --version``'s version number (``"2025.3.1.0"``), or ``None``."""
     try:
-        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        out = subprocess.run(
+            [ncu, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"Version\s+([\d.]+)", out.stdout + out.stderr)
@@ -130,7 +134,8 @@ def ncu_version(ncu: str) -> str | None:
 def parse_query_metrics(text: str) -> set[str]:
     """Base metric names (no rollup suffix) listed by ``ncu --query-metrics``.
 
-    >>> sorted(parse_query_metrics("Device GH100\\ndram__bytes_read   Counter  byte  # of bytes read"))
+    >>> text = "Device GH100\\ndram__bytes_read   Counter  byte  # of bytes read"
+    >>> sorted(parse_query_metrics(text))
     ['dram__bytes_read']
     """
     names = set()
@@ -141,7 +146,9 @@ def parse_query_metrics(text: str) -> set[str]:
     return names
 
 
-def query_available_metrics(ncu: str, *, chip: str | None = None, timeout_s: float = 300) -> set[str] | None:
+def query_available_metrics(
+    ncu: str, *, chip: str | None = None, timeout_s: float = 300
+) -> set[str] | None:
     """Metric base names this GPU (or ``chip``, e.g. ``"gh100"``) supports, from ncu itself.
 
     Returns ``None`` (with a :class:`CounterWarning`) when the query fails for a reason
@@ -154,14 +161,19 @@ def query_available_metrics(ncu: str, *, chip: str | None = None, timeout_s: flo
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
-        warnings.warn(f"`{' '.join(cmd)}` failed ({exc}); metric names not verified", CounterWarning, stacklevel=2)
+        warnings.warn(
+            f"`{' '.join(cmd)}` failed ({exc}); metric names not verified",
+            CounterWarning,
+            stacklevel=2,
+        )
         return None
-    _check_permission(out.stdout + out.stderr)
+    check_permission(out.stdout + out.stderr)
     names = parse_query_metrics(out.stdout)
     if out.returncode != 0 or not names:
         tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
         warnings.warn(
-            f"`{' '.join(cmd)}` exited {out.returncode} ({tail[0][:160]}); metric names not verified",
+            f"`{' '.join(cmd)}` exited {out.returncode} ({tail[0][:160]}); "
+            "metric names not verified",
             CounterWarning,
             stacklevel=2,
         )
@@ -206,7 +218,9 @@ def plan_metrics(
     ('gpu__time_duration.sum', 'dram__bytes_read.sum', 'dram__bytes_write.sum')
     """
     if metrics_set not in METRIC_SETS:
-        raise ConfigError(f"unknown metrics set {metrics_set!r}; valid choices: {', '.join(METRIC_SETS)}")
+        raise ConfigError(
+            f"unknown metrics set {metrics_set!r}; valid choices: {', '.join(METRIC_SETS)}"
+        )
 
     def ok(name: str) -> bool:
         return available is None or base_metric_name(name) in available
@@ -246,7 +260,9 @@ def plan_metrics(
             take_alternatives([tuple(m for m, _ in alt) for alt in alts])
         take_each([TENSOR_INST_METRIC], optional=True)
     unique = tuple(dict.fromkeys(chosen))
-    return MetricPlan(unique, tuple(dict.fromkeys(d for d in dropped if d not in unique)), family, metrics_set)
+    return MetricPlan(
+        unique, tuple(dict.fromkeys(d for d in dropped if d not in unique)), family, metrics_set
+    )
 
 
 CLOCK_CONTROLS = ("none", "base")
@@ -284,9 +300,13 @@ def build_ncu_command(
     if not metrics:
         raise ConfigError("no metrics to collect")
     if clock_control not in CLOCK_CONTROLS:
-        raise ConfigError(f"invalid clock control {clock_control!r}; valid choices: {', '.join(CLOCK_CONTROLS)}")
+        raise ConfigError(
+            f"invalid clock control {clock_control!r}; valid choices: {', '.join(CLOCK_CONTROLS)}"
+        )
     if cache_control not in CACHE_CONTROLS:
-        raise ConfigError(f"invalid cache control {cache_control!r}; valid choices: {', '.join(CACHE_CONTROLS)}")
+        raise ConfigError(
+            f"invalid cache control {cache_control!r}; valid choices: {', '.join(CACHE_CONTROLS)}"
+        )
     if launch_count is not None and launch_count < 1:
         raise ConfigError(f"launch count must be at least 1, got {launch_count}")
     cmd = [
@@ -350,7 +370,8 @@ def collect(
     plan = plan_metrics(family, metrics_set, available)
     if plan.dropped:
         warnings.warn(
-            f"{len(plan.dropped)} metric(s) not supported by this GPU/ncu ({family or 'unknown arch'}), "
+            f"{len(plan.dropped)} metric(s) not supported by this GPU/ncu "
+            f"({family or 'unknown arch'}), "
             f"dropped: {', '.join(plan.dropped)}",
             CounterWarning,
             stacklevel=2,
@@ -365,23 +386,32 @@ def collect(
     )  # fmt: skip
     run_env = None if env is None else {**os.environ, **env}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=run_env, check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=run_env, check=False
+        )
     except FileNotFoundError as exc:
-        raise NcuNotFoundError(f"cannot run {ncu_path}: {exc.strerror}: {NCU_INSTALL_HINT}") from exc
+        raise NcuNotFoundError(
+            f"cannot run {ncu_path}: {exc.strerror}: {NCU_INSTALL_HINT}"
+        ) from exc
     except subprocess.TimeoutExpired as exc:
-        raise CollectionError(f"ncu did not finish within {timeout_s} s: {' '.join(cmd[-len(command):])}") from exc
+        raise CollectionError(
+            f"ncu did not finish within {timeout_s} s: {' '.join(cmd[-len(command) :])}"
+        ) from exc
     log = out.read_text(encoding="utf-8-sig", errors="replace") if out.exists() else ""
     combined = "\n".join((proc.stdout, proc.stderr, log))
-    _check_permission(combined)
+    check_permission(combined)
     errors = [ln.strip() for ln in combined.splitlines() if ln.strip().startswith("==ERROR==")]
     if '"ID",' not in log:
         if errors:
             raise CollectionError(f"ncu failed (exit {proc.returncode}): {' | '.join(errors[-3:])}")
         if proc.returncode != 0:
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-            raise CollectionError(f"the command exited {proc.returncode} under ncu, no kernel profiled: {tail}")
+            raise CollectionError(
+                f"the command exited {proc.returncode} under ncu, no kernel profiled: {tail}"
+            )
         hint = (
-            f"no kernel ran inside an NVTX range matching {', '.join(nvtx_include)}: wrap each op in "
+            f"no kernel ran inside an NVTX range matching {', '.join(nvtx_include)}: "
+            "wrap each op in "
             "roofprof.counters.op_range(name), or profile every kernel (no NVTX filter)"
             if nvtx_include
             else "the command launched no CUDA kernel"
@@ -390,17 +420,27 @@ def collect(
     records = parse_ncu_csv(log, source=str(out))
     if proc.returncode != 0:
         warnings.warn(
-            f"the profiled command exited {proc.returncode}; {len(records)} kernel(s) were profiled before "
+            f"the profiled command exited {proc.returncode}; {len(records)} kernel(s) "
+            "were profiled before "
             f"that ({' | '.join(errors[-2:]) or proc.stderr.strip()[-200:]})",
             CounterWarning,
             stacklevel=2,
         )
     return Collection(
-        tuple(records), tuple(cmd), str(out), plan, cc, ncu_version(ncu_path), available is not None, proc.returncode
+        tuple(records),
+        tuple(cmd),
+        str(out),
+        plan,
+        cc,
+        ncu_version(ncu_path),
+        available is not None,
+        proc.returncode,
     )
 
 
-def run_under_ncu(command: list[str], out_csv: str | os.PathLike, **options: Any) -> list[KernelCounters]:
+def run_under_ncu(
+    command: list[str], out_csv: str | os.PathLike, **options: Any
+) -> list[KernelCounters]:
     """Run ``command`` (argument list) under Nsight Compute and return one record per kernel.
 
     Options (all keyword): ``metrics_set`` (one of :data:`METRIC_SETS`, default

@@ -15,6 +15,7 @@ __all__ = [
     "NotNcuOutputError",
     "PERMISSION_HINT",
     "UnknownLevelError",
+    "check_permission",
 ]
 
 
@@ -57,3 +58,9 @@ class UnknownLevelError(ConfigError):
 
     def __init__(self, level: str, choices: Sequence[str]):
         super().__init__(f"unknown memory level {level!r}; valid choices: {', '.join(choices)}")
+
+
+def check_permission(text: str) -> None:
+    """Raise :class:`CounterPermissionError` when ncu's output says counters are not permitted."""
+    if "ERR_NVGPUCTRPERM" in text:
+        raise CounterPermissionError(PERMISSION_HINT)

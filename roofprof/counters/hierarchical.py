@@ -16,6 +16,7 @@ from roofprof.counters.errors import UnknownLevelError
 from roofprof.counters.metrics import LEVELS, KernelCounters
 from roofprof.counters.nvtx import nvtx_name
 from roofprof.errors import ConfigError, RoofprofError
+from roofprof.roofline import Point, Roofline, place
 
 __all__ = [
     "HierarchicalPlacement",
@@ -94,42 +95,67 @@ class HierarchicalPlacement:
         }
 
 
-def _safe(fn: Any, *args: Any, **kwargs: Any) -> Any:
+def _level_placement(
+    rec: KernelCounters, level: str, dtype: str | None, roofline: Roofline | None
+) -> LevelPlacement:
+    """``rec`` at one level: a :class:`~roofprof.roofline.Point` placed by
+    :func:`roofprof.roofline.place`."""
+    b, intensity = rec.bytes_at(level), rec.intensity(level)
+    if roofline is None:
+        return LevelPlacement(level, b, intensity)
     try:
-        value = fn(*args, **kwargs)
-    except (RoofprofError, KeyError, ValueError, LookupError, TypeError, AttributeError):
-        return None
-    return float(value) if value is not None else None
+        bw = roofline.memory_bandwidth(level)
+    except RoofprofError:  # the roofline has no ceiling at this level
+        return LevelPlacement(level, b, intensity)
+    if intensity is None or not dtype:
+        return LevelPlacement(level, b, intensity, bw)
+    point = Point(
+        rec.range_name or rec.name,
+        rec.flops or 0.0,
+        b or 0.0,
+        rec.time_s or 0.0,
+        dtype,
+        level=level,
+        source="counters",
+    )
+    try:
+        placed = place(point, roofline)
+    except RoofprofError:  # no compute ceiling for the kernel's dtype
+        return LevelPlacement(level, b, intensity, bw)
+    return LevelPlacement(level, b, intensity, bw, placed.attainable_flops_per_s, placed.bound)
 
 
-def place_hierarchical(records: Iterable[KernelCounters], roofline: Any = None) -> list[HierarchicalPlacement]:
+def place_hierarchical(
+    records: Iterable[KernelCounters], roofline: Roofline | None = None
+) -> list[HierarchicalPlacement]:
     """Place each kernel at its L1, L2 and DRAM intensities, on ``roofline`` when given.
 
-    ``roofline`` is a :class:`roofprof.roofline.Roofline` (or anything with
-    ``compute_peak(dtype)``, ``memory_bandwidth(level)`` and ``attainable(intensity,
-    dtype, level)``); a level the roofline lacks keeps ``attainable_flops_per_s=None``.
-    The compute ceiling is that of the kernel's dominant pipe's dtype.
+    Each level is a :class:`roofprof.roofline.Point` (``level=...``, ``source="counters"``)
+    placed by :func:`roofprof.roofline.place`, the one placement. A level the roofline
+    lacks keeps ``bandwidth_bytes_per_s`` and ``attainable_flops_per_s`` None; a dtype it
+    lacks keeps ``attainable_flops_per_s`` and ``bound`` None. The compute ceiling is
+    that of the kernel's dominant pipe's dtype.
     """
     out = []
     for rec in records:
         dtype = rec.roofline_dtype
-        peak = _safe(roofline.compute_peak, dtype) if roofline is not None and dtype else None
-        levels = []
-        for level in LEVELS:
-            b, intensity = rec.bytes_at(level), rec.intensity(level)
-            bw = attainable = bound = None
-            if roofline is not None:
-                bw = _safe(roofline.memory_bandwidth, level)
-                if bw is not None and intensity is not None and dtype:
-                    attainable = _safe(roofline.attainable, intensity, dtype, level=level)
-                    if attainable is None and peak is not None:
-                        attainable = min(peak, intensity * bw)
-                    if peak is not None:
-                        bound = "memory" if intensity * bw < peak else "compute"
-            levels.append(LevelPlacement(level, b, intensity, bw, attainable, bound))
+        peak = None
+        if roofline is not None and dtype:
+            try:
+                peak = roofline.compute_peak(dtype)
+            except RoofprofError:
+                peak = None
+        levels = tuple(_level_placement(rec, level, dtype, roofline) for level in LEVELS)
         out.append(
             HierarchicalPlacement(
-                rec.name, rec.range_name, dtype, rec.time_s, rec.flops, rec.flops_per_s, tuple(levels), peak
+                rec.name,
+                rec.range_name,
+                dtype,
+                rec.time_s,
+                rec.flops,
+                rec.flops_per_s,
+                levels,
+                peak,
             )
         )
     return out
@@ -143,8 +169,10 @@ TENSOR_OP_DTYPES = ("bf16", "fp16", "fp8", "int8", "tf32")
 def expected_pipes(kind: str | None, dtype: str) -> tuple[str, ...]:
     """Pipes an op's FLOPs should run on: tensor cores for low-precision GEMM/attention.
 
-    >>> expected_pipes("gemm", "bf16"), expected_pipes("norm", "bf16"), expected_pipes("gemm", "fp32")
-    (('tensor:bf16',), ('cuda:fp32', 'cuda:fp16'), ('cuda:fp32',))
+    >>> expected_pipes("gemm", "bf16"), expected_pipes("norm", "bf16")
+    (('tensor:bf16',), ('cuda:fp32', 'cuda:fp16'))
+    >>> expected_pipes("gemm", "fp32")
+    ('cuda:fp32',)
     """
     matmul = kind in (None, "gemm", "attention")
     if matmul and dtype in TENSOR_OP_DTYPES:
@@ -226,7 +254,11 @@ class OpComparison:
 
 
 def compare_with_ops(
-    records: Iterable[KernelCounters], ops: Iterable[Any], *, tolerance: float = 0.10, calls: int = 1
+    records: Iterable[KernelCounters],
+    ops: Iterable[Any],
+    *,
+    tolerance: float = 0.10,
+    calls: int = 1,
 ) -> list[OpComparison]:
     """Compare counters with analytic op counts; flag differences beyond ``tolerance`` (10%).
 

@@ -12,6 +12,7 @@ from roofprof.counters.errors import UnknownLevelError
 from roofprof.counters.nvtx import NVTX_PREFIX
 
 __all__ = [
+    "KNOWN_METRICS",
     "BYTE_METRICS",
     "BYTE_SOURCE_NOTES",
     "CC_EXCEPTIONS",
@@ -136,7 +137,7 @@ METRIC_SETS = ("hierarchical", "memory", "flops", "time")
 ``memory``: time and bytes; ``flops``: time, DRAM bytes and FLOPs; ``time``: time only."""
 
 # Every metric name the derivations know, for telling a bad value from an unknown metric.
-_KNOWN_METRICS: frozenset[str] = frozenset(
+KNOWN_METRICS: frozenset[str] = frozenset(
     [TIME_METRIC, TENSOR_INST_METRIC]
     + [m for alts in BYTE_METRICS.values() for alt in alts for m in alt]
     + [m for pairs in CUDA_CORE_FLOPS.values() for m, _ in pairs]

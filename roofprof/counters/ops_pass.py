@@ -26,6 +26,7 @@ from typing import Any
 from roofprof.counters.collection import run_under_ncu
 from roofprof.counters.hierarchical import compare_with_ops, place_hierarchical, records_to_json
 from roofprof.counters.nvtx import op_range
+from roofprof.measurement import Measurement, prepare_checked
 from roofprof.results import check_writable_dir, provenance, read_json, write_json_atomic
 from roofprof.workload import Workload
 
@@ -51,12 +52,15 @@ def counter_op_name(op: Any, impl_name: str) -> str:
     return f"{op.phase}/{op.name}@{impl_name}"
 
 
-def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None = None,
-                 seed: int = 0) -> list[dict[str, Any]]:
+def run_ops_once(
+    workload: Workload, device: Any, *, impls: Sequence[str] | None = None, seed: int = 0
+) -> list[dict[str, Any]]:
     """Child side: check each distinct op with each implementation, then run it once in its range.
 
+    The check is :func:`roofprof.measurement.prepare_checked` (the engine's first half).
     Returns one manifest entry per op × implementation: ``CounterOp`` fields plus
-    ``status`` (``ran``, ``failed``, ``unsupported``) and the check.
+    ``status`` (``ran``, ``failed``, ``unsupported``, ``error``) and the check (or the
+    ``reason`` it did not run).
     """
     import numpy as np
 
@@ -70,34 +74,75 @@ def run_ops_once(workload: Workload, device: Any, *, impls: Sequence[str] | None
         for impl in device.implementations():
             if impls and impl.name not in impls:
                 continue
-            entry = CounterOp(counter_op_name(op, impl.name), op.name, impl.name, op.phase, op.kind, op.dtype,
-                              op.flops, op.bytes).__dict__.copy()
-            reason = impl.supports(op)
-            if reason is not None:
-                manifest.append({**entry, "status": "unsupported", "reason": reason})
+            entry = CounterOp(
+                counter_op_name(op, impl.name),
+                op.name,
+                impl.name,
+                op.phase,
+                op.kind,
+                op.dtype,
+                op.flops,
+                op.bytes,
+            ).__dict__.copy()
+            prepared, checked = prepare_checked(impl, op, rng)
+            if prepared is None:  # a wrong kernel is reported, never profiled
+                manifest.append({**entry, **_not_ran(checked)})
                 continue
-            prepared = impl.prepare(op, rng)
             try:
-                check = prepared.check()
-                if not check.ok:  # a wrong kernel is reported, never profiled
-                    manifest.append({**entry, "status": "failed", "check": check.to_dict()})
-                    continue
                 device.synchronize()
                 with op_range(entry["name"]):
                     prepared.run()
                     device.synchronize()
-                manifest.append({**entry, "status": "ran", "check": check.to_dict()})
+                manifest.append({**entry, "status": "ran", "check": checked.check.to_dict()})
             finally:
                 prepared.release()
     return manifest
 
 
-def child_command(*, model: str, phase: str, batch: int, prompt: int, context: int | None, dtype: str,
-                  device: str, attention: str, impls: Sequence[str] | None, manifest: Path) -> list[str]:
+def _not_ran(m: Measurement) -> dict[str, Any]:
+    """Manifest fields of an op × implementation that did not run (failed, unsupported, error)."""
+    if m.status == "failed":
+        return {"status": "failed", "check": m.check.to_dict() if m.check is not None else None}
+    return {"status": m.status, "reason": m.note}
+
+
+def child_command(
+    *,
+    model: str,
+    phase: str,
+    batch: int,
+    prompt: int,
+    context: int | None,
+    dtype: str,
+    device: str,
+    attention: str,
+    impls: Sequence[str] | None,
+    manifest: Path,
+) -> list[str]:
     """The argument list of the child process (no shell)."""
-    cmd = [sys.executable, "-m", "roofprof", "counters", "ops-pass", "--model", model, "--phase", phase,
-           "--batch", str(batch), "--prompt", str(prompt), "--dtype", dtype, "--device", device,
-           "--attention", attention, "--manifest", str(manifest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "roofprof",
+        "counters",
+        "ops-pass",
+        "--model",
+        model,
+        "--phase",
+        phase,
+        "--batch",
+        str(batch),
+        "--prompt",
+        str(prompt),
+        "--dtype",
+        dtype,
+        "--device",
+        device,
+        "--attention",
+        attention,
+        "--manifest",
+        str(manifest),
+    ]
     if context is not None:
         cmd += ["--context", str(context)]
     if impls:
@@ -105,8 +150,15 @@ def child_command(*, model: str, phase: str, batch: int, prompt: int, context: i
     return cmd
 
 
-def profile_counters(child: list[str], manifest: Path, out_dir: str | os.PathLike, *, roofline: Any = None,
-                     clock_control: str = "none", **ncu_options: Any) -> dict[str, Any]:
+def profile_counters(
+    child: list[str],
+    manifest: Path,
+    out_dir: str | os.PathLike,
+    *,
+    roofline: Any = None,
+    clock_control: str = "none",
+    **ncu_options: Any,
+) -> dict[str, Any]:
     """Parent side: run ``child`` under ncu; place and compare; write ``counters.json`` whole.
 
     Raises:
@@ -115,13 +167,21 @@ def profile_counters(child: list[str], manifest: Path, out_dir: str | os.PathLik
     """
     out = check_writable_dir(out_dir)
     records = run_under_ncu(child, out / "counters.csv", clock_control=clock_control, **ncu_options)
-    ran = [CounterOp(**{k: e[k] for k in CounterOp.__dataclass_fields__})
-           for e in read_json(manifest) if e["status"] == "ran"]
+    ran = [
+        CounterOp(**{k: e[k] for k in CounterOp.__dataclass_fields__})
+        for e in read_json(manifest)
+        if e["status"] == "ran"
+    ]
     comparisons = compare_with_ops(records, ran)
     placements = place_hierarchical(records, roofline)
-    payload = records_to_json(records, placements, comparisons,
-                                       manifest=read_json(manifest), clock_control=clock_control,
-                                       provenance=provenance(roofline=getattr(roofline, "device", None)))
+    payload = records_to_json(
+        records,
+        placements,
+        comparisons,
+        manifest=read_json(manifest),
+        clock_control=clock_control,
+        provenance=provenance(roofline=getattr(roofline, "device", None)),
+    )
     write_json_atomic(out / "counters.json", payload)
     if placements:
         from roofprof.plots.hierarchical import plot_hierarchical

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from roofprof.counters.errors import (
-    PERMISSION_HINT,
     CollectionError,
-    CounterPermissionError,
     CounterWarning,
     NotNcuOutputError,
+    check_permission,
 )
-from roofprof.counters.metrics import _KNOWN_METRICS, TIME_METRIC, KernelCounters, parse_number
+from roofprof.counters.metrics import KNOWN_METRICS, TIME_METRIC, KernelCounters, parse_number
 from roofprof.errors import ConfigError, DeviceUnavailableError
 
 __all__ = ["load_counters", "parse_ncu_csv", "read_ncu_csv", "read_ncu_report"]
@@ -32,11 +31,6 @@ _LABEL_ALIASES = {"Duration": TIME_METRIC}  # details pages printed with --secti
 
 def _is_chatter(line: str) -> bool:
     return line.startswith(_CHATTER)
-
-
-def _check_permission(line: str) -> None:
-    if "ERR_NVGPUCTRPERM" in line:
-        raise CounterPermissionError(PERMISSION_HINT)
 
 
 def _nvtx_stack(cell: str) -> tuple[str, ...]:
@@ -89,7 +83,7 @@ def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
     no_kernels = None
     for i, raw in enumerate(lines):
         line = raw.strip()
-        _check_permission(line)
+        check_permission(line)
         if line.startswith('"ID",'):
             header_at = i
             break
@@ -114,7 +108,7 @@ def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
     rows: list[tuple[int, list[str]]] = []
     for i in range(header_at + 1, len(lines)):
         line = lines[i].strip()
-        _check_permission(line)
+        check_permission(line)
         if not line or _is_chatter(line):
             continue
         try:
@@ -169,7 +163,7 @@ def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[st
     try:
         value = parse_number(text)
     except ValueError:
-        if metric in _KNOWN_METRICS:
+        if metric in KNOWN_METRICS:
             raise NotNcuOutputError(
                 f"{source}: line {line_no}: metric {metric} has the non-numeric value {text!r}"
             ) from None

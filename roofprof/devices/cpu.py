@@ -10,7 +10,7 @@ without a GPU, as ERT and Intel Advisor do for CPUs.
   the timed run after it pays no write-back).
 * Probes: ``read`` and ``triad`` bandwidth (working-set sweep), ``fma-fp32``/``fma-fp64``
   peak compute, ``gemm-fp32``/``gemm-fp64`` (numpy BLAS), ``intensity-fp64`` and
-  ``intensity-fp32`` (FMAs per element swept).
+  ``intensity-fp32`` (FMAs per element swept); in :mod:`roofprof.devices.cpu_probes`.
 * Op implementations: ``numpy`` (BLAS ``matmul``) and ``numba`` (kernels/cpu.py ``gemm_nt``)
   for GEMM/GEMV ops in fp32 and fp64.
 
@@ -26,7 +26,6 @@ import functools
 import os
 import platform
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +37,21 @@ from roofprof.devices.base import (
     DeviceInfo,
     DeviceStatus,
     Probe,
-    ProbeRun,
     compare,
-    tolerance,
     torch_issue_overhead_s,
+)
+from roofprof.devices.cpu_probes import (  # the probes live there; re-exported here
+    NP_DTYPES,
+    PROBE_SEED,
+    ProbeArena,
+    aligned_empty,
+    cpu_probes,
+    gemm_tolerance,
+    setup_fma,
+    setup_gemm,
+    setup_intensity,
+    setup_read,
+    setup_triad,
 )
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.telemetry import CpuFreqSampler, NullSampler
@@ -50,9 +60,9 @@ from roofprof.timing import PerfCounterClock
 if TYPE_CHECKING:
     from roofprof.probes import RooflinePlan
 
-__all__ = ["AUTO_FALLBACK", "KIND", "NAMES", "NP_DTYPES", "WHAT", "CpuDevice", "NumbaGemm", "NumpyGemm",
+__all__ = ["AUTO_FALLBACK", "KIND", "NAMES", "NP_DTYPES", "PROBE_SEED", "WHAT", "CpuDevice", "NumbaGemm", "NumpyGemm",
            "ProbeArena", "aligned_empty", "allowed_cpus", "cache_sizes", "cpu_info", "cpu_probes",
-           "cpu_roofline_plan", "enumerate", "open", "roofline_plan", "setup_fma", "setup_gemm",
+           "cpu_roofline_plan", "enumerate", "gemm_tolerance", "open", "roofline_plan", "setup_fma", "setup_gemm",
            "setup_intensity", "setup_read", "setup_triad"]
 
 #: The device kind (and device string) of this backend.
@@ -62,23 +72,6 @@ NAMES = ("cpu",)
 WHAT = "CPU"
 #: ``auto`` falls back on the CPU when no other backend has a usable device.
 AUTO_FALLBACK = True
-NP_DTYPES = {"fp32": np.float32, "fp64": np.float64}
-#: Seed of the random stream the probe checks draw from.
-PROBE_SEED = 20240601
-_ALIGN = 64
-# Stagger between the arrays of a multi-array kernel, so that a[i], b[i], c[i] never sit
-# at the same offset modulo 4 KiB (4K aliasing stalls loads behind unrelated stores).
-_STAGGER_BYTES = 1088
-
-
-def aligned_empty(n: int, dtype: Any) -> np.ndarray:
-    """An uninitialised 1-D array of ``n`` elements starting on a 64-byte boundary."""
-    itemsize = np.dtype(dtype).itemsize
-    raw = np.empty(n * itemsize + _ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % _ALIGN
-    return raw[start:start + n * itemsize].view(dtype)
-
-
 # --------------------------------------------------------------------------- identity
 
 
@@ -272,217 +265,11 @@ class CpuDevice:
         return cpu_roofline_plan(self._info, name)
 
 
-# --------------------------------------------------------------------------- probes
-
-
-class ProbeArena:
-    """A growable, 64-byte aligned float64 buffer shared by the sizes of one sweep."""
-
-    def __init__(self) -> None:
-        self.buf: np.ndarray | None = None
-
-    def get(self, n: int) -> np.ndarray:
-        k = _kernels()
-        if self.buf is None or self.buf.size < n:
-            self.buf = None  # free the old one first
-            self.buf = aligned_empty(n, np.float64)
-            k.fill(self.buf, 1.0)  # parallel first touch
-        return self.buf
-
-
-def _stagger_elems(itemsize: int) -> int:
-    return _STAGGER_BYTES // itemsize
+_gemm_tolerance = gemm_tolerance  # its former name (tests import it)
 
 
 def _kernels() -> Any:
     return kernels_module("cpu")
-
-
-def _rng(rng: np.random.Generator | None) -> np.random.Generator:
-    return rng if rng is not None else np.random.default_rng(PROBE_SEED)
-
-
-def setup_read(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
-               rng: np.random.Generator | None = None) -> ProbeRun:
-    """The ``read`` bandwidth probe at one working set (bytes): a parallel float64 sum.
-
-    >>> run = setup_read(CpuDevice(), ProbeArena(), working_set_bytes=1 << 16)
-    >>> run.bytes_per_rep == 8 * run.params["elements"] and run.check().ok
-    True
-    """
-    k, rng = _kernels(), _rng(rng)
-    nt = device.nthreads
-    n = max(8 * nt, int(working_set_bytes) // 8 // 8 * 8)
-    x = arena.get(n)[:n]
-    out = np.zeros(max(nt, 1))
-
-    def run(reps: int) -> float:
-        return k.read_sum(x, out, nt, reps)
-
-    def check() -> CheckResult:
-        m = min(n, 1 << 16)
-        x[:m] = rng.random(m) + 0.5
-        got = k.read_sum(x, out, nt, 2)
-        ref = k.read_sum_reference(x, 2)
-        return compare(np.array([got]), np.array([ref]), 1e-9,
-                       "read_sum vs numpy sum (random head, rest filled), 2 passes")
-
-    return ProbeRun(run=run, flops_per_rep=float(n), bytes_per_rep=8.0 * n, check=check,
-                    working_set_bytes=8 * n, params={"elements": n, "threads": nt})
-
-
-def setup_triad(device: CpuDevice, arena: ProbeArena, *, working_set_bytes: int,
-                rng: np.random.Generator | None = None) -> ProbeRun:
-    """The ``triad`` bandwidth probe (STREAM ``a = b + s·c``) at one working set (bytes)."""
-    k, rng = _kernels(), _rng(rng)
-    nt = device.nthreads
-    n = max(8 * nt, int(working_set_bytes) // 24 // 8 * 8)
-    pad = _stagger_elems(8)
-    stride = -(-n // 512) * 512 + pad
-    buf = arena.get(3 * stride)
-    a, b, c = buf[0:n], buf[stride:stride + n], buf[2 * stride:2 * stride + n]
-    s = 0.5
-
-    def run(reps: int) -> None:
-        k.triad(a, b, c, s, nt, reps)
-
-    def check() -> CheckResult:
-        b[:] = rng.random(n) + 0.5
-        c[:] = rng.random(n) + 0.5
-        a[:] = np.nan
-        k.triad(a, b, c, s, nt, 3)
-        res = compare(a, k.triad_reference(b, c, s, 3), 1e-15 * 8,
-                      "triad vs numpy b + s*c, a poisoned with NaN, 3 passes")
-        k.fill(buf, 1.0)
-        return res
-
-    return ProbeRun(run=run, flops_per_rep=2.0 * n, bytes_per_rep=24.0 * n, check=check,
-                    working_set_bytes=24 * n, params={"elements_per_array": n, "threads": nt})
-
-
-def setup_fma(device: CpuDevice, dtype: str, *, rng: np.random.Generator | None = None) -> ProbeRun:
-    """The ``fma-<dtype>`` compute probe: 16 dependent FMAs per L1-resident element per rep."""
-    k, rng = _kernels(), _rng(rng)
-    np_t = NP_DTYPES[dtype]
-    a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
-    nt = device.nthreads
-    n = nt * 4 * k.FMA_BLOCK  # four L1-resident blocks per thread
-    x = aligned_empty(n, np_t)
-    x[:] = rng.random(n).astype(np_t)
-
-    def run(reps: int) -> None:
-        k.fma_chain(x, a, c, 16, reps, k.FMA_BLOCK)
-
-    def check() -> CheckResult:
-        x0 = (rng.random(n) + 0.5).astype(np_t)
-        x[:] = x0
-        k.fma_chain(x, a, c, 16, 4, k.FMA_BLOCK)
-        tol = 4 * 64 * float(np.finfo(np_t).eps)
-        return compare(x, k.fma_chain_reference(x0, a, c, 64), tol,
-                       "64 chained FMAs per element vs closed form in float64")
-
-    return ProbeRun(run=run, flops_per_rep=2.0 * 16 * n, bytes_per_rep=2.0 * np.dtype(np_t).itemsize * n,
-                    check=check, working_set_bytes=n * np.dtype(np_t).itemsize,
-                    params={"elements": n, "block": k.FMA_BLOCK, "fmas_per_element_per_rep": 16})
-
-
-def setup_gemm(device: CpuDevice, dtype: str, *, size: int, rng: np.random.Generator | None = None) -> ProbeRun:
-    """The ``gemm-<dtype>`` probe: one ``size``-order numpy (BLAS) matmul per rep."""
-    rng = _rng(rng)
-    np_t = NP_DTYPES[dtype]
-    n = int(size)
-    a = rng.standard_normal((n, n)).astype(np_t)
-    b = rng.standard_normal((n, n)).astype(np_t)
-    out = np.empty((n, n), dtype=np_t)
-
-    def run(reps: int) -> None:
-        for _ in range(reps):
-            np.matmul(a, b, out=out)
-
-    def check() -> CheckResult:
-        a[:] = rng.standard_normal((n, n))
-        b[:] = rng.standard_normal((n, n))
-        out[:] = np.nan
-        np.matmul(a, b, out=out)
-        rows = rng.choice(n, size=min(n, 32), replace=False)
-        ref = a[rows].astype(np.float64) @ b.astype(np.float64)
-        return compare(out[rows], ref, _gemm_tolerance(dtype, n), "numpy matmul vs float64 reference on 32 rows")
-
-    item = np.dtype(np_t).itemsize
-    return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * item, check=check,
-                    working_set_bytes=3 * n * n * item, params={"n": n})
-
-
-def setup_intensity(device: CpuDevice, arena: ProbeArena, dtype: str, *, working_set_bytes: int,
-                    fmas_per_element: int, rng: np.random.Generator | None = None) -> ProbeRun:
-    """The ``intensity-<dtype>`` probe: ``fmas_per_element`` FMAs per element read and written."""
-    k, rng = _kernels(), _rng(rng)
-    np_t = NP_DTYPES[dtype]
-    item = np.dtype(np_t).itemsize
-    a, c = np_t(1.0 - 2.0**-10), np_t(2.0**-12)
-    u, inner = k.fma_split(int(fmas_per_element))
-    nt = device.nthreads
-    quantum = k.FMA_BLOCK * nt
-    n = max(quantum, int(working_set_bytes) // item // quantum * quantum)
-    x = arena.get(-(-n * item // 8))[: n * item // 8].view(np_t)
-    kk = u * inner
-
-    def run(reps: int) -> None:
-        for _ in range(reps):
-            k.fma_chain(x, a, c, u, inner, k.FMA_BLOCK)
-
-    def check() -> CheckResult:
-        m = 2 * quantum
-        y0 = (rng.random(m) + 0.5).astype(np_t)
-        y = aligned_empty(m, np_t)
-        y[:] = y0
-        k.fma_chain(y, a, c, u, inner, k.FMA_BLOCK)
-        tol = 4 * max(kk, 4) * float(np.finfo(np_t).eps)
-        return compare(y, k.fma_chain_reference(y0, a, c, kk), tol,
-                       f"{kk} chained FMAs per element vs closed form in float64")
-
-    return ProbeRun(run=run, flops_per_rep=2.0 * kk * n, bytes_per_rep=2.0 * item * n, check=check,
-                    working_set_bytes=n * item,
-                    params={"elements": n, "fmas_per_element": kk, "unroll": u, "inner_passes": inner})
-
-
-def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
-    """The CPU probe catalogue (see the module docstring): the ``setup_*`` functions bound to
-    this device, their buffers and one random stream for the checks."""
-    rng = np.random.default_rng(PROBE_SEED)
-    read_arena, triad_arena = ProbeArena(), ProbeArena()
-    sweep_arenas: dict[str, ProbeArena] = {"fp32": ProbeArena(), "fp64": ProbeArena()}
-    fma_accounting = ("FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
-                      "elements independent), data L1-resident")
-    blas = _blas_name()
-    return (
-        Probe("read", "bandwidth", partial(setup_read, device, read_arena, rng=rng),
-              accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
-              note="vectorised sum, one contiguous chunk per thread"),
-        Probe("triad", "bandwidth", partial(setup_triad, device, triad_arena, rng=rng),
-              accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), FLOPs = 2·n",
-              note="a = b + s·c, one contiguous chunk per thread, arrays staggered against 4K aliasing"),
-        Probe("fma-fp64", "compute", partial(setup_fma, device, "fp64", rng=rng), dtype="fp64",
-              accounting=fma_accounting),
-        Probe("fma-fp32", "compute", partial(setup_fma, device, "fp32", rng=rng), dtype="fp32",
-              accounting=fma_accounting),
-        Probe("gemm-fp64", "gemm", partial(setup_gemm, device, "fp64", rng=rng), dtype="fp64",
-              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·8 (minimum)", note=f"numpy matmul ({blas})"),
-        Probe("gemm-fp32", "gemm", partial(setup_gemm, device, "fp32", rng=rng), dtype="fp32",
-              accounting="FLOPs = 2·n³ per call; bytes = 3·n²·4 (minimum)", note=f"numpy matmul ({blas})"),
-        Probe("intensity-fp64", "intensity", partial(setup_intensity, device, sweep_arenas["fp64"], "fp64", rng=rng),
-              dtype="fp64",
-              accounting="per element: read 8 B + write 8 B from DRAM, k FMAs = 2k FLOPs → intensity k/8 FLOP/B"),
-        Probe("intensity-fp32", "intensity", partial(setup_intensity, device, sweep_arenas["fp32"], "fp32", rng=rng),
-              dtype="fp32",
-              accounting="per element: read 4 B + write 4 B from DRAM, k FMAs = 2k FLOPs → intensity k/4 FLOP/B"),
-    )
-
-
-def _gemm_tolerance(dtype: str, k: int) -> float:
-    """The CPU GEMM checks' tolerance: :func:`~roofprof.devices.base.tolerance` at 16 ulps and
-    16·eps·√k growth (at least the former ``16·eps·√k``)."""
-    return tolerance(dtype, k, ulps=16.0, growth=16.0)
 
 
 # --------------------------------------------------------------------------- op implementations
@@ -525,7 +312,7 @@ class _PreparedGemm:
         self.w[...] = rng.standard_normal(self.w.shape)
         self.out[...] = np.nan
         self.run()
-        tol = _gemm_tolerance(op.dtype, op.k)
+        tol = gemm_tolerance(op.dtype, op.k)
         rows = np.sort(rng.choice(op.m, size=min(op.m, 16), replace=False))
         if op.batch > 1:
             batches = np.sort(rng.choice(op.batch, size=min(op.batch, 4), replace=False))

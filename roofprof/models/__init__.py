@@ -24,41 +24,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from roofprof.errors import UnknownNameError
 from roofprof.models import llama
+from roofprof.models.families import family_of
 
 if TYPE_CHECKING:
-    from roofprof.workload import Scenario, Workload
+    from roofprof.specs import ModelSpec
+    from roofprof.workload import Counting, Scenario, Workload
 
-__all__ = ["FAMILIES", "family_of", "ops"]
+__all__ = ["FAMILIES", "family_of", "llama_ops", "ops"]
 
-#: Family name -> module with ``accepts(config)`` and ``ops(scenario)``.
+#: Family name -> module with ``accepts(config)`` and ``ops(scenario)`` (its configs are
+#: recognised by :data:`roofprof.models.families.CONFIGS`).
 FAMILIES: Mapping[str, ModuleType] = {"llama": llama}
-
-
-def family_of(config: Mapping[str, Any]) -> str:
-    """The family name of an HF config, by its ``model_type`` (else ``architectures``).
-
-    A config that names neither (a hand-written one with only the sizes) is read as a
-    Llama, as before.
-
-    Raises:
-        UnknownNameError: the config names a model type no family reads (the message
-            names it and lists the supported families).
-    """
-    model_type = config.get("model_type")
-    architectures = [str(a) for a in config.get("architectures") or ()]
-    if model_type is None and not architectures:
-        return "llama"
-    for name, family in FAMILIES.items():
-        if family.accepts(config):
-            return name
-    label = str(model_type or architectures[0])
-    if model_type is not None and architectures:
-        label += f" ({', '.join(architectures)})"
-    raise UnknownNameError("model family", label, FAMILIES)
 
 
 def ops(scenario: Scenario) -> Workload:
@@ -71,3 +51,26 @@ def ops(scenario: Scenario) -> Workload:
     if family not in FAMILIES:
         raise UnknownNameError("model family", family, FAMILIES)
     return FAMILIES[family].ops(scenario)
+
+
+def llama_ops(
+    model: ModelSpec,
+    phase: str,
+    *,
+    batch: int = 1,
+    prompt_tokens: int = 0,
+    context_tokens: int | None = None,
+    dtype: str = "bf16",
+    convention: str | Counting = "engine",
+) -> Workload:
+    """The ops of one pass from loose arguments: ``ops(Scenario(...))``.
+
+    Kept for callers not yet ported to :class:`~roofprof.workload.Scenario`; new code
+    builds a Scenario.
+
+    Raises:
+        ConfigError, UnknownNameError: bad phase, dtype, sizes or convention.
+    """
+    from roofprof.workload import Scenario, counting_of
+
+    return ops(Scenario(model, phase, batch, prompt_tokens, context_tokens, dtype, counting_of(convention)))

@@ -22,16 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from roofprof.models.families import CONFIGS
 from roofprof.precision import kv_bytes, weight_bits
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
 from roofprof.workload import OP_GROUPS, Counting, Op, Scenario, Workload
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "ROLES", "accepts", "ops"]
 
+_CONFIG = CONFIGS["llama"]
 #: ``model_type`` values of the configs this family reads.
-MODEL_TYPES = ("llama",)
+MODEL_TYPES = _CONFIG.model_types
 #: ``architectures`` entries of the configs this family reads.
-ARCHITECTURES = ("LlamaForCausalLM",)
+ARCHITECTURES = _CONFIG.architectures
 
 
 def accepts(config: Mapping[str, Any]) -> bool:
@@ -40,9 +42,7 @@ def accepts(config: Mapping[str, Any]) -> bool:
     >>> accepts({"model_type": "llama"}), accepts({"model_type": "mixtral"})
     (True, False)
     """
-    if config.get("model_type") is not None:
-        return config["model_type"] in MODEL_TYPES
-    return any(a in ARCHITECTURES for a in config.get("architectures") or ())
+    return _CONFIG.accepts(config)
 
 
 def ops(scenario: Scenario) -> Workload:

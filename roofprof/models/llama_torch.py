@@ -38,6 +38,11 @@ from torch import nn
 
 from roofprof.specs import ModelSpec
 
+__all__ = ["SDPA_GQA", "TORCH_DTYPES", "KVCache", "TorchLlama", "apply_rope", "attention_eager",
+           "attention_pv", "attention_scores", "attention_sdpa", "attention_softmax", "causal_mask",
+           "fill_random_", "repeat_kv", "rms_norm", "rope_cos_sin", "rope_inv_freq", "rotate_half",
+           "silu_mul", "torch_dtype"]
+
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
                 "tf32": torch.float32}
 

@@ -13,41 +13,24 @@ from typing import Any
 
 from roofprof.plots import pyplot, save
 from roofprof.units import si as _si
+from roofprof.workload import OP_GROUPS
 
-__all__ = ["breakdown_chart", "clock_chart", "estimator_chart", "op_group", "roofline_chart",
+__all__ = ["breakdown_chart", "clock_chart", "estimator_chart", "roofline_chart",
            "sweep_chart"]
 
 PHASE_STYLE = {"prefill": ("tab:red", "^"), "decode": ("tab:blue", "o")}
 LEVEL_COLOR = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive",
                "smem": "tab:purple"}
-GROUPS = ("attention", "q/k/v/o projections", "MLP GEMMs", "lm_head + embedding",
-          "norms + elementwise")
-GROUP_COLOR = dict(zip(GROUPS, ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green"),
+GROUP_COLOR = dict(zip(OP_GROUPS, ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green"),
                        strict=True))
 ESTIMATOR_COLOR = {"spec": "tab:gray", "empirical": "tab:cyan", "measured": "tab:blue",
                    "measured-no-launch": "lightsteelblue", "real": "black"}
-SHORT = {"embedding": "emb", "attn_norm": "anorm", "mlp_norm": "mnorm", "final_norm": "fnorm",
-         "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate",
-         "up_proj": "up", "down_proj": "down", "lm_head": "head", "rope": "rope",
-         "attention": "attn", "attn_scores": "QK", "attn_softmax": "softmax", "attn_pv": "PV",
-         "attn_residual": "res1", "mlp_residual": "res2", "silu_mul": "silu"}
 
 
-def op_group(name: str, kind: str) -> str:
-    """The chart group of an op (by its name and kind).
-
-    >>> op_group("gate_proj", "gemm"), op_group("attn_pv", "attention")
-    ('MLP GEMMs', 'attention')
-    """
-    if kind == "attention":
-        return "attention"
-    if name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        return "q/k/v/o projections"
-    if name in ("gate_proj", "up_proj", "down_proj"):
-        return "MLP GEMMs"
-    if name in ("lm_head", "embedding"):
-        return "lm_head + embedding"
-    return "norms + elementwise"
+def _group(op: Any) -> str:
+    """The chart group the model family gave ``op`` (:data:`~roofprof.workload.OP_GROUPS`);
+    an op built without one is drawn with the norms and elementwise ops."""
+    return op.group if op.group in GROUP_COLOR else OP_GROUPS[-1]
 
 
 # --------------------------------------------------------------------------- roofline
@@ -69,7 +52,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
         for o in prof.ops:
             if o.chosen is None or o.op.flops <= 0 or o.op.bytes <= 0 or not (o.seconds > 0):
                 continue
-            points.append((phase, o.op.name, o.op.intensity, o.op.flops / o.seconds))
+            points.append((phase, o.op.short or o.op.name, o.op.intensity, o.op.flops / o.seconds))
     xs = [p[2] for p in points] or [1.0]
     ridges = []
     for r in (roofline, spec):
@@ -147,7 +130,7 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
         tuple, list[str]
     ] = {}  # ops measured as one shape sit on one spot: one label "q/o"
     for phase, name, x, y in points:
-        merged.setdefault((phase, x, y), []).append(SHORT.get(name, name))
+        merged.setdefault((phase, x, y), []).append(name)
     _label_points(ax, [("/".join(names), x, y, PHASE_STYLE.get(phase, ("black", ""))[0])
                        for (phase, x, y), names in merged.items()])
     ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum DRAM traffic)")
@@ -214,9 +197,9 @@ def breakdown_chart(
     for ax, phase in zip(axes, ("prefill", "decode"), strict=True):
         for i, label in enumerate(labels):
             ph = getattr(predictions[label], phase)
-            groups = dict.fromkeys(GROUPS, 0.0)
+            groups = dict.fromkeys(OP_GROUPS, 0.0)
             for o in ph.ops:
-                groups[op_group(o.op.name, o.op.kind)] += o.seconds
+                groups[_group(o.op)] += o.seconds
             left = 0.0
             for g, v in groups.items():
                 ax.barh(i, v, left=left, color=GROUP_COLOR[g], edgecolor="white",
@@ -246,7 +229,7 @@ def breakdown_chart(
         )
         ax.set_xlim(0, xmax * 1.25)
         ax.grid(True, axis="x", alpha=0.25)
-    fig.legend(loc="lower center", ncol=len(GROUPS), fontsize=8, frameon=False)
+    fig.legend(loc="lower center", ncol=len(OP_GROUPS), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return save(fig, path)
 

@@ -29,139 +29,31 @@ the time, as a fraction of the datasheet and published compute peaks.
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from roofprof import models
-from roofprof.errors import ConfigError, RoofprofError
-from roofprof.published.corpus import PublishedRow, load_end_to_end, published_roofline
-from roofprof.rollup import Estimator, RooflineEstimator, estimate_phase
+from roofprof.errors import ConfigError
+from roofprof.published.cases import (
+    PHASES,
+    Case,
+    Skipped,
+    case_flops_bytes,
+    case_seconds,
+    cases,
+    empirical_roofline,
+    spec_roofline,
+)
+from roofprof.rollup import RooflineEstimator
 from roofprof.roofline import Roofline
-from roofprof.specs import list_models, load_gpu
-from roofprof.workload import Scenario, Workload
+from roofprof.specs import load_gpu
 
 __all__ = ["ESTIMATORS", "Case", "PublishedValidation", "Skipped", "case_seconds", "cases", "summarize",
            "validate_published"]
 
 ESTIMATORS = ("spec", "empirical", "calibrated")
-PHASES = ("decode", "prefill", "offline")
-
-
-@dataclass(frozen=True)
-class Case:
-    """One published figure to predict: ``passes`` are (scenario, times it runs)."""
-
-    row: PublishedRow
-    phase: str
-    metric: str
-    published_s: float
-    derived: bool
-    passes: tuple[tuple[Scenario, int], ...]
-
-    @property
-    def label(self) -> str:
-        return f"{self.row.id}:{self.phase}"
-
-    @property
-    def gpu(self) -> str:
-        return self.row.gpu_id or ""
-
-    @property
-    def engine(self) -> str:
-        return self.row.engine_profile
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A row (or one phase of it) roofprof does not model, and why."""
-
-    row_id: str
-    model: str
-    gpu: str
-    engine: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"row": self.row_id, "model": self.model, "gpu": self.gpu, "engine": self.engine,
-                "reason": self.reason}
-
-
-def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[Skipped]]:
-    """The modelled cases and the skipped rows of the corpus (or of ``rows``)."""
-    out: list[Case] = []
-    skipped: list[Skipped] = []
-    for r in rows if rows is not None else load_end_to_end():
-        def skip(reason: str, r: PublishedRow = r) -> None:
-            skipped.append(Skipped(r.id, r.model, r.gpu_id or r.gpu, r.engine, reason))
-
-        if r.skip:
-            skip(r.skip)
-            continue
-        if r.model_id not in list_models():
-            skip(f"no shipped config {r.model_id!r}")
-            continue
-        try:
-            base = Scenario.of(r.model_id, "decode", batch=r.batch or 1, prompt_tokens=r.prompt_tokens or 1,
-                               dtype=r.dtype or "bf16", weights=r.weights, kv_dtype=r.kv_dtype)
-        except RoofprofError as exc:
-            skip(str(exc))
-            continue
-        ctx = r.decode_context_tokens if r.decode_context_tokens is not None else (r.prompt_tokens or 0)
-        if r.phase in ("decode", "decode+prefill") and r.figure("tpot_s"):
-            out.append(Case(r, "decode", "tpot_s", r.figure("tpot_s"), r.is_derived("tpot_s"),
-                            ((base.replace(context_tokens=ctx), 1),)))
-        if r.phase in ("prefill", "decode+prefill") and r.figure("ttft_s"):
-            out.append(Case(r, "prefill", "ttft_s", r.figure("ttft_s"), r.is_derived("ttft_s"),
-                            ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),)))
-        if r.phase == "offline" and r.figure("offline_run_s"):
-            out.append(Case(r, "offline", "offline_run_s", r.figure("offline_run_s"), True,
-                            ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),
-                             (base.replace(context_tokens=ctx), int(r.output_tokens or 0)))))
-    return out, skipped
-
-
-@functools.lru_cache(maxsize=4096)
-def workload(scenario: Scenario) -> Workload:
-    """``models.ops(scenario)``, cached (the corpus asks for the same passes many times)."""
-    return models.ops(scenario)
-
-
-def case_seconds(case: Case, estimator: Estimator) -> float:
-    """Predicted seconds of ``case`` (every pass through ``estimator``, times its count)."""
-    return sum(n * estimate_phase(workload(s), estimator).seconds for s, n in case.passes if n)
-
-
-def case_flops_bytes(case: Case) -> tuple[float, float]:
-    """FLOPs and bytes of the whole case (all passes)."""
-    flops = sum(n * workload(s).flops for s, n in case.passes)
-    moved = sum(n * workload(s).bytes for s, n in case.passes)
-    return flops, moved
-
-
-@functools.lru_cache(maxsize=64)
-def spec_roofline(gpu: str) -> Roofline:
-    return Roofline.from_spec(load_gpu(gpu))
-
-
-@functools.lru_cache(maxsize=64)
-def empirical_roofline(gpu: str) -> Roofline | str:
-    """The published-ceiling roofline of ``gpu``, or the reason there is none."""
-    try:
-        return published_roofline(gpu)
-    except ConfigError as exc:
-        return str(exc)
-
-
-def base_roofline(gpu: str) -> tuple[Roofline, str]:
-    """The roofline the calibrated estimator starts from: published ceilings, else the datasheet."""
-    roof = empirical_roofline(gpu)
-    if isinstance(roof, Roofline):
-        return roof, "published ceilings"
-    return spec_roofline(gpu), "datasheet (no published ceilings)"
 
 
 def _achieved(case: Case, seconds: float) -> dict[str, float | None]:
@@ -267,8 +159,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], estimators: Sequence[str],
               by: Sequence[str] = ("phase", "gpu", "engine_profile")) -> list[dict[str, Any]]:
     """Median and worst |residual| per estimator, over all rows, per phase, per GPU and per engine.
 
-    >>> summarize([{"phase": "decode", "gpu": "a", "engine_profile": "x", "row": "D1", "spec_residual": -0.2},
-    ...            {"phase": "decode", "gpu": "a", "engine_profile": "x", "row": "D2", "spec_residual": 0.1}],
+    >>> summarize([{"phase": "decode", "gpu": "a", "engine_profile": "x", "row": "D1", "case": "D1",
+    ...             "spec_residual": -0.2},
+    ...            {"phase": "decode", "gpu": "a", "engine_profile": "x", "row": "D2", "case": "D2",
+    ...             "spec_residual": 0.1}],
     ...           ["spec"])[0]["median_abs_residual"]
     0.15000000000000002
     """

@@ -432,7 +432,7 @@ def roofline_table(result) -> Table:
     """The ceilings of a measured roofline (``RooflineResult``): best, median, clock, % of spec."""
     spec_rows = {r["ceiling"]: r for r in result.spec_comparison.get("rows", [])}
     dev = result.device
-    units = "cores" if dev.kind == "cpu" else "SMs"
+    units = dev.compute_unit_name  # declared by the backend ("cores", "SMs")
     table = Table(title=f"Measured roofline: {escape(dev.name)} ({escape(dev.label)}, "
                         f"{dev.compute_units} {units})")
     for col, just in (("ceiling", "left"), ("kind", "left"), ("level/dtype", "left"),

@@ -25,7 +25,8 @@ the results) and written to ``selftest.json`` (with provenance) and ``selftest.m
 Modules: :mod:`~roofprof.selftest.targets` (the targets; pure arithmetic),
 :mod:`~roofprof.selftest.markdown` (``selftest.md``), :mod:`~roofprof.selftest.plan` (the
 Llama passes benchmarked), :mod:`~roofprof.selftest.state` (the results being built),
-:mod:`~roofprof.selftest.sections` (the GPU section runners) and
+:mod:`~roofprof.selftest.sections` (the GPU section runners),
+:mod:`~roofprof.selftest.correctness` (the correctness section) and
 :mod:`~roofprof.selftest.counters` (the Nsight Compute self-check). Importing the package
 imports no GPU library; the sections import theirs when they run.
 
@@ -43,7 +44,7 @@ from typing import Any
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.selftest.markdown import markdown_report
 from roofprof.selftest.plan import MODELS, PROMPT_TOKENS, BenchCase, benchmark_plan, gemm_ops
-from roofprof.selftest.sections import RUNNERS, Measurement, find_tests_dir
+from roofprof.selftest.sections import RUNNERS, find_tests_dir
 from roofprof.selftest.state import Progress, RunState, SectionResult, SectionTimeout, write_results
 from roofprof.selftest.targets import (
     Aggregate,
@@ -68,7 +69,6 @@ __all__ = [
     "SHARES",
     "Aggregate",
     "BenchCase",
-    "Measurement",
     "Progress",
     "SectionResult",
     "SectionTimeout",
@@ -92,10 +92,18 @@ SCHEMA = "roofprof.selftest/1"
 DEFAULT_BUDGET_S = 450.0
 SECTIONS = ("correctness", "roofline", "benchmarks", "counters", "pytest")
 #: Share of the budget each section may use (cumulative deadlines; leftovers carry over).
-SHARES = {"correctness": 0.20, "roofline": 0.22, "benchmarks": 0.30, "counters": 0.12, "pytest": 0.14}
+SHARES = {
+    "correctness": 0.20,
+    "roofline": 0.22,
+    "benchmarks": 0.30,
+    "counters": 0.12,
+    "pytest": 0.14,
+}
 MIN_SECTION_S = 10.0
-INSTALL_HINT = ("roofprof selftest needs an NVIDIA GPU with its driver; install CuPy for it: "
-                "pip install 'roofprof[cuda12]' (or 'roofprof[cuda13]' with a CUDA 13 driver)")
+INSTALL_HINT = (
+    "roofprof selftest needs an NVIDIA GPU with its driver; install CuPy for it: "
+    "pip install 'roofprof[cuda12]' (or 'roofprof[cuda13]' with a CUDA 13 driver)"
+)
 
 
 def _deadlines(budget_s: float, t0: float) -> dict[str, float]:
@@ -106,10 +114,17 @@ def _deadlines(budget_s: float, t0: float) -> dict[str, float]:
     return out
 
 
-def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: float = DEFAULT_BUDGET_S,
-                 device: Any = "cuda:0", sections: Sequence[str] = SECTIONS,
-                 progress: Progress | None = None, roofline_plan: Any = None,
-                 bench_cases: Sequence[BenchCase] | None = None) -> dict[str, Any]:
+def run_selftest(
+    out_dir: str | os.PathLike,
+    *,
+    quick: bool = False,
+    budget_s: float = DEFAULT_BUDGET_S,
+    device: Any = "cuda:0",
+    sections: Sequence[str] = SECTIONS,
+    progress: Progress | None = None,
+    roofline_plan: Any = None,
+    bench_cases: Sequence[BenchCase] | None = None,
+) -> dict[str, Any]:
     """Run the GPU self-test and write ``selftest.json`` and ``selftest.md`` in ``out_dir``.
 
     Args:
@@ -133,15 +148,33 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
 
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
-        raise ConfigError(f"unknown selftest section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
+        raise ConfigError(
+            f"unknown selftest section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}"
+        )
     dev = open_gpu(device)
     out = check_writable_dir(out_dir)
-    st = RunState(out=out, budget_s=float(budget_s), quick=quick, progress=progress or (lambda msg: None),
-                roofline_plan=roofline_plan, bench_cases=bench_cases)
+    st = RunState(
+        out=out,
+        budget_s=float(budget_s),
+        quick=quick,
+        progress=progress or (lambda msg: None),
+        roofline_plan=roofline_plan,
+        bench_cases=bench_cases,
+    )
     res = st.results
-    res.update({"schema": SCHEMA, "complete": False, "quick": quick, "budget_s": budget_s,
-                "device": dev.info.to_dict(), "gpu": dev.describe(), "spec": _spec_dict(dev), "sections": {},
-                "warnings": []})
+    res.update(
+        {
+            "schema": SCHEMA,
+            "complete": False,
+            "quick": quick,
+            "budget_s": budget_s,
+            "device": dev.info.to_dict(),
+            "gpu": dev.describe(),
+            "spec": _spec_dict(dev),
+            "sections": {},
+            "warnings": [],
+        }
+    )
     try:
         from roofprof.devices.cuda import skipped_probes
 
@@ -172,7 +205,9 @@ def run_selftest(out_dir: str | os.PathLike, *, quick: bool = False, budget_s: f
             res["sections"][name] = SectionResult(status, time.perf_counter() - t, note).to_dict()
             _release(dev)
             write_results(st, complete=False)
-        res["complete"] = all(s.get("status") in ("ok", "skipped") for s in res["sections"].values())
+        res["complete"] = all(
+            s.get("status") in ("ok", "skipped") for s in res["sections"].values()
+        )
     finally:
         write_results(st, complete=res.get("complete", False))
     return res
@@ -211,7 +246,12 @@ def _spec_dict(dev: Any) -> dict[str, Any] | None:
     spec = getattr(dev, "spec", None)
     if spec is None:
         return None
-    return {"id": spec.id, "name": spec.name, "memory_bytes_per_s": spec.memory_bytes_per_s,
-            "vector_clock_mhz": spec.vector_clock_mhz, "tensor_clock_mhz": spec.tensor_clock_mhz,
-            "sm_count": spec.sm_count, "peak_flops_per_s": dict(spec.peak_flops_per_s)}
-
+    return {
+        "id": spec.id,
+        "name": spec.name,
+        "memory_bytes_per_s": spec.memory_bytes_per_s,
+        "vector_clock_mhz": spec.vector_clock_mhz,
+        "tensor_clock_mhz": spec.tensor_clock_mhz,
+        "sm_count": spec.sm_count,
+        "peak_flops_per_s": dict(spec.peak_flops_per_s),
+    }

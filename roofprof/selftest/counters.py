@@ -82,7 +82,9 @@ def selftest_ops() -> list[Op]:
     ]  # fmt: skip
 
 
-def selftest_check(out_dir: str | os.PathLike, *, ncu: str | None = None, timeout_s: float = 480) -> dict[str, Any]:
+def selftest_check(
+    out_dir: str | os.PathLike, *, ncu: str | None = None, timeout_s: float = 480
+) -> dict[str, Any]:
     """Collect counters for a bf16 GEMM and an fp32 axpy on this GPU and check the arithmetic.
 
     Records which metric names of the table exist here (``ncu --query-metrics``), which
@@ -110,7 +112,11 @@ def selftest_check(out_dir: str | os.PathLike, *, ncu: str | None = None, timeou
             {m for alts in tensor_table(family).values() for alt in alts for m, _ in alt}
             | {m for alts in BYTE_METRICS.values() for alt in alts for m in alt}
             | {m for pairs in CUDA_CORE_FLOPS.values() for m, _ in pairs}
-            | {m for pairs in CUDA_CORE_FLOPS_EXTRA.get(family or "", {}).values() for m, _ in pairs}
+            | {
+                m
+                for pairs in CUDA_CORE_FLOPS_EXTRA.get(family or "", {}).values()
+                for m, _ in pairs
+            }
             | {TIME_METRIC, TENSOR_INST_METRIC}
         )
         coll = collection.collect(
@@ -125,7 +131,9 @@ def selftest_check(out_dir: str | os.PathLike, *, ncu: str | None = None, timeou
     by_op = {c.op: c for c in comparisons}
     gemm = by_op.get("selftest.gemm_bf16")
     checks = {
-        "gemm_tensor_flops_within_10pct": bool(gemm and gemm.flop_ratio and abs(gemm.flop_ratio - 1) <= 0.10),
+        "gemm_tensor_flops_within_10pct": bool(
+            gemm and gemm.flop_ratio and abs(gemm.flop_ratio - 1) <= 0.10
+        ),
         "gemm_on_tensor_pipe": bool(gemm and (gemm.expected_pipe_fraction or 0) >= 0.9),
         "gemm_dram_at_least_90pct_of_min": bool(gemm and (gemm.excess_traffic or 0) >= 0.9),
     }
@@ -134,12 +142,16 @@ def selftest_check(out_dir: str | os.PathLike, *, ncu: str | None = None, timeou
         r.range_name or r.name: {lvl: r.bytes_at(lvl) for lvl in LEVELS} for r in coll.records
     }
     result = {
-        "provenance": provenance(device_cc=cc, family=family, ncu=ncu_path, ncu_version=coll.ncu_version),
+        "provenance": provenance(
+            device_cc=cc, family=family, ncu=ncu_path, ncu_version=coll.ncu_version
+        ),
         "family": family,
         "cc": cc,
         "metric_names_verified": available is not None,
-        "table_names_seen": {name: (collection.base_metric_name(name) in available) if available else None
-                             for name in table_names},
+        "table_names_seen": {
+            name: (collection.base_metric_name(name) in available) if available else None
+            for name in table_names
+        },
         "metrics_requested": list(coll.plan.metrics),
         "metrics_dropped": list(coll.plan.dropped),
         "warnings": [str(w.message) for w in caught],

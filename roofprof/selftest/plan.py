@@ -16,6 +16,7 @@ MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b")
 PROMPT_TOKENS = 512
 """Prompt length (tokens) of the prefill passes."""
 
+
 @dataclass(frozen=True)
 class BenchCase:
     """One pass whose GEMMs are benchmarked: model, phase, batch, dtype and the implementations."""
@@ -65,8 +66,16 @@ def gemm_ops(case: BenchCase) -> list[Any]:
     from roofprof import models
     from roofprof.workload import Op, Scenario
 
-    w = models.ops(Scenario.of(case.model, case.phase, batch=case.batch, prompt_tokens=case.prompt_tokens,
-                               context_tokens=case.prompt_tokens, dtype=case.dtype))
+    w = models.ops(
+        Scenario.of(
+            case.model,
+            case.phase,
+            batch=case.batch,
+            prompt_tokens=case.prompt_tokens,
+            context_tokens=case.prompt_tokens,
+            dtype=case.dtype,
+        )
+    )
     merged: dict[tuple, Op] = {}
     names: dict[tuple, list[str]] = {}
     for op in w.ops:

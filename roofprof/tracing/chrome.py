@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from roofprof.errors import ConfigError
-from roofprof.tracing.costs import _C10, OpCall, TensorMeta, cost_of, dtype_name
+from roofprof.tracing.costs import C10_DTYPE_NAMES, OpCall, TensorMeta, cost_of, dtype_name
 
 __all__ = ["import_trace", "read_events"]
 
@@ -94,7 +94,7 @@ def _call(name: str, args: dict[str, Any]) -> OpCall:
         t = types[i] if i < len(types) else ""
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):  # TensorList
             values.append([TensorMeta(tuple(x), dtype_name(t)) for x in d])
-        elif isinstance(d, list) and (t.lower() in _C10 or dtype_name(t) != t.lower()) and t != "Scalar":
+        elif isinstance(d, list) and (t.lower() in C10_DTYPE_NAMES or dtype_name(t) != t.lower()) and t != "Scalar":
             values.append(TensorMeta(tuple(d), dtype_name(t)))
         else:
             values.append(_scalar(concrete[i]) if i < len(concrete) else None)

@@ -51,7 +51,7 @@ _DTYPES: dict[str, tuple[str, float]] = {
 }
 _ITEMSIZE = {name: size for name, size in _DTYPES.values()}
 #: profiler ``Input type`` strings (c10 scalar type names) -> torch dtype names
-_C10 = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
+C10_DTYPE_NAMES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
         "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
         "unsigned char": "uint8", "bool": "bool", "c10::float8_e4m3fn": "float8_e4m3fn",
         "c10::float8_e5m2": "float8_e5m2", "c10::complex<float>": "complex64"}
@@ -64,7 +64,7 @@ def dtype_name(dtype: Any) -> str:
     ('bf16', 'fp16', 'fp32')
     """
     text = str(dtype).lower().removeprefix("torch.")
-    text = _C10.get(text, text)
+    text = C10_DTYPE_NAMES.get(text, text)
     if text in _ITEMSIZE:
         return text
     return _DTYPES.get(text, (text, 4))[0]
@@ -504,9 +504,12 @@ def _torch_registry(call: OpCall) -> Cost | None:
     outs = meta(tuple(call.results or call.outputs))
     flops = fn(*meta(call.args), **{k: meta(v) for k, v in call.kwargs.items()},
                out_val=outs if len(outs) != 1 else outs[0])
-    kind = "conv" if "conv" in name else "attention" if "attention" in name else "matmul"
+    kind = next((k for part, k in _REGISTRY_KINDS if part in name), "matmul")
     return Cost(flops, _read(call.tensors), _write(call), kind, "torch flop_registry")
 
+
+#: (substring of the aten op name, cost kind) for ops costed by torch's flop registry
+_REGISTRY_KINDS = (("conv", "conv"), ("attention", "attention"))
 
 _TORCH_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64", "int64": "int64",
                 "int32": "int32", "int8": "int8", "uint8": "uint8", "bool": "bool", "fp8": "float8_e4m3fn"}

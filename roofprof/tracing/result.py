@@ -181,14 +181,14 @@ def _replay(stats: Any, device: Any, cold: bool, budget_s: float) -> float | Non
     import torch
 
     from roofprof.timing import benchmark
-    from roofprof.tracing.tracer import _map, _TensorSpec, build
+    from roofprof.tracing.recipes import TensorSpec, build, map_nested
 
     recipe = stats.recipe
     if recipe is None:
         return None
     try:
-        args = _map(recipe.args, lambda s: build(s, torch), _TensorSpec)
-        kwargs = _map(recipe.kwargs, lambda s: build(s, torch), _TensorSpec)
+        args = map_nested(recipe.args, lambda s: build(s, torch), TensorSpec)
+        kwargs = map_nested(recipe.kwargs, lambda s: build(s, torch), TensorSpec)
         fn = recipe.func
 
         def call() -> None:

@@ -16,28 +16,15 @@ and its kernels' device time is joined to it exactly (:func:`join_profiler_event
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from roofprof.errors import ConfigError
 from roofprof.tracing.costs import Cost, OpCall, TensorMeta, cost_of, dtype_name
+from roofprof.tracing.recipes import Recipe, map_nested, spec_of
 
 __all__ = ["Recipe", "SignatureStats", "Tracer", "join_profiler_events", "region", "step"]
-
-#: integer/bool tensors up to this many elements are kept for replay (indices, masks)
-KEEP_INDEX_ELEMENTS = 1 << 22
-
-
-@dataclass
-class Recipe:
-    """How to rebuild one call's arguments for a replay: tensors as (shape, stride, dtype,
-    device, data) specs, ``data`` kept for integer and boolean tensors only."""
-
-    func: Any
-    args: Any
-    kwargs: Any
-
 
 @dataclass
 class SignatureStats:
@@ -55,15 +42,6 @@ class SignatureStats:
     modules: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (fqn, phase) -> [n, s]
 
 
-@dataclass(frozen=True)
-class _TensorSpec:
-    shape: tuple
-    stride: tuple
-    dtype: Any
-    device: Any
-    data: Any = None
-
-
 def _meta(t: Any) -> TensorMeta:
     try:
         storage = t.untyped_storage().data_ptr()
@@ -76,16 +54,6 @@ def _meta(t: Any) -> TensorMeta:
     return TensorMeta(tuple(t.shape), dtype_name(t.dtype), stride, storage, offset)
 
 
-def _map(x: Any, fn: Callable[[Any], Any], kind: type) -> Any:
-    if isinstance(x, kind):
-        return fn(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_map(v, fn, kind) for v in x)
-    if isinstance(x, dict):
-        return {k: _map(v, fn, kind) for k, v in x.items()}
-    return x
-
-
 def _describe(x: Any, torch: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return (tuple(x.shape), tuple(x.stride()) if x.layout == torch.strided else (), str(x.dtype))
@@ -95,26 +63,6 @@ def _describe(x: Any, torch: Any) -> Any:
         return x
     return type(x).__name__ if not isinstance(x, (torch.dtype, torch.device, torch.layout,
                                                   torch.memory_format)) else str(x)
-
-
-def _spec(t: Any, torch: Any) -> _TensorSpec:
-    data = None
-    if not (t.is_floating_point() or t.is_complex()) and t.numel() <= KEEP_INDEX_ELEMENTS:
-        data = t.detach().clone()
-    return _TensorSpec(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, data)
-
-
-def build(spec: _TensorSpec, torch: Any) -> Any:
-    """A fresh tensor for a replay: same shape, strides (broadcasts kept), dtype and device;
-    random values for floating point, the recorded values for integers and booleans."""
-    if spec.data is not None:
-        return spec.data.clone()
-    extent = 1 + sum((s - 1) * st for s, st in zip(spec.shape, spec.stride, strict=False) if s > 0)
-    if 0 in spec.shape:
-        extent = 0
-    base = torch.randn(extent, dtype=spec.dtype, device=spec.device) if spec.dtype.is_floating_point \
-        else torch.zeros(extent, dtype=spec.dtype, device=spec.device)
-    return base.as_strided(spec.shape, spec.stride)
 
 
 # -- regions marked inside a script -------------------------------------------------------
@@ -346,8 +294,8 @@ class Tracer:
     def _new_signature(self, func: Any, args: tuple, kwargs: dict, out: Any, torch: Any) -> SignatureStats:
         schema = func._schema
         tensors = torch.Tensor
-        margs = _map(args, _meta, tensors)
-        mkwargs = _map(kwargs, _meta, tensors)
+        margs = map_nested(args, _meta, tensors)
+        mkwargs = map_nested(kwargs, _meta, tensors)
         outs = out if isinstance(out, (list, tuple)) else (out,)
         mouts = tuple(_meta(o) for o in outs if isinstance(o, tensors))
         view = not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
@@ -359,8 +307,8 @@ class Tracer:
         call = OpCall(name, tuple(margs), mkwargs, mouts, frozenset(str(t).split(".")[-1] for t in func.tags),
                       schema.is_mutable, view, schema.overload_name or "default", index_rows, results)
         try:
-            recipe = Recipe(func, _map(args, lambda t: _spec(t, torch), tensors),
-                            _map(kwargs, lambda t: _spec(t, torch), tensors))
+            recipe = Recipe(func, map_nested(args, lambda t: spec_of(t, torch), tensors),
+                            map_nested(kwargs, lambda t: spec_of(t, torch), tensors))
         except Exception:  # noqa: BLE001 - exotic tensors (sparse, nested): in-context only
             recipe = None
         tmetas = [t for t in _flat(margs) if isinstance(t, TensorMeta)]

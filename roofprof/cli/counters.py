@@ -5,7 +5,6 @@ Thin wiring over :mod:`roofprof.counters`; numbers there, tables in :mod:`roofpr
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from roofprof.cli._console import show_warnings
 from roofprof.cli._options import TableJson, split_list
 from roofprof.cli._usage import CommandGroup, show_help
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 counters_app = typer.Typer(
     name="counters",
@@ -61,7 +61,7 @@ def import_cmd(
     placements = counters.place_hierarchical(records, roof)
     if fmt == "json":
         payload = counters.records_to_json(records, placements, source=str(file))
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(dumps_strict(payload))
     else:
         print_counters(records, placements if roof is not None else None,
                        title=f"Nsight Compute counters: {file.name}")
@@ -134,7 +134,7 @@ def collect_cmd(
     )
     write_json_atomic(folder / "counters.json", payload)
     if fmt == "json":
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(dumps_strict(payload))
     else:
         print_counters(coll.records, title=f"Nsight Compute counters ({len(coll.records)} kernels)")
     typer.echo(f"counters written to {folder / 'counters.json'} (raw CSV: {coll.csv_path})",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import typer
 from roofprof.cli import app
 from roofprof.cli._options import TableJsonCsv, parse_int_list
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 
 @app.command()
@@ -106,7 +106,7 @@ def _emit(predictions, fmt: str) -> None:
     if fmt == "json":
         payload = (predictions[0].to_dict() if len(predictions) == 1
                    else {"sweep": [p.to_dict() for p in predictions]})
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     elif fmt == "csv":
         from roofprof.report import ops_frame
 

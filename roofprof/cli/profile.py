@@ -6,7 +6,6 @@ With ``--counters``, each op runs once under Nsight Compute instead (child proce
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from roofprof.cli import app
 from roofprof.cli._console import progress_bar, show_warnings
 from roofprof.cli._options import TableJsonCsv, counting, parse_int_list, resolve_dtype, split_list
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 
 @app.command()
@@ -111,7 +111,7 @@ def profile(
 
         payload = (results[0].to_dict() if len(results) == 1
                    else {"profiles": [r.to_dict() for r in results]})
-        sys.stdout.write(json.dumps(clean(payload), indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     elif fmt == "csv":
         import csv
 
@@ -153,6 +153,6 @@ def profile_with_counters(*, model: str, phases: Sequence[str], batch: int, prom
                                                clock_control=clock_control)
         show_warnings(caught)
     if fmt == "json":
-        typer.echo(json.dumps(payloads, indent=2, default=str))
+        typer.echo(dumps_strict(payloads))
         return
     print_counters_comparison(payloads, out_dir)

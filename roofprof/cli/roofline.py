@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +11,7 @@ import typer
 from roofprof.cli import app
 from roofprof.cli._options import TableJson
 from roofprof.errors import RoofprofError
+from roofprof.units import dumps_strict
 
 
 class RunInterrupted(RoofprofError):
@@ -76,7 +76,7 @@ def roofline(
         written += _plots(result, folder, err)
     if fmt == "json":
         payload = roofline_summary_payload(result, written)
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     else:
         print_roofline_summary(result, written)
 

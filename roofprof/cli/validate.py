@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from roofprof.cli import app
 from roofprof.cli._console import progress_bar
 from roofprof.cli._options import TableJson, resolve_dtype, split_list
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 
 @app.command()
@@ -70,7 +70,7 @@ def validate(
 
         write_json_atomic(out, payload)
     if fmt == "json":
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     else:
         from roofprof.report import print_validation
 

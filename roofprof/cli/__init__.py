@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import typer
 
@@ -68,6 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     """
     _register_commands()
     args = sys.argv[1:] if argv is None else list(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        return _run(args)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings that reach the terminal as ``roofprof: warning: ...``, one line each."""
+    text = " ".join(str(message).split())
+    typer.echo(f"roofprof: warning: {text}", err=True)
+
+
+def _run(args: list[str]) -> int:
     try:
         # standalone_mode=False: typer returns the exit code of typer.Exit instead of exiting
         rc = app(args=args, prog_name="roofprof", standalone_mode=False)

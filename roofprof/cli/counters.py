@@ -47,8 +47,10 @@ def import_cmd(
     """Turn an existing ncu CSV or report into per-kernel records: time, FLOPs, bytes,
     intensities."""
     from roofprof import counters
+    from roofprof.cli._options import PLOT_SUFFIXES, check_output
     from roofprof.report import print_counters
 
+    check_output(plot, "--plot", suffixes=PLOT_SUFFIXES)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", counters.CounterWarning)
         records = counters.load_counters(file)
@@ -108,6 +110,11 @@ def collect_cmd(
         raise ConfigError("--all-kernels and --nvtx-include exclude each other")
     include = None if all_kernels else (tuple(nvtx_include) if nvtx_include
                                         else counters.DEFAULT_NVTX_INCLUDE)
+    from roofprof.cli._options import check_int, check_output, check_seconds
+
+    check_int(launch_count, "--launch-count", 1, 10**9)
+    check_seconds(timeout, "--timeout")
+    check_output(out, "--out", folder=True, inside=("ncu.csv", "counters.json"))
     folder = check_writable_dir(out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", counters.CounterWarning)

@@ -36,12 +36,15 @@ def roofline(
 ) -> None:
     """Measure the roofline of this machine: bandwidth per memory level, peak compute per dtype,
     best GEMM, and an intensity sweep; write roofline.json and plots."""
+    from roofprof.cli._options import check_output
     from roofprof.devices import select_device
     from roofprof.probes import RooflineInterrupted, measure_roofline
     from roofprof.report import print_roofline_summary, roofline_summary_payload
     from roofprof.results import check_writable_dir
 
-    folder = check_writable_dir(out)  # before any measurement
+    check_output(out, "--out", folder=True,  # before any measurement
+                 inside=("roofline.json", *(_PLOT_NAMES if plots else ())))
+    folder = check_writable_dir(out)
     selection = select_device(device)
     dev = selection.device
     err = _console(stderr=True)
@@ -79,6 +82,9 @@ def roofline(
         sys.stdout.write(dumps_strict(payload) + "\n")
     else:
         print_roofline_summary(result, written)
+
+
+_PLOT_NAMES = ("roofline.png", "staircase.png", "intensity_sweep.png")
 
 
 def _plots(result, folder: Path, err) -> list[Path]:

@@ -9,7 +9,16 @@ import typer
 
 from roofprof.cli import app
 from roofprof.cli._console import progress_bar
-from roofprof.cli._options import TableJson, resolve_dtype, split_list
+from roofprof.cli._options import (
+    MAX_BATCH,
+    MAX_TOKENS,
+    TableJson,
+    check_int,
+    check_output,
+    check_seconds,
+    resolve_dtype,
+    split_list,
+)
 from roofprof.errors import ConfigError
 from roofprof.units import dumps_strict
 
@@ -45,6 +54,14 @@ def validate(
     estimator's residual."""
     from roofprof.validation import validate as run_validation
 
+    check_int(batch, "--batch", 1, MAX_BATCH)
+    check_int(prompt, "--prompt", 1, MAX_TOKENS)
+    check_int(steps, "--steps", 1, 100_000)
+    check_int(repeats, "--repeats", 1, 10_000)
+    check_int(threads, "--threads", 1, 4096)
+    check_int(max_layers, "--max-layers", 1, 100_000)
+    check_seconds(budget, "--budget")
+    check_output(out, "--out")
     wanted = split_list(estimators) or []
     bad = [w for w in wanted if w not in ("spec", "empirical", "measured")]
     if bad:

@@ -82,6 +82,8 @@ def check_writable_dir(path: str | os.PathLike) -> Path:
         raise ConfigError(
             f"cannot write to output folder {str(folder)!r}: {exc.strerror or exc}"
         ) from exc
+    except ValueError as exc:  # a NUL in the name
+        raise ConfigError(f"cannot write to output folder {str(folder)!r}: {exc}") from exc
     return folder
 
 

@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     _register_commands()
     args = sys.argv[1:] if argv is None else list(argv)
     with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning
+        # Python's own printer (2 lines: file, line, source) becomes one line; a recorder
+        # installed by the caller (pytest.warns, catch_warnings(record=True)) is kept
+        if (warnings.showwarning is getattr(warnings, "_showwarning_orig", None)
+                and getattr(getattr(warnings, "_showwarnmsg_impl", None), "__name__", "")
+                == "_showwarnmsg_impl"):
+            warnings.showwarning = _one_line_warning
         return _run(args)
 
 

@@ -108,8 +108,9 @@ def check_output(path: Any, what: str, *, suffixes: tuple[str, ...] | None = Non
                  folder: bool = False, inside: tuple[str, ...] = ()) -> None:
     """Check an output path before any measurement (None passes: option not given).
 
-    ``folder=True``: ``path`` is a folder to create or reuse (it must not be a file) in which
-    the files named in ``inside`` will be written (none of them may be a folder). Otherwise
+    ``folder=True``: ``path`` is a folder, created now if needed and probed for writing
+    (:func:`roofprof.results.check_writable_dir`), in which the files named in ``inside``
+    will be written (none of them may be a folder). Otherwise
     ``path`` is a file (see :func:`roofprof.results.check_output_file`).
 
     Raises:
@@ -117,23 +118,18 @@ def check_output(path: Any, what: str, *, suffixes: tuple[str, ...] | None = Non
     """
     if path is None:
         return
-    from pathlib import Path
-
     from roofprof.results import check_output_file
 
     if not folder:
         check_output_file(path, suffixes=suffixes, what=what)
         return
-    p = Path(path)
-    try:
-        is_file = p.exists() and not p.is_dir()
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{what} {str(p)!r}: {getattr(exc, 'strerror', None) or exc}") from exc
-    if is_file:
-        raise ConfigError(f"{what} {str(p)!r} is a file, not a folder")
-    check_output_file(p / ".roofprof-probe", what=what)
+    from roofprof.results import check_writable_dir
+
+    folder_ = check_writable_dir(path)  # creates it: the command would at once anyway
     for name in inside:
-        check_output_file(p / name, what=what)
+        if (folder_ / name).is_dir():
+            raise ConfigError(f"{what}: {str(folder_ / name)!r} is a folder; roofprof writes a "
+                              "file of that name there")
 
 
 def counting(attention: str) -> Any:

@@ -17,7 +17,15 @@ from roofprof.counters.errors import (
     CounterWarning,
     NotNcuOutputError,
 )
-from roofprof.counters.metrics import _KNOWN_METRICS, TIME_METRIC, KernelCounters, parse_number
+from roofprof.counters.metrics import (
+    _KNOWN_METRICS,
+    BASE_UNITS,
+    TIME_METRIC,
+    KernelCounters,
+    metric_kind,
+    parse_number,
+    unit_problem,
+)
 from roofprof.errors import ConfigError, DeviceUnavailableError
 
 __all__ = ["load_counters", "parse_ncu_csv", "read_ncu_csv", "read_ncu_report"]
@@ -171,12 +179,52 @@ def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[st
     except ValueError:
         if metric in _KNOWN_METRICS:
             raise NotNcuOutputError(
-                f"{source}: line {line_no}: metric {metric} has the non-numeric value {text!r}"
+                f"{source}: line {line_no}: metric {metric} has the non-numeric value {text[:40]!r}"
             ) from None
         return text.strip()
     if value is None:
         na.append(metric)
+    elif metric_kind(metric) is not None and not (math.isfinite(value) and value >= 0):
+        raise NotNcuOutputError(
+            f"{source}: line {line_no}: metric {metric} has the value {text.strip()[:40]!r}; "
+            "a count, time or byte total must be a finite number >= 0"
+        )
     return value
+
+
+def _kernel_id(text: str, line_no: int, source: str) -> int:
+    """The kernel ID of a row: ASCII digits only (``"²"`` passes ``isdigit()``, not this)."""
+    kid = text.strip()
+    if not re.fullmatch(r"[0-9]{1,18}", kid):
+        raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid[:40]!r} is not a "
+                                "non-negative integer")
+    return int(kid)
+
+
+def _unit(metric: str, unit: str, line_no: int, source: str, missing: list[str]) -> str:
+    """``unit`` when it fits ``metric``; an empty unit of a used metric becomes its base unit
+    (noted in ``missing`` for one warning); a unit that does not fit is an error."""
+    problem = unit_problem(metric, unit)
+    if problem:
+        raise NotNcuOutputError(f"{source}: line {line_no}: {metric} is {problem}; values would "
+                                "be rescaled wrongly")
+    kind = metric_kind(metric)
+    if not unit.strip() and kind in ("time", "bytes"):
+        missing.append(metric)
+        return BASE_UNITS[kind]
+    return unit
+
+
+def _warn_missing_units(missing: list[str], source: str) -> None:
+    if missing:
+        names = sorted(set(missing))
+        warnings.warn(
+            f"{source}: no unit for {', '.join(names[:4])}{' ...' if len(names) > 4 else ''} "
+            "(units row missing?); assumed base units (nsecond, byte) as "
+            "`ncu --print-units base` prints them",
+            CounterWarning,
+            stacklevel=3,
+        )
 
 
 def _warn_na(na: list[str], source: str) -> None:
@@ -192,29 +240,32 @@ def _warn_na(na: list[str], source: str) -> None:
 
 def _parse_details(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
     col = {h: i for i, h in enumerate(header)}
-    kernels: dict[str, dict[str, Any]] = {}
+    kernels: dict[int, dict[str, Any]] = {}
     na: list[str] = []
+    missing: list[str] = []
+    if not rows:
+        raise NotNcuOutputError(f"{source}: no kernel rows after the header (file cut short?)")
     for line_no, cells in rows:
-        kid = cells[col["ID"]].strip()
-        if not kid.lstrip("-").isdigit():
-            raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid!r} is not an integer")
+        kid = _kernel_id(cells[col["ID"]], line_no, source)
         entry = kernels.get(kid)
         if entry is None:
             entry = kernels[kid] = {"info": _kernel_info(header, cells), "metrics": {}}
         name = cells[col["Metric Name"]].strip()
         if not name:
             continue  # rule rows and section headers carry no metric
-        unit = cells[col["Metric Unit"]].strip()
-        value = _metric_value(cells[col["Metric Value"]], name, line_no, source, na)
+        alias = _LABEL_ALIASES.get(name)
+        raw_unit = cells[col["Metric Unit"]].strip()
+        unit = _unit(alias or name, raw_unit, line_no, source, missing)
+        value = _metric_value(cells[col["Metric Value"]], alias or name, line_no, source, na)
         if value is None:
             continue
         entry["metrics"].setdefault(name, (value, unit))
-        alias = _LABEL_ALIASES.get(name)
         if alias and isinstance(value, float):
             entry["metrics"].setdefault(alias, (value, unit))
     _warn_na(na, source)
+    _warn_missing_units(missing, source)
     return [
-        KernelCounters(int(kid), metrics=e["metrics"], source=f"{source} (details page)", **e["info"])
+        KernelCounters(kid, metrics=e["metrics"], source=f"{source} (details page)", **e["info"])
         for kid, e in kernels.items()
     ]
 
@@ -225,24 +276,32 @@ def _parse_raw(header: list[str], rows: list[tuple[int, list[str]]], source: str
     units = [""] * len(header)
     if "ID" not in col:
         raise NotNcuOutputError(f"{source}: raw-page header has no \"ID\" column")
+    if not metric_cols:
+        raise NotNcuOutputError(f"{source}: the header has no metric columns (names such as "
+                                "gpu__time_duration.sum); not a raw page or details page")
+    units_line = None
     if rows and not rows[0][1][col["ID"]].strip():  # the units row under the header
         units = [u.strip() for u in rows[0][1]]
-        rows = rows[1:]
+        units_line, rows = rows[0][0], rows[1:]
+    if not rows:
+        raise NotNcuOutputError(f"{source}: no kernel rows after the header (file cut short?)")
+    missing: list[str] = []
+    for i, name in metric_cols:
+        units[i] = _unit(name, units[i], units_line or rows[0][0], source, missing)
     records = []
     na: list[str] = []
     for line_no, cells in rows:
-        kid = cells[col["ID"]].strip()
-        if not kid.lstrip("-").isdigit():
-            raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid!r} is not an integer")
+        kid = _kernel_id(cells[col["ID"]], line_no, source)
         metrics: dict[str, tuple[float | str, str]] = {}
         for i, name in metric_cols:
             value = _metric_value(cells[i], name, line_no, source, na)
             if value is not None:
                 metrics[name] = (value, units[i])
         records.append(
-            KernelCounters(int(kid), metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells))
+            KernelCounters(kid, metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells))
         )
     _warn_na(na, source)
+    _warn_missing_units(missing, source)
     return records
 
 
@@ -261,6 +320,8 @@ def read_ncu_csv(path: str | os.PathLike) -> list[KernelCounters]:
         raise NotNcuOutputError(f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # a NUL in the name
+        raise ConfigError(f"cannot read {str(p)[:200]!r}: {exc}") from exc
     return parse_ncu_csv(text, source=str(p))
 
 

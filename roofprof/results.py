@@ -145,12 +145,12 @@ def check_output_file(path: str | os.PathLike, *, suffixes: tuple[str, ...] | No
     """
     p = Path(path)
     shown = repr(str(p))
-    if suffixes is not None and p.suffix.lower() not in suffixes:
-        raise ConfigError(f"{what} {shown}: unsupported extension {p.suffix or '(none)'!r}; "
-                          f"use one of {', '.join(suffixes)}")
     try:
         if p.is_dir():
             raise ConfigError(f"{what} {shown} is a folder; give a file name")
+        if suffixes is not None and p.suffix.lower() not in suffixes:
+            raise ConfigError(f"{what} {shown}: unsupported extension "
+                              f"{p.suffix or '(none)'!r}; use one of {', '.join(suffixes)}")
         ancestor = p.parent
         while not ancestor.exists() and ancestor != ancestor.parent:
             if ancestor.is_symlink():  # a dangling or looping link

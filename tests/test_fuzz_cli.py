@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 
 import pytest
+from fuzz_support import assert_outcome, examples, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
-
-from fuzz_support import assert_outcome, examples, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

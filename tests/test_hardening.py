@@ -452,3 +452,18 @@ def test_roofprof_error_is_the_base_of_every_refusal():
     from roofprof.counters import NotNcuOutputError
 
     assert issubclass(NotNcuOutputError, RoofprofError) and issubclass(ConfigError, RoofprofError)
+
+
+# --------------------------------------------------------------------------- kind 10: large inputs
+
+
+def test_large_csv_imports_report_progress(monkeypatch):
+    import roofprof.counters.parse as parse
+
+    monkeypatch.setattr(parse, "PROGRESS_EVERY", 2)
+    text = (FIXTURES / "ncu_details_A100_leleucas_dropout.csv").read_text(encoding="utf-8-sig")
+    calls = []
+    records = parse.parse_ncu_csv(text, progress=lambda done, total: calls.append((done, total)))
+    assert records and len(calls) > 5
+    assert calls[-1][0] == calls[-1][1] == len(text.splitlines())
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)

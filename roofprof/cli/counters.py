@@ -5,13 +5,14 @@ Thin wiring over :mod:`roofprof.counters`; numbers there, tables in :mod:`roofpr
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 
 import typer
 
 from roofprof.cli import app
-from roofprof.cli._console import show_warnings
+from roofprof.cli._console import progress_bar, show_warnings
 from roofprof.cli._options import TableJson, split_list
 from roofprof.cli._usage import CommandGroup, show_help
 from roofprof.errors import ConfigError
@@ -51,9 +52,12 @@ def import_cmd(
     from roofprof.report import print_counters
 
     check_output(plot, "--plot", suffixes=PLOT_SUFFIXES)
-    with warnings.catch_warnings(record=True) as caught:
+    big = _size(file) > 10 * 2**20  # a bar for large exports (100 MB: about 15 s to parse)
+    with warnings.catch_warnings(record=True) as caught, \
+            progress_bar(big and sys.stderr.isatty()) as (bar, _):
         warnings.simplefilter("always", counters.CounterWarning)
-        records = counters.load_counters(file)
+        records = counters.load_counters(
+            file, progress=(lambda done, total: bar("parsing lines", done, total)) if bar else None)
     show_warnings(caught)
     roof = None
     if roofline is not None:
@@ -175,3 +179,11 @@ def ops_pass_cmd(
     impls = split_list(impl)
     records = run_ops_once(workload, select(device), impls=impls)  # type: ignore[arg-type]
     write_json_atomic(manifest, records)
+
+
+def _size(path: Path) -> int:
+    """Bytes in ``path``; 0 when it cannot be read (the reader then says why)."""
+    try:
+        return path.stat().st_size
+    except (OSError, ValueError):
+        return 0

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,19 @@ def _split_row(line: str) -> list[str]:
     return next(csv.reader([line]))
 
 
-def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
+#: Lines between two calls of a parser's ``progress`` callback.
+PROGRESS_EVERY = 20_000
+
+
+def parse_ncu_csv(text: str, *, source: str = "<text>",
+                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
     """Parse Nsight Compute CSV output (details page or ``--page raw``) into records.
 
     Lines before the header (``==PROF==`` lines, the program's own output, a BOM) are
     skipped, and so are ncu's ``==...==`` lines after it. Numbers may carry thousands
-    separators; ``n/a`` values are dropped with a :class:`CounterWarning`.
+    separators; ``n/a`` values are dropped with a :class:`CounterWarning`. ``progress``, if
+    given, is called as ``progress(lines done, lines in all)`` every
+    :data:`PROGRESS_EVERY` lines (a 100 MB export has about 200,000).
 
     Raises:
         NotNcuOutputError: no ``"ID","Process ID",...`` header, or a row that does not fit
@@ -121,6 +129,8 @@ def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
     header = _split_row(lines[header_at].strip())
     rows: list[tuple[int, list[str]]] = []
     for i in range(header_at + 1, len(lines)):
+        if progress is not None and i % PROGRESS_EVERY == 0:
+            progress(i, len(lines))
         line = lines[i].strip()
         _check_permission(line)
         if not line or _is_chatter(line):
@@ -138,6 +148,8 @@ def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
                 f"{line[:120]!r}"
             )
         rows.append((i + 1, cells))
+    if progress is not None:
+        progress(len(lines), len(lines))
     if "Metric Name" in header:
         missing = [c for c in _DETAILS_REQUIRED if c not in header]
         if missing:
@@ -305,7 +317,8 @@ def _parse_raw(header: list[str], rows: list[tuple[int, list[str]]], source: str
     return records
 
 
-def read_ncu_csv(path: str | os.PathLike) -> list[KernelCounters]:
+def read_ncu_csv(path: str | os.PathLike,
+                 progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
     """Read an Nsight Compute CSV file (details or raw page); see :func:`parse_ncu_csv`.
 
     Raises:
@@ -322,7 +335,7 @@ def read_ncu_csv(path: str | os.PathLike) -> list[KernelCounters]:
         raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:  # a NUL in the name
         raise ConfigError(f"cannot read {str(p)[:200]!r}: {exc}") from exc
-    return parse_ncu_csv(text, source=str(p))
+    return parse_ncu_csv(text, source=str(p), progress=progress)
 
 
 def read_ncu_report(path: str | os.PathLike) -> list[KernelCounters]:
@@ -402,9 +415,14 @@ def _report_nvtx(action: Any) -> tuple[str, ...]:
         return ()
 
 
-def load_counters(path: str | os.PathLike) -> list[KernelCounters]:
-    """Read counters from an ncu CSV (any suffix) or a ``.ncu-rep`` report."""
+def load_counters(path: str | os.PathLike,
+                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
+    """Read counters from an ncu CSV (any suffix) or a ``.ncu-rep`` report.
+
+    ``progress(lines done, lines in all)`` is called while a CSV is parsed (see
+    :func:`parse_ncu_csv`).
+    """
     p = Path(path)
     if p.suffix == ".ncu-rep":
         return read_ncu_report(p)
-    return read_ncu_csv(p)
+    return read_ncu_csv(p, progress=progress)

@@ -79,7 +79,7 @@ class Ceiling:
         if not isinstance(d, Mapping):
             raise ConfigError(f"a ceiling must be a JSON object, got {_short(d)}")
         for key in ("name", "kind", "value"):
-            if key not in d:
+            if d.get(key) is None:
                 raise ConfigError(f"ceiling {_short(d.get('name', '?'))}: missing field {key!r}")
         name = d["name"]
         for key in ("name", "kind", "dtype", "level", "source", "note"):

@@ -36,7 +36,8 @@ def selftest(
     from roofprof.selftest import SECTIONS, run_selftest
 
     check_seconds(budget, "--budget")
-    check_output(out, "--out", folder=True, inside=("selftest.json", "selftest.md"))
+    for name in ("selftest.json", "selftest.md"):  # creates nothing: no GPU, no folder
+        check_output(out / name, "--out")
     skipped = split_list(skip) or []
     unknown = [s for s in skipped if s not in SECTIONS]
     if unknown:

@@ -16,6 +16,7 @@ ceiling says which (``source``) and at what clock.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,18 @@ __all__ = ["KINDS", "MEMORY_LEVELS", "SOURCES", "Ceiling", "Placement", "Point",
 MEMORY_LEVELS = ("dram", "l3", "l2", "l1", "smem")
 KINDS = ("compute", "memory")
 SOURCES = ("spec", "measured")
+#: Range (low, high) of a ceiling value :func:`load_roofline` accepts without a warning:
+#: FLOP/s from a slow CPU core to beyond any accelerator, bytes/s from 10 MB/s to 1 PB/s.
+PLAUSIBLE = {"compute": (1e6, 1e17), "memory": (1e7, 1e15)}
+
+
+class RooflineWarning(UserWarning):
+    """A roofline file that loads but should not be trusted as is (interrupted, implausible)."""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,39 @@ class Ceiling:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
-        fields = {k: d[k] for k in ("name", "kind", "value", "dtype", "level", "source", "clock_mhz", "note") if k in d}
+        """A ceiling from its JSON object, every field type-checked.
+
+        Raises:
+            ConfigError: not an object, a missing ``name``/``kind``/``value``, a field of the
+                wrong type (``value: true``, a numeric ``dtype``) or a value out of range.
+        """
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"a ceiling must be a JSON object, got {_short(d)}")
+        for key in ("name", "kind", "value"):
+            if d.get(key) is None:
+                raise ConfigError(f"ceiling {_short(d.get('name', '?'))}: missing field {key!r}")
+        name = d["name"]
+        for key in ("name", "kind", "dtype", "level", "source", "note"):
+            v = d.get(key)
+            if v is not None and not isinstance(v, str):
+                raise ConfigError(f"ceiling {_short(name)}: field {key!r} must be a string, "
+                                  f"got {_short(v)}")
+        for key in ("value", "clock_mhz"):
+            v = d.get(key)
+            if v is None and key == "clock_mhz":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"ceiling {_short(name)}: field {key!r} must be a number, "
+                                  f"got {_short(v)}")
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"ceiling {_short(name)}: field {key!r} must be a positive "
+                                  f"finite number, got {_short(v)}")
+        if d.get("source") is not None and d["source"] not in SOURCES:
+            raise ConfigError(f"ceiling {_short(name)}: source must be one of "
+                              f"{', '.join(SOURCES)}, got {_short(d['source'])}")
+        fields = {k: d[k] for k in ("name", "kind", "value", "dtype", "level", "source", "clock_mhz", "note")
+                  if k in d and d[k] is not None}
+        fields["value"] = float(fields["value"])
         return cls(**fields)
 
 
@@ -178,26 +223,54 @@ class Roofline:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Roofline:
-        try:
-            return cls(device=str(d["device"]), ceilings=tuple(Ceiling.from_dict(c) for c in d["ceilings"]))
-        except (KeyError, TypeError) as exc:
-            raise ConfigError(f"not a roofline: missing {exc}") from exc
+        """A roofline from ``to_dict()``'s JSON; every ceiling type-checked (ConfigError)."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"not a roofline: expected a JSON object, got {_short(d)}")
+        for key in ("device", "ceilings"):
+            if key not in d:
+                raise ConfigError(f"not a roofline: missing {key!r}")
+        if not isinstance(d["device"], str):
+            raise ConfigError(f"not a roofline: 'device' must be a string, got {_short(d['device'])}")
+        if not isinstance(d["ceilings"], list):
+            raise ConfigError("not a roofline: 'ceilings' must be a list")
+        return cls(device=d["device"], ceilings=tuple(Ceiling.from_dict(c) for c in d["ceilings"]))
 
 
 def load_roofline(path) -> Roofline:
     """Read a ``roofline.json`` written by ``roofprof roofline`` (or a bare ``Roofline.to_dict()``).
 
     Raises:
-        ConfigError: the file is missing, not JSON, or holds no ceilings.
+        ConfigError: the file is missing or unreadable, not JSON, holds no ceilings, or a
+            ceiling has a field of the wrong type or out of range (see :meth:`Ceiling.from_dict`).
+
+    Warns:
+        RooflineWarning: the file is an interrupted run (``complete: false``), or a ceiling
+            is outside :data:`PLAUSIBLE` (e.g. 1 B/s or 1e20 FLOP/s).
     """
     from roofprof.results import read_json
 
-    data = read_json(path)
+    data = read_json(path, what="roofline")
+    complete = data.get("complete", True) if isinstance(data, Mapping) else True
     if isinstance(data, Mapping) and "roofline" in data:
         data = data["roofline"]
     if not isinstance(data, Mapping) or not data.get("ceilings"):
         raise ConfigError(f"{str(path)!r} holds no roofline ceilings")
-    return Roofline.from_dict(data)
+    try:
+        roofline = Roofline.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{str(path)!r}: {exc}") from exc
+    if complete is not True:
+        warnings.warn(f"{str(path)!r} is an interrupted roofline (complete: {complete!r}); "
+                      "its ceilings may be missing or low: re-run `roofprof roofline`",
+                      RooflineWarning, stacklevel=2)
+    for c in roofline.ceilings:
+        low, high = PLAUSIBLE[c.kind]
+        if not low <= c.value <= high:
+            unit = "FLOP/s" if c.kind == "compute" else "B/s"
+            warnings.warn(f"{str(path)!r}: ceiling {c.name!r} = {c.value:.3g} {unit} is outside "
+                          f"the plausible range {low:.0e}..{high:.0e} {unit}; predictions "
+                          "from it will be off", RooflineWarning, stacklevel=2)
+    return roofline
 
 
 def merge(*rooflines: Roofline, device: str | None = None) -> Roofline:

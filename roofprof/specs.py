@@ -253,22 +253,31 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     Raises:
         UnknownNameError: neither a known id nor an existing file; or a config of a model
             family roofprof does not model (e.g. ``mixtral``), naming it and the families.
-        ConfigError: the file is not JSON, misses a field, or has a non-positive size
-            (the message names the file and the field).
+        ConfigError: the file cannot be read or is not JSON, misses a field, has a field of
+            the wrong type (``"false"`` for a boolean), a size that is not a whole number in
+            ``1 .. 2**31-1``, a non-finite float, or implausible sizes overall (more than
+            1e14 parameters); the message names the file and the field.
     """
     text = str(id_or_path)
     if text in list_models():
         path, label = _data_root() / "models" / f"{text}.json", text
-    elif Path(text).is_file():
+    elif _is_file(text):
         path, label = Path(text), Path(text).stem if Path(text).name != "config.json" else Path(text).parent.name or "config"
+    elif _exists(text):  # a folder, a socket, ...: say what is wrong with the path
+        raise ConfigError(f"model config {text!r} is not a file")
     else:
-        raise UnknownNameError("model", text, list_models())
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{text}: not a valid JSON config ({exc})") from exc
+        raise UnknownNameError("model", text if len(text) <= 200 else text[:200] + "...", list_models())
+    from roofprof.results import loads_json, read_text
+
+    cfg = loads_json(read_text(path, what="model config", max_bytes=_MAX_CONFIG_BYTES), text)
     if not isinstance(cfg, dict):
         raise ConfigError(f"{text}: a config must be a JSON object")
+    for key in ("model_type", "_roofprof_id", "_name_or_path"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], str):
+            raise ConfigError(f"{text}: field {key!r} must be a string, got {cfg[key]!r}")
+    archs = cfg.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ConfigError(f"{text}: field 'architectures' must be a list of strings")
     from roofprof.models.families import family_of
 
     family = family_of(cfg)
@@ -280,12 +289,14 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     if cfg.get("head_dim") is None and hidden % heads:
         raise ConfigError(f"{text}: hidden_size {hidden} is not divisible by num_attention_heads {heads} and head_dim is absent")
     cfg.setdefault("num_key_value_heads", heads)
+    if cfg.get("num_key_value_heads") is None:
+        cfg["num_key_value_heads"] = heads
     if cfg.get("head_dim") is None:
         cfg["head_dim"] = hidden // heads
     kv_heads = _positive_int(cfg, "num_key_value_heads", text)
     if heads % kv_heads:
         raise ConfigError(f"{text}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    return ModelSpec(
+    spec = ModelSpec(
         id=cfg.get("_roofprof_id") or label,
         hidden_size=hidden,
         intermediate_size=_positive_int(cfg, "intermediate_size", text),
@@ -294,14 +305,73 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         num_kv_heads=kv_heads,
         head_dim=_positive_int(cfg, "head_dim", text),
         vocab_size=_positive_int(cfg, "vocab_size", text),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 0) or 2**31 - 1,
-        source=str(cfg.get("_name_or_path", path)),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False, text),
+        max_position_embeddings=(_positive_int(cfg, "max_position_embeddings", text)
+                                 if cfg.get("max_position_embeddings") not in (None, 0) else 2**31 - 1),
+        source=str(cfg.get("_name_or_path") or path),
         family=family,
-        rope_theta=float(cfg.get("rope_theta") or 10000.0),
-        rope_scaling=_frozen_items(cfg.get("rope_scaling") or cfg.get("rope_parameters")),
-        rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
+        rope_theta=_positive_float(cfg, "rope_theta", 10000.0, text),
+        rope_scaling=_frozen_items(_mapping_or_none(cfg, "rope_scaling", text)
+                                   or _mapping_or_none(cfg, "rope_parameters", text)),
+        rms_norm_eps=_positive_float(cfg, "rms_norm_eps", 1e-6, text, maximum=1.0),
     )
+    if spec.param_count() > _MAX_PARAMS:
+        raise ConfigError(f"{text}: the sizes give {spec.param_count():.3g} parameters, more than "
+                          f"{_MAX_PARAMS:.0e}; not a plausible model config")
+    return spec
+
+
+#: A config file larger than this is not a config (real ones are a few KiB).
+_MAX_CONFIG_BYTES = 16 * 2**20
+#: Largest size field accepted (hidden size, vocabulary, context length, ...): 2**31 - 1.
+_MAX_SIZE = 2**31 - 1
+#: Largest plausible parameter count (the biggest published dense models have ~2e12).
+_MAX_PARAMS = 1e14
+
+
+def _is_file(text: str) -> bool:
+    """``Path(text).is_file()`` that is False (not an exception) for any unusable path."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _exists(text: str) -> bool:
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _bool(cfg: Mapping[str, Any], key: str, default: bool, label: str) -> bool:
+    """A JSON boolean field (``"false"`` as a string is an error, not True)."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{label}: field {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _positive_float(cfg: Mapping[str, Any], key: str, default: float, label: str,
+                    maximum: float = 1e300) -> float:
+    """A positive finite number field (``default`` when absent, null or 0)."""
+    value = cfg.get(key)
+    if value is None or (not isinstance(value, bool) and value == 0):
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and 0 < value <= maximum):
+        raise ConfigError(f"{label}: field {key!r} must be a positive finite number"
+                          f"{'' if maximum >= 1e300 else f' up to {maximum:g}'}, got {value!r}")
+    return float(value)
+
+
+def _mapping_or_none(cfg: Mapping[str, Any], key: str, label: str) -> Mapping[str, Any] | None:
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigError(f"{label}: field {key!r} must be an object, got {value!r}")
+    return value
 
 
 def _frozen(value: Any) -> Any:
@@ -318,7 +388,11 @@ def _frozen_items(value: Any) -> tuple[tuple[str, Any], ...] | None:
 
 
 def _positive_int(cfg: Mapping[str, Any], key: str, label: str) -> int:
+    """A whole number in ``1 .. 2**31-1`` (``4096`` or ``4096.0``; not true, NaN, inf, 1e308)."""
     value = cfg.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != math.floor(value) or value <= 0:
-        raise ConfigError(f"{label}: field {key!r} must be a positive integer, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))
+            or not 0 < value <= _MAX_SIZE):
+        raise ConfigError(f"{label}: field {key!r} must be a positive integer up to {_MAX_SIZE}, "
+                          f"got {value!r}")
     return int(value)

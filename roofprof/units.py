@@ -8,6 +8,7 @@ payload is made strict here. It imports nothing of roofprof, so any module may u
 - :func:`fmt_rate`: three significant digits from M to P, an en dash when missing.
 - :func:`fmt_bytes`: binary prefixes (``1.50 GiB``; ``compact=True``: ``1.5 GiB``).
 - :func:`clean`: NaN/inf become None, tuples lists, keys strings (JSON has no NaN).
+- :func:`dumps_strict`: ``json.dumps`` of ``clean(obj)`` that can never write ``NaN``/``Infinity``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["clean", "finite_or_none", "fmt_bytes", "fmt_rate", "json_default", "si"]
+__all__ = ["clean", "dumps_strict", "finite_or_none", "fmt_bytes", "fmt_rate", "json_default", "si"]
 
 _DECIMAL = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"),
             (1e-6, "µ"), (1e-9, "n"))  # fmt: skip
@@ -139,3 +140,23 @@ def finite_or_none(x: float) -> float | None:
     (None, 2)
     """
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON text of ``obj``: dataclasses/arrays/paths converted (other objects as
+    text), NaN/inf → ``null``.
+
+    Every JSON roofprof prints or writes goes through here, so any strict parser reads it.
+
+    >>> dumps_strict({"x": float("inf"), "p": Path("a")}, indent=None)
+    '{"x": null, "p": "a"}'
+    """
+    import json
+
+    def default(o: Any) -> Any:
+        try:
+            return clean(json_default(o))
+        except TypeError:  # anything else is shown by its text, never a crash
+            return str(o)
+
+    return json.dumps(clean(obj), indent=indent, allow_nan=False, default=default)

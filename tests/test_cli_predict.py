@@ -29,16 +29,34 @@ def test_json_schema(capsys):
 
 
 def test_table_and_csv(capsys):
+    code, out, _ = run(capsys, "predict", "--gpu", "h200", "--batch", "1,64", "--format", "json")
+    sweep = {p["batch"]: p for p in json.loads(out)["sweep"]}
     code, out, _ = run(capsys, "predict", "--gpu", "h200", "--batch", "1,64")
     assert code == 0 and "tokens/s" in out and "h200" in out
+    for p in sweep.values():  # each batch's tokens/s, as the table formats it, is in the table
+        assert f"{p['decode']['tokens_per_second']:,.0f}" in out
     code, out, _ = run(capsys, "predict", "--gpu", "h200", "--format", "csv")
     assert code == 0 and out.splitlines()[0].startswith("model,gpu,estimator")
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(out)))
+    code, js, _ = run(capsys, "predict", "--gpu", "h200", "--format", "json")
+    ops = json.loads(js)["ops"]
+    assert len(rows) == len(ops) and all(r["gpu"] == "h200" for r in rows)
+    for row, op in zip(rows, ops, strict=True):  # the CSV holds the same per-op numbers
+        assert float(row["seconds"]) == pytest.approx(op["seconds"])
 
 
 def test_plot(tmp_path, capsys):
     png = tmp_path / "r.png"
-    code, _, _ = run(capsys, "predict", "--gpu", "a100-sxm-80gb", "--plot", str(png))
+    code, _, err = run(capsys, "predict", "--gpu", "a100-sxm-80gb", "--plot", str(png))
     assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+    assert f"roofline plot written to {png}" in err
+    import struct
+
+    width, height = struct.unpack(">II", png.read_bytes()[16:24])  # IHDR: a real chart
+    assert width >= 400 and height >= 300
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -68,6 +86,11 @@ def test_specs(capsys):
     code, out, _ = run(capsys, "specs", "--format", "json")
     d = json.loads(out)
     assert code == 0 and len(d["gpus"]) >= 15 and any(m["id"] == "llama-3.1-8b" for m in d["models"])
+    h100 = next(g for g in d["gpus"] if g["id"] == "h100-sxm")
+    assert h100["ridge_bf16_flops_per_byte"] == pytest.approx(
+        h100["peak_flops_per_s"]["bf16"] / h100["memory_bytes_per_s"])
+    m8b = next(m for m in d["models"] if m["id"] == "llama-3.1-8b")
+    assert m8b["params"] == 8030261248 and m8b["kv_bytes_per_token_bf16"] == 131072
 
 
 def test_fail_and_exit_codes_propagate():

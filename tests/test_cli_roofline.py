@@ -11,6 +11,7 @@ import roofprof.devices.cuda as cuda_backend
 import roofprof.probes as probes
 from roofprof.cli import main
 from roofprof.roofline import load_roofline
+from roofprof.specs import load_model
 
 
 def test_roofline_quick_end_to_end(tmp_path, capsys):
@@ -48,7 +49,16 @@ def test_predict_uses_the_measured_roofline(tmp_path, capsys):
                  "--model", "llama-3.1-8b", "--prompt", "16"])
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
-    assert "empirical" in json.dumps(payload)
+    assert payload["estimator"] == "empirical"
+    # the prediction is the measured roofline's: one decode step reads every fp32 weight
+    # (the embedding table is only gathered), so it takes at least the weight bytes over
+    # this roofline's DRAM bandwidth
+    roof = load_roofline(tmp_path / "roofline.json")
+    m = load_model("llama-3.1-8b")
+    weights_bytes = 4 * (m.param_count() - m.vocab_size * m.hidden_size)
+    step_s = payload["decode"]["seconds_per_token"]
+    assert payload["decode"]["bytes"] >= weights_bytes
+    assert step_s >= 0.99 * weights_bytes / roof.memory_bandwidth("dram")
 
 
 def test_unwritable_out_exits_2_before_measuring(tmp_path, monkeypatch, capsys):

@@ -54,16 +54,23 @@ def test_run_end_to_end(tiny, roofline_file, tmp_path):
     assert "spec" in r.unavailable  # no datasheet for a CPU
     rows = {row["estimator"]: row for row in r.validation.comparison()}
     assert set(rows) == {"empirical", "measured", "measured-no-launch", "real"}
+    real_s = r.validation.real.decode_s
+    assert min(r.validation.decode_samples_s) <= real_s <= max(r.validation.decode_samples_s)
+    assert rows["real"]["decode_step_s"] == real_s
     for label in ("empirical", "measured"):
-        assert rows[label]["decode_residual"] == pytest.approx(rows[label]["decode_step_s"] / rows["real"]["decode_step_s"] - 1)
+        predicted_s = r.validation.predictions[label].decode.seconds  # the prediction itself
+        assert predicted_s > 0 and rows[label]["decode_step_s"] == predicted_s
+        assert rows[label]["decode_residual"] == pytest.approx(predicted_s / real_s - 1)
+        assert (rows[label]["decode_residual"] > 0) == (predicted_s > real_s)
     assert [p.workload.batch for p in r.batch_sweep["measured"]] == [1, 4]
     assert [p.workload.context_tokens for p in r.context_sweep["measured"]] == [8, 32]
     for name in ("index.html", "report.json", "measured_ops.csv", "predicted_ops.csv", "comparison.csv", "sweeps.csv",
                  "profile-prefill.json", "profile-decode.json", "roofline.png", "breakdown.png", "estimators.png",
                  "sweeps.png"):
         assert (out / name).stat().st_size > 0, name
-    payload = json.loads((out / "report.json").read_text())  # strict JSON (no NaN)
-    assert payload["validation"]["real"]["decode_s"] > 0
+    payload = json.loads((out / "report.json").read_text(),  # strict JSON (no NaN)
+                         parse_constant=lambda c: pytest.fail(f"{c} in report.json"))
+    assert payload["validation"]["real"]["decode_s"] == pytest.approx(real_s)
     assert set(payload["step_seconds"]) == set(steps)
     html = (out / "index.html").read_text()
     assert "Estimators against the real run" in html and "Roofline with every op" in html

@@ -27,6 +27,7 @@ def progress_bar(enabled: bool = True):
     if not enabled:
         yield None, None
         return
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = stderr_console()
@@ -37,13 +38,13 @@ def progress_bar(enabled: bool = True):
         current = {"step": ""}
 
         def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=max(total, 1),
+            bar.update(task, description=escape(label), completed=done, total=max(total, 1),
                        step=current["step"])
 
         def step(name: str) -> None:
-            current["step"] = name
-            bar.update(task, description="", completed=0, total=1, step=name)
-            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] step: [bold]{name}[/]")
+            current["step"] = escape(name)
+            bar.update(task, description="", completed=0, total=1, step=escape(name))
+            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] step: [bold]{escape(name)}[/]")
 
         yield progress, step
 

@@ -6,12 +6,23 @@ one-line usage error naming the valid values) and ``--help`` lists them.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from roofprof.errors import ConfigError
 
-__all__ = ["TableJson", "TableJsonCsv", "counting", "parse_int_list", "resolve_dtype",
-           "split_list"]
+__all__ = ["MAX_BATCH", "MAX_SECONDS", "MAX_TOKENS", "PLOT_SUFFIXES", "TableJson", "TableJsonCsv",
+           "check_int", "check_output", "check_seconds", "counting", "parse_int_list",
+           "resolve_dtype", "split_list"]
+
+#: Extensions a chart can be written with (``--plot``).
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+#: Largest ``--batch`` accepted (sequences per batch).
+MAX_BATCH = 2**16
+#: Largest ``--prompt``/``--context`` accepted (tokens per sequence; 16 Mi).
+MAX_TOKENS = 2**24
+#: Largest time budget accepted (``--budget``, ``--timeout``), in seconds: one day.
+MAX_SECONDS = 86400.0
 
 #: ``--format`` of the commands that print a table or JSON.
 TableJson = Literal["table", "json"]
@@ -31,26 +42,94 @@ def split_list(text: str | None) -> list[str] | None:
     return items or None
 
 
-def parse_int_list(text: str, what: str, minimum: int) -> list[int]:
+def parse_int_list(text: str, what: str, minimum: int, maximum: int = MAX_TOKENS) -> list[int]:
     """``"1,8,64"`` → ``[1, 8, 64]``.
 
     Raises:
-        ConfigError: a part is not an integer or is below ``minimum`` (names ``what``).
+        ConfigError: a part is not an integer or is outside ``minimum .. maximum`` (names
+            ``what``).
 
     >>> parse_int_list("1, 8,64", "--batch", 1)
     [1, 8, 64]
     """
     values = []
     for part in text.split(","):
+        stripped = part.strip()
         try:
-            value = int(part.strip())
+            if len(stripped) > 20:
+                raise ValueError(stripped)
+            value = int(stripped)
         except ValueError:
+            shown = text if len(text) <= 40 else text[:37] + "..."
             raise ConfigError(f"{what} must be an integer or a comma-separated list, "
-                              f"got {text!r}") from None
-        if value < minimum:
-            raise ConfigError(f"{what} must be at least {minimum}, got {value}")
-        values.append(value)
+                              f"got {shown!r}") from None
+        values.append(check_int(value, what, minimum, maximum))
     return values
+
+
+def check_int(value: int | None, what: str, minimum: int, maximum: int) -> int | None:
+    """``value`` when it lies in ``minimum .. maximum`` (None passes: option not given).
+
+    Raises:
+        ConfigError: ``"--prompt must be at least 1, got 0"`` / ``"... at most ..."``.
+
+    >>> check_int(8, "--steps", 1, 10_000)
+    8
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{what} must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise ConfigError(f"{what} must be at most {maximum}, got {value}")
+    return value
+
+
+def check_seconds(value: float | None, what: str, maximum: float = MAX_SECONDS) -> float | None:
+    """``value`` when it is a positive finite number of seconds up to ``maximum`` (None passes).
+
+    Raises:
+        ConfigError: zero, negative, NaN, infinite or above ``maximum``.
+
+    >>> check_seconds(0.2, "--budget")
+    0.2
+    """
+    if value is None:
+        return None
+    if not (math.isfinite(value) and 0 < value <= maximum):
+        raise ConfigError(f"{what} must be a positive number of seconds up to {maximum:g}, "
+                          f"got {value!r}")
+    return value
+
+
+def check_output(path: Any, what: str, *, suffixes: tuple[str, ...] | None = None,
+                 folder: bool = False, inside: tuple[str, ...] = ()) -> None:
+    """Check an output path before any measurement (None passes: option not given).
+
+    ``folder=True``: ``path`` is a folder, created now if needed and probed for writing
+    (:func:`roofprof.results.check_writable_dir`), in which the files named in ``inside``
+    will be written (none of them may be a folder). Otherwise
+    ``path`` is a file (see :func:`roofprof.results.check_output_file`).
+
+    Raises:
+        ConfigError: one line naming ``what`` and what is wrong with the path.
+    """
+    if path is None:
+        return
+    from roofprof.results import check_output_file
+
+    if not folder:
+        check_output_file(path, suffixes=suffixes, what=what)
+        return
+    from roofprof.results import check_writable_dir
+
+    folder_ = check_writable_dir(path)  # creates it: the command would at once anyway
+    for name in inside:
+        if (folder_ / name).is_dir():
+            raise ConfigError(f"{what}: {str(folder_ / name)!r} is a folder; roofprof writes a "
+                              "file of that name there")
 
 
 def counting(attention: str) -> Any:

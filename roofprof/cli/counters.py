@@ -5,17 +5,18 @@ Thin wiring over :mod:`roofprof.counters`; numbers there, tables in :mod:`roofpr
 
 from __future__ import annotations
 
-import json
+import sys
 import warnings
 from pathlib import Path
 
 import typer
 
 from roofprof.cli import app
-from roofprof.cli._console import show_warnings
+from roofprof.cli._console import progress_bar, show_warnings
 from roofprof.cli._options import TableJson, split_list
 from roofprof.cli._usage import CommandGroup, show_help
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 __all__ = ["collect_cmd", "counters_app", "import_cmd", "ops_pass_cmd"]
 
@@ -49,11 +50,16 @@ def import_cmd(
     """Turn an existing ncu CSV or report into per-kernel records: time, FLOPs, bytes,
     intensities."""
     from roofprof import counters
+    from roofprof.cli._options import PLOT_SUFFIXES, check_output
     from roofprof.report import print_counters
 
-    with warnings.catch_warnings(record=True) as caught:
+    check_output(plot, "--plot", suffixes=PLOT_SUFFIXES)
+    big = _size(file) > 10 * 2**20  # a bar for large exports (100 MB: about 15 s to parse)
+    with warnings.catch_warnings(record=True) as caught, \
+            progress_bar(big and sys.stderr.isatty()) as (bar, _):
         warnings.simplefilter("always", counters.CounterWarning)
-        records = counters.load_counters(file)
+        records = counters.load_counters(
+            file, progress=(lambda done, total: bar("parsing lines", done, total)) if bar else None)
     show_warnings(caught)
     roof = None
     if roofline is not None:
@@ -63,7 +69,7 @@ def import_cmd(
     placements = counters.place_hierarchical(records, roof)
     if fmt == "json":
         payload = counters.records_to_json(records, placements, source=str(file))
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(dumps_strict(payload))
     else:
         print_counters(records, placements if roof is not None else None,
                        title=f"Nsight Compute counters: {file.name}")
@@ -110,6 +116,11 @@ def collect_cmd(
         raise ConfigError("--all-kernels and --nvtx-include exclude each other")
     include = None if all_kernels else (tuple(nvtx_include) if nvtx_include
                                         else counters.DEFAULT_NVTX_INCLUDE)
+    from roofprof.cli._options import check_int, check_output, check_seconds
+
+    check_int(launch_count, "--launch-count", 1, 10**9)
+    check_seconds(timeout, "--timeout")
+    check_output(out, "--out", folder=True, inside=("ncu.csv", "counters.json"))
     folder = check_writable_dir(out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", counters.CounterWarning)
@@ -136,7 +147,7 @@ def collect_cmd(
     )
     write_json_atomic(folder / "counters.json", payload)
     if fmt == "json":
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(dumps_strict(payload))
     else:
         print_counters(coll.records, title=f"Nsight Compute counters ({len(coll.records)} kernels)")
     typer.echo(f"counters written to {folder / 'counters.json'} (raw CSV: {coll.csv_path})",
@@ -170,3 +181,11 @@ def ops_pass_cmd(
     impls = split_list(impl)
     records = run_ops_once(workload, select(device), impls=impls)  # type: ignore[arg-type]
     write_json_atomic(manifest, records)
+
+
+def _size(path: Path) -> int:
+    """Bytes in ``path``; 0 when it cannot be read (the reader then says why)."""
+    try:
+        return path.stat().st_size
+    except (OSError, ValueError):
+        return 0

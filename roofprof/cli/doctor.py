@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
 
 from roofprof.cli import app
 from roofprof.cli._options import TableJson
+from roofprof.units import dumps_strict
 
 __all__ = ["doctor"]
 
@@ -24,6 +24,6 @@ def doctor(
 
     rows = doctor_report()
     if fmt == "json":
-        sys.stdout.write(json.dumps({"components": rows}, indent=2) + "\n")
+        sys.stdout.write(dumps_strict({"components": rows}) + "\n")
     else:
         print_doctor(rows)

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import typer
 
 from roofprof.cli import app
-from roofprof.cli._options import TableJsonCsv, parse_int_list
+from roofprof.cli._options import (
+    MAX_BATCH,
+    MAX_TOKENS,
+    PLOT_SUFFIXES,
+    TableJsonCsv,
+    check_int,
+    check_output,
+    parse_int_list,
+)
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 __all__ = ["predict"]
 
@@ -72,9 +80,9 @@ def predict(
     from roofprof import rollup
     from roofprof.workload import CONVENTIONS
 
-    if prompt < 1:
-        raise ConfigError(f"--prompt must be at least 1, got {prompt}")
-    batches = parse_int_list(batch, "--batch", 1)
+    check_int(prompt, "--prompt", 1, MAX_TOKENS)
+    check_output(plot, "--plot", suffixes=PLOT_SUFFIXES)
+    batches = parse_int_list(batch, "--batch", 1, MAX_BATCH)
     contexts = parse_int_list(context, "--context", 0) if context else [None]
     if convention not in CONVENTIONS:
         raise ConfigError(f"unknown convention {convention!r}; "
@@ -152,7 +160,7 @@ def _emit(predictions, fmt: str) -> None:
     if fmt == "json":
         payload = (predictions[0].to_dict() if len(predictions) == 1
                    else {"sweep": [p.to_dict() for p in predictions]})
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     elif fmt == "csv":
         from roofprof.report import ops_frame
 

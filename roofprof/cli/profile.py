@@ -6,7 +6,6 @@ With ``--counters``, each op runs once under Nsight Compute instead (child proce
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from collections.abc import Sequence
@@ -17,8 +16,20 @@ import typer
 
 from roofprof.cli import app
 from roofprof.cli._console import progress_bar, show_warnings
-from roofprof.cli._options import TableJsonCsv, counting, parse_int_list, resolve_dtype, split_list
+from roofprof.cli._options import (
+    MAX_BATCH,
+    MAX_TOKENS,
+    TableJsonCsv,
+    check_int,
+    check_output,
+    check_seconds,
+    counting,
+    parse_int_list,
+    resolve_dtype,
+    split_list,
+)
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 __all__ = ["profile", "profile_with_counters"]
 
@@ -70,11 +81,17 @@ def profile(
               "decode": ["decode"]}.get(phase)
     if phases is None:
         raise ConfigError(f"unknown phase {phase!r}; valid choices: prefill, decode, both")
-    if prompt < 1:
-        raise ConfigError(f"--prompt must be at least 1, got {prompt}")
-    batches = parse_int_list(batch, "--batch", 1)
+    check_int(prompt, "--prompt", 1, MAX_TOKENS)
+    check_seconds(budget, "--budget")
+    check_int(threads, "--threads", 1, 4096)
+    batches = parse_int_list(batch, "--batch", 1, MAX_BATCH)
     contexts = parse_int_list(context, "--context", 0) if context else [None]
     counting_ = counting(attention)
+    if counters:  # --out is the folder of the ncu files (a name with a suffix is not used)
+        check_output(out if out is not None and Path(out).suffix == "" else None, "--out",
+                     folder=True)
+    else:
+        check_output(out, "--out")
     spec = load_model(model)
     dev, dtype = resolve_dtype(dtype, device)
     impls = split_list(impl)
@@ -103,17 +120,14 @@ def profile(
                     results.append(prof.profile(Scenario(spec, ph, b, prompt, c, dtype, counting_)))
     if out is not None:
         from roofprof.results import write_json_atomic
-        from roofprof.units import clean
-
-        payload = clean(results[0].to_dict() if len(results) == 1
-                        else {"profiles": [r.to_dict() for r in results]})
-        write_json_atomic(out, payload)
-    if fmt == "json":
-        from roofprof.units import clean
 
         payload = (results[0].to_dict() if len(results) == 1
                    else {"profiles": [r.to_dict() for r in results]})
-        sys.stdout.write(json.dumps(clean(payload), indent=2) + "\n")
+        write_json_atomic(out, payload)
+    if fmt == "json":
+        payload = (results[0].to_dict() if len(results) == 1
+                   else {"profiles": [r.to_dict() for r in results]})
+        sys.stdout.write(dumps_strict(payload) + "\n")
     elif fmt == "csv":
         import csv
 
@@ -155,6 +169,6 @@ def profile_with_counters(*, model: str, phases: Sequence[str], batch: int, prom
                                                clock_control=clock_control)
         show_warnings(caught)
     if fmt == "json":
-        typer.echo(json.dumps(payloads, indent=2, default=str))
+        typer.echo(dumps_strict(payloads))
         return
     print_counters_comparison(payloads, out_dir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +11,7 @@ import typer
 from roofprof.cli import app
 from roofprof.cli._options import TableJson
 from roofprof.errors import RoofprofError
+from roofprof.units import dumps_strict
 
 __all__ = ["RunInterrupted", "roofline"]
 
@@ -45,12 +45,15 @@ def roofline(
     if published is not None:
         _published(published, out, fmt, plots)
         return
+    from roofprof.cli._options import check_output
     from roofprof.devices import select_device
     from roofprof.probes import RooflineInterrupted, measure_roofline
     from roofprof.report import print_roofline_summary, roofline_summary_payload
     from roofprof.results import check_writable_dir
 
-    folder = check_writable_dir(out)  # before any measurement
+    check_output(out, "--out", folder=True,  # before any measurement
+                 inside=("roofline.json", *(_PLOT_NAMES if plots else ())))
+    folder = check_writable_dir(out)
     selection = select_device(device)
     dev = selection.device
     err = _console(stderr=True)
@@ -85,7 +88,7 @@ def roofline(
         written += _plots(result, folder, err)
     if fmt == "json":
         payload = roofline_summary_payload(result, written)
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     else:
         print_roofline_summary(result, written)
 
@@ -111,10 +114,12 @@ def _published(gpu: str, out: Path, fmt: str, plots: bool) -> None:
                                      spec=Roofline.from_spec(spec),
                                      title=f"Published-ceiling roofline: {spec.name}"))
     if fmt == "json":
-        sys.stdout.write(json.dumps({**payload, "written": [str(p) for p in written]}, indent=2)
-                         + "\n")
+        sys.stdout.write(dumps_strict({**payload, "written": [str(p) for p in written]}) + "\n")
     else:
         print_published_roofline(roof, written)
+
+
+_PLOT_NAMES = ("roofline.png", "staircase.png", "intensity_sweep.png")
 
 
 def _plots(result, folder: Path, err) -> list[Path]:

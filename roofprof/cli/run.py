@@ -8,8 +8,16 @@ import typer
 
 from roofprof.cli import app
 from roofprof.cli._console import progress_bar
-from roofprof.cli._options import counting, parse_int_list, split_list
-from roofprof.errors import ConfigError
+from roofprof.cli._options import (
+    MAX_BATCH,
+    MAX_TOKENS,
+    check_int,
+    check_output,
+    check_seconds,
+    counting,
+    parse_int_list,
+    split_list,
+)
 
 __all__ = ["run_command"]
 
@@ -46,10 +54,14 @@ def run_command(
     report."""
     from roofprof.run import run
 
-    if prompt < 1:
-        raise ConfigError(f"--prompt must be at least 1, got {prompt}")
+    check_int(prompt, "--prompt", 1, MAX_TOKENS)
+    check_int(batch, "--batch", 1, MAX_BATCH)
+    check_int(steps, "--steps", 1, 100_000)
+    check_int(threads, "--threads", 1, 4096)
+    check_seconds(budget, "--budget")
+    check_output(out, "--out", folder=True, inside=("index.html", "report.json"))
     counting(attention)
-    batch_list = parse_int_list(batches, "--batch-sweep", 1)
+    batch_list = parse_int_list(batches, "--batch-sweep", 1, MAX_BATCH)
     context_list = parse_int_list(contexts, "--context-sweep", 0) if contexts else None
     impls = split_list(impl)
     with progress_bar(True) as (progress, step):

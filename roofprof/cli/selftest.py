@@ -33,11 +33,13 @@ def selftest(
 
     Without a usable GPU: one line saying so and what to install, exit code 2.
     """
+    from roofprof.cli._options import check_output, check_seconds
     from roofprof.errors import ConfigError
     from roofprof.selftest import SECTIONS, run_selftest
 
-    if budget <= 0:
-        raise ConfigError(f"--budget must be positive seconds, got {budget}")
+    check_seconds(budget, "--budget")
+    for name in ("selftest.json", "selftest.md"):  # creates nothing: no GPU, no folder
+        check_output(out / name, "--out")
     skipped = split_list(skip) or []
     unknown = [s for s in skipped if s not in SECTIONS]
     if unknown:

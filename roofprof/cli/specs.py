@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
 
 from roofprof.cli import app
 from roofprof.cli._options import TableJson
+from roofprof.units import dumps_strict
 
 __all__ = ["specs"]
 
@@ -21,6 +21,6 @@ def specs(
     from roofprof.report import print_specs, specs_payload
 
     if fmt == "json":
-        sys.stdout.write(json.dumps(specs_payload(), indent=2) + "\n")
+        sys.stdout.write(dumps_strict(specs_payload()) + "\n")
     else:
         print_specs()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,8 +9,18 @@ import typer
 
 from roofprof.cli import app
 from roofprof.cli._console import progress_bar
-from roofprof.cli._options import TableJsonCsv, resolve_dtype, split_list
+from roofprof.cli._options import (
+    MAX_BATCH,
+    MAX_TOKENS,
+    TableJsonCsv,
+    check_int,
+    check_output,
+    check_seconds,
+    resolve_dtype,
+    split_list,
+)
 from roofprof.errors import ConfigError
+from roofprof.units import dumps_strict
 
 __all__ = ["validate"]
 
@@ -67,6 +76,14 @@ def validate(
         raise ConfigError("--format csv needs --published")
     from roofprof.validation import validate as run_validation
 
+    check_int(batch, "--batch", 1, MAX_BATCH)
+    check_int(prompt, "--prompt", 1, MAX_TOKENS)
+    check_int(steps, "--steps", 1, 100_000)
+    check_int(repeats, "--repeats", 1, 10_000)
+    check_int(threads, "--threads", 1, 4096)
+    check_int(max_layers, "--max-layers", 1, 100_000)
+    check_seconds(budget, "--budget")
+    check_output(out, "--out")
     wanted = split_list(estimators or "spec,empirical,measured") or []
     bad = [w for w in wanted if w not in ("spec", "empirical", "measured")]
     if bad:
@@ -92,7 +109,7 @@ def validate(
 
         write_json_atomic(out, payload)
     if fmt == "json":
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     else:
         from roofprof.report import print_validation
 
@@ -125,7 +142,7 @@ def _published(estimators, gpu, engine, phase, fmt, out, plot) -> None:
 
         write_json_atomic(out, payload)
     if fmt == "json":
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(payload) + "\n")
     elif fmt == "csv":
         sys.stdout.write(published_validation_csv(result))
     else:

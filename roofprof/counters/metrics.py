@@ -30,6 +30,7 @@ __all__ = [
     "family_for_cc",
     "parse_number",
     "tensor_table",
+    "unit_problem",
     "unit_scale",
 ]
 
@@ -228,6 +229,55 @@ def unit_scale(unit: str) -> tuple[float, str]:
     if u in ("sector", "sectors"):
         return 1.0, "sector"
     return 1.0, u
+
+
+def metric_kind(metric: str) -> str | None:
+    """What a metric counts, for checking its unit: ``"time"``, ``"bytes"``, ``"sectors"``,
+    ``"count"`` (a metric the derivations use that counts instructions or operations), or
+    None (a metric roofprof does not use; its unit is not checked).
+
+    >>> metric_kind("gpu__time_duration.sum"), metric_kind("dram__bytes.sum")
+    ('time', 'bytes')
+    """
+    if metric == TIME_METRIC or "time_duration" in metric:
+        return "time"
+    if "sectors" in metric:
+        return "sectors"
+    if "bytes" in metric:
+        return "bytes"
+    if metric in KNOWN_METRICS:
+        return "count"
+    return None
+
+
+#: The unit assumed, with a warning, when a used metric has none (``--print-units base``).
+BASE_UNITS = {"time": "nsecond", "bytes": "byte", "sectors": "sector", "count": ""}
+
+
+def unit_problem(metric: str, unit: str) -> str | None:
+    """Why ``unit`` cannot be the unit of ``metric`` (e.g. a time in ``byte``), or None.
+
+    An empty unit is not a problem here (the caller warns and assumes :data:`BASE_UNITS`).
+
+    >>> unit_problem("gpu__time_duration.sum", "byte")
+    "a time metric in 'byte' (expected a time unit such as nsecond, usecond, msecond)"
+    >>> unit_problem("dram__bytes.sum", "Mbyte") is None
+    True
+    """
+    kind = metric_kind(metric)
+    u = (unit or "").strip()
+    if kind is None or not u:
+        return None
+    base = unit_scale(u)[1]
+    if kind == "time" and base != "s":
+        return f"a time metric in {u!r} (expected a time unit such as nsecond, usecond, msecond)"
+    if kind == "bytes" and base != "byte":
+        return f"a byte metric in {u!r} (expected byte, Kbyte, Mbyte, ...)"
+    if kind == "sectors" and base not in ("sector", "byte"):
+        return f"a sector metric in {u!r} (expected sector)"
+    if kind == "count" and (base in ("s", "byte", "sector") or "%" in u or "/" in u):
+        return f"a count metric in {u!r} (expected a plain count such as inst)"
+    return None
 
 
 _NA_VALUES = {"n/a", "na", "nan", "(!) n/a", "-", "--", "not available", "no data"}

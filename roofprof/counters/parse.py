@@ -7,6 +7,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,15 @@ from roofprof.counters.errors import (
     NotNcuOutputError,
     check_permission,
 )
-from roofprof.counters.metrics import KNOWN_METRICS, TIME_METRIC, KernelCounters, parse_number
+from roofprof.counters.metrics import (
+    BASE_UNITS,
+    KNOWN_METRICS,
+    TIME_METRIC,
+    KernelCounters,
+    metric_kind,
+    parse_number,
+    unit_problem,
+)
 from roofprof.errors import ConfigError, DeviceUnavailableError
 
 __all__ = ["load_counters", "parse_ncu_csv", "read_ncu_csv", "read_ncu_report"]
@@ -55,12 +64,19 @@ def _split_row(line: str) -> list[str]:
     return next(csv.reader([line]))
 
 
-def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
+#: Lines between two calls of a parser's ``progress`` callback.
+PROGRESS_EVERY = 20_000
+
+
+def parse_ncu_csv(text: str, *, source: str = "<text>",
+                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
     """Parse Nsight Compute CSV output (details page or ``--page raw``) into records.
 
     Lines before the header (``==PROF==`` lines, the program's own output, a BOM) are
     skipped, and so are ncu's ``==...==`` lines after it. Numbers may carry thousands
-    separators; ``n/a`` values are dropped with a :class:`CounterWarning`.
+    separators; ``n/a`` values are dropped with a :class:`CounterWarning`. ``progress``, if
+    given, is called as ``progress(lines done, lines in all)`` every
+    :data:`PROGRESS_EVERY` lines (a 100 MB export has about 200,000).
 
     Raises:
         NotNcuOutputError: no ``"ID","Process ID",...`` header, or a row that does not fit
@@ -107,6 +123,8 @@ def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
     header = _split_row(lines[header_at].strip())
     rows: list[tuple[int, list[str]]] = []
     for i in range(header_at + 1, len(lines)):
+        if progress is not None and i % PROGRESS_EVERY == 0:
+            progress(i, len(lines))
         line = lines[i].strip()
         check_permission(line)
         if not line or _is_chatter(line):
@@ -124,6 +142,8 @@ def parse_ncu_csv(text: str, *, source: str = "<text>") -> list[KernelCounters]:
                 f"{line[:120]!r}"
             )
         rows.append((i + 1, cells))
+    if progress is not None:
+        progress(len(lines), len(lines))
     if "Metric Name" in header:
         missing = [c for c in _DETAILS_REQUIRED if c not in header]
         if missing:
@@ -165,12 +185,52 @@ def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[st
     except ValueError:
         if metric in KNOWN_METRICS:
             raise NotNcuOutputError(
-                f"{source}: line {line_no}: metric {metric} has the non-numeric value {text!r}"
+                f"{source}: line {line_no}: metric {metric} has the non-numeric value {text[:40]!r}"
             ) from None
         return text.strip()
     if value is None:
         na.append(metric)
+    elif metric_kind(metric) is not None and not (math.isfinite(value) and value >= 0):
+        raise NotNcuOutputError(
+            f"{source}: line {line_no}: metric {metric} has the value {text.strip()[:40]!r}; "
+            "a count, time or byte total must be a finite number >= 0"
+        )
     return value
+
+
+def _kernel_id(text: str, line_no: int, source: str) -> int:
+    """The kernel ID of a row: ASCII digits only (``"²"`` passes ``isdigit()``, not this)."""
+    kid = text.strip()
+    if not re.fullmatch(r"[0-9]{1,18}", kid):
+        raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid[:40]!r} is not a "
+                                "non-negative integer")
+    return int(kid)
+
+
+def _unit(metric: str, unit: str, line_no: int, source: str, missing: list[str]) -> str:
+    """``unit`` when it fits ``metric``; an empty unit of a used metric becomes its base unit
+    (noted in ``missing`` for one warning); a unit that does not fit is an error."""
+    problem = unit_problem(metric, unit)
+    if problem:
+        raise NotNcuOutputError(f"{source}: line {line_no}: {metric} is {problem}; values would "
+                                "be rescaled wrongly")
+    kind = metric_kind(metric)
+    if not unit.strip() and kind in ("time", "bytes"):
+        missing.append(metric)
+        return BASE_UNITS[kind]
+    return unit
+
+
+def _warn_missing_units(missing: list[str], source: str) -> None:
+    if missing:
+        names = sorted(set(missing))
+        warnings.warn(
+            f"{source}: no unit for {', '.join(names[:4])}{' ...' if len(names) > 4 else ''} "
+            "(units row missing?); assumed base units (nsecond, byte) as "
+            "`ncu --print-units base` prints them",
+            CounterWarning,
+            stacklevel=3,
+        )
 
 
 def _warn_na(na: list[str], source: str) -> None:
@@ -186,29 +246,32 @@ def _warn_na(na: list[str], source: str) -> None:
 
 def _parse_details(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
     col = {h: i for i, h in enumerate(header)}
-    kernels: dict[str, dict[str, Any]] = {}
+    kernels: dict[int, dict[str, Any]] = {}
     na: list[str] = []
+    missing: list[str] = []
+    if not rows:
+        raise NotNcuOutputError(f"{source}: no kernel rows after the header (file cut short?)")
     for line_no, cells in rows:
-        kid = cells[col["ID"]].strip()
-        if not kid.lstrip("-").isdigit():
-            raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid!r} is not an integer")
+        kid = _kernel_id(cells[col["ID"]], line_no, source)
         entry = kernels.get(kid)
         if entry is None:
             entry = kernels[kid] = {"info": _kernel_info(header, cells), "metrics": {}}
         name = cells[col["Metric Name"]].strip()
         if not name:
             continue  # rule rows and section headers carry no metric
-        unit = cells[col["Metric Unit"]].strip()
-        value = _metric_value(cells[col["Metric Value"]], name, line_no, source, na)
+        alias = _LABEL_ALIASES.get(name)
+        raw_unit = cells[col["Metric Unit"]].strip()
+        unit = _unit(alias or name, raw_unit, line_no, source, missing)
+        value = _metric_value(cells[col["Metric Value"]], alias or name, line_no, source, na)
         if value is None:
             continue
         entry["metrics"].setdefault(name, (value, unit))
-        alias = _LABEL_ALIASES.get(name)
         if alias and isinstance(value, float):
             entry["metrics"].setdefault(alias, (value, unit))
     _warn_na(na, source)
+    _warn_missing_units(missing, source)
     return [
-        KernelCounters(int(kid), metrics=e["metrics"], source=f"{source} (details page)", **e["info"])
+        KernelCounters(kid, metrics=e["metrics"], source=f"{source} (details page)", **e["info"])
         for kid, e in kernels.items()
     ]
 
@@ -219,28 +282,37 @@ def _parse_raw(header: list[str], rows: list[tuple[int, list[str]]], source: str
     units = [""] * len(header)
     if "ID" not in col:
         raise NotNcuOutputError(f"{source}: raw-page header has no \"ID\" column")
+    if not metric_cols:
+        raise NotNcuOutputError(f"{source}: the header has no metric columns (names such as "
+                                "gpu__time_duration.sum); not a raw page or details page")
+    units_line = None
     if rows and not rows[0][1][col["ID"]].strip():  # the units row under the header
         units = [u.strip() for u in rows[0][1]]
-        rows = rows[1:]
+        units_line, rows = rows[0][0], rows[1:]
+    if not rows:
+        raise NotNcuOutputError(f"{source}: no kernel rows after the header (file cut short?)")
+    missing: list[str] = []
+    for i, name in metric_cols:
+        units[i] = _unit(name, units[i], units_line or rows[0][0], source, missing)
     records = []
     na: list[str] = []
     for line_no, cells in rows:
-        kid = cells[col["ID"]].strip()
-        if not kid.lstrip("-").isdigit():
-            raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid!r} is not an integer")
+        kid = _kernel_id(cells[col["ID"]], line_no, source)
         metrics: dict[str, tuple[float | str, str]] = {}
         for i, name in metric_cols:
             value = _metric_value(cells[i], name, line_no, source, na)
             if value is not None:
                 metrics[name] = (value, units[i])
         records.append(
-            KernelCounters(int(kid), metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells))
+            KernelCounters(kid, metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells))
         )
     _warn_na(na, source)
+    _warn_missing_units(missing, source)
     return records
 
 
-def read_ncu_csv(path: str | os.PathLike) -> list[KernelCounters]:
+def read_ncu_csv(path: str | os.PathLike,
+                 progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
     """Read an Nsight Compute CSV file (details or raw page); see :func:`parse_ncu_csv`.
 
     Raises:
@@ -255,7 +327,9 @@ def read_ncu_csv(path: str | os.PathLike) -> list[KernelCounters]:
         raise NotNcuOutputError(f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
-    return parse_ncu_csv(text, source=str(p))
+    except ValueError as exc:  # a NUL in the name
+        raise ConfigError(f"cannot read {str(p)[:200]!r}: {exc}") from exc
+    return parse_ncu_csv(text, source=str(p), progress=progress)
 
 
 def read_ncu_report(path: str | os.PathLike) -> list[KernelCounters]:
@@ -335,9 +409,14 @@ def _report_nvtx(action: Any) -> tuple[str, ...]:
         return ()
 
 
-def load_counters(path: str | os.PathLike) -> list[KernelCounters]:
-    """Read counters from an ncu CSV (any suffix) or a ``.ncu-rep`` report."""
+def load_counters(path: str | os.PathLike,
+                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
+    """Read counters from an ncu CSV (any suffix) or a ``.ncu-rep`` report.
+
+    ``progress(lines done, lines in all)`` is called while a CSV is parsed (see
+    :func:`parse_ncu_csv`).
+    """
     p = Path(path)
     if p.suffix == ".ncu-rep":
         return read_ncu_report(p)
-    return read_ncu_csv(p)
+    return read_ncu_csv(p, progress=progress)

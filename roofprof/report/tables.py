@@ -148,7 +148,8 @@ def op_table(prediction, title: str | None = None) -> Table:
         for o in phase.ops:
             op = o.op
             shape = f"{op.m}×{op.n}×{op.k}" + (f" ({op.batch})" if op.batch > 1 else "")
-            table.add_row(op.phase, op.name + (f" ×{op.count}" if op.count > 1 else ""), shape,
+            table.add_row(op.phase, escape(op.name) + (f" ×{op.count}" if op.count > 1 else ""),
+                          shape,
                           si(op.total_flops, "FLOP"), si(op.total_bytes, "B"),
                           f"{op.intensity:,.1f}" if op.bytes else "∞", si(o.seconds, "s"),
                           f"{100 * o.seconds / total:.1f}%", o.estimate.bound)
@@ -176,8 +177,8 @@ def print_specs(console: Console | None = None) -> None:
     for g in payload["gpus"]:
         peaks = g["peak_flops_per_s"]
         gpus.add_row(
-            g["id"],
-            g["name"],
+            escape(g["id"]),
+            escape(g["name"]),
             str(g["sm_count"]),
             si(g["memory_bytes"], "B"),
             si(g["memory_bytes_per_s"], "B/s"),
@@ -185,7 +186,7 @@ def print_specs(console: Console | None = None) -> None:
             si(peaks.get("bf16", float("nan")), "FLOP/s"),
             si(peaks.get("fp8", float("nan")), "FLOP/s"),
             f"{g['ridge_bf16_flops_per_byte']:.0f}" if g["ridge_bf16_flops_per_byte"] else "n/a",
-            ",".join(g["sources"]),
+            escape(",".join(g["sources"])),
         )
     console.print(gpus)
     models = Table(title="Models (data/models/*.json; any HF Llama config.json path works too)")
@@ -201,7 +202,7 @@ def print_specs(console: Console | None = None) -> None:
         models.add_column(col, justify="left" if col == "id" else "right")
     for m in payload["models"]:
         models.add_row(
-            m["id"],
+            escape(m["id"]),
             f"{m['params'] / 1e9:.2f} B",
             str(m["layers"]),
             str(m["hidden_size"]),
@@ -217,9 +218,10 @@ def profile_table(result, title: str | None = None) -> Table:
     w = result.workload
     table = Table(
         title=title
-        or f"{w.model.id} {w.phase}: batch {w.batch}, "
-        + (f"prompt {w.prompt_tokens}" if w.phase == "prefill" else f"context {w.context_tokens}")
-        + f", {w.dtype} (layer ops ×{w.model.num_layers})"
+        or escape(f"{w.model.id} {w.phase}: batch {w.batch}, "
+                  + (f"prompt {w.prompt_tokens}" if w.phase == "prefill"
+                     else f"context {w.context_tokens}")
+                  + f", {w.dtype} (layer ops ×{w.model.num_layers})")
     )
     for col in (
         "op",
@@ -252,7 +254,7 @@ def profile_table(result, title: str | None = None) -> Table:
         )
         if o.chosen is None:
             table.add_row(
-                op.name + (f" ×{op.count}" if op.count > 1 else ""),
+                escape(op.name) + (f" ×{op.count}" if op.count > 1 else ""),
                 shape,
                 "[red]none[/]",
                 "",
@@ -268,9 +270,9 @@ def profile_table(result, title: str | None = None) -> Table:
             )
             continue
         table.add_row(
-            op.name + (f" ×{op.count}" if op.count > 1 else ""),
+            escape(op.name) + (f" ×{op.count}" if op.count > 1 else ""),
             shape,
-            o.chosen.impl,
+            escape(o.chosen.impl),
             si(o.seconds, "s"),
             si(o.seconds * op.count, "s"),
             si(p["flops_per_s"] or 0.0, "FLOP/s"),

@@ -42,26 +42,27 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from roofprof.datasheet import spec_comparison
 from roofprof.devices.base import Device, DeviceInfo, Probe, ProbeRun
 from roofprof.errors import ConfigError, RoofprofError
+from roofprof.plateaus import DRAM_FACTOR, Plateau, find_plateaus, level_windows
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.specs import BYTES_PER_ELEMENT
+from roofprof.roofline_plan import PLANS, MiB, RooflinePlan, replace_plan
 from roofprof.telemetry import Contention, loadavg
 from roofprof.timing import Timing, benchmark
 from roofprof.units import fmt_bytes
 
+# The plan, the plateaus and the datasheet comparison live in their own modules; this face
+# re-exports them so `from roofprof.probes import RooflinePlan` keeps working.
+__all__ = ["DRAM_FACTOR", "PLANS", "PROBE_FAILURES", "SCHEMA", "Plateau", "ProbeCheckError", "Progress",
+           "RooflineFailed", "RooflineInterrupted", "RooflinePlan", "RooflineResult", "find_plateaus",
+           "level_windows", "load_result", "measure_roofline", "replace_plan", "spec_comparison"]
+
 SCHEMA = "roofprof.roofline/1"
-#: The DRAM plateau starts at this many times the last-level cache (a scan-resistant cache
-#: keeps part of a smaller working set across passes and inflates "DRAM" bandwidth).
-DRAM_FACTOR = 8
-#: The working-set sweep runs up to this many times the last-level cache.
-SWEEP_MAX_FACTOR = 16
-PLANS = ("full", "quick", "test")
-KiB, MiB = 1024, 1024**2
 _LEVEL_LABEL = {"l1": "L1", "l2": "L2", "l3": "L3", "dram": "DRAM", "smem": "shared memory"}
 
 Progress = Callable[[int, int, str], Any]
@@ -98,244 +99,6 @@ class RooflineInterrupted(KeyboardInterrupt):
     def __init__(self, result: RooflineResult, during: str):
         super().__init__(f"interrupted during {during}")
         self.result, self.during = result, during
-
-
-# --------------------------------------------------------------------------- plan
-
-
-@dataclass(frozen=True)
-class RooflinePlan:
-    """How much to measure. A device builds it (``device.roofline_plan(name)``, through
-    :meth:`sized`); every size in bytes, time in s.
-
-    ``intensities`` are target FLOP/byte values; an intensity probe of dtype *d* gets
-    ``k = intensity · itemsize(d)`` FMAs per element (one element read and written:
-    ``2·itemsize`` bytes, ``2k`` FLOPs), skipped when that is not a power of two ≥ 1.
-    """
-
-    name: str
-    working_set_sizes: tuple[int, ...]
-    point_budget_s: float
-    target_call_s: float
-    compute_budget_s: float
-    compute_call_s: float
-    gemm_sizes: tuple[int, ...]
-    gemm_budget_s: float
-    intensity_working_set_bytes: int
-    intensities: tuple[float, ...]
-    intensity_budget_s: float
-    intensity_dtypes: tuple[str, ...] = ("fp64",)
-    min_repeats: int = 5
-    warmup_s: float = 0.01
-    flush_intensity: bool = True
-    intensity_max_call_flops: float = 0.0
-
-    @classmethod
-    def for_device(cls, info: DeviceInfo, name: str = "full") -> RooflinePlan:
-        """The plan ``name`` that the backend of ``info.kind`` declares for this device.
-
-        The sizing numbers belong to the backends (``roofprof.devices.cpu.cpu_roofline_plan``,
-        ``roofprof.devices.cuda.cuda_roofline_plan``); a device also offers its plan as
-        ``device.roofline_plan(name)``.
-
-        Raises:
-            ConfigError: unknown plan name.
-            UnknownNameError: no backend of that kind.
-        """
-        from roofprof.devices import backend
-
-        return backend(info.kind).roofline_plan(info, name)
-
-    @classmethod
-    def sized(cls, info: DeviceInfo, name: str, *, min_intensity_working_set_bytes: int = 0,
-              **knobs: Any) -> RooflinePlan:
-        """The ``full``, ``quick`` or ``test`` plan sized from the device's caches.
-
-        Working sets run from ``2 KiB × compute units`` (at least 4 KiB) to
-        ``16 × LLC`` (``full``: step √2; ``quick``: step 2; ``test``: one size per level),
-        so that the DRAM plateau (from ``8 × LLC``, see :func:`level_windows`) has points.
-        The intensity sweep works on ``8 ×`` all caches together (at least
-        ``min_intensity_working_set_bytes``), shrunk for the points whose call would exceed
-        ``intensity_max_call_flops`` (far right of the ridge, where the working set no longer
-        matters). ``knobs`` are the device's budgets and sizes for ``full``/``quick`` (the
-        other fields of this record); ``test`` is the same tiny plan on every device.
-
-        Raises:
-            ConfigError: unknown plan name.
-        """
-        if name not in PLANS:
-            raise ConfigError(f"unknown plan {name!r}; valid: {', '.join(PLANS)}")
-        llc = info.last_level_cache_bytes or 32 * MiB
-        total_cache = sum(info.cache_bytes.values()) or llc
-        lo = max(4 * KiB, 2 * KiB * max(1, info.compute_units))
-        ws_int = max(DRAM_FACTOR * total_cache, 4 * MiB, int(min_intensity_working_set_bytes))
-        if name == "test":
-            windows = level_windows(info.cache_bytes)
-            sizes = tuple(hi for _, _, hi in windows if math.isfinite(hi)) + (DRAM_FACTOR * llc,)
-            if len(sizes) < 2:
-                sizes = (lo, 16 * lo, max(2 * MiB, llc // 2), DRAM_FACTOR * llc)
-            return cls(name=name, working_set_sizes=tuple(sorted(set(_round_kib(s) for s in sizes))),
-                       point_budget_s=0.004, target_call_s=0.001, compute_budget_s=0.01, compute_call_s=0.002,
-                       gemm_sizes=(128,), gemm_budget_s=0.01, intensity_working_set_bytes=1 * MiB,
-                       intensities=(0.125, 1.0, 8.0), intensity_budget_s=0.005, min_repeats=2,
-                       warmup_s=0.0)
-        step = 2.0 if name == "quick" else math.sqrt(2.0)
-        sizes = _geometric(lo, SWEEP_MAX_FACTOR * llc, step)
-        return cls(name=name, working_set_sizes=sizes, intensity_working_set_bytes=ws_int, **knobs)
-
-    def intensity_working_set(self, intensity: float) -> int:
-        """Working set (bytes) for the sweep point at ``intensity`` FLOP/byte.
-
-        The full ``intensity_working_set_bytes`` unless a call would then exceed
-        ``intensity_max_call_flops`` (``intensity × 2 × working set``); never below 1 MiB.
-        """
-        ws = self.intensity_working_set_bytes
-        if self.intensity_max_call_flops and intensity * 2 * ws > self.intensity_max_call_flops:
-            ws = max(1 * MiB, int(self.intensity_max_call_flops / (2 * intensity)))
-        return min(ws, self.intensity_working_set_bytes)
-
-    def fmas_per_element(self, dtype: str) -> list[tuple[float, int]]:
-        """``(target intensity, k)`` pairs this plan runs for an intensity probe of ``dtype``."""
-        item = BYTES_PER_ELEMENT.get(dtype, 4)
-        out = []
-        for intensity in self.intensities:
-            k = intensity * item
-            if k >= 1 and float(k).is_integer() and int(k) & (int(k) - 1) == 0:
-                out.append((intensity, int(k)))
-        return out
-
-    def memory_needed_bytes(self, info: DeviceInfo, probes: Sequence[Probe]) -> dict[str, int]:
-        """Upper bound of what the plan allocates at once, by use (bytes)."""
-        kinds = {p.kind for p in probes}
-        need: dict[str, int] = {}
-        n_bw = sum(1 for p in probes if p.kind == "bandwidth" and p.level is None)
-        if n_bw:
-            need["bandwidth sweep"] = n_bw * (max(self.working_set_sizes) + 64 * KiB)
-        if "intensity" in kinds and self.intensity_dtypes:
-            need["intensity sweep"] = len(self.intensity_dtypes) * self.intensity_working_set_bytes
-            if self.flush_intensity:
-                need["flush buffer"] = max(2 * sum(info.cache_bytes.values()), 8 * MiB)
-        if "gemm" in kinds and self.gemm_sizes:
-            need["gemm"] = 3 * max(self.gemm_sizes) ** 2 * 8
-        return need
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _round_kib(n: float) -> int:
-    return max(KiB, int(round(n / KiB)) * KiB)
-
-
-def _geometric(lo: int, hi: int, step: float) -> tuple[int, ...]:
-    sizes, s = [], float(lo)
-    while s <= hi * 1.0001:
-        sizes.append(_round_kib(s))
-        s *= step
-    return tuple(sorted(set(sizes)))
-
-
-# --------------------------------------------------------------------------- plateaus
-
-
-@dataclass(frozen=True)
-class Plateau:
-    """A run of working-set sizes served by one memory level, and its bandwidth.
-
-    ``value`` is the median of the points' best bandwidths (bytes/s); ``spread`` is
-    (max − min) / value over those points.
-    """
-
-    level: str
-    value: float
-    min_bytes: int
-    max_bytes: int
-    points: int
-    spread: float
-    method: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def level_windows(cache_bytes: Mapping[str, int]) -> list[tuple[str, float, float]]:
-    """``(level, lo, hi)``: the working-set sizes (bytes, ``lo <= size <= hi``) on each level's plateau.
-
-    Level *i* of size ``s[i]`` spans ``[max(2·s[i-1], s[i]/8), s[i]/2]`` (clear of the level
-    below, and of the tiny sizes where a kernel's per-pass overhead shows); DRAM starts at
-    ``DRAM_FACTOR·s[-1]`` (8×).
-
-    >>> level_windows({"l1": 64 * 1024, "l2": 2 * 1024**2})
-    [('l1', 8192.0, 32768.0), ('l2', 262144.0, 1048576.0), ('dram', 16777216.0, inf)]
-    """
-    levels = sorted(((lvl, int(size)) for lvl, size in cache_bytes.items()
-                     if lvl in ("l1", "l2", "l3") and size and size > 0), key=lambda t: t[1])
-    out: list[tuple[str, float, float]] = []
-    prev = 0
-    for lvl, size in levels:
-        lo, hi = max(2.0 * prev, size / 8.0), size / 2.0
-        if lo >= hi:
-            lo, hi = 1.25 * prev, 0.8 * size
-        if lo < hi:
-            out.append((lvl, lo, hi))
-        prev = size
-    out.append(("dram", float(DRAM_FACTOR * prev), math.inf))
-    return out
-
-
-def find_plateaus(sizes: Sequence[float], values: Sequence[float], cache_bytes: Mapping[str, int] | None = None,
-                  *, rel_step: float = 0.15, min_points: int = 2) -> list[Plateau]:
-    """Plateaus of a bandwidth-vs-working-set staircase.
-
-    With ``cache_bytes``, each level takes the points inside its :func:`level_windows`
-    window (at least one point). Without, the staircase is segmented: a point joins the
-    current segment while it stays within ``rel_step`` of the segment's median; segments
-    of fewer than ``min_points`` points are transitions and dropped; the remaining ones
-    are labelled l1, l2, l3 from the smallest, and the largest-size one DRAM.
-
-    >>> s = [4e3, 8e3, 16e3, 1e6, 2e6, 1e8, 2e8]
-    >>> v = [300e9, 310e9, 305e9, 200e9, 205e9, 30e9, 31e9]
-    >>> [(p.level, round(p.value / 1e9)) for p in find_plateaus(s, v)]
-    [('l1', 305), ('l2', 202), ('dram', 30)]
-    """
-    pts = sorted((float(s), float(v)) for s, v in zip(sizes, values, strict=True) if v > 0 and math.isfinite(v))
-    if not pts:
-        return []
-    if cache_bytes:
-        out = []
-        for level, lo, hi in level_windows(cache_bytes):
-            inside = [(s, v) for s, v in pts if lo * 0.999 <= s <= hi * 1.001]
-            if inside:
-                out.append(_plateau(level, inside, "cache-sizes"))
-        return out
-    segments: list[list[tuple[float, float]]] = [[pts[0]]]
-    for s, v in pts[1:]:
-        med = statistics.median(x for _, x in segments[-1])
-        if abs(v - med) <= rel_step * med:
-            segments[-1].append((s, v))
-        else:
-            segments.append([(s, v)])
-    kept = [seg for seg in segments if len(seg) >= min_points]
-    if not kept:
-        return []
-    labels = ["l1", "l2", "l3"]
-    out = []
-    for i, seg in enumerate(kept):
-        if i == len(kept) - 1 and len(kept) > 1:
-            level = "dram"
-        elif i < len(labels):
-            level = labels[i]
-        else:
-            continue
-        out.append(_plateau(level, seg, "segmentation"))
-    return out
-
-
-def _plateau(level: str, pts: list[tuple[float, float]], method: str) -> Plateau:
-    vals = [v for _, v in pts]
-    med = float(statistics.median(vals))
-    return Plateau(level=level, value=med, min_bytes=int(pts[0][0]), max_bytes=int(pts[-1][0]), points=len(pts),
-                   spread=(max(vals) - min(vals)) / med if med > 0 else 0.0, method=method)
 
 
 # --------------------------------------------------------------------------- result
@@ -833,57 +596,6 @@ class _Run:
         )
 
 
-# --------------------------------------------------------------------------- spec comparison
-
-
-def spec_comparison(info: DeviceInfo, ceilings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Each measured ceiling beside its datasheet value (percent), where the device has a spec.
-
-    ``compute`` probes compare with the vector rate of the dtype (``peak_flops_per_s``),
-    ``gemm`` probes with the best matmul rate (tensor cores where the GPU has them), DRAM
-    bandwidth with ``memory_bytes_per_s``. Devices without a spec (every CPU) get
-    ``{"available": False, "note": ...}``.
-    """
-    if info.spec_id is None:
-        why = info.spec_note or f"{info.name!r} matches no row of data/gpus.json"
-        return {"available": False, "note": why, "rows": []}
-    from roofprof.specs import load_gpu
-
-    spec = load_gpu(info.spec_id)
-    rows = []
-    for c in ceilings:
-        ref: float | None = None
-        what = ""
-        if c["kind"] == "memory" and c.get("level") == "dram":
-            ref, what = spec.memory_bytes_per_s, "memory_bytes_per_s"
-        elif c["kind"] == "compute" and c.get("probe_kind") == "gemm":
-            try:
-                ref, what = spec.matmul_peak_flops_per_s(c["dtype"]), f"matmul peak {c['dtype']}"
-            except RoofprofError:
-                ref = None
-        elif c["kind"] == "compute" and "mma" in str(c.get("probe", "")):
-            try:  # tensor-core throughput probes compare with the dense tensor rate
-                ref, what = spec.matmul_peak_flops_per_s(c["dtype"]), f"matmul peak {c['dtype']}"
-            except RoofprofError:
-                ref = None
-        elif c["kind"] == "compute" and c["dtype"] in ("fp32", "fp64"):
-            ref, what = spec.peak_flops_per_s.get(c["dtype"]), f"peak_flops_per_s[{c['dtype']}]"
-        elif c["kind"] == "compute":
-            continue  # e.g. bf16x2 FMA on CUDA cores: datasheets print no vector rate for it
-        if not ref:
-            continue
-        clock_ratio = None
-        if c.get("clock_mhz") and c["kind"] == "compute":
-            tensor = c.get("probe_kind") == "gemm" or "mma" in str(c.get("probe", ""))
-            spec_clock = spec.tensor_clock_mhz if tensor else spec.vector_clock_mhz
-            clock_ratio = c["clock_mhz"] / spec_clock if spec_clock else None
-        rows.append({"ceiling": c["name"], "measured": c["value"], "spec": ref, "spec_field": what,
-                     "percent_of_spec": 100.0 * c["value"] / ref, "clock_mhz": c.get("clock_mhz"),
-                     "clock_ratio_to_spec": clock_ratio})
-    return {"available": True, "spec_id": spec.id, "spec_name": spec.name, "rows": rows,
-            "note": "datasheet values from data/gpus.json; percent = measured / datasheet"}
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -905,8 +617,3 @@ def _short_telemetry(tele: Mapping[str, Any]) -> dict[str, Any]:
 
 def _fmt_bytes(n: float) -> str:
     return fmt_bytes(n, compact=True)
-
-
-def replace_plan(plan: RooflinePlan, **changes: Any) -> RooflinePlan:
-    """A copy of ``plan`` with fields changed (e.g. ``intensities``)."""
-    return replace(plan, **changes)

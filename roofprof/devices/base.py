@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from roofprof.probes import RooflinePlan
+    from roofprof.roofline_plan import RooflinePlan
     from roofprof.telemetry import Sampler
     from roofprof.timing import Clock
     from roofprof.workload import Op

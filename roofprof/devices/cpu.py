@@ -58,7 +58,7 @@ from roofprof.telemetry import CpuFreqSampler, NullSampler
 from roofprof.timing import PerfCounterClock
 
 if TYPE_CHECKING:
-    from roofprof.probes import RooflinePlan
+    from roofprof.roofline_plan import RooflinePlan
 
 __all__ = ["AUTO_FALLBACK", "KIND", "NAMES", "NP_DTYPES", "PROBE_SEED", "WHAT", "CpuDevice", "NumbaGemm", "NumpyGemm",
            "ProbeArena", "aligned_empty", "allowed_cpus", "cache_sizes", "cpu_info", "cpu_probes",
@@ -379,12 +379,12 @@ class NumbaGemm:
 
 def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
     """The CPU's roofline plan: sweeps sized from ``info``'s caches by
-    :meth:`~roofprof.probes.RooflinePlan.sized`, with the CPU's budgets and GEMM sizes.
+    :meth:`~roofprof.roofline_plan.RooflinePlan.sized`, with the CPU's budgets and GEMM sizes.
 
     Raises:
         ConfigError: unknown plan name.
     """
-    from roofprof.probes import RooflinePlan
+    from roofprof.roofline_plan import RooflinePlan
 
     if name == "quick":
         knobs: dict[str, Any] = dict(

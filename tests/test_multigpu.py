@@ -202,3 +202,16 @@ def test_cli_memory_and_bad_input(capsys):
                          (("--tp", "0"), "--tp"), (("--sequence-parallel",), "--tp 2")):
         code, _, err = run(capsys, "predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", *args)
         assert code == 2 and needle in err, (args, err)
+
+
+def test_published_tensor_parallel_rows():
+    import statistics
+
+    from roofprof.published import validate_published
+
+    v = validate_published(("calibrated",))
+    tp = [r for r in v.rows if r["row"] in {"D03-tp2", "D03-tp4", "D03-tp8", "D05-tp2", "D05-tp4", "D05-tp8",
+                                            "D11", "P03", "P04", "P09", "P12"}]
+    assert len(tp) == 11
+    assert statistics.median(abs(r["calibrated_residual"]) for r in tp) <= 0.15  # issue 11 target
+    assert not any("tensor parallelism" in s.reason for s in v.skipped)

@@ -28,7 +28,9 @@ from two or more rows that identify it (an offline run, one prefill among many d
 steps, fixes the compute fraction only); otherwise the pooled value is kept. An engine
 with no rows of a phase borrows the pooled fit of the engines that share its CUDA-graph
 behaviour (stated in the profile's ``fitted_from``). Rows the corpus flags as anomalous
-(``anomalous_pp``) are predicted but never fitted.
+(``anomalous_pp``) are predicted but never fitted; so are the tensor-parallel rows, whose
+collectives are priced on the interconnect (:mod:`roofprof.collectives`, CUDA-graph α) and
+added unscaled: their residual is out of sample whatever the fit.
 
 **Accuracy** is stated leave-one-out (:func:`leave_one_out`): each row is predicted by
 profiles refitted without it. In-sample residuals are written beside the fit, marked so.
@@ -54,7 +56,7 @@ from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.rollup import OpEstimate
 from roofprof.roofline import Roofline
-from roofprof.workload import Op
+from roofprof.workload import COLLECTIVE_FNS, Op
 
 __all__ = ["CUDA_GRAPHS", "ENGINES", "CalibratedEstimator", "EngineProfile", "calibrated_estimator", "fit",
            "leave_one_out", "load_calibration", "write_calibration"]
@@ -116,6 +118,7 @@ class CalibratedEstimator:
         self.provenance = dict(provenance or {})
         self.warnings = list(warnings)
         self.machine = roofline.device or None
+        self.collectives = None  # a CollectiveModel: rollup.estimate_phase prices collectives with it
 
     def estimate(self, op: Op) -> OpEstimate:
         p = self.profile
@@ -150,6 +153,7 @@ class _Pass:
     count: np.ndarray
     phase: str
     times: int
+    comm_s: float = 0.0  # collectives of the pass on the interconnect (not scaled by the fractions)
 
     @property
     def kernels(self) -> float:
@@ -175,10 +179,11 @@ class _Prepared:
     published_s: float
     passes: list[_Pass]
     anomalous: bool = False  # flagged by the corpus (e.g. ``anomalous_pp``): predicted, never fitted
+    multi_gpu: bool = False  # tensor-parallel rows: predicted (leave-one-out), never fitted
 
 
 def _prepare(case) -> _Prepared:
-    from roofprof.published.cases import base_roofline, workload
+    from roofprof.published.cases import base_roofline, collectives, workload
 
     roof, _ = base_roofline(case.gpu)
     bw = roof.memory_bandwidth()
@@ -186,12 +191,16 @@ def _prepare(case) -> _Prepared:
     for scenario, times in case.passes:
         if not times:
             continue
-        ops = workload(scenario).ops
+        every = workload(scenario).ops
+        ops = [op for op in every if op.fn not in COLLECTIVE_FNS]
+        comm = [op for op in every if op.fn in COLLECTIVE_FNS]
+        comm_s = sum(op.count * collectives(case.gpu).seconds(op.fn, op.bytes, op.batch) for op in comm)
         passes.append(_Pass(np.array([op.flops / roof.compute_peak(op.dtype) for op in ops]),
                             np.array([op.bytes / bw for op in ops]), np.array([float(op.count) for op in ops]),
-                            scenario.phase, times))
+                            scenario.phase, times, comm_s))
     anomalous = any(f == f"anomalous_{'pp' if case.phase == 'prefill' else 'tg'}" for f in case.row.flags)
-    return _Prepared(case.label, case.row.id, case.engine, case.phase, case.published_s, passes, anomalous)
+    return _Prepared(case.label, case.row.id, case.engine, case.phase, case.published_s, passes, anomalous,
+                     case.row.tp > 1)
 
 
 @functools.lru_cache(maxsize=1)
@@ -206,7 +215,7 @@ def _predict(p: _Prepared, prof: EngineProfile) -> float:
     for ps in p.passes:
         step = prof.prefill_step_s if ps.phase == "prefill" else prof.decode_step_s
         total += ps.times * (float(ps.roof(prof.memory_fraction, prof.compute_fraction)[0]) + step
-                             + prof.launch_s * ps.kernels)
+                             + prof.launch_s * ps.kernels + ps.comm_s)
     return total
 
 
@@ -271,7 +280,7 @@ def fit(preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = N
     Returns engine -> :class:`EngineProfile` (``ideal`` included, unfitted).
     """
     preps = [p for p in (preps if preps is not None else _prepared_corpus())
-             if p.row != exclude_row and not p.anomalous]
+             if p.row != exclude_row and not p.anomalous and not p.multi_gpu]
 
     def rows_of(engines: Sequence[str], phases: Sequence[str]) -> list[_Prepared]:
         return [p for p in preps if p.engine in engines and p.phase in phases]

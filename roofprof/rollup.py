@@ -32,7 +32,7 @@ from roofprof.precision import check_compute
 from roofprof.roofline import Roofline
 from roofprof.specs import GpuSpec, ModelSpec, load_gpu
 from roofprof.units import finite_or_none
-from roofprof.workload import Counting, Op, Scenario, Workload
+from roofprof.workload import COLLECTIVE_FNS, Counting, Op, Parallel, Scenario, Workload
 
 __all__ = ["Estimator", "MeasuredEstimator", "OpEstimate", "OpPrediction", "OpTime", "PhasePrediction",
            "Prediction", "RealRun", "RooflineEstimator", "compare", "decode_turning_point", "estimate_phase",
@@ -76,6 +76,7 @@ class RooflineEstimator:
     level: str = "dram"
     source: str = ""
     warnings: tuple[str, ...] = ()
+    collectives: Any = None  # a roofprof.collectives.CollectiveModel: prices communication ops
 
     @property
     def machine(self) -> str | None:
@@ -155,10 +156,13 @@ class PhasePrediction:
 
     def breakdown(self) -> dict[str, Any]:
         layer = self.layer_seconds
-        return {"num_layers": self.workload.model.num_layers, "per_layer_seconds": layer,
-                "layers_seconds": layer * self.workload.model.num_layers,
-                "model_ops_seconds": sum(o.seconds for o in self.ops if o.op.scope == "model"),
-                "by_kind_seconds": self.by_kind()}
+        out = {"num_layers": self.workload.model.num_layers, "per_layer_seconds": layer,
+               "layers_seconds": layer * self.workload.model.num_layers,
+               "model_ops_seconds": sum(o.seconds for o in self.ops if o.op.scope == "model"),
+               "by_kind_seconds": self.by_kind()}
+        if "communication" in out["by_kind_seconds"]:
+            out["communication_share"] = out["by_kind_seconds"]["communication"] / self.seconds
+        return out
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,7 @@ class Prediction:
     decode: PhasePrediction
     ridge_flops_per_byte: float
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    extras: Mapping[str, Any] = field(default_factory=dict)  # parallel layout, memory fit, pipeline
 
     @property
     def tokens_per_second(self) -> float:
@@ -204,12 +209,23 @@ class Prediction:
             "ops": [o.to_dict() for o in (*pf.ops, *dc.ops)],
             "estimator_inputs": dict(self.estimator_inputs),
             "warnings": list(self.warnings),
+            **self.extras,
         }
 
 
-def estimate_phase(workload: Workload, estimator: Estimator) -> PhasePrediction:
-    """Every op of ``workload`` through ``estimator``."""
-    return PhasePrediction(workload, tuple(OpPrediction(op, estimator.estimate(op)) for op in workload.ops))
+def estimate_phase(workload: Workload, estimator: Estimator, collectives: Any = None) -> PhasePrediction:
+    """Every op of ``workload`` through ``estimator``; collectives (``op.fn`` in
+    ``COLLECTIVE_FNS``) through ``collectives`` or the estimator's own ``collectives`` model
+    (a :class:`~roofprof.collectives.CollectiveModel`; none: 0 s, noted)."""
+    comm = collectives or getattr(estimator, "collectives", None)
+    return PhasePrediction(workload, tuple(OpPrediction(op, _collective(comm, op) if op.fn in COLLECTIVE_FNS
+                                                        else estimator.estimate(op)) for op in workload.ops))
+
+
+def _collective(model: Any, op: Op) -> OpEstimate:
+    if model is None:
+        return OpEstimate(0.0, "communication", "no interconnect model: not priced")
+    return OpEstimate(model.seconds(op.fn, op.bytes, op.batch), "communication", model.source)
 
 
 def predict(
@@ -225,6 +241,8 @@ def predict(
     convention: str | Counting = "engine",
     weights: str | None = None,
     kv_dtype: str | None = None,
+    parallel: Parallel | None = None,
+    collectives: Any = None,
 ) -> Prediction:
     """Predict prefill (TTFT, seconds) and decode (seconds per step, tokens/s).
 
@@ -235,6 +253,9 @@ def predict(
     (``empirical``), or any ``estimator``. Decode attends to ``context_tokens`` cached
     tokens per sequence (default: the prompt). ``weights`` and ``kv_dtype`` are the stored
     weight format and KV-cache type (:mod:`roofprof.precision`; ``None``: as ``dtype``).
+    ``parallel`` is the TP/PP layout (per-rank ops plus collectives, priced by
+    ``collectives``, default the GPU's α-β priors; :mod:`roofprof.parallel_report` adds
+    the memory fit and the pipeline figures).
 
     Raises:
         RoofprofError: unknown model/GPU, weight format or KV dtype, bad sizes, a compute
@@ -249,6 +270,12 @@ def predict(
     """
     scenario = _scenario(model, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens,
                          dtype=dtype, convention=convention, weights=weights, kv_dtype=kv_dtype)
+    if parallel is not None:
+        scenario = scenario.replace(parallel=parallel)
+    if collectives is None and scenario.parallel.devices > 1 and gpu is not None:
+        from roofprof.collectives import CollectiveModel
+
+        collectives = CollectiveModel.for_gpu(gpu)
     if estimator is None:
         if roofline is not None:
             estimator = RooflineEstimator(roofline, name="empirical", source="measured roofline")
@@ -265,9 +292,11 @@ def predict(
         notes.append(f"{longest} tokens exceed {spec_model.id}'s max_position_embeddings "
                      f"({spec_model.max_position_embeddings}); the prediction extrapolates")
         _warnings.warn(notes[-1], stacklevel=2)
-    prefill = estimate_phase(models.ops(scenario.replace(phase="prefill", context_tokens=prompt)), estimator)
-    decode = estimate_phase(models.ops(scenario.replace(phase="decode")), estimator)
+    prefill = estimate_phase(models.ops(scenario.replace(phase="prefill", context_tokens=prompt)), estimator,
+                             collectives)
+    decode = estimate_phase(models.ops(scenario.replace(phase="decode")), estimator, collectives)
     notes.extend(w for w in estimator.warnings if w not in notes)
+    notes.extend(getattr(collectives or getattr(estimator, "collectives", None), "notes", ()))
     ridge = estimator.ridge(scenario.dtype)
     machine = estimator.machine or str(gpu)
     if isinstance(gpu, str) or isinstance(gpu, GpuSpec):

@@ -24,7 +24,8 @@ from typing import Any
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
 
-__all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GpuSpec", "ModelSpec", "gpu_sources", "list_gpus",
+__all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GpuSpec", "ModelSpec", "gpu_collective_figures",
+           "gpu_interconnect_defaults", "gpu_sources", "list_gpus",
            "list_models", "load_gpu", "load_model", "match_gpu"]
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
@@ -65,6 +66,7 @@ class GpuSpec:
     tdp_w: float | None
     peak_flops_per_s: Mapping[str, float]
     nvlink_bytes_per_s: float | None = None
+    interconnect: Mapping[str, Any] = field(default_factory=dict)
     alternatives: Mapping[str, Any] = field(default_factory=dict)
     confidence: str = ""
     notes: tuple[str, ...] = ()
@@ -111,6 +113,7 @@ def _gpu_catalogue() -> tuple[dict[str, Any], tuple[GpuSpec, ...]]:
                 tdp_w=_opt_float(row.get("tdp_w")),
                 peak_flops_per_s={k: float(v) for k, v in row["peak_flops_per_s"].items() if v is not None},
                 nvlink_bytes_per_s=_opt_float(row.get("nvlink_bytes_per_s")),
+                interconnect=row.get("interconnect") or {},
                 alternatives=row.get("alternatives") or {},
                 confidence=row.get("confidence", ""),
                 notes=tuple(row.get("notes", ())),
@@ -118,6 +121,21 @@ def _gpu_catalogue() -> tuple[dict[str, Any], tuple[GpuSpec, ...]]:
             )
         )
     return raw.get("sources", {}), tuple(specs)
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_raw() -> dict[str, Any]:
+    return json.loads((_data_root() / "gpus.json").read_text(encoding="utf-8"))
+
+
+def gpu_interconnect_defaults() -> Mapping[str, Any]:
+    """``collective_defaults`` of ``gpus.json``: link efficiency, CUDA-graph α, PCIe lane rates."""
+    return _gpu_raw()["collective_defaults"]
+
+
+def gpu_collective_figures() -> tuple[Mapping[str, Any], ...]:
+    """``collectives`` of ``gpus.json``: published busbw figures, each with its source key."""
+    return tuple(_gpu_raw()["collectives"])
 
 
 def _opt_float(value: Any) -> float | None:

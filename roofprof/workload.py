@@ -44,21 +44,24 @@ from typing import Any, Literal
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
 
-__all__ = ["CONVENTIONS", "OP_FNS", "OP_GROUPS", "OP_KINDS", "PHASES", "Counting", "Op", "Parallel",
+__all__ = ["COLLECTIVE_FNS", "CONVENTIONS", "OP_FNS", "OP_GROUPS", "OP_KINDS", "PHASES", "Counting", "Op", "Parallel",
            "Scenario", "Workload", "counting_of"]
 
 PHASES = ("prefill", "decode")
-OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
+OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "communication")
 #: What an op computes (implementations dispatch on this):
 #: ``linear`` x·Wᵀ with a weight matrix; ``onehot_matmul`` the embedding counted as a matmul
 #: over the table (seed convention); ``gather`` embedding rows; ``rmsnorm``; ``rope``;
 #: ``add`` residual add; ``silu_mul`` SiLU(gate)·up; ``sdpa`` fused attention;
-#: ``qk_matmul``/``softmax``/``pv_matmul`` the eager attention steps; ``allreduce`` a collective.
+#: ``qk_matmul``/``softmax``/``pv_matmul`` the eager attention steps; ``allreduce``,
+#: ``reduce_scatter``, ``all_gather``, ``send`` collectives between ranks (``COLLECTIVE_FNS``).
 OP_FNS = ("linear", "onehot_matmul", "gather", "rmsnorm", "rope", "add", "silu_mul", "sdpa",
-          "qk_matmul", "softmax", "pv_matmul", "allreduce")
+          "qk_matmul", "softmax", "pv_matmul", "allreduce", "reduce_scatter", "all_gather", "send")
+#: The fns that move data between ranks (priced on the interconnect, :mod:`roofprof.collectives`).
+COLLECTIVE_FNS = ("allreduce", "reduce_scatter", "all_gather", "send")
 #: Chart groups, in display order.
 OP_GROUPS = ("attention", "q/k/v/o projections", "MLP GEMMs", "lm_head + embedding",
-             "norms + elementwise")
+             "norms + elementwise", "communication")
 
 
 @dataclass(frozen=True)
@@ -140,10 +143,16 @@ class Op:
 @dataclass(frozen=True)
 class Parallel:
     """How one model replica is laid out over devices: ``tp``-way tensor parallelism and
-    ``pp`` pipeline stages (1 and 1: a single device)."""
+    ``pp`` pipeline stages (1 and 1: a single device); ``sequence_parallel`` replaces each
+    tensor-parallel all-reduce by a reduce-scatter and an all-gather (Korthikanti et al.).
+
+    >>> Parallel(tp=8).devices
+    8
+    """
 
     tp: int = 1
     pp: int = 1
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp"):
@@ -200,6 +209,7 @@ class Scenario:
             raise ConfigError(f"prompt tokens must be at least 1 for prefill, got {self.prompt_tokens}")
         if self.context_tokens < 0:
             raise ConfigError(f"context tokens must be 0 or more, got {self.context_tokens}")
+        _check_layout(self.model, self.parallel)
 
     @property
     def weight_precision(self) -> str:
@@ -268,6 +278,7 @@ class Workload:
     ops: tuple[Op, ...] = field(default_factory=tuple)
     weights: str | None = None
     kv_dtype: str | None = None
+    parallel: Parallel = field(default_factory=Parallel)
 
     @property
     def tokens(self) -> int:
@@ -298,7 +309,7 @@ class Workload:
     def scenario(self) -> Scenario:
         """The scenario these ops were built for."""
         return Scenario(self.model, self.phase, self.batch, self.prompt_tokens, self.context_tokens, self.dtype,
-                        self.counting, weights=self.weights, kv_dtype=self.kv_dtype)
+                        self.counting, self.parallel, weights=self.weights, kv_dtype=self.kv_dtype)
 
 
 def counting_of(convention: str | Counting) -> Counting:
@@ -312,3 +323,18 @@ def counting_of(convention: str | Counting) -> Counting:
     if convention not in CONVENTIONS:
         raise UnknownNameError("counting convention", convention, CONVENTIONS)
     return CONVENTIONS[convention]
+
+
+def _check_layout(model: ModelSpec, parallel: Parallel) -> None:
+    """Raise ConfigError (one line) when ``parallel`` cannot split ``model``."""
+    tp, pp = parallel.tp, parallel.pp
+    if tp > 1:
+        for what, value in (("attention heads", model.num_heads), ("hidden size", model.hidden_size),
+                            ("intermediate size", model.intermediate_size)):
+            if value % tp:
+                raise ConfigError(f"--tp {tp} does not divide {model.id}'s {what} ({value})")
+        kv = model.num_kv_heads
+        if (kv % tp) if tp <= kv else (tp % kv):
+            raise ConfigError(f"--tp {tp} does not split {model.id}'s {kv} KV heads (nor replicate them evenly)")
+    if pp > model.num_layers:
+        raise ConfigError(f"--pp {pp} is more than {model.id}'s {model.num_layers} layers")

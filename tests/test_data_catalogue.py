@@ -52,6 +52,7 @@ REQUIRED = {
     "memory_bytes_per_s": (int, float),
     "l2_bytes": (int, float),
     "nvlink_bytes_per_s": (int, float, type(None)),
+    "interconnect": dict,
     "tdp_w": (int, float, type(None)),
     "peak_flops_per_s": dict,
     "alternatives": dict,
@@ -111,7 +112,8 @@ def _check_peaks(peaks: dict) -> None:
 def test_top_level(catalogue):
     assert catalogue["schema_version"] == 1
     assert "Dense" in catalogue["conventions"] and "halved" in catalogue["conventions"]
-    assert set(catalogue) == {"schema_version", "conventions", "sources", "gpus"}
+    assert set(catalogue) == {"schema_version", "conventions", "sources", "gpus", "collective_defaults",
+                              "collectives"}
     for key, src in catalogue["sources"].items():
         assert re.fullmatch(r"S\d+[a-z]?", key), key
         assert set(src) == {"title", "url"}, key

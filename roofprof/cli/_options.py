@@ -151,3 +151,27 @@ def resolve_dtype(dtype: str, device: Any) -> tuple[Any, str]:
 
     dev = select_device(device)
     return dev, (dev.info.default_dtype if dtype == "auto" else dtype)
+
+
+#: Most GPUs one replica may span (``--tp × --pp``).
+MAX_GPUS = 4096
+
+
+def parallel_layout(tp: int, pp: int, sequence_parallel: bool = False) -> Any:
+    """The :class:`~roofprof.workload.Parallel` of ``--tp``, ``--pp``, ``--sequence-parallel``.
+
+    Whether it splits the model is checked when the scenario is built (one line, exit 2).
+
+    Raises:
+        ConfigError: a size below 1 or above :data:`MAX_GPUS`.
+
+    >>> parallel_layout(8, 1).devices
+    8
+    """
+    from roofprof.workload import Parallel
+
+    check_int(tp, "--tp", 1, MAX_GPUS)
+    check_int(pp, "--pp", 1, MAX_GPUS)
+    if sequence_parallel and tp == 1:
+        raise ConfigError("--sequence-parallel needs --tp 2 or more")
+    return Parallel(tp, pp, sequence_parallel)

@@ -15,6 +15,7 @@ from roofprof.cli._options import (
     TableJsonCsv,
     check_int,
     check_output,
+    parallel_layout,
     parse_int_list,
 )
 from roofprof.errors import ConfigError
@@ -73,6 +74,20 @@ def predict(
         False, "--remeasure",
         help="With --estimator measured: measure every op afresh, ignoring cached measurements "
              "(e.g. ones taken on a busy machine)."),
+    tp: int | None = typer.Option(
+        None, "--tp", help="Tensor-parallel GPUs (per-rank shapes, all-reduces; default 1)."),
+    pp: int | None = typer.Option(
+        None, "--pp", help="Pipeline stages (stage sends; latency and throughput)."),
+    sequence_parallel: bool = typer.Option(
+        False, "--sequence-parallel",
+        help="With --tp: reduce-scatter + all-gather instead of each all-reduce."),
+    ignore_memory: bool = typer.Option(
+        False, "--ignore-memory",
+        help="Predict even when the layout does not fit the GPU's memory."),
+    collectives: Path | None = typer.Option(
+        None, "--collectives",
+        help="Measured collective times (JSON: op, bytes, ranks, seconds) instead of the "
+             "α-β priors."),
 ) -> None:
     """Predict time to first token and decode tokens/s from a roofline (datasheet or measured)."""
     import dataclasses
@@ -99,11 +114,21 @@ def predict(
         weight_format(weights)
     if kv_dtype is not None:
         kv_bytes(kv_dtype)
+    explicit = tp is not None or pp is not None
+    layout = parallel_layout(1 if tp is None else tp, 1 if pp is None else pp, sequence_parallel)
     kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting, weights=weights,
                   kv_dtype=kv_dtype)
+    if explicit or collectives is not None:
+        kwargs.update(_layout_args(model, gpu, layout, collectives, ignore_memory, batches,
+                                   contexts, kwargs, estimator, engine))
     kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure,
                                   engine))
     predictions = rollup.sweep(model, batches=batches, contexts=contexts, **kwargs)
+    if explicit:
+        from roofprof.parallel_report import extras
+
+        predictions = [dataclasses.replace(p, extras=extras(p, gpu))
+                       for p in predictions]
     if plot is not None:
         from roofprof.plots.roofline import plot_prediction
 
@@ -111,6 +136,38 @@ def predict(
     _emit(predictions, fmt)
     if plot is not None:
         typer.echo(f"roofline plot written to {plot}", err=True)
+
+
+def _layout_args(model, gpu, layout, collectives, ignore_memory, batches, contexts, kwargs,
+                 estimator, engine) -> dict:
+    """``parallel`` and ``collectives`` for the sweep; a layout that does not fit: exit 2."""
+    from roofprof.collectives import CollectiveModel, load_collectives
+    from roofprof.memory_fit import fit, smallest_tp
+    from roofprof.units import fmt_bytes
+    from roofprof.workload import Scenario
+
+    if gpu is None:
+        raise ConfigError("--tp/--pp/--collectives need --gpu (its interconnect and memory)")
+    for b in batches:
+        for c in contexts:
+            s = Scenario.of(model, "decode", batch=b, context_tokens=c, parallel=layout,
+                            **{k: kwargs[k] for k in ("prompt_tokens", "dtype", "weights",
+                                                      "kv_dtype")})
+            f = fit(s, gpu)
+            if not f.fits and not ignore_memory:
+                best = smallest_tp(s, gpu)
+                hint = (f"the smallest TP that fits is {best}" if best else "no TP up to 64 fits")
+                raise ConfigError(
+                    f"{s.model.id} at TP {layout.tp} PP {layout.pp}, batch {b}, context "
+                    f"{s.context_tokens} needs {fmt_bytes(f.per_gpu_bytes)} per GPU; {gpu} has "
+                    f"{fmt_bytes(f.capacity_bytes)}: {hint} (largest batch at this layout: "
+                    f"{f.max_batch}); --ignore-memory predicts anyway")
+    from roofprof.calibration import CUDA_GRAPHS
+
+    graphs = estimator == "calibrated" and CUDA_GRAPHS.get(engine, False) and engine != "ideal"
+    table = load_collectives(collectives) if collectives is not None else None
+    return {"parallel": layout, "collectives": CollectiveModel.for_gpu(gpu, table=table,
+                                                                        graphs=graphs)}
 
 
 def _estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure=False,

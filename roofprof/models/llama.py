@@ -19,13 +19,13 @@ are in :mod:`roofprof.workload`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from roofprof.models.families import CONFIGS
 from roofprof.precision import kv_bytes, weight_bits
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
-from roofprof.workload import OP_GROUPS, Counting, Op, Scenario, Workload
+from roofprof.workload import OP_GROUPS, Counting, Op, Parallel, Scenario, Workload
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "ROLES", "accepts", "ops"]
 
@@ -49,16 +49,28 @@ def ops(scenario: Scenario) -> Workload:
     """The ops of one prefill pass or one decode step of ``scenario``'s Llama model.
 
     Prefill runs ``prompt_tokens`` per sequence; decode one new token per sequence
-    attending to ``context_tokens`` cached tokens.
+    attending to ``context_tokens`` cached tokens. With ``scenario.parallel.tp > 1`` the
+    shapes are one rank's (Megatron-style: heads, intermediate and vocabulary split, KV
+    heads replicated when TP exceeds them) and the collectives are ops of kind
+    ``communication``: two all-reduces per layer (a reduce-scatter and an all-gather each
+    with sequence parallelism), the embedding all-reduce and the logits gather. With
+    ``pp > 1`` the ``pp - 1`` stage sends (hidden state and residual) are added; layer ops
+    keep ``count = num_layers`` (batch-1 latency runs every stage in turn).
+
+    >>> from roofprof.workload import Parallel
+    >>> w = ops(Scenario.of("llama-3.1-70b", "decode", prompt_tokens=128, parallel=Parallel(tp=8)))
+    >>> [(op.name, op.n) for op in w.ops if op.name in ("q_proj", "k_proj", "attn_allreduce")]
+    [('q_proj', 1024), ('k_proj', 128), ('attn_allreduce', 8192)]
     """
     s = scenario
     builder = _Builder(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
-                       s.weights, s.kv_dtype)
+                       s.weights, s.kv_dtype, s.parallel)
     return Workload(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
-                    tuple(builder.ops()), s.weights, s.kv_dtype)
+                    tuple(builder.ops()), s.weights, s.kv_dtype, s.parallel)
 
 
 _PROJ, _MLP, _ATTN, _HEAD, _ELEM = OP_GROUPS[1], OP_GROUPS[2], OP_GROUPS[0], OP_GROUPS[3], OP_GROUPS[4]
+_COMM = OP_GROUPS[5]
 #: Llama op name -> (fn, chart group, short label).
 ROLES = {
     "embedding": ("gather", _HEAD, "emb"), "lm_head": ("linear", _HEAD, "head"),
@@ -70,6 +82,11 @@ ROLES = {
     "mlp_residual": ("add", _ELEM, "res2"), "silu_mul": ("silu_mul", _ELEM, "silu"),
     "attention": ("sdpa", _ATTN, "attn"), "attn_scores": ("qk_matmul", _ATTN, "QK"),
     "attn_softmax": ("softmax", _ATTN, "softmax"), "attn_pv": ("pv_matmul", _ATTN, "PV"),
+    "embedding_allreduce": ("allreduce", _COMM, "embAR"), "attn_allreduce": ("allreduce", _COMM, "AR1"),
+    "mlp_allreduce": ("allreduce", _COMM, "AR2"), "attn_reduce_scatter": ("reduce_scatter", _COMM, "RS1"),
+    "attn_all_gather": ("all_gather", _COMM, "AG1"), "mlp_reduce_scatter": ("reduce_scatter", _COMM, "RS2"),
+    "mlp_all_gather": ("all_gather", _COMM, "AG2"), "logits_gather": ("all_gather", _COMM, "logits"),
+    "pp_send": ("send", _COMM, "send"),
 }
 
 
@@ -84,6 +101,7 @@ class _Builder:
     counting: Counting
     weights: str | None = None  # stored weight format (None: dtype)
     kv_dtype: str | None = None  # KV-cache element type (None: dtype)
+    parallel: Parallel = field(default_factory=Parallel)
 
     def __post_init__(self) -> None:
         self.e = BYTES_PER_ELEMENT[self.dtype]  # activations
@@ -91,6 +109,31 @@ class _Builder:
         self.q_tokens = self.prompt_tokens if self.phase == "prefill" else 1  # per sequence
         self.rows = self.batch * self.q_tokens  # activation rows through the linear layers
         self.layers = self.model.num_layers
+        m, tp = self.model, self.parallel.tp
+        self.tp = tp  # per-rank sizes (all equal to the model's at tp 1)
+        self.heads = m.num_heads // tp
+        self.q_size = m.q_size // tp
+        self.kv_size = max(m.num_kv_heads // tp, 1) * m.head_dim  # KV heads replicated past their count
+        self.inter = m.intermediate_size // tp
+        self.vocab = -(-m.vocab_size // tp)  # vocabulary padded to a multiple of tp
+
+    def collective(self, name: str, rows: int, elements: int, ranks: int, scope: str = "layer",
+                   count: int | None = None) -> Op:
+        """A collective over ``rows × elements`` activations (``S`` in bytes, no FLOPs)."""
+        size = rows * elements * self.e
+        return Op(name, "communication", self.phase, rows, elements, 0, self.dtype, 0.0, size, batch=ranks,
+                  count=count if count is not None else (self.layers if scope == "layer" else 1), scope=scope,
+                  note=f"{ranks} ranks, S = {size:.0f} B")
+
+    def communication(self, where: str, rows: int) -> list[Op]:
+        """The tensor-parallel collectives after the row-parallel GEMM of ``where``."""
+        if self.tp == 1:
+            return []
+        h = self.model.hidden_size
+        if self.parallel.sequence_parallel:
+            return [self.collective(f"{where}_reduce_scatter", rows, h, self.tp),
+                    self.collective(f"{where}_all_gather", rows, h, self.tp)]
+        return [self.collective(f"{where}_allreduce", rows, h, self.tp)]
 
     def ew(self, name: str) -> float:
         """Bytes per stored weight of op ``name`` (the weight format's, scales included)."""
@@ -133,30 +176,38 @@ class _Builder:
 
     def _ops(self) -> list[Op]:
         m, e, rows = self.model, self.e, self.rows
-        h = m.hidden_size
+        h, qs, kvs, inter = m.hidden_size, self.q_size, self.kv_size, self.inter
         ops = [self.embedding()]
+        if self.tp > 1:  # vocab-parallel embedding: each rank looks up its shard, then all-reduce
+            ops.append(self.collective("embedding_allreduce", rows, h, self.tp, "model"))
         ops.append(self.norm("attn_norm", rows))
-        ops.append(self.gemm("q_proj", rows, m.q_size, h))
-        ops.append(self.gemm("k_proj", rows, m.kv_size, h))
-        ops.append(self.gemm("v_proj", rows, m.kv_size, h))
+        ops.append(self.gemm("q_proj", rows, qs, h))
+        ops.append(self.gemm("k_proj", rows, kvs, h))
+        ops.append(self.gemm("v_proj", rows, kvs, h))
         # RoPE on q and k: x·cos + rotate(x)·sin, 3 FLOP per element; reads the cos/sin rows
-        ops.append(self.elementwise("rope", "elementwise", rows, m.q_size + m.kv_size, 3.0,
-                                    rows * (m.q_size + m.kv_size), rows * (m.q_size + m.kv_size),
+        ops.append(self.elementwise("rope", "elementwise", rows, qs + kvs, 3.0,
+                                    rows * (qs + kvs), rows * (qs + kvs),
                                     extra_bytes=2 * rows * m.head_dim * e))
         ops.extend(self.attention())
-        ops.append(self.gemm("o_proj", rows, h, m.q_size))
+        ops.append(self.gemm("o_proj", rows, h, qs))
+        ops.extend(self.communication("attn", rows))
         ops.append(self.elementwise("attn_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
         ops.append(self.norm("mlp_norm", rows))
-        ops.append(self.gemm("gate_proj", rows, m.intermediate_size, h))
-        ops.append(self.gemm("up_proj", rows, m.intermediate_size, h))
+        ops.append(self.gemm("gate_proj", rows, inter, h))
+        ops.append(self.gemm("up_proj", rows, inter, h))
         # SiLU(gate)·up: x/(1+exp(-x)) then a multiply, ~5 FLOP per element
-        ops.append(self.elementwise("silu_mul", "elementwise", rows, m.intermediate_size, 5.0,
-                                    2 * rows * m.intermediate_size, rows * m.intermediate_size))
-        ops.append(self.gemm("down_proj", rows, h, m.intermediate_size))
+        ops.append(self.elementwise("silu_mul", "elementwise", rows, inter, 5.0,
+                                    2 * rows * inter, rows * inter))
+        ops.append(self.gemm("down_proj", rows, h, inter))
+        ops.extend(self.communication("mlp", rows))
         ops.append(self.elementwise("mlp_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
         head_rows = self.batch if (self.phase == "decode" or self.counting.lm_head == "last") else rows
         ops.append(self.norm("final_norm", head_rows, scope="model"))
-        ops.append(self.gemm("lm_head", head_rows, m.vocab_size, h, scope="model"))
+        ops.append(self.gemm("lm_head", head_rows, self.vocab, h, scope="model"))
+        if self.tp > 1:  # each rank holds vocab/tp logits: gathered (S = the full logits)
+            ops.append(self.collective("logits_gather", head_rows, self.vocab * self.tp, self.tp, "model"))
+        if self.parallel.pp > 1:  # hidden state and residual to the next stage
+            ops.append(self.collective("pp_send", rows, 2 * h, 2, "model", count=self.parallel.pp - 1))
         return ops
 
     def embedding(self) -> Op:
@@ -166,6 +217,8 @@ class _Builder:
             return Op(**{**op.__dict__, "kind": "embedding",
                          "note": "counted as a one-hot matmul over the whole table (2·P·T convention)"})
         table_rows = rows * m.hidden_size * self.ew("embedding")
+        if self.tp > 1:
+            table_rows /= self.tp  # each rank reads its shard's rows (on average)
         return Op("embedding", "embedding", self.phase, rows, m.hidden_size, 0, self.dtype, 0.0,
                   table_rows + rows * m.hidden_size * e + rows * 4, scope="model", weight_bytes=table_rows,
                   note="gather of one table row per token")
@@ -174,9 +227,9 @@ class _Builder:
         m, e = self.model, self.e
         b, tq, d = self.batch, self.q_tokens, m.head_dim
         keys = self.prompt_tokens if self.phase == "prefill" else self.context_tokens + 1
-        heads = m.num_heads
-        kv_row = 2 * m.kv_size * self.ekv  # K and V of one token, one layer (KV-cache dtype)
-        q_bytes = b * tq * m.q_size * e
+        heads = self.heads
+        kv_row = 2 * self.kv_size * self.ekv  # K and V of one token, one layer (KV-cache dtype)
+        q_bytes = b * tq * self.q_size * e
         new_kv_bytes = b * tq * kv_row  # written to the cache
         if self.phase == "prefill":
             kv_read = b * tq * kv_row  # K, V of the prompt, read once (fused) from the projections

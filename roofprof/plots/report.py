@@ -21,8 +21,8 @@ __all__ = ["breakdown_chart", "clock_chart", "estimator_chart", "roofline_chart"
 PHASE_STYLE = {"prefill": ("tab:red", "^"), "decode": ("tab:blue", "o")}
 LEVEL_COLOR = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive",
                "smem": "tab:purple"}
-GROUP_COLOR = dict(zip(OP_GROUPS, ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green"),
-                       strict=True))
+GROUP_COLOR = dict(zip(OP_GROUPS, ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green",
+                                   "tab:red"), strict=True))
 ESTIMATOR_COLOR = {"spec": "tab:gray", "empirical": "tab:cyan", "measured": "tab:blue",
                    "measured-no-launch": "lightsteelblue", "real": "black"}
 
@@ -30,7 +30,7 @@ ESTIMATOR_COLOR = {"spec": "tab:gray", "empirical": "tab:cyan", "measured": "tab
 def _group(op: Any) -> str:
     """The chart group the model family gave ``op`` (:data:`~roofprof.workload.OP_GROUPS`);
     an op built without one is drawn with the norms and elementwise ops."""
-    return op.group if op.group in GROUP_COLOR else OP_GROUPS[-1]
+    return op.group if op.group in GROUP_COLOR else OP_GROUPS[4]
 
 
 # --------------------------------------------------------------------------- roofline
@@ -193,11 +193,15 @@ def breakdown_chart(
     """
     plt = pyplot()
     labels = list(predictions)
+    comm = any(o.op.kind == "communication" for p in predictions.values()
+               for o in getattr(getattr(p, "decode", None), "ops", ()))
+    shown = OP_GROUPS if comm else OP_GROUPS[:5]
     fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.62 * max(len(labels), 1)), dpi=100)
     for ax, phase in zip(axes, ("prefill", "decode"), strict=True):
         for i, label in enumerate(labels):
             ph = getattr(predictions[label], phase)
-            groups = dict.fromkeys(OP_GROUPS, 0.0)
+            # communication only where the layout has it (single-GPU charts keep their 5 groups)
+            groups = dict.fromkeys(shown, 0.0)
             for o in ph.ops:
                 groups[_group(o.op)] += o.seconds
             left = 0.0
@@ -229,7 +233,7 @@ def breakdown_chart(
         )
         ax.set_xlim(0, xmax * 1.25)
         ax.grid(True, axis="x", alpha=0.25)
-    fig.legend(loc="lower center", ncol=len(OP_GROUPS), fontsize=8, frameon=False)
+    fig.legend(loc="lower center", ncol=len(shown), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return save(fig, path)
 

@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofprof import models
+from roofprof.collectives import CollectiveModel
 from roofprof.errors import ConfigError, RoofprofError
 from roofprof.published.corpus import PublishedRow, load_end_to_end, published_roofline
 from roofprof.rollup import Estimator, estimate_phase
 from roofprof.roofline import Roofline
 from roofprof.specs import list_models, load_gpu
-from roofprof.workload import Scenario, Workload
+from roofprof.workload import Parallel, Scenario, Workload
 
 __all__ = ["PHASES", "Case", "Skipped", "base_roofline", "case_flops_bytes", "case_seconds", "cases",
+           "collectives",
            "empirical_roofline", "spec_roofline", "workload"]
 
 PHASES = ("decode", "prefill", "offline")
@@ -80,7 +82,8 @@ def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[
             continue
         try:
             base = Scenario.of(r.model_id, "decode", batch=r.batch or 1, prompt_tokens=r.prompt_tokens or 1,
-                               dtype=r.dtype or "bf16", weights=r.weights, kv_dtype=r.kv_dtype)
+                               dtype=r.dtype or "bf16", weights=r.weights, kv_dtype=r.kv_dtype,
+                               parallel=Parallel(tp=r.tp))
         except RoofprofError as exc:
             skip(str(exc))
             continue
@@ -105,8 +108,18 @@ def workload(scenario: Scenario) -> Workload:
 
 
 def case_seconds(case: Case, estimator: Estimator) -> float:
-    """Predicted seconds of ``case`` (every pass through ``estimator``, times its count)."""
-    return sum(n * estimate_phase(workload(s), estimator).seconds for s, n in case.passes if n)
+    """Predicted seconds of ``case`` (every pass through ``estimator``, times its count);
+    a tensor-parallel case's collectives are priced by :func:`collectives`."""
+    comm = collectives(case.gpu) if case.row.tp > 1 else None
+    return sum(n * estimate_phase(workload(s), estimator, comm).seconds for s, n in case.passes if n)
+
+
+@functools.lru_cache(maxsize=64)
+def collectives(gpu: str) -> CollectiveModel:
+    """The interconnect model of the corpus's tensor-parallel rows on ``gpu``: the α-β priors
+    with the CUDA-graph latency (the TP rows' engines, gpt-fast under torch.compile and
+    TensorRT-LLM / NIM with their custom all-reduce, do not pay eager NCCL launches)."""
+    return CollectiveModel.for_gpu(gpu, graphs=True)
 
 
 def case_flops_bytes(case: Case) -> tuple[float, float]:

@@ -9,8 +9,9 @@ A row becomes one or more :class:`Case` objects:
   ``output_tokens`` decode steps at that batch) against its derived duration
   (``offline_run_s``: tokens counted / published tokens/s).
 
-Rows roofprof cannot model (other model families, tensor parallelism before the
-multi-GPU roll-up, loaded or saturation throughput) become :class:`Skipped` with the reason.
+Rows roofprof cannot model (other model families, loaded or saturation throughput)
+become :class:`Skipped` with the reason; tensor-parallel rows are modelled, their
+collectives priced by :mod:`roofprof.collectives`.
 
 Estimators: ``spec`` (datasheet roofline), ``empirical`` (the roofline of the GPU's
 published ceilings, :func:`~roofprof.published.corpus.published_roofline`) and

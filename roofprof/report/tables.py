@@ -49,6 +49,28 @@ def _console() -> Console:
     return Console(width=max(shutil.get_terminal_size((120, 40)).columns, 110))
 
 
+def _parallel_rows(table: Table, d: dict) -> None:
+    """Communication share, memory fit and pipeline rows of a multi-GPU prediction."""
+    if "parallel" not in d:
+        return
+    pf, dc = d["prefill"]["breakdown"], d["decode"]["breakdown"]
+    par = d["parallel"]
+    table.add_row(f"communication (TP {par['tp']}, PP {par['pp']})",
+                  f"{100 * pf.get('communication_share', 0.0):.1f}%",
+                  f"{100 * dc.get('communication_share', 0.0):.1f}%")
+    if "memory" in d:
+        m = d["memory"]
+        table.add_row("memory per GPU", "", f"{si(m['per_gpu_bytes'], 'B')} of "
+                      f"{si(m['capacity_bytes'], 'B')} ({'fits' if m['fits'] else 'does not fit'}; "
+                      f"max batch {m['max_batch']})")
+    if "pipeline" in d:
+        pp = d["pipeline"]
+        table.add_row("pipeline steady state",
+                      f"{pp['prefill']['steady_state_tokens_per_second']:,.0f} tok/s",
+                      f"{pp['decode']['steady_state_tokens_per_second']:,.0f} tok/s "
+                      f"(bubble {100 * pp['decode']['bubble_fraction_batch1']:.0f}% at 1 batch)")
+
+
 def print_predictions(predictions: Sequence, console: Console | None = None) -> None:
     """A summary (one prediction) or a sweep table (several), then the per-op breakdown."""
     console = console or _console()
@@ -89,6 +111,7 @@ def print_predictions(predictions: Sequence, console: Console | None = None) -> 
             f"{100 * dc['attention_share']:.1f}%",
         )
         table.add_row("bound", pf["bound"], dc["bound"])
+        _parallel_rows(table, d0)
         console.print(table)
         console.print(op_table(first))
     else:

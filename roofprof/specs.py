@@ -277,7 +277,10 @@ def list_models() -> tuple[str, ...]:
 
 
 def load_model(id_or_path: str | Path) -> ModelSpec:
-    """A model from a shipped id (``llama-3.1-8b``) or the path of any HF Llama ``config.json``.
+    """A model from a shipped id (``llama-3.1-8b``) or the path of an HF ``config.json``.
+
+    Dense families read: ``llama``, ``qwen2`` (q/k/v biases), ``mistral``
+    (``sliding_window``), ``qwen3`` (explicit ``head_dim``, q/k norms).
 
     ``head_dim`` defaults to hidden/heads and ``num_key_value_heads`` to the head count, as
     in transformers. The config's ``model_type`` (else ``architectures``) must name a
@@ -289,7 +292,9 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         ConfigError: the file cannot be read or is not JSON, misses a field, has a field of
             the wrong type (``"false"`` for a boolean), a size that is not a whole number in
             ``1 .. 2**31-1``, a non-finite float, or implausible sizes overall (more than
-            1e14 parameters); the message names the file and the field.
+            1e14 parameters), or a family field out of range (``sliding_window`` not a
+            positive integer or null, ``attention_bias`` not a boolean, Qwen's
+            ``use_sliding_window`` true); the message names the file and the field.
     """
     text = str(id_or_path)
     if text in list_models():

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roofprof.models import llama
+import roofprof.models.llama as llama
 from roofprof.models.families import CONFIGS
 from roofprof.workload import Scenario, Workload
 

@@ -71,7 +71,7 @@ def fit(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
     per_layer_w = m.layer_param_count()  # attention, MLP, norms
     weights = (per_layer_w * stage_layers + table) / par.tp * scenario.weight_bytes_per_element
     kv_heads = max(m.num_kv_heads // par.tp, 1)
-    tokens = (scenario.prompt_tokens if scenario.phase == "prefill" else scenario.context_tokens + 1)
+    tokens = m.kv_tokens(scenario.prompt_tokens if scenario.phase == "prefill" else scenario.context_tokens + 1)
     kv_seq = 2 * kv_heads * m.head_dim * stage_layers * tokens * scenario.kv_bytes_per_element
     return MemoryFit(weights, kv_seq * scenario.batch, ACTIVATION_ALLOWANCE * spec.memory_bytes,
                      spec.memory_bytes, kv_seq)

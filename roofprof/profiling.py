@@ -206,6 +206,9 @@ class Profiler:
                  threads: int | None = None, roofline: Roofline | str | os.PathLike | None = "auto",
                  use_cache: bool = False, progress: Progress | None = None, seed: int = 0, max_repeats: int = 100,
                  settings: MeasureSettings | None = None):
+        from roofprof.models import require_measurable
+
+        require_measurable(model, "profile")
         self.model = model
         self.settings = settings or MeasureSettings()
         self.openmp = single_openmp_runtime()

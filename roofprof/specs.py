@@ -220,6 +220,17 @@ class ModelSpec:
     rope_theta: float = 10000.0
     rope_scaling: tuple[tuple[str, Any], ...] | None = None
     rms_norm_eps: float = 1e-6
+    attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    sliding_window: int | None = None  # keys attended and cached per sequence (Mistral); None: all
+    qk_norm: bool = False  # RMSNorm of each q and k head before RoPE (Qwen3)
+
+    def kv_tokens(self, tokens: int) -> int:
+        """Tokens of a ``tokens``-long sequence the KV cache holds (``sliding_window`` caps it).
+
+        >>> ModelSpec("m", 64, 128, 1, 4, 4, 16, 100, False, 4096, sliding_window=32).kv_tokens(100)
+        32
+        """
+        return tokens if self.sliding_window is None else min(tokens, self.sliding_window)
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any] | None:
@@ -235,9 +246,13 @@ class ModelSpec:
         return self.num_kv_heads * self.head_dim
 
     def layer_param_count(self) -> int:
-        """Parameters of one decoder layer (attention, MLP, two RMSNorms)."""
+        """Parameters of one decoder layer (attention with its biases and q/k norms, MLP, two RMSNorms)."""
         h = self.hidden_size
         attn = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        if self.attention_bias:
+            attn += self.q_size + 2 * self.kv_size
+        if self.qk_norm:
+            attn += 2 * self.head_dim
         mlp = 3 * h * self.intermediate_size
         return attn + mlp + 2 * h
 
@@ -262,7 +277,10 @@ def list_models() -> tuple[str, ...]:
 
 
 def load_model(id_or_path: str | Path) -> ModelSpec:
-    """A model from a shipped id (``llama-3.1-8b``) or the path of any HF Llama ``config.json``.
+    """A model from a shipped id (``llama-3.1-8b``) or the path of an HF ``config.json``.
+
+    Dense families read: ``llama``, ``qwen2`` (q/k/v biases), ``mistral``
+    (``sliding_window``), ``qwen3`` (explicit ``head_dim``, q/k norms).
 
     ``head_dim`` defaults to hidden/heads and ``num_key_value_heads`` to the head count, as
     in transformers. The config's ``model_type`` (else ``architectures``) must name a
@@ -274,7 +292,9 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         ConfigError: the file cannot be read or is not JSON, misses a field, has a field of
             the wrong type (``"false"`` for a boolean), a size that is not a whole number in
             ``1 .. 2**31-1``, a non-finite float, or implausible sizes overall (more than
-            1e14 parameters); the message names the file and the field.
+            1e14 parameters), or a family field out of range (``sliding_window`` not a
+            positive integer or null, ``attention_bias`` not a boolean, Qwen's
+            ``use_sliding_window`` true); the message names the file and the field.
     """
     text = str(id_or_path)
     if text in list_models():
@@ -332,11 +352,35 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         rope_scaling=_frozen_items(_mapping_or_none(cfg, "rope_scaling", text)
                                    or _mapping_or_none(cfg, "rope_parameters", text)),
         rms_norm_eps=_positive_float(cfg, "rms_norm_eps", 1e-6, text, maximum=1.0),
+        **_family_fields(family, cfg, text),
     )
     if spec.param_count() > _MAX_PARAMS:
         raise ConfigError(f"{text}: the sizes give {spec.param_count():.3g} parameters, more than "
                           f"{_MAX_PARAMS:.0e}; not a plausible model config")
     return spec
+
+
+def _family_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """The ModelSpec fields only some families read (Llama: none, so it stays as before).
+
+    ``qwen2``: q/k/v biases always (transformers' Qwen2 has no switch); ``qwen3``: q/k
+    norms always, biases when ``attention_bias``; ``mistral``: ``sliding_window`` (null or
+    absent: full attention). Qwen's ``sliding_window`` only applies with
+    ``use_sliding_window`` true, which no shipped Qwen config sets: refused rather than
+    modelled wrong (its ``max_window_layers`` split is not modelled).
+    """
+    if family in ("qwen2", "qwen3") and _bool(cfg, "use_sliding_window", False, label):
+        raise ConfigError(f"{label}: field 'use_sliding_window' true is not modelled for {family} "
+                          "(per-layer windows); set it false")
+    if family == "qwen2":
+        return {"attention_bias": True}
+    if family == "qwen3":
+        return {"attention_bias": _bool(cfg, "attention_bias", False, label), "qk_norm": True}
+    if family == "mistral":
+        window = (None if cfg.get("sliding_window") is None
+                  else _positive_int(cfg, "sliding_window", label))
+        return {"sliding_window": window}
+    return {}
 
 
 #: A config file larger than this is not a config (real ones are a few KiB).

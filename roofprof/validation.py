@@ -334,6 +334,9 @@ def validate(
     if info.torch_device == "cpu" and dtype in ("fp16",):
         raise ConfigError("fp16 matmuls on the CPU have no fast path in torch; use fp32 (or bf16)")
     spec_full = model if isinstance(model, ModelSpec) else load_model(model)
+    from roofprof.models import require_measurable
+
+    require_measurable(spec_full, "validate")
     chosen = ("hf" if has_transformers() else "torch") if backend == "auto" else backend
     with cpu_threads(threads) as count:
         return _validate(dev, spec_full, dtype, chosen, count, batch=batch, prompt_tokens=prompt_tokens,

@@ -94,7 +94,7 @@ def test_a_mixtral_config_is_refused_not_read_as_a_dense_llama(tmp_path):
     with pytest.raises(UnknownNameError) as err:
         load_model(write(tmp_path, MIXTRAL))
     assert "mixtral" in str(err.value) and "MixtralForCausalLM" in str(err.value)
-    assert err.value.choices == ["llama"]
+    assert "llama" in err.value.choices and "mixtral" not in err.value.choices
 
 
 def test_a_mixtral_config_is_exit_2_on_the_command_line(tmp_path, capsys):
@@ -109,8 +109,9 @@ def test_model_family_from_model_type_or_architectures(tmp_path):
     assert load_model(write(tmp_path, {**BASE, "model_type": "llama"})).family == "llama"
     assert load_model(write(tmp_path, {**BASE, "architectures": ["LlamaForCausalLM"]})).family == "llama"
     assert load_model(write(tmp_path, BASE)).family == "llama"  # sizes only: read as a Llama, as before
-    with pytest.raises(UnknownNameError, match="MistralForCausalLM"):
-        load_model(write(tmp_path, {**BASE, "architectures": ["MistralForCausalLM"]}))
+    assert load_model(write(tmp_path, {**BASE, "architectures": ["MistralForCausalLM"]})).family == "mistral"
+    with pytest.raises(UnknownNameError, match="GemmaForCausalLM"):
+        load_model(write(tmp_path, {**BASE, "architectures": ["GemmaForCausalLM"]}))
 
 
 def test_rope_and_norm_fields_are_kept_and_the_spec_stays_hashable(tmp_path):

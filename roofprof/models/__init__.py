@@ -17,7 +17,7 @@ entry in :data:`FAMILIES` and the torch functions its ops are timed with.
 >>> family_of({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]})
 Traceback (most recent call last):
 ...
-roofprof.errors.UnknownNameError: unknown model family 'mixtral (MixtralForCausalLM)'; valid choices: llama
+roofprof.errors.UnknownNameError: unknown model family 'mixtral (MixtralForCausalLM)'; valid choices: mistral, llama, qwen2, qwen3
 """
 
 from __future__ import annotations
@@ -27,18 +27,42 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from roofprof.errors import UnknownNameError
-from roofprof.models import llama
+from roofprof.models import llama, mistral, qwen2, qwen3
 from roofprof.models.families import family_of
 
 if TYPE_CHECKING:
     from roofprof.specs import ModelSpec
     from roofprof.workload import Counting, Scenario, Workload
 
-__all__ = ["FAMILIES", "family_of", "llama_ops", "ops"]
+__all__ = ["FAMILIES", "MEASURABLE", "family_of", "llama_ops", "ops", "require_measurable"]
 
 #: Family name -> module with ``accepts(config)`` and ``ops(scenario)`` (its configs are
 #: recognised by :data:`roofprof.models.families.CONFIGS`).
-FAMILIES: Mapping[str, ModuleType] = {"llama": llama}
+FAMILIES: Mapping[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "mistral": mistral, "qwen3": qwen3}
+
+
+#: Families whose ops can be timed and whose real model can be run (:mod:`roofprof.torch_ops`,
+#: :mod:`roofprof.models.llama_torch`); the others are predicted from their op lists only.
+MEASURABLE = ("llama",)
+
+
+def require_measurable(model: ModelSpec, what: str) -> None:
+    """Refuse to measure (``what``: "profile", "validate") a model of a family with no torch model.
+
+    Raises:
+        ConfigError: the family is not in :data:`MEASURABLE` (one line naming it).
+
+    >>> from roofprof.specs import load_model
+    >>> require_measurable(load_model("qwen2.5-0.5b"), "validate")
+    Traceback (most recent call last):
+    ...
+    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'qwen2', which roofprof can predict but not yet measure (measured families: llama)
+    """
+    if model.family not in MEASURABLE:
+        from roofprof.errors import ConfigError
+
+        raise ConfigError(f"{what}: model {model.id} is of family {model.family!r}, which roofprof can "
+                          f"predict but not yet measure (measured families: {', '.join(MEASURABLE)})")
 
 
 def ops(scenario: Scenario) -> Workload:

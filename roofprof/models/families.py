@@ -6,10 +6,12 @@ them: this module imports nothing but :mod:`roofprof.errors`.
 
 >>> family_of({"model_type": "llama"}), family_of({"hidden_size": 64})
 ('llama', 'llama')
+>>> family_of({"model_type": "qwen3"}), family_of({"architectures": ["MistralForCausalLM"]})
+('qwen3', 'mistral')
 >>> family_of({"model_type": "mixtral"})
 Traceback (most recent call last):
 ...
-roofprof.errors.UnknownNameError: unknown model family 'mixtral'; valid choices: llama
+roofprof.errors.UnknownNameError: unknown model family 'mixtral'; valid choices: mistral, llama, ...
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ class FamilyConfig:
 
 
 #: Family name -> the configs it reads (one row per module of :data:`roofprof.models.FAMILIES`).
-CONFIGS: Mapping[str, FamilyConfig] = {"llama": FamilyConfig(("llama",), ("LlamaForCausalLM",))}
+CONFIGS: Mapping[str, FamilyConfig] = {
+    "llama": FamilyConfig(("llama",), ("LlamaForCausalLM",)),
+    "qwen2": FamilyConfig(("qwen2",), ("Qwen2ForCausalLM",)),
+    "mistral": FamilyConfig(("mistral",), ("MistralForCausalLM",)),
+    "qwen3": FamilyConfig(("qwen3",), ("Qwen3ForCausalLM",)),
+}
 
 
 def family_of(config: Mapping[str, Any]) -> str:

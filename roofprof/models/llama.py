@@ -27,7 +27,7 @@ from roofprof.precision import kv_bytes, weight_bits
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
 from roofprof.workload import OP_GROUPS, Counting, Op, Parallel, Scenario, Workload
 
-__all__ = ["ARCHITECTURES", "MODEL_TYPES", "ROLES", "accepts", "ops"]
+__all__ = ["ARCHITECTURES", "MODEL_TYPES", "ROLES", "accepts", "build", "ops"]
 
 _CONFIG = CONFIGS["llama"]
 #: ``model_type`` values of the configs this family reads.
@@ -62,11 +62,31 @@ def ops(scenario: Scenario) -> Workload:
     >>> [(op.name, op.n) for op in w.ops if op.name in ("q_proj", "k_proj", "attn_allreduce")]
     [('q_proj', 1024), ('k_proj', 128), ('attn_allreduce', 8192)]
     """
+    return build(scenario, _Builder)
+
+
+def build(scenario: Scenario, builder_class: type[_Builder]) -> Workload:
+    """The workload of ``scenario`` built by ``builder_class`` (the Llama builder or a subclass)."""
     s = scenario
-    builder = _Builder(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
+    builder = builder_class(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
                        s.weights, s.kv_dtype, s.parallel)
     return Workload(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
                     tuple(builder.ops()), s.weights, s.kv_dtype, s.parallel)
+
+
+#: Projections that carry a bias when ``ModelSpec.attention_bias`` (Qwen2's q/k/v).
+_BIASED = frozenset({"q_proj", "k_proj", "v_proj"})
+
+
+def _causal_pairs(tokens: int, window: int | None) -> float:
+    """(query, key) pairs of causal attention over ``tokens``, each query seeing at most ``window``.
+
+    >>> _causal_pairs(4, None), _causal_pairs(4, 2)
+    (10.0, 7.0)
+    """
+    if window is None or window >= tokens:
+        return tokens * (tokens + 1) / 2
+    return window * (window + 1) / 2 + (tokens - window) * float(window)
 
 
 _PROJ, _MLP, _ATTN, _HEAD, _ELEM = OP_GROUPS[1], OP_GROUPS[2], OP_GROUPS[0], OP_GROUPS[3], OP_GROUPS[4]
@@ -92,6 +112,9 @@ ROLES = {
 
 @dataclass
 class _Builder:
+    """The Llama pass; other dense families subclass it (``roles``, ``_ops``) or set the
+    ModelSpec fields it reads (``attention_bias``, ``sliding_window``), all off for Llama."""
+
     model: ModelSpec
     phase: str
     batch: int
@@ -102,6 +125,7 @@ class _Builder:
     weights: str | None = None  # stored weight format (None: dtype)
     kv_dtype: str | None = None  # KV-cache element type (None: dtype)
     parallel: Parallel = field(default_factory=Parallel)
+    roles = ROLES  # op name -> (fn, chart group, short label)
 
     def __post_init__(self) -> None:
         self.e = BYTES_PER_ELEMENT[self.dtype]  # activations
@@ -143,7 +167,11 @@ class _Builder:
     def gemm(self, name: str, rows: int, n: int, k: int, scope: str = "layer") -> Op:
         e = self.e
         weights = n * k * self.ew(name)
-        return Op(name, "gemm", self.phase, rows, n, k, self.dtype, 2.0 * rows * n * k,
+        flops = 2.0 * rows * n * k
+        if self.model.attention_bias and name in _BIASED:  # bias folded in: n more weights, rows·n adds
+            weights += n * e
+            flops += rows * n
+        return Op(name, "gemm", self.phase, rows, n, k, self.dtype, flops,
                   weights + rows * k * e + rows * n * e, count=self.layers if scope == "layer" else 1,
                   weight_bytes=weights, scope=scope)
 
@@ -168,7 +196,7 @@ class _Builder:
         """The pass, each op tagged with what it computes (``fn``) and its chart group."""
         tagged = []
         for op in self._ops():
-            fn, group, short = ROLES[op.name]
+            fn, group, short = self.roles[op.name]
             if op.name == "embedding" and op.k:
                 fn = "onehot_matmul"
             tagged.append(replace(op, fn=fn, group=group, short=short))
@@ -226,7 +254,8 @@ class _Builder:
     def attention(self) -> list[Op]:
         m, e = self.model, self.e
         b, tq, d = self.batch, self.q_tokens, m.head_dim
-        keys = self.prompt_tokens if self.phase == "prefill" else self.context_tokens + 1
+        keys = self.prompt_tokens if self.phase == "prefill" else m.kv_tokens(self.context_tokens + 1)
+        window = m.sliding_window
         heads = self.heads
         kv_row = 2 * self.kv_size * self.ekv  # K and V of one token, one layer (KV-cache dtype)
         q_bytes = b * tq * self.q_size * e
@@ -239,7 +268,7 @@ class _Builder:
             kv_cache_read = kv_read
         if self.counting.attention == "fused":
             causal = self.phase == "prefill"
-            pairs = b * heads * (tq * (tq + 1) / 2 if causal else tq * keys)
+            pairs = b * heads * (_causal_pairs(tq, window) if causal else tq * keys)
             flops = 2 * 2.0 * pairs * d  # QKᵀ and PV
             moved = q_bytes + kv_read + q_bytes + new_kv_bytes
             return [Op("attention", "attention", self.phase, tq, keys, d, self.dtype, flops, moved,

@@ -11,20 +11,12 @@ import subprocess
 import sys
 
 import pytest
+from no_click import BLOCK_CLICK
 
 _NO_CLICK = """
 import sys
 
-class _NoClick:
-    def find_spec(self, name, path=None, target=None):
-        if name == "click" or name.startswith("click."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, _NoClick())
-for _name in [m for m in sys.modules if m == "click" or m.startswith("click.")]:
-    del sys.modules[_name]
-if sys.argv[1:] == ["--import-click"]:
+""" + BLOCK_CLICK + """if sys.argv[1:] == ["--import-click"]:
     import click  # noqa: F401 - must fail
 from roofprof.cli import main
 sys.exit(main(sys.argv[1:]))

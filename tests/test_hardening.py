@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from fuzz_support import assert_outcome, run_cli, strict_json
+from no_click import BLOCK_CLICK
 
 from roofprof.errors import ConfigError, RoofprofError
 
@@ -410,16 +411,7 @@ def test_meaningless_option_values_exit_2_before_work(stop_measuring, argv, need
 _NO_CLICK = """
 import json, sys
 
-class _NoClick:
-    def find_spec(self, name, path=None, target=None):
-        if name == "click" or name.startswith("click."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, _NoClick())
-for _name in [m for m in sys.modules if m == "click" or m.startswith("click.")]:
-    del sys.modules[_name]
-import contextlib, io
+""" + BLOCK_CLICK + """import contextlib, io
 from roofprof.cli import main
 results = []
 for argv in json.loads(sys.argv[1]):

@@ -70,19 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     _register_commands()
     args = sys.argv[1:] if argv is None else list(argv)
     with warnings.catch_warnings():
-        # Python's own printer (2 lines: file, line, source) becomes one line; a recorder
-        # installed by the caller (pytest.warns, catch_warnings(record=True)) is kept
-        if (warnings.showwarning is getattr(warnings, "_showwarning_orig", None)
-                and getattr(getattr(warnings, "_showwarnmsg_impl", None), "__name__", "")
-                == "_showwarnmsg_impl"):
-            warnings.showwarning = _one_line_warning
+        # Python's printer shows file, line and source; through the public formatwarning hook
+        # it prints one line instead, and a recorder installed by the caller (pytest.warns,
+        # catch_warnings(record=True)) still records, since recording never formats.
+        warnings.formatwarning = _one_line_warning
         return _run(args)
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings that reach the terminal as ``roofprof: warning: ...``, one line each."""
-    text = " ".join(str(message).split())
-    typer.echo(f"roofprof: warning: {text}", err=True)
+    return "roofprof: warning: " + " ".join(str(message).split()) + "\n"
 
 
 def _run(args: list[str]) -> int:

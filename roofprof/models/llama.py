@@ -19,13 +19,13 @@ are in :mod:`roofprof.workload`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from roofprof.models.families import CONFIGS
 from roofprof.precision import kv_bytes, weight_bits
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
-from roofprof.workload import OP_GROUPS, Counting, Op, Parallel, Scenario, Workload
+from roofprof.workload import OP_GROUPS, Op, Parallel, Scenario, Workload
 
 __all__ = ["ARCHITECTURES", "MODEL_TYPES", "ROLES", "accepts", "build", "ops"]
 
@@ -68,8 +68,7 @@ def ops(scenario: Scenario) -> Workload:
 def build(scenario: Scenario, builder_class: type[_Builder]) -> Workload:
     """The workload of ``scenario`` built by ``builder_class`` (the Llama builder or a subclass)."""
     s = scenario
-    builder = builder_class(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
-                       s.weights, s.kv_dtype, s.parallel)
+    builder = builder_class(s)
     return Workload(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
                     tuple(builder.ops()), s.weights, s.kv_dtype, s.parallel)
 
@@ -115,19 +114,17 @@ class _Builder:
     """The Llama pass; other dense families subclass it (``roles``, ``_ops``) or set the
     ModelSpec fields it reads (``attention_bias``, ``sliding_window``), all off for Llama."""
 
-    model: ModelSpec
-    phase: str
-    batch: int
-    prompt_tokens: int
-    context_tokens: int
-    dtype: str
-    counting: Counting
-    weights: str | None = None  # stored weight format (None: dtype)
-    kv_dtype: str | None = None  # KV-cache element type (None: dtype)
-    parallel: Parallel = field(default_factory=Parallel)
+    scenario: Scenario
     roles = ROLES  # op name -> (fn, chart group, short label)
 
     def __post_init__(self) -> None:
+        s = self.scenario
+        self.model: ModelSpec = s.model
+        self.phase, self.batch, self.dtype, self.counting = s.phase, s.batch, s.dtype, s.counting
+        self.prompt_tokens, self.context_tokens = s.prompt_tokens, s.context_tokens
+        self.weights = s.weights  # stored weight format (None: dtype)
+        self.kv_dtype = s.kv_dtype  # KV-cache element type (None: dtype)
+        self.parallel: Parallel = s.parallel
         self.e = BYTES_PER_ELEMENT[self.dtype]  # activations
         self.ekv = self.e if self.kv_dtype is None else kv_bytes(self.kv_dtype)
         self.q_tokens = self.prompt_tokens if self.phase == "prefill" else 1  # per sequence

@@ -72,6 +72,7 @@ CUDA_GRAPHS = {
     "hf-eager": False,  # transformers eager mode: one launch per kernel
 }
 ENGINES = tuple(CUDA_GRAPHS)
+_FITTED_PHASES = ("decode", "prefill", "offline")  # batched rows are predicted, never fitted
 _GRID = np.round(np.arange(0.05, 1.0 + 1e-9, 0.0025), 4)
 _CALIBRATION = "calibration.json"
 
@@ -180,6 +181,8 @@ class _Prepared:
     passes: list[_Pass]
     anomalous: bool = False  # flagged by the corpus (e.g. ``anomalous_pp``): predicted, never fitted
     multi_gpu: bool = False  # tensor-parallel rows: predicted (leave-one-out), never fitted
+    tokens: int = 1  # batched rows: the run's seconds per token (roofprof.serving)
+    run_cost: bool = False  # the run pays the profile's ``offline_run_s`` (offline ``vllm bench throughput``)
 
 
 def _prepare(case) -> _Prepared:
@@ -199,8 +202,9 @@ def _prepare(case) -> _Prepared:
                             np.array([op.bytes / bw for op in ops]), np.array([float(op.count) for op in ops]),
                             scenario.phase, times, comm_s))
     anomalous = any(f == f"anomalous_{'pp' if case.phase == 'prefill' else 'tg'}" for f in case.row.flags)
+    run_cost = case.phase == "offline" or (case.phase == "batched" and "offline_batched" in case.row.flags)
     return _Prepared(case.label, case.row.id, case.engine, case.phase, case.published_s, passes, anomalous,
-                     case.row.tp > 1)
+                     case.row.tp > 1, case.tokens, run_cost)
 
 
 @functools.lru_cache(maxsize=1)
@@ -211,12 +215,12 @@ def _prepared_corpus() -> tuple[_Prepared, ...]:
 
 
 def _predict(p: _Prepared, prof: EngineProfile) -> float:
-    total = prof.offline_run_s if p.phase == "offline" else 0.0
+    total = prof.offline_run_s if p.run_cost else 0.0
     for ps in p.passes:
         step = prof.prefill_step_s if ps.phase == "prefill" else prof.decode_step_s
         total += ps.times * (float(ps.roof(prof.memory_fraction, prof.compute_fraction)[0]) + step
                              + prof.launch_s * ps.kernels + ps.comm_s)
-    return total
+    return total / p.tokens
 
 
 def _fit_pair(preps: Sequence[_Prepared], prof: EngineProfile, which: str, *,
@@ -321,13 +325,22 @@ def fit(preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = N
 
 
 def leave_one_out(case_list=None) -> dict[str, float]:
-    """Case label -> predicted seconds from profiles fitted without that case's row."""
+    """Case label -> predicted seconds from profiles fitted without that case's row.
+
+    Batched rows (``phase="batched"``) are never fitted, so the fit on the whole corpus is
+    already out of sample for them: they are predicted with it (one fit, not one per row).
+    """
     preps = _prepared_corpus() if case_list is None else tuple(_prepare(c) for c in case_list)
     out: dict[str, float] = {}
     by_row: dict[str, list[_Prepared]] = {}
     for p in preps:
         by_row.setdefault(p.row, []).append(p)
+    full: dict[str, EngineProfile] | None = None
     for row, members in by_row.items():
+        if all(p.phase not in _FITTED_PHASES for p in members):
+            full = full or fit(preps)
+            out.update((p.label, _predict(p, full[p.engine])) for p in members)
+            continue
         profiles = fit(preps, exclude_row=row)
         for p in members:
             out[p.label] = _predict(p, profiles[p.engine])
@@ -353,7 +366,7 @@ def write_calibration(path: str | Path | None = None) -> dict[str, Any]:
                           "fit_s": pred, "fit_residual_in_sample": pred / p.published_s - 1,
                           "leave_one_out_s": loo[p.label], "leave_one_out_residual": loo[p.label] / p.published_s - 1})
     summary = []
-    for phase in ("decode", "prefill", "offline"):
+    for phase in (*_FITTED_PHASES, "batched"):
         vals = [abs(r["leave_one_out_residual"]) for r in residuals if r["phase"] == phase]
         if vals:
             worst = max((r for r in residuals if r["phase"] == phase), key=lambda r: abs(r["leave_one_out_residual"]))

@@ -56,7 +56,7 @@ def test_validate_published_is_fast_and_complete():
     started = time.perf_counter()
     v = validate_published()
     assert time.perf_counter() - started < 10
-    assert {r["phase"] for r in v.rows} == {"decode", "prefill", "offline"}
+    assert {r["phase"] for r in v.rows} == {"decode", "prefill", "offline", "batched"}
     assert any(s.row_id == "D09" for s in v.skipped)
     d01 = next(r for r in v.rows if r["case"] == "D01:decode")
     assert d01["cite"].startswith("D01 · S5 pytorch-labs/gpt-fast@32971d3")

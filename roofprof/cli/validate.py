@@ -62,7 +62,8 @@ def validate(
     engine: str | None = typer.Option(None, "--engine",
                                       help="With --published: only this engine's rows."),
     phase: str | None = typer.Option(None, "--phase",
-                                     help="With --published: decode | prefill | offline."),
+                                     help="With --published: decode | prefill | offline "
+                                          "| batched."),
     plot: Path | None = typer.Option(
         None, "--plot", help="With --published: write predicted vs published (log-log) here."),
 ) -> None:

@@ -17,14 +17,18 @@ from roofprof.errors import ConfigError, RoofprofError
 from roofprof.published.corpus import PublishedRow, load_end_to_end, published_roofline
 from roofprof.rollup import Estimator, estimate_phase
 from roofprof.roofline import Roofline
+from roofprof.serving import batched_run
 from roofprof.specs import list_models, load_gpu
 from roofprof.workload import Parallel, Scenario, Workload
 
-__all__ = ["PHASES", "Case", "Skipped", "base_roofline", "case_flops_bytes", "case_seconds", "cases",
+__all__ = ["PHASES", "SINGLE_PHASES", "Case", "Skipped", "base_roofline", "case_flops_bytes", "case_seconds", "cases",
            "collectives",
            "empirical_roofline", "spec_roofline", "workload"]
 
-PHASES = ("decode", "prefill", "offline")
+PHASES = ("decode", "prefill", "offline", "batched")
+#: Phases of one request at a time (batch 1, or an offline batch of 32 the calibration fits);
+#: ``batched`` rows (static batches, loaded or saturated servers) are reported apart.
+SINGLE_PHASES = ("decode", "prefill", "offline")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class Case:
     published_s: float
     derived: bool
     passes: tuple[tuple[Scenario, int], ...]
+    tokens: int = 1  # the passes' seconds are divided by this (batched: seconds per token)
+    batching: str = ""  # batched rows: "static" or "continuous" (roofprof.serving)
 
     @property
     def label(self) -> str:
@@ -98,6 +104,15 @@ def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[
             out.append(Case(r, "offline", "offline_run_s", r.figure("offline_run_s"), True,
                             ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),
                              (base.replace(context_tokens=ctx), int(r.output_tokens or 0)))))
+        if r.phase == "batched" and r.figure("s_per_token"):
+            try:
+                run = batched_run(base, batch=r.batch, prompt_tokens=r.prompt_tokens or 0,
+                                  output_tokens=r.output_tokens or 0, batching=r.batching or "static", gpu=r.gpu_id)
+            except RoofprofError as exc:
+                skip(str(exc))
+                continue
+            out.append(Case(r, "batched", "s_per_token", r.figure("s_per_token"), True, run.passes(),
+                            run.tokens(r.tokens_counted or "output"), run.batching))
     return out, skipped
 
 
@@ -111,7 +126,8 @@ def case_seconds(case: Case, estimator: Estimator) -> float:
     """Predicted seconds of ``case`` (every pass through ``estimator``, times its count);
     a tensor-parallel case's collectives are priced by :func:`collectives`."""
     comm = collectives(case.gpu) if case.row.tp > 1 else None
-    return sum(n * estimate_phase(workload(s), estimator, comm).seconds for s, n in case.passes if n)
+    total = sum(n * estimate_phase(workload(s), estimator, comm).seconds for s, n in case.passes if n)
+    return total / case.tokens
 
 
 @functools.lru_cache(maxsize=64)
@@ -123,10 +139,10 @@ def collectives(gpu: str) -> CollectiveModel:
 
 
 def case_flops_bytes(case: Case) -> tuple[float, float]:
-    """FLOPs and bytes of the whole case (all passes)."""
+    """FLOPs and bytes of the whole case (all passes; per token for a batched case)."""
     flops = sum(n * workload(s).flops for s, n in case.passes)
     moved = sum(n * workload(s).bytes for s, n in case.passes)
-    return flops, moved
+    return flops / case.tokens, moved / case.tokens
 
 
 @functools.lru_cache(maxsize=64)

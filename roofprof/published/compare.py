@@ -7,10 +7,15 @@ A row becomes one or more :class:`Case` objects:
 * ``prefill``: one prefill of ``prompt_tokens`` against the published TTFT (``ttft_s``);
 * ``offline``: a whole offline run (one prefill of ``batch × prompt`` tokens, then
   ``output_tokens`` decode steps at that batch) against its derived duration
-  (``offline_run_s``: tokens counted / published tokens/s).
+  (``offline_run_s``: tokens counted / published tokens/s);
+* ``batched``: a static batch, or a loaded or saturated continuous-batching server
+  (:mod:`roofprof.serving`: prefill of the batch, then the decode steps at batch ``B`` with
+  their growing KV reads; a saturated server's ``B`` from its KV capacity) against the
+  published seconds per token (``s_per_token`` = 1 / tokens/s of the whole system). These
+  rows are never fitted and are summarised apart (:func:`summarize`).
 
-Rows roofprof cannot model (other model families, loaded or saturation throughput)
-become :class:`Skipped` with the reason; tensor-parallel rows are modelled, their
+Rows roofprof cannot model (other model families, MLPerf's variable lengths) become
+:class:`Skipped` with the reason; tensor-parallel rows are modelled, their
 collectives priced by :mod:`roofprof.collectives`.
 
 Estimators: ``spec`` (datasheet roofline), ``empirical`` (the roofline of the GPU's
@@ -24,8 +29,8 @@ datasheet bandwidth and of the published ceiling; MFU (prefill, offline) the FLO
 the time, as a fraction of the datasheet and published compute peaks.
 
 >>> cs, skipped = cases()
->>> next(c for c in cs if c.row.id == "D01").phase, len(skipped) > 10
-('decode', True)
+>>> next(c for c in cs if c.row.id == "D01").phase, sorted({s.row_id[:3] for s in skipped})[:2]
+XX
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.published.cases import (
     PHASES,
+    SINGLE_PHASES,
     Case,
     Skipped,
     case_flops_bytes,
@@ -133,6 +139,9 @@ def validate_published(estimators: Sequence[str] = ESTIMATORS, *, gpu: str | Non
             "published_s": c.published_s, "published_derived": c.derived, "flags": list(c.row.flags),
             **c.passes[0][0].precisions(), "batch": c.passes[0][0].batch,
             "prompt_tokens": c.passes[0][0].prompt_tokens, **_achieved(c, c.published_s)}
+        if c.batching:
+            rec.update(batching=c.batching, output_tokens=c.row.output_tokens, tokens_counted=c.row.tokens_counted,
+                       concurrency="stated" if c.row.batch else "kv-capacity")
         for name in estimators:
             seconds, reason = None, ""
             if name == "spec":
@@ -158,7 +167,10 @@ def validate_published(estimators: Sequence[str] = ESTIMATORS, *, gpu: str | Non
 
 def summarize(rows: Sequence[Mapping[str, Any]], estimators: Sequence[str],
               by: Sequence[str] = ("phase", "gpu", "engine_profile")) -> list[dict[str, Any]]:
-    """Median and worst |residual| per estimator, over all rows, per phase, per GPU and per engine.
+    """Median and worst |residual| per estimator: over all single-request rows (``all``), per
+    phase, and per GPU and engine over the single-request rows; batched rows (static batches,
+    loaded or saturated servers) form their own ``phase=batched`` group and, by how they batch,
+    ``batching`` groups: they never join ``all`` or the GPU and engine groups.
 
     >>> summarize([{"phase": "decode", "gpu": "a", "engine_profile": "x", "row": "D1", "case": "D1",
     ...             "spec_residual": -0.2},
@@ -168,10 +180,15 @@ def summarize(rows: Sequence[Mapping[str, Any]], estimators: Sequence[str],
     0.15000000000000002
     """
     out = []
-    groups: list[tuple[str, str, list[Mapping[str, Any]]]] = [("all", "all", list(rows))]
+    single = [r for r in rows if r["phase"] in SINGLE_PHASES]
+    batched = [r for r in rows if r["phase"] not in SINGLE_PHASES]
+    groups: list[tuple[str, str, list[Mapping[str, Any]]]] = [("all", "all", single)]
     for key in by:
-        for value in sorted({r[key] for r in rows}):
-            groups.append((key, value, [r for r in rows if r[key] == value]))
+        members_of = rows if key == "phase" else single
+        for value in sorted({r[key] for r in members_of}):
+            groups.append((key, value, [r for r in members_of if r[key] == value]))
+    for value in sorted({r.get("batching") or "static" for r in batched}):
+        groups.append(("batching", value, [r for r in batched if (r.get("batching") or "static") == value]))
     for name in estimators:
         for key, value, members in groups:
             res = [(abs(r[f"{name}_residual"]), r) for r in members if r.get(f"{name}_residual") is not None]

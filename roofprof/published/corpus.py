@@ -73,6 +73,8 @@ class PublishedRow:
     source: str
     quote: str
     notes: str = ""
+    batching: str | None = None  # batched rows: "static" or "continuous" (roofprof.serving)
+    tokens_counted: str | None = None  # batched rows: "output" or "total" (input + output) tokens
 
     def figure(self, metric: str) -> float | None:
         """The value of ``metric`` (SI units), or None when the row does not give it."""
@@ -175,7 +177,7 @@ def load_end_to_end(folder: str | None = None) -> tuple[PublishedRow, ...]:
             prompt_tokens=r.get("prompt_tokens"), output_tokens=r.get("output_tokens"),
             decode_context_tokens=r.get("decode_context_tokens"), figures=tuple(r["figures"]),
             flags=tuple(r["flags"]), skip=r.get("skip"), source=r["source"], quote=r["quote"],
-            notes=r.get("notes", "")))
+            notes=r.get("notes", ""), batching=r.get("batching"), tokens_counted=r.get("tokens_counted")))
     return tuple(rows)
 
 

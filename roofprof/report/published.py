@@ -152,6 +152,12 @@ def print_published_validation(result, console: Console | None = None) -> None:
         "residual = predicted / published − 1 (negative: the prediction is faster than reality); "
         "(d) = derived from the printed figure; rows cited in --format json"
     )
+    if any(r["phase"] == "batched" for r in result.rows):
+        console.print(
+            "batched rows: ms per token of the whole system (static batches, loaded or saturated "
+            "servers; roofprof.serving); never fitted, summarised apart from the single-request "
+            "groups"
+        )
 
 
 def published_validation_csv(result) -> str:
@@ -224,7 +230,7 @@ def published_html_summary() -> tuple[list[str], list[list[str]], bytes | None]:
     rows = [
         [
             s["estimator"],
-            s["value"],
+            "all single-request" if s["group"] == "all" else s["value"],
             str(s["n"]),
             _pct(s["median_abs_residual"]),
             _pct(s["worst_abs_residual"]),

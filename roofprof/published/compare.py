@@ -30,7 +30,7 @@ the time, as a fraction of the datasheet and published compute peaks.
 
 >>> cs, skipped = cases()
 >>> next(c for c in cs if c.row.id == "D01").phase, sorted({s.row_id[:3] for s in skipped})[:2]
-XX
+('decode', ['B14', 'B15'])
 """
 
 from __future__ import annotations

@@ -18,6 +18,13 @@ An op then takes ``max(FLOPs / (compute_fraction · peak), bytes / (memory_fract
 + launch_s`` per call, and each pass adds its step cost once (charged to its embedding op,
 which runs once per pass). ``ideal`` is the roofline itself (fractions 1, no overheads).
 
+Where an engine does not run the counted work at the counted peak, its
+:class:`~roofprof.kernel_paths.KernelPath` (facts of the engine build, not fitted) says how:
+llama.cpp's May 2024 build runs fp16 prefill GEMMs at the fp16-accumulate tensor rate (twice
+the datasheet's fp32-accumulate peak on GeForce Ada), dequantizes Q4_K_M/Q8_0 weights into an
+fp16 buffer before each prefill GEMM (a memory-bound pass per matrix and per 512-token
+physical batch, at ``memory_fraction``), and runs attention unfused (no flash attention).
+
 **Fitting** (:func:`fit`, run by ``roofprof calibrate``): per engine, decode rows fix
 ``memory_fraction`` and the decode overhead; prefill and offline rows then fix
 ``compute_fraction`` and ``prefill_step_s`` (one more round re-fits decode with the
@@ -54,6 +61,7 @@ import numpy as np
 
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
+from roofprof.kernel_paths import dequantize_bytes, fp16_accumulate_ratio, path_of, peak_scale
 from roofprof.rollup import OpEstimate
 from roofprof.roofline import Roofline
 from roofprof.workload import COLLECTIVE_FNS, Op
@@ -110,7 +118,8 @@ class CalibratedEstimator:
     """A rollup :class:`~roofprof.rollup.Estimator`: a roofline plus an engine profile."""
 
     def __init__(self, roofline: Roofline, profile: EngineProfile, *, source: str = "", level: str = "dram",
-                 provenance: Mapping[str, Any] | None = None, warnings: Sequence[str] = ()):
+                 provenance: Mapping[str, Any] | None = None, warnings: Sequence[str] = (),
+                 fp16_ratio: float = 1.0):
         self.roofline = roofline
         self.profile = profile
         self.source = source
@@ -120,17 +129,24 @@ class CalibratedEstimator:
         self.warnings = list(warnings)
         self.machine = roofline.device or None
         self.collectives = None  # a CollectiveModel: rollup.estimate_phase prices collectives with it
+        self.kernel_path = path_of(profile.engine)
+        self.fp16_ratio = fp16_ratio
 
     def estimate(self, op: Op) -> OpEstimate:
         p = self.profile
-        compute_s = op.flops / (self.roofline.compute_peak(op.dtype) * p.compute_fraction)
-        memory_s = op.bytes / (self.roofline.memory_bandwidth(self.level) * p.memory_fraction)
+        bw = self.roofline.memory_bandwidth(self.level) * p.memory_fraction
+        peak = self.roofline.compute_peak(op.dtype) * peak_scale(op, self.kernel_path, self.fp16_ratio)
+        compute_s = op.flops / (peak * p.compute_fraction)
+        memory_s = op.bytes / bw
         seconds = max(compute_s, memory_s) + p.launch_s
         note = ""
+        if (dequant := dequantize_bytes(op, self.kernel_path)) > 0:  # the engine's dequantization kernel
+            seconds += dequant / bw + p.launch_s
+            note = f"includes dequantizing the weights to fp16 ({dequant / 1e6:.1f} MB moved); "
         if op.fn in ("gather", "onehot_matmul"):  # the embedding, once per pass: the per-step cost
             step = p.prefill_step_s if op.phase == "prefill" else p.decode_step_s
             seconds += step
-            note = f"includes the {op.phase} step cost {step * 1e3:.3f} ms" if step else ""
+            note += f"includes the {op.phase} step cost {step * 1e3:.3f} ms" if step else ""
         return OpEstimate(seconds, "compute" if compute_s >= memory_s else "memory", note)
 
     def ridge(self, dtype: str) -> float:
@@ -141,6 +157,7 @@ class CalibratedEstimator:
     def describe(self) -> dict[str, Any]:
         return {"roofline_device": self.roofline.device, "roofline_source": self.source,
                 "ceilings": self.roofline.to_dict()["ceilings"], "engine_profile": self.profile.to_dict(),
+                "kernel_path": {**asdict(self.kernel_path), "fp16_accumulate_ratio": self.fp16_ratio},
                 "calibration": self.provenance}
 
 
@@ -190,6 +207,8 @@ def _prepare(case) -> _Prepared:
 
     roof, _ = base_roofline(case.gpu)
     bw = roof.memory_bandwidth()
+    path = path_of(case.engine)
+    ratio = fp16_accumulate_ratio(case.gpu) if path.fp16_accumulate else 1.0
     passes = []
     for scenario, times in case.passes:
         if not times:
@@ -198,9 +217,13 @@ def _prepare(case) -> _Prepared:
         ops = [op for op in every if op.fn not in COLLECTIVE_FNS]
         comm = [op for op in every if op.fn in COLLECTIVE_FNS]
         comm_s = sum(op.count * collectives(case.gpu).seconds(op.fn, op.bytes, op.batch) for op in comm)
-        passes.append(_Pass(np.array([op.flops / roof.compute_peak(op.dtype) for op in ops]),
-                            np.array([op.bytes / bw for op in ops]), np.array([float(op.count) for op in ops]),
-                            scenario.phase, times, comm_s))
+        compute = [op.flops / (roof.compute_peak(op.dtype) * peak_scale(op, path, ratio)) for op in ops]
+        memory = [op.bytes / bw for op in ops]
+        count = [float(op.count) for op in ops]
+        for op in ops:  # the engine's dequantization passes: memory-bound kernels of their own
+            if (moved := dequantize_bytes(op, path)) > 0:
+                compute, memory, count = [*compute, 0.0], [*memory, moved / bw], [*count, float(op.count)]
+        passes.append(_Pass(np.array(compute), np.array(memory), np.array(count), scenario.phase, times, comm_s))
     anomalous = any(f == f"anomalous_{'pp' if case.phase == 'prefill' else 'tg'}" for f in case.row.flags)
     run_cost = case.phase == "offline" or (case.phase == "batched" and "offline_batched" in case.row.flags)
     return _Prepared(case.label, case.row.id, case.engine, case.phase, case.published_s, passes, anomalous,
@@ -441,4 +464,6 @@ def calibrated_estimator(gpu: str | None, *, engine: str = "ideal", roofline: Ro
         roof, source = base_roofline(load_gpu(gpu).id)
         if source.startswith("datasheet"):
             warnings.append(f"calibrated: {gpu} has no published ceilings; starting from its datasheet")
-    return CalibratedEstimator(roof, profile, source=source, provenance=provenance, warnings=warnings)
+    ratio = fp16_accumulate_ratio(gpu) if gpu is not None and path_of(engine).fp16_accumulate else 1.0
+    return CalibratedEstimator(roof, profile, source=source, provenance=provenance, warnings=warnings,
+                               fp16_ratio=ratio)

@@ -14,12 +14,13 @@ from typing import Any
 from roofprof import models
 from roofprof.collectives import CollectiveModel
 from roofprof.errors import ConfigError, RoofprofError
+from roofprof.kernel_paths import path_of
 from roofprof.published.corpus import PublishedRow, load_end_to_end, published_roofline
 from roofprof.rollup import Estimator, estimate_phase
 from roofprof.roofline import Roofline
 from roofprof.serving import batched_run
 from roofprof.specs import list_models, load_gpu
-from roofprof.workload import Parallel, Scenario, Workload
+from roofprof.workload import Counting, Parallel, Scenario, Workload
 
 __all__ = ["PHASES", "SINGLE_PHASES", "Case", "Skipped", "base_roofline", "case_flops_bytes", "case_seconds", "cases",
            "collectives",
@@ -89,7 +90,7 @@ def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[
         try:
             base = Scenario.of(r.model_id, "decode", batch=r.batch or 1, prompt_tokens=r.prompt_tokens or 1,
                                dtype=r.dtype or "bf16", weights=r.weights, kv_dtype=r.kv_dtype,
-                               parallel=Parallel(tp=r.tp))
+                               parallel=Parallel(tp=r.tp), convention=_counting(r.engine_profile))
         except RoofprofError as exc:
             skip(str(exc))
             continue
@@ -114,6 +115,12 @@ def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[
             out.append(Case(r, "batched", "s_per_token", r.figure("s_per_token"), True, run.passes(),
                             run.tokens(r.tokens_counted or "output"), run.batching))
     return out, skipped
+
+
+def _counting(engine: str) -> Counting:
+    """The op counting of an engine: unfused attention where it runs without flash attention
+    (:mod:`roofprof.kernel_paths`)."""
+    return Counting(attention=path_of(engine).attention_counting)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -115,7 +115,7 @@ def saturation_batch(base: Scenario, gpu: str, prompt_tokens: int, output_tokens
                          context_tokens=prompt_tokens + output_tokens - 1)
     most = fit(probe, gpu).max_batch
     if most < 1:
-        raise ConfigError(f"{base.model.name}: not one sequence of {prompt_tokens + output_tokens} tokens fits "
+        raise ConfigError(f"{base.model.id}: not one sequence of {prompt_tokens + output_tokens} tokens fits "
                           f"beside the weights on {gpu} (tp={base.parallel.tp})")
     return min(most, cap)
 

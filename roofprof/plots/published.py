@@ -30,7 +30,7 @@ def draw_published(ax, result, estimator: str = "calibrated") -> None:
     plt = pyplot()
     rows = [r for r in result.rows if r.get(f"{estimator}_s")]
     engines = sorted({r["engine_profile"] for r in rows})
-    markers = {"decode": "o", "prefill": "s", "offline": "^"}
+    markers = {"decode": "o", "prefill": "s", "offline": "^", "batched": "D"}
     colours = plt.get_cmap("tab10")
     for i, engine in enumerate(engines):
         for phase, marker in markers.items():
@@ -60,7 +60,7 @@ def draw_published(ax, result, estimator: str = "calibrated") -> None:
         ax.set_ylim(lo, hi)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("published time (s)")
+    ax.set_xlabel("published time (s; batched rows: s per token)")
     ax.set_ylabel(
         f"{estimator} prediction (s)" + (" — leave-one-out" if estimator == "calibrated" else "")
     )

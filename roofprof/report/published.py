@@ -219,6 +219,10 @@ def print_calibration(
     console.print(f"written: {escape(str(path))}")
 
 
+_HTML_LABELS = {"all": "all single-request",
+                "batched": "batched (loaded; s per token; never fitted)"}
+
+
 def published_html_summary() -> tuple[list[str], list[list[str]], bytes | None]:
     """Headers, rows and the predicted-vs-published chart for the ``roofprof run`` report:
     median / worst |residual| per estimator and phase over the published corpus
@@ -230,7 +234,7 @@ def published_html_summary() -> tuple[list[str], list[list[str]], bytes | None]:
     rows = [
         [
             s["estimator"],
-            "all single-request" if s["group"] == "all" else s["value"],
+            _HTML_LABELS.get(s["value"], s["value"]),
             str(s["n"]),
             _pct(s["median_abs_residual"]),
             _pct(s["worst_abs_residual"]),

@@ -395,6 +395,8 @@ def write_calibration(path: str | Path | None = None) -> dict[str, Any]:
             worst = max((r for r in residuals if r["phase"] == phase), key=lambda r: abs(r["leave_one_out_residual"]))
             summary.append({"phase": phase, "n": len(vals), "median_abs_residual": statistics.median(vals),
                             "worst_abs_residual": max(vals), "worst_case": worst["case"]})
+            if phase not in _FITTED_PHASES:
+                summary[-1]["note"] = "never fitted: predicted by the fit on the whole corpus (out of sample)"
     payload = {
         "schema_version": 1, "generated_by": "roofprof calibrate",
         "corpus": {"rows": len(load_end_to_end()), "cases": len(preps),

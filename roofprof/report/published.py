@@ -209,7 +209,7 @@ def print_calibration(
         t.add_column(col)
     for s in payload["leave_one_out_summary"]:
         t.add_row(
-            s["phase"],
+            s["phase"] + (" (never fitted)" if s.get("note") else ""),
             str(s["n"]),
             _pct(s["median_abs_residual"]),
             _pct(s["worst_abs_residual"]),

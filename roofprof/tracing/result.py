@@ -31,7 +31,11 @@ class OpRow:
     context; ``time_per_call_s``; ``replay_s``: one call in isolation, None if not replayed),
     the roof it is held against, its share (``percent_of_roof``: roofline time over time
     taken), ``bound``, and ``flags`` (``replay-disagrees``, ``cache-resident``, ``no-cost``,
-    ``in-context-only``)."""
+    ``in-context-only``, ``kernel-only``: a device kernel no recorded op launched, e.g. a
+    fused ``torch.compile`` kernel, time only). ``signature`` is the call's stable id
+    (:func:`~roofprof.tracing.tracer.signature_id`); ``measured_*`` are Nsight Compute's
+    counts for one call (``--counters``; None without), beside the formula's ``flops`` and
+    ``bytes``."""
 
     op: str
     overload: str
@@ -51,6 +55,11 @@ class OpRow:
     flags: tuple[str, ...]
     modules: tuple[str, ...]
     note: str = ""
+    signature: str = ""
+    measured_flops: float | None = None
+    measured_dram_bytes: float | None = None
+    measured_time_s: float | None = None
+    measured_kernels: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -238,14 +247,16 @@ def build_result(tracer: Any) -> TraceResult:
     for stats in tracer.sigs.values():
         cost = stats.cost
         per_call = stats.time_s / stats.count if stats.count else 0.0
-        flags: list[str] = []
+        kernel_only = bool(getattr(stats, "kernel_only", False))
+        flags: list[str] = ["kernel-only"] if kernel_only else []
         replay_s = None
-        if tracer.replay and not (cost is not None and cost.kind == "view"):
+        if tracer.replay and not kernel_only and not (cost is not None and cost.kind == "view"):
             replay_s = _replay(stats, device, tracer.cold, tracer.replay_budget_s)
             if replay_s is None:
                 flags.append("in-context-only")
         if cost is None:
-            flags.append("no-cost")
+            if not kernel_only:
+                flags.append("no-cost")
             roof, pct, bound = "-", None, "-"
         else:
             roof, pct, bound = place_row(cost.flops, cost.bytes, per_call, stats.dtypes, roofline, stats.op)
@@ -268,10 +279,12 @@ def build_result(tracer: Any) -> TraceResult:
                 agg[2] += cost.flops * n
                 agg[3] += cost.bytes * n
         rows.append(OpRow(stats.op, stats.overload, stats.shapes, stats.dtypes, stats.count,
-                          cost.kind if cost else "unknown", cost.flops if cost else None,
+                          cost.kind if cost else ("kernel" if kernel_only else "unknown"),
+                          cost.flops if cost else None,
                           cost.bytes if cost else None, (cost.intensity if cost and cost.bytes else None),
                           stats.time_s, per_call, replay_s, roof, pct, bound, tuple(flags),
-                          tuple(dict.fromkeys(names)), cost.note if cost else ""))
+                          tuple(dict.fromkeys(names)), cost.note if cost else "",
+                          getattr(stats, "key", "")))
     rows.sort(key=lambda r: -r.time_s)
     mod_rows = tuple(sorted((ModuleRow(n, p, int(a[0]), a[1], a[2], a[3]) for (n, p), a in modules.items()),
                             key=lambda m: -m.time_s))

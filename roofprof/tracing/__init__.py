@@ -30,7 +30,7 @@ __all__ = ["Cost", "OpCall", "TensorMeta", "Tracer", "cost_of", "import_trace", 
 def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, warmup: int = 0,
           steps: int | None = None, cold: bool = False, region: str | None = None,
           module_depth: int | None = None, replay_budget_s: float = 0.02,
-          kernel_profiler: Any = None) -> Tracer:
+          kernel_profiler: Any = None, nvtx_signatures: bool = False) -> Tracer:
     """Trace the code in a ``with`` block: every aten op, costed, timed and placed.
 
     Args:
@@ -47,6 +47,9 @@ def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, 
             intervals time each op (default: torch's,
             :class:`~roofprof.tracing.kernels.TorchKernelProfiler`; see
             :class:`~roofprof.tracing.kernels.KernelProfiler`).
+        nvtx_signatures: run the first call of each unique signature inside the NVTX range
+            ``roofprof.sig_<id>`` and time nothing (the ``--counters`` child under ncu;
+            :mod:`roofprof.tracing.counters`).
 
     Returns:
         The :class:`Tracer`; after the block, ``t.result`` is the
@@ -59,7 +62,7 @@ def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, 
     """
     return Tracer(device=device, roofline=roofline, replay=replay, warmup=warmup, steps=steps, cold=cold,
                   region=region, module_depth=module_depth, replay_budget_s=replay_budget_s,
-                  kernel_profiler=kernel_profiler)
+                  kernel_profiler=kernel_profiler, nvtx_signatures=nvtx_signatures)
 
 
 def import_trace(path: Any, **kwargs: Any):

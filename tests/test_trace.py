@@ -66,6 +66,10 @@ def test_save_and_plot(tmp_path):
     assert {"trace.json", "ops.csv", "modules.csv", "roofline.png", "report.html"} <= set(written)
     payload = json.loads((tmp_path / "out" / "trace.json").read_text())
     assert payload["summary"]["flops"] == 2 * 64**3
+    page = (tmp_path / "out" / "report.html").read_text()
+    for part in ("<h2>Roofline</h2>", "data:image/png;base64,", "MFU / MBU", "coverage", "<h2>Ops",
+                 "<h2>Modules</h2>", "measured", "aten::mm"):
+        assert part in page, part
     assert t.result.plot(tmp_path / "r.png").stat().st_size > 0
 
 

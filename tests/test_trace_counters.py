@@ -77,6 +77,16 @@ def test_merge_counters_from_a_real_details_page():
     assert row.flops == mm.flops and row.bytes == mm.bytes  # the formula's, beside the counters
     assert "measured_dram_bytes" in merged.to_dataframe().columns
     assert all(o.measured_kernels is None for o in merged.ops if o is not row)
+    assert "Nsight Compute (one call)" in merged.table()
+
+
+def test_report_shows_counter_columns(tmp_path):
+    r = traced_mm()
+    mm = next(o for o in r.ops if o.op == "aten::mm")
+    merged = merge_counters(r, parse_ncu_csv(ncu_csv(SIG_RANGE_PREFIX + mm.signature)))
+    merged.save(tmp_path)
+    assert "ncu DRAM MB" in (tmp_path / "report.html").read_text()
+    assert "measured_dram_bytes" in (tmp_path / "ops.csv").read_text().splitlines()[0]
 
 
 CHILD = """

@@ -108,17 +108,20 @@ class TraceSummary:
 
 @dataclass(frozen=True)
 class TraceResult:
-    """A traced window: ``ops`` (slowest first), ``modules``, ``summary``, the ``roofline`` used."""
+    """A traced window: ``ops`` (slowest first), ``modules``, ``summary``, the ``roofline`` used
+    and the device's ``datasheet`` roofline (None without one, e.g. a CPU)."""
 
     ops: tuple[OpRow, ...]
     modules: tuple[ModuleRow, ...]
     summary: TraceSummary
     roofline: Roofline | None = None
+    datasheet: Roofline | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": asdict(self.summary), "ops": [r.to_dict() for r in self.ops],
                 "modules": [asdict(m) for m in self.modules],
-                "roofline": self.roofline.to_dict() if self.roofline else None}
+                "roofline": self.roofline.to_dict() if self.roofline else None,
+                "datasheet": self.datasheet.to_dict() if self.datasheet else None}
 
     def to_dataframe(self, what: str = "ops"):
         """``ops`` or ``modules`` as a pandas DataFrame (pandas imported here)."""
@@ -153,7 +156,9 @@ class TraceResult:
             raise ConfigError("no roofline to plot on (traced with roofline='none')")
         points = [Point(_label(r), r.flops, r.bytes, r.time_per_call_s, _dtype_on(self.roofline, r.dtypes))
                   for r in self.ops if r.flops and r.bytes and r.time_per_call_s > 0][:top]
-        return plot_roofline(self.roofline, points, path, title=f"roofprof trace on {self.summary.device}")
+        spec = None if self.summary.roofline_source == "datasheet" else self.datasheet
+        return plot_roofline(self.roofline, points, path, spec=spec,
+                             title=f"roofprof trace on {self.summary.device}")
 
     def json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, default=str)
@@ -288,7 +293,8 @@ def build_result(tracer: Any) -> TraceResult:
     rows.sort(key=lambda r: -r.time_s)
     mod_rows = tuple(sorted((ModuleRow(n, p, int(a[0]), a[1], a[2], a[3]) for (n, p), a in modules.items()),
                             key=lambda m: -m.time_s))
-    return TraceResult(tuple(rows), mod_rows, _summary(tracer, rows, roofline, source, datasheet), roofline)
+    return TraceResult(tuple(rows), mod_rows, _summary(tracer, rows, roofline, source, datasheet), roofline,
+                       datasheet)
 
 
 def _cut(fqn: str, depth: int | None) -> str:

@@ -146,6 +146,25 @@ def test_profiler_ranges_are_not_recorded_as_ops():
     assert not [o for o in t.result.ops if o.op.startswith("profiler::")]
 
 
+def test_torch_kernel_profiler_reads_host_ranges_from_kineto():
+    import warnings
+
+    from roofprof.tracing.kernels import TorchKernelProfiler
+
+    with warnings.catch_warnings():  # a CPU-only torch warns that it disables CUDA activity
+        warnings.simplefilter("ignore")
+        prof = TorchKernelProfiler()
+        with prof:
+            with prof.range("roofprof.window"), prof.range("roofprof#0"):
+                torch.randn(8, 8) @ torch.randn(8, 8)
+    host, kernels = prof.events()
+    names = [h.name for h in host]
+    assert names[:2] == ["roofprof.window", "roofprof#0"] and "aten::mm" in names and kernels == []
+    call = host[1]
+    mm = next(h for h in host if h.name == "aten::mm")
+    assert call.start_ns <= mm.start_ns <= mm.end_ns <= call.end_ns and mm.thread == call.thread
+
+
 @pytest.mark.gpu
 def test_real_gpu_trace_joins_kernels():
     dev = "cuda:0"

@@ -216,9 +216,16 @@ class TorchKernelProfiler:
         host: list[HostEvent] = []
         kernels: list[KernelEvent] = []
         for e in self._prof.profiler.kineto_results.events():
+            activity = str(e.activity_type()) if hasattr(e, "activity_type") else ""
             if e.device_type() == cpu:
-                host.append(HostEvent(e.correlation_id(), e.name(), e.start_ns(), e.end_ns(),
-                                      e.start_thread_id()))
-            elif not e.is_user_annotation():
+                if activity in _HOST_ACTIVITIES or not activity:  # not cuda_runtime: another id space
+                    host.append(HostEvent(e.correlation_id(), e.name(), e.start_ns(), e.end_ns(),
+                                          e.start_thread_id()))
+            elif (activity in _DEVICE_ACTIVITIES or not activity) and not e.is_user_annotation():
                 kernels.append(KernelEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id()))
         return host, kernels
+
+
+#: Kineto activity types of host ops and ranges, and of device intervals that take time
+_HOST_ACTIVITIES = ("cpu_op", "user_annotation")
+_DEVICE_ACTIVITIES = ("kernel", "gpu_memcpy", "gpu_memset", "concurrent_kernel")

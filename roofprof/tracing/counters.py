@@ -46,7 +46,7 @@ def require_counters(device: Any, ncu: str | None = None) -> str:
 
     missing = []
     if not device.info.asynchronous:
-        missing.append(f"a GPU (this device is {device.info.label}, a CPU)")
+        missing.append(f"a GPU (device {device.info.label} is not one)")
     try:
         path = find_ncu(ncu)
     except NcuNotFoundError as exc:

@@ -144,6 +144,16 @@ def test_profiler_ranges_are_not_recorded_as_ops():
         with torch.profiler.record_function("user range"):
             torch.randn(4).exp()
     assert not [o for o in t.result.ops if o.op.startswith("profiler::")]
+    import warnings
+
+    with warnings.catch_warnings():  # torch's own profiler on a CPU-only torch: no kernels, no crash
+        warnings.simplefilter("ignore")
+        with roofprof.trace(device=AsyncCpu(), roofline="none", replay=False, warmup=1) as t:
+            for _ in range(2):
+                torch.randn(4).exp()
+                t.step()
+    ops = {o.op: o for o in t.result.ops}
+    assert set(ops) == {"aten::randn", "aten::exp"} and all(o.count == 1 for o in ops.values())
 
 
 def test_torch_kernel_profiler_reads_host_ranges_from_kineto():

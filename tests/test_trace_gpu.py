@@ -105,10 +105,13 @@ def test_union_and_join_rules():
                KernelEvent("by_range", 200, 210, 2),  # launched by the range itself
                KernelEvent("late", 0, 10, 9),  # its op is outside the window
                KernelEvent("tracer", 0, 10, 0, launched_ns=550),  # the tracer's own
-               KernelEvent("nccl", 0, 40, 0, launched_ns=300)]  # no op, in the window
+               KernelEvent("nccl", 0, 40, 0, launched_ns=300),  # no op, in the window
+               KernelEvent("bw_fused", 0, 30, 11)]  # an op on autograd's thread, in the window
+    host.append(HostEvent(11, "aten::other_thread_op", 400, 450, thread=99))
     j = join_kernels(host, kernels)
     assert j.call_s == {4: pytest.approx(160e-9)} and j.kernels == 3
-    assert [(r.name, r.count, r.time_s) for r in j.unattributed] == [("nccl", 1, pytest.approx(40e-9))]
+    assert [(r.name, r.count, r.time_s) for r in j.unattributed] == [("nccl", 1, pytest.approx(40e-9)),
+                                                                     ("bw_fused", 1, pytest.approx(30e-9))]
 
 
 def test_tracer_joins_fake_profiler_kernels_to_each_call():

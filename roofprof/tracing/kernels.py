@@ -142,7 +142,8 @@ def join_kernels(host: Sequence[HostEvent], kernels: Sequence[KernelEvent]) -> K
     A kernel belongs to call ``n`` when the host op that launched it (``op_id``) lies in
     the range ``roofprof#<n>`` (or is that range). Other kernels count as unattributed
     when their launch (the launching op's start, else ``launched_ns``, else the kernel's
-    own start) lies in a ``roofprof.window`` range and not in a ``roofprof.tracer`` range.
+    own start) lies in a ``roofprof.window`` range (on any thread: autograd's device
+    threads, data loaders) and not in a ``roofprof.tracer`` range of the launching thread.
     """
     by_id = {e.id: e for e in host}
     calls = _Ranges(e for e in host if _call_number(e.name) is not None)
@@ -162,7 +163,7 @@ def join_kernels(host: Sequence[HostEvent], kernels: Sequence[KernelEvent]) -> K
             continue
         at, thread = (op.start_ns, op.thread) if op is not None else (
             k.launched_ns if k.launched_ns is not None else k.start_ns, None)
-        if windows.find(at, thread) is None or tracer.find(at, thread) is not None:
+        if windows.find(at) is None or tracer.find(at, thread) is not None:  # window: any thread
             continue
         loose.setdefault(k.name, []).append((k.start_ns, k.end_ns))
     rows = sorted((KernelRow(name, len(iv), union_s(iv)) for name, iv in loose.items()),

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import roofprof  # noqa: E402
 from roofprof.cli import main  # noqa: E402
 from roofprof.roofline import Ceiling, Roofline  # noqa: E402
-from roofprof.tracing.tracer import Tracer, join_profiler_events  # noqa: E402
+from roofprof.tracing.tracer import Tracer  # noqa: E402
 
 ROOFLINE = Roofline("test cpu", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
                                  Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
@@ -66,6 +66,10 @@ def test_save_and_plot(tmp_path):
     assert {"trace.json", "ops.csv", "modules.csv", "roofline.png", "report.html"} <= set(written)
     payload = json.loads((tmp_path / "out" / "trace.json").read_text())
     assert payload["summary"]["flops"] == 2 * 64**3
+    page = (tmp_path / "out" / "report.html").read_text()
+    for part in ("<h2>Roofline</h2>", "data:image/png;base64,", "MFU / MBU", "coverage", "<h2>Ops",
+                 "<h2>Modules</h2>", "measured", "aten::mm"):
+        assert part in page, part
     assert t.result.plot(tmp_path / "r.png").stat().st_size > 0
 
 
@@ -96,19 +100,15 @@ def test_flags_replay_disagreement_and_cache_resident():
     assert "cache-resident" in exp.flags  # far above a 1 MB/s "DRAM" roof
 
 
-def test_gpu_join_of_profiler_ranges():
-    from types import SimpleNamespace as E
-
-    assert join_profiler_events([E(name="roofprof#0", device_time_total=10.0),
-                                 E(name="roofprof#0", device_time_total=5.0),
-                                 E(name="roofprof#x", device_time_total=1.0),
-                                 E(name="aten::mm", device_time_total=99.0)]) == {0: pytest.approx(1.5e-5)}
-    t = Tracer(device="cpu", roofline="none")
+def test_gpu_join_of_pending_calls():
+    from roofprof.tracing.kernels import HostEvent, KernelEvent
     from roofprof.tracing.tracer import SignatureStats
 
+    t = Tracer(device="cpu", roofline="none")
     stats = SignatureStats("aten::mm", "default", (), (), None, None, None, count=1)
     t._pending = [(0, stats, ("M", "forward"))]
-    t._join([E(name="roofprof#0", device_time_total=20.0)])
+    t._join([HostEvent(1, "roofprof#0", 0, 100), HostEvent(2, "aten::mm", 10, 90)],
+            [KernelEvent("gemm", 1000, 21000, 2)])
     assert stats.time_s == pytest.approx(2e-5) and stats.modules[("M", "forward")][1] == pytest.approx(2e-5)
 
 
@@ -223,6 +223,31 @@ def test_import_kernels_joined_and_unattributed(tmp_path):
     assert mm.time_s == pytest.approx(30e-6) and mm.flops == 2 * 8 * 16 * 4
     fused = next(o for o in r.ops if "triton_fused" in o.op)
     assert fused.time_s == pytest.approx(20e-6) and fused.flops is None  # time only, not dropped
+
+
+def test_import_joins_kernels_of_inner_ops_to_the_costed_outer_op(tmp_path):
+    from roofprof.tracing.chrome import import_trace
+
+    def op(name, ts, dur, ext, dims=(), types=(), concrete=()):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"Input Dims": list(dims), "Input type": list(types), "Concrete Inputs": list(concrete),
+                         "External id": ext}}
+
+    conv = ([[1, 3, 8, 8], [4, 3, 3, 3], [4], [], [], [], []],
+            ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Int"],
+            ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "1"])
+    events = [op("aten::conv2d", 0, 100, 1, *conv), op("aten::convolution", 5, 90, 2),
+              op("aten::cudnn_convolution", 10, 80, 3),
+              {"ph": "X", "cat": "kernel", "name": "implicit_gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 40,
+               "args": {"External id": 3}},
+              {"ph": "X", "cat": "kernel", "name": "implicit_gemm_tail", "pid": 0, "tid": 8, "ts": 50, "dur": 20,
+               "args": {"External id": 3}}]
+    p = tmp_path / "conv.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    r = import_trace(p, device="cpu", roofline="none")
+    (row,) = [o for o in r.ops if o.op == "aten::conv2d"]
+    assert row.time_s == pytest.approx(50e-6)  # union of the inner op's two kernels, joined to conv2d
+    assert row.flops == 2 * 1 * 4 * 6 * 6 * 3 * 3 * 3 and not [o for o in r.ops if o.op.startswith("kernel::")]
 
 
 def test_facade_in_a_fresh_process_gives_the_callable_module():

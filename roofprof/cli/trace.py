@@ -4,7 +4,9 @@
 (the whole script, or the ``--region NAME`` it marks with ``roofprof.trace.region``);
 ``roofprof trace --import trace.json`` reads a torch profiler trace recorded with shapes.
 A script that raises: its own traceback is shown as the script's, nothing is written, and
-the exit code is 1.
+the exit code is 1. ``--counters`` (a GPU and Nsight Compute) then runs the script once
+more under ``ncu`` (:mod:`roofprof.tracing.counters`) and adds the measured FLOPs and DRAM
+bytes to each op row.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import typer
 
 from roofprof.cli import app
 from roofprof.cli._options import TableJsonCsv
-from roofprof.errors import ConfigError, DeviceUnavailableError
+from roofprof.errors import ConfigError
 
 __all__ = ["trace"]
 
@@ -52,6 +54,18 @@ def _run_script(script: Path, args: list[str], tracer) -> None:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
+def _with_counters(result, script: Path, args: list[str], out: Path | None, ncu: str | None,
+                   **child) -> object:
+    """The counters child under ncu; its CSV kept in ``out`` (else a temporary folder)."""
+    import tempfile
+
+    from roofprof.tracing.counters import trace_counters
+
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = (out if out is not None else Path(tmp)) / "counters.csv"
+        return trace_counters(result, script, args, csv, ncu=ncu, **child)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def trace(
     ctx: typer.Context,
@@ -69,7 +83,10 @@ def trace(
     replay: bool = typer.Option(True, "--replay/--no-replay",
                                 help="Replay each unique op in isolation."),
     cold: bool = typer.Option(False, "--cold", help="Flush the caches before every replayed call."),
-    counters: bool = typer.Option(False, "--counters", help="Nsight Compute per op (needs a GPU)."),
+    counters: bool = typer.Option(False, "--counters",
+                                  help="Nsight Compute per unique op (needs a GPU and ncu)."),
+    nvtx_signatures: bool = typer.Option(False, "--nvtx-signatures", hidden=True,
+                                         help="(--counters child) NVTX range per signature."),
     module_depth: int | None = typer.Option(None, "--module-depth", min=0,
                                             help="Cut module names to depth K."),
     top: int = typer.Option(25, "--top", min=1, help="Rows of the table."),
@@ -84,15 +101,21 @@ def trace(
     if (script is None) == (import_ is None):
         raise ConfigError("give a script to run (roofprof trace script.py [-- args]) "
                           "or --import trace.json")
+    ncu = None
     if counters:
         from roofprof.devices import select
+        from roofprof.tracing.counters import require_counters
 
-        dev = select(device)
-        if not dev.info.asynchronous:
-            raise DeviceUnavailableError("--counters needs a GPU (Nsight Compute per op); "
-                                         "this device is a CPU")
-        raise DeviceUnavailableError("--counters per traced op is not available in this version; "
-                                     "use `roofprof profile --counters` for the Llama ops")
+        if import_ is not None:
+            raise ConfigError("--counters runs a script under Nsight Compute; not with --import")
+        ncu = require_counters(select(device))  # a GPU and ncu, before anything runs
+    if nvtx_signatures:  # the --counters child: run the script with NVTX ranges, report nothing
+        from roofprof.tracing import trace as make_trace
+
+        tracer = make_trace(device, roofline="none", replay=False, warmup=warmup, steps=steps,
+                            region=region, nvtx_signatures=True)
+        _run_script(script, list(ctx.args), tracer)
+        return
     if import_ is not None:
         from roofprof.tracing.chrome import import_trace
 
@@ -106,6 +129,9 @@ def trace(
                             cold=cold, region=region, module_depth=module_depth)
         _run_script(script, list(ctx.args), tracer)
         result = tracer.result
+        if counters:
+            result = _with_counters(result, script, list(ctx.args), out, ncu, device=device,
+                                    region=region, warmup=warmup, steps=steps)
     if out is not None:
         written = result.save(out)
         typer.echo(f"wrote {', '.join(sorted(written))} to {out}", err=True)

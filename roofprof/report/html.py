@@ -12,7 +12,7 @@ from roofprof.report._text import pct as _pct
 from roofprof.report._text import resid as _resid
 from roofprof.units import si
 
-__all__ = ["render_html"]
+__all__ = ["html_image", "html_page", "html_table", "render_html"]
 
 
 def render_html(result, payload: dict[str, Any], charts: dict[str, bytes]) -> str:
@@ -266,27 +266,51 @@ def render_html(result, payload: dict[str, Any], charts: dict[str, bytes]) -> st
         + ", ".join(f"<a href='{_esc(v)}'>{_esc(k)}</a>" for k, v in result.files.items())
         + "</p>"
     )
-    style = (
-        "body{font-family:system-ui,-apple-system,Segoe "
-        "UI,sans-serif;max-width:1280px;margin:24px auto;padding:0 16px;"
-        "color:#222;font-size:14px}h1{font-size:22px}"
-        "h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}"
-        "table{border-collapse:collapse;margin:8px 0 16px;font-size:12.5px}th,td{border:1px "
-        "solid #ddd;padding:3px 7px;"
-        "vertical-align:top}th{background:#f3f5f8;text-align:left}"
-        "td.num{text-align:right;white-space:nowrap}"
-        "img{max-width:100%;display:block;margin:8px "
-        "0}.muted{color:#666}.cards{display:flex;gap:12px;flex-wrap:wrap}"
-        ".card{border:1px solid #ccd;border-radius:6px;padding:10px "
-        "14px;min-width:200px;background:#fafbfd}"
-        ".big{font-size:22px;font-weight:600}.lbl{text-transform:uppercase;font-size:11px;color:#557}"
-        ".res{color:#a40;margin-top:4px}"
-    )
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>roofprof: "
         f"{_esc(result.model)}</title>"
-        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+        f"<style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>"
     )
+
+
+_STYLE = (
+    "body{font-family:system-ui,-apple-system,Segoe "
+    "UI,sans-serif;max-width:1280px;margin:24px auto;padding:0 16px;"
+    "color:#222;font-size:14px}h1{font-size:22px}"
+    "h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}"
+    "table{border-collapse:collapse;margin:8px 0 16px;font-size:12.5px}th,td{border:1px "
+    "solid #ddd;padding:3px 7px;"
+    "vertical-align:top}th{background:#f3f5f8;text-align:left}"
+    "td.num{text-align:right;white-space:nowrap}"
+    "img{max-width:100%;display:block;margin:8px "
+    "0}.muted{color:#666}.cards{display:flex;gap:12px;flex-wrap:wrap}"
+    ".card{border:1px solid #ccd;border-radius:6px;padding:10px "
+    "14px;min-width:200px;background:#fafbfd}"
+    ".big{font-size:22px;font-weight:600}.lbl{text-transform:uppercase;font-size:11px;color:#557}"
+    ".res{color:#a40;margin-top:4px}"
+)
+
+
+def html_page(title: str, parts: Sequence[str]) -> str:
+    """A self-contained page in the style of ``roofprof run``'s report: ``parts`` are HTML
+    fragments built here (:func:`html_table`, :func:`html_image`) or escaped by the caller.
+
+    >>> html_page("t<1>", ["<p>x</p>"]).count("t&lt;1&gt;")
+    1
+    """
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+            f"<style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int = 1) -> str:
+    """A table in the report's style; every cell is escaped, columns from ``numeric_from`` on
+    are right-aligned."""
+    return _html_table(headers, rows, numeric_from)
+
+
+def html_image(data: bytes | None, alt: str) -> str:
+    """A PNG inlined as base64 (a muted note when ``data`` is None)."""
+    return _img(data, alt)
 
 
 def _throttle_summary(result) -> list[str]:

@@ -29,7 +29,8 @@ __all__ = ["Cost", "OpCall", "TensorMeta", "Tracer", "cost_of", "import_trace", 
 
 def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, warmup: int = 0,
           steps: int | None = None, cold: bool = False, region: str | None = None,
-          module_depth: int | None = None, replay_budget_s: float = 0.02) -> Tracer:
+          module_depth: int | None = None, replay_budget_s: float = 0.02,
+          kernel_profiler: Any = None, nvtx_signatures: bool = False) -> Tracer:
     """Trace the code in a ``with`` block: every aten op, costed, timed and placed.
 
     Args:
@@ -42,6 +43,13 @@ def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, 
         region: only code inside ``roofprof.trace.region(region)`` counts; each entry a step.
         module_depth: cut module names to this depth in the module table.
         replay_budget_s: timed seconds per replayed signature.
+        kernel_profiler: on an asynchronous device (a GPU), the profiler whose kernel
+            intervals time each op (default: torch's,
+            :class:`~roofprof.tracing.kernels.TorchKernelProfiler`; see
+            :class:`~roofprof.tracing.kernels.KernelProfiler`).
+        nvtx_signatures: run the first call of each unique signature inside the NVTX range
+            ``roofprof.sig_<id>`` and time nothing (the ``--counters`` child under ncu;
+            :mod:`roofprof.tracing.counters`).
 
     Returns:
         The :class:`Tracer`; after the block, ``t.result`` is the
@@ -53,7 +61,8 @@ def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, 
         DeviceUnavailableError: the device asked for is not usable.
     """
     return Tracer(device=device, roofline=roofline, replay=replay, warmup=warmup, steps=steps, cold=cold,
-                  region=region, module_depth=module_depth, replay_budget_s=replay_budget_s)
+                  region=region, module_depth=module_depth, replay_budget_s=replay_budget_s,
+                  kernel_profiler=kernel_profiler, nvtx_signatures=nvtx_signatures)
 
 
 def import_trace(path: Any, **kwargs: Any):

@@ -19,6 +19,7 @@ from typing import Any
 
 from roofprof.errors import ConfigError
 from roofprof.tracing.costs import C10_DTYPE_NAMES, OpCall, TensorMeta, cost_of, dtype_name
+from roofprof.tracing.kernels import union_s
 
 __all__ = ["import_trace", "read_events"]
 
@@ -46,9 +47,12 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return events
 
 
-def _select(ops: list[dict[str, Any]], costed: Any) -> list[dict[str, Any]]:
+def _select(ops: list[dict[str, Any]], costed: Any,
+            owner: dict[Any, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The ops to count: the outermost op of each nest that has a cost rule (what it calls
-    inside is part of it), else the innermost ops (leaves) with their own time."""
+    inside is part of it), else the innermost ops (leaves) with their own time. ``owner``
+    (filled when given) maps the ``External id`` of every op inside a chosen one to it, so
+    a kernel launched by an inner op joins the op counted."""
     by_thread: dict[Any, list[dict[str, Any]]] = {}
     for e in ops:
         by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
@@ -64,10 +68,17 @@ def _select(ops: list[dict[str, Any]], costed: Any) -> list[dict[str, Any]]:
             (children.setdefault(id(stack[-1]), []) if stack else roots).append(e)
             stack.append(e)
 
+        def own(e: dict, top: dict, children: dict[int, list[dict]] = children) -> None:
+            if owner is not None:
+                owner[(e.get("args") or {}).get("External id")] = top
+            for k in children.get(id(e), []):
+                own(k, top)
+
         def visit(e: dict, children: dict[int, list[dict]] = children) -> None:
             kids = children.get(id(e), [])
             if costed(e) or not kids:
                 chosen.append(e)
+                own(e, e)
             else:
                 for k in kids:
                     visit(k)
@@ -166,18 +177,7 @@ def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto
     imp = _Imported(select(device) if isinstance(device, str) else device, roofline, module_depth)
     start = min(e["ts"] for e in ops)
     imp.wall_s = (max(e["ts"] + e.get("dur", 0) for e in [*ops, *kernels]) - start) * 1e-6
-    kernel_us: dict[Any, float] = {}
-    linked_ids = {(e.get("args") or {}).get("External id") for e in ops}
-    unattributed: dict[str, list[float]] = {}
-    for k in kernels:
-        a = k.get("args") or {}
-        ext = a.get("External id", a.get("external id"))
-        if ext in linked_ids and ext is not None:
-            kernel_us[ext] = kernel_us.get(ext, 0.0) + k.get("dur", 0)
-        else:
-            unattributed.setdefault(str(k.get("name", "kernel")), [0, 0.0])
-            unattributed[str(k.get("name", "kernel"))][0] += 1
-            unattributed[str(k.get("name", "kernel"))][1] += k.get("dur", 0)
+
     def signature(e: dict) -> Any:
         a = e.get("args") or {}
         name = e.get("name", "?")
@@ -192,10 +192,21 @@ def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto
             imp.sigs[key] = stats
         return stats
 
-    for e in _select(ops, lambda e: signature(e).cost is not None):
-        a = e.get("args") or {}
+    owner: dict[Any, dict[str, Any]] = {}
+    chosen = _select(ops, lambda e: signature(e).cost is not None, owner)
+    intervals: dict[int, list[tuple[float, float]]] = {}  # chosen op -> its kernels (µs)
+    unattributed: dict[str, list[tuple[float, float]]] = {}
+    for k in kernels:
+        a = k.get("args") or {}
+        top = owner.get(a.get("External id", a.get("external id")))
+        span = (float(k["ts"]), float(k["ts"]) + float(k.get("dur", 0)))
+        if top is not None and a.get("External id", a.get("external id")) is not None:
+            intervals.setdefault(id(top), []).append(span)
+        else:  # a kernel of no op (fused, raw Triton, NCCL): its own row, time only
+            unattributed.setdefault(str(k.get("name", "kernel")), []).append(span)
+    for e in chosen:
         stats = signature(e)
-        us = kernel_us.get(a.get("External id"), 0.0) if kernels else e.get("dur", 0)
+        us = union_s(intervals.get(id(e), [])) * 1e9 if kernels else e.get("dur", 0)
         stats.count += 1
         stats.time_s += us * 1e-6
         m = stats.modules.setdefault(("-", "forward"), [0, 0.0])
@@ -203,7 +214,8 @@ def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto
         m[1] += us * 1e-6
         imp.calls += 1
     imp.sigs = {k: v for k, v in imp.sigs.items() if v.count}
-    for name, (n, us) in unattributed.items():
-        stats = SignatureStats(f"kernel::{name}", "-", (), (), OpCall(f"kernel::{name}"), None, None, int(n), us * 1e-6)
+    for name, spans in unattributed.items():
+        stats = SignatureStats(f"kernel::{name}", "-", (), (), OpCall(f"kernel::{name}"), None, None, len(spans),
+                               union_s(spans) * 1e3, kernel_only=True)
         imp.sigs[("kernel", name)] = stats
     return build_result(imp)

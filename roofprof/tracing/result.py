@@ -31,7 +31,11 @@ class OpRow:
     context; ``time_per_call_s``; ``replay_s``: one call in isolation, None if not replayed),
     the roof it is held against, its share (``percent_of_roof``: roofline time over time
     taken), ``bound``, and ``flags`` (``replay-disagrees``, ``cache-resident``, ``no-cost``,
-    ``in-context-only``)."""
+    ``in-context-only``, ``kernel-only``: a device kernel no recorded op launched, e.g. a
+    fused ``torch.compile`` kernel, time only). ``signature`` is the call's stable id
+    (:func:`~roofprof.tracing.tracer.signature_id`); ``measured_*`` are Nsight Compute's
+    counts for one call (``--counters``; None without), beside the formula's ``flops`` and
+    ``bytes``."""
 
     op: str
     overload: str
@@ -51,6 +55,11 @@ class OpRow:
     flags: tuple[str, ...]
     modules: tuple[str, ...]
     note: str = ""
+    signature: str = ""
+    measured_flops: float | None = None
+    measured_dram_bytes: float | None = None
+    measured_time_s: float | None = None
+    measured_kernels: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -99,17 +108,20 @@ class TraceSummary:
 
 @dataclass(frozen=True)
 class TraceResult:
-    """A traced window: ``ops`` (slowest first), ``modules``, ``summary``, the ``roofline`` used."""
+    """A traced window: ``ops`` (slowest first), ``modules``, ``summary``, the ``roofline`` used
+    and the device's ``datasheet`` roofline (None without one, e.g. a CPU)."""
 
     ops: tuple[OpRow, ...]
     modules: tuple[ModuleRow, ...]
     summary: TraceSummary
     roofline: Roofline | None = None
+    datasheet: Roofline | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": asdict(self.summary), "ops": [r.to_dict() for r in self.ops],
                 "modules": [asdict(m) for m in self.modules],
-                "roofline": self.roofline.to_dict() if self.roofline else None}
+                "roofline": self.roofline.to_dict() if self.roofline else None,
+                "datasheet": self.datasheet.to_dict() if self.datasheet else None}
 
     def to_dataframe(self, what: str = "ops"):
         """``ops`` or ``modules`` as a pandas DataFrame (pandas imported here)."""
@@ -144,7 +156,9 @@ class TraceResult:
             raise ConfigError("no roofline to plot on (traced with roofline='none')")
         points = [Point(_label(r), r.flops, r.bytes, r.time_per_call_s, _dtype_on(self.roofline, r.dtypes))
                   for r in self.ops if r.flops and r.bytes and r.time_per_call_s > 0][:top]
-        return plot_roofline(self.roofline, points, path, title=f"roofprof trace on {self.summary.device}")
+        spec = None if self.summary.roofline_source == "datasheet" else self.datasheet
+        return plot_roofline(self.roofline, points, path, spec=spec,
+                             title=f"roofprof trace on {self.summary.device}")
 
     def json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, default=str)
@@ -238,14 +252,16 @@ def build_result(tracer: Any) -> TraceResult:
     for stats in tracer.sigs.values():
         cost = stats.cost
         per_call = stats.time_s / stats.count if stats.count else 0.0
-        flags: list[str] = []
+        kernel_only = bool(getattr(stats, "kernel_only", False))
+        flags: list[str] = ["kernel-only"] if kernel_only else []
         replay_s = None
-        if tracer.replay and not (cost is not None and cost.kind == "view"):
+        if tracer.replay and not kernel_only and not (cost is not None and cost.kind == "view"):
             replay_s = _replay(stats, device, tracer.cold, tracer.replay_budget_s)
             if replay_s is None:
                 flags.append("in-context-only")
         if cost is None:
-            flags.append("no-cost")
+            if not kernel_only:
+                flags.append("no-cost")
             roof, pct, bound = "-", None, "-"
         else:
             roof, pct, bound = place_row(cost.flops, cost.bytes, per_call, stats.dtypes, roofline, stats.op)
@@ -268,14 +284,17 @@ def build_result(tracer: Any) -> TraceResult:
                 agg[2] += cost.flops * n
                 agg[3] += cost.bytes * n
         rows.append(OpRow(stats.op, stats.overload, stats.shapes, stats.dtypes, stats.count,
-                          cost.kind if cost else "unknown", cost.flops if cost else None,
+                          cost.kind if cost else ("kernel" if kernel_only else "unknown"),
+                          cost.flops if cost else None,
                           cost.bytes if cost else None, (cost.intensity if cost and cost.bytes else None),
                           stats.time_s, per_call, replay_s, roof, pct, bound, tuple(flags),
-                          tuple(dict.fromkeys(names)), cost.note if cost else ""))
+                          tuple(dict.fromkeys(names)), cost.note if cost else "",
+                          getattr(stats, "key", "")))
     rows.sort(key=lambda r: -r.time_s)
     mod_rows = tuple(sorted((ModuleRow(n, p, int(a[0]), a[1], a[2], a[3]) for (n, p), a in modules.items()),
                             key=lambda m: -m.time_s))
-    return TraceResult(tuple(rows), mod_rows, _summary(tracer, rows, roofline, source, datasheet), roofline)
+    return TraceResult(tuple(rows), mod_rows, _summary(tracer, rows, roofline, source, datasheet), roofline,
+                       datasheet)
 
 
 def _cut(fqn: str, depth: int | None) -> str:

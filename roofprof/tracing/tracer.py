@@ -9,8 +9,10 @@ in context, the module split and one replayable recipe; the cost model
 
 Time in context: on a synchronous device (a CPU) the op's own duration, read around the
 call (the mode's Python overhead is outside the interval); on an asynchronous device
-(a GPU) each call runs inside ``record_function("roofprof#<n>")`` under torch's profiler
-and its kernels' device time is joined to it exactly (:func:`join_profiler_events`).
+(a GPU) each call runs inside a ``roofprof#<n>`` host range under the device profiler
+(torch's, :class:`~roofprof.tracing.kernels.TorchKernelProfiler`) and its kernels'
+intervals are joined to it exactly (:func:`~roofprof.tracing.kernels.join_kernels`:
+kernel → launching op → range); kernels of no recorded op become kernel-level rows.
 """
 
 from __future__ import annotations
@@ -22,9 +24,18 @@ from typing import Any
 
 from roofprof.errors import ConfigError
 from roofprof.tracing.costs import Cost, OpCall, TensorMeta, cost_of, dtype_name
+from roofprof.tracing.kernels import (
+    CALL_PREFIX,
+    TRACER_RANGE,
+    WINDOW_RANGE,
+    HostEvent,
+    KernelEvent,
+    TorchKernelProfiler,
+    join_kernels,
+)
 from roofprof.tracing.recipes import Recipe, map_nested, spec_of
 
-__all__ = ["Recipe", "SignatureStats", "Tracer", "join_profiler_events", "region", "step"]
+__all__ = ["Recipe", "SignatureStats", "Tracer", "region", "signature_id", "step"]
 
 @dataclass
 class SignatureStats:
@@ -40,6 +51,21 @@ class SignatureStats:
     count: int = 0
     time_s: float = 0.0
     modules: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (fqn, phase) -> [n, s]
+    kernel_only: bool = False  # a device kernel no recorded op launched (time only)
+    key: str = ""  # :func:`signature_id`: the same in every process that runs the same call
+
+
+def signature_id(func_name: str, args_desc: Any, kwargs_desc: Any) -> str:
+    """A short stable id of a call signature (op, shapes, strides, dtypes, scalars): the
+    same in two processes running the same code, so a ``--counters`` child's NVTX ranges
+    (``roofprof.sig_<id>``) join to the parent's rows.
+
+    >>> signature_id("aten::mm", (((2, 2), (2, 1), "torch.float32"),), ())
+    '944931d10558'
+    """
+    import hashlib
+
+    return hashlib.sha1(repr((func_name, args_desc, kwargs_desc)).encode()).hexdigest()[:12]
 
 
 def _meta(t: Any) -> TensorMeta:
@@ -98,32 +124,6 @@ def step() -> None:
         t.step()
 
 
-def join_profiler_events(events: Iterable[Any], prefix: str = "roofprof#") -> dict[int, float]:
-    """Device seconds per recorded call from torch profiler events: each call ran inside
-    ``record_function(prefix + n)``; the range's ``device_time_total`` (µs: its own and its
-    children's kernels, joined by torch through the launch's correlation id) is the call's
-    time. Ranges without kernels give 0.0.
-
-    >>> from types import SimpleNamespace as E
-    >>> join_profiler_events([E(name="roofprof#3", device_time_total=12.0), E(name="aten::mm",
-    ...                       device_time_total=12.0)])
-    {3: 1.2e-05}
-    """
-    out: dict[int, float] = {}
-    for e in events:
-        name = getattr(e, "name", "")
-        if name.startswith(prefix):
-            try:
-                n = int(name[len(prefix):])
-            except ValueError:
-                continue
-            us = getattr(e, "device_time_total", None)
-            if us is None:
-                us = getattr(e, "cuda_time_total", 0.0)
-            out[n] = out.get(n, 0.0) + float(us) * 1e-6
-    return out
-
-
 class Tracer:
     """The context manager behind :func:`roofprof.tracing.trace` (see there for the arguments).
 
@@ -135,7 +135,8 @@ class Tracer:
 
     def __init__(self, *, device: Any = "auto", roofline: Any = "auto", replay: bool = True,
                  warmup: int = 0, steps: int | None = None, cold: bool = False, region: str | None = None,
-                 module_depth: int | None = None, replay_budget_s: float = 0.02):
+                 module_depth: int | None = None, replay_budget_s: float = 0.02,
+                 kernel_profiler: Any = None, nvtx_signatures: bool = False):
         if warmup < 0 or (steps is not None and steps < 1):
             raise ConfigError(f"need warmup >= 0 and steps >= 1, got warmup={warmup}, steps={steps}")
         self.device_spec, self.roofline_spec = device, roofline
@@ -155,6 +156,11 @@ class Tracer:
         self._async = False
         self._profiler = None
         self._pending: list[tuple[int, SignatureStats, tuple[str, str]]] = []
+        self._kernel_profiler = kernel_profiler
+        self._window_range: Any = None
+        self.nvtx_signatures = nvtx_signatures
+        self._nvtx_done: set[str] = set()
+        self.kernels_joined = 0
 
     # -- window --------------------------------------------------------------------------
     def _in_window(self) -> bool:
@@ -163,16 +169,23 @@ class Tracer:
         return self._step >= self.warmup and (self.steps is None or self._step < self.warmup + self.steps)
 
     def _sync_window(self) -> None:
-        now = time.perf_counter()
         active = self._in_window()
         if active and self._window_t0 is None:
             self._sync_device()
+            if self._profiler is not None:
+                self._window_range = self._profiler.range(WINDOW_RANGE)
+                self._window_range.__enter__()
             self._window_t0 = time.perf_counter()
         elif not active and self._window_t0 is not None:
-            self._sync_device()
-            self.wall_s += time.perf_counter() - self._window_t0
-            self._window_t0 = None
-        del now
+            self._close_window()
+
+    def _close_window(self) -> None:
+        self._sync_device()
+        self.wall_s += time.perf_counter() - self._window_t0
+        self._window_t0 = None
+        if self._window_range is not None:
+            self._window_range.__exit__(None, None, None)
+            self._window_range = None
 
     def _sync_device(self) -> None:
         if self._async and self._device is not None:
@@ -207,9 +220,8 @@ class Tracer:
         self._roofline = resolve_for(self._device, self.roofline_spec)  # bad input fails before the run
         self._async = bool(self._device.info.asynchronous)
         self._torch_device = self._device.info.torch_device
-        if self._async:
-            self._profiler = torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+        if self._async and not self.nvtx_signatures:  # ncu and CUPTI's tracer exclude each other
+            self._profiler = self._kernel_profiler or TorchKernelProfiler()
             self._profiler.__enter__()
         try:  # the dispatch machinery imports dynamo on first use: not inside the window
             import torch._dynamo  # noqa: F401
@@ -225,27 +237,39 @@ class Tracer:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._window_t0 is not None:
-            self._sync_device()
-            self.wall_s += time.perf_counter() - self._window_t0
-            self._window_t0 = None
+            self._close_window()
         _ACTIVE.remove(self)
         self._mode.__exit__(exc_type, exc, tb)
         self._tracker.__exit__(exc_type, exc, tb)
         if self._profiler is not None:
             self._profiler.__exit__(exc_type, exc, tb)
             if exc_type is None:
-                self._join(self._profiler.events())
+                self._join(*self._profiler.events())
         if exc_type is None and self.region is not None and not self.region_seen:
             raise ConfigError(f"region {self.region!r} never occurred in the traced code; mark it with "
                               f"`with roofprof.trace.region({self.region!r}):`")
 
-    def _join(self, events: Iterable[Any]) -> None:
-        times = join_profiler_events(events)
+    def _join(self, host: Iterable[HostEvent], kernels: Iterable[KernelEvent]) -> None:
+        """Device time of each pending call from the profiler's events; kernels of no
+        recorded op in the window become kernel-level signatures (time only)."""
+        joined = join_kernels(list(host), list(kernels))
         for n, stats, key in self._pending:
-            s = times.get(n, 0.0)
+            s = joined.call_s.get(n, 0.0)
             stats.time_s += s
             stats.modules.setdefault(key, [0, 0.0])[1] += s
         self._pending.clear()
+        self.kernels_joined += joined.kernels
+        for row in joined.unattributed:
+            name = f"kernel::{row.name}"
+            stats = self.sigs.get(("kernel", row.name))
+            if stats is None:
+                stats = SignatureStats(name, "-", (), (), OpCall(name), None, None, kernel_only=True)
+                self.sigs[("kernel", row.name)] = stats
+            stats.count += row.count
+            stats.time_s += row.time_s
+            m = stats.modules.setdefault(("(no op)", "-"), [0, 0.0])
+            m[0] += row.count
+            m[1] += row.time_s
 
     @property
     def result(self):
@@ -264,14 +288,16 @@ class Tracer:
         return name, ("backward" if self._tracker.is_bw else "forward")
 
     def record(self, func: Any, args: tuple, kwargs: dict, torch: Any) -> Any:
-        if not self._in_window():
-            return func(*args, **kwargs)
+        if not self._in_window() or getattr(func, "namespace", "") == "profiler":
+            return func(*args, **kwargs)  # profiler ranges (the tracer's own) are not ops
         key = (func, _describe(args, torch), _describe(kwargs, torch))
         stats = self.sigs.get(key)
         module = self._module()
-        if self._async:
+        if self.nvtx_signatures:
+            out, elapsed = self._run_in_nvtx(func, args, kwargs, key), 0.0
+        elif self._profiler is not None:
             n = self.calls
-            with torch.profiler.record_function(f"roofprof#{n}"):
+            with self._profiler.range(f"{CALL_PREFIX}{n}"):
                 out = func(*args, **kwargs)
             elapsed = 0.0
         else:
@@ -280,15 +306,36 @@ class Tracer:
             elapsed = time.perf_counter() - t0
         self.calls += 1
         if stats is None:
-            stats = self._new_signature(func, args, kwargs, out, torch)
+            if self._profiler is not None:
+                with self._profiler.range(TRACER_RANGE):
+                    stats = self._new_signature(func, args, kwargs, out, torch)
+            else:
+                stats = self._new_signature(func, args, kwargs, out, torch)
+            stats.key = signature_id(str(func), key[1], key[2])
             self.sigs[key] = stats
         stats.count += 1
         stats.time_s += elapsed
         m = stats.modules.setdefault(module, [0, 0.0])
         m[0] += 1
         m[1] += elapsed
-        if self._async:
+        if self._profiler is not None:
             self._pending.append((self.calls - 1, stats, module))
+        return out
+
+    def _run_in_nvtx(self, func: Any, args: tuple, kwargs: dict, key: tuple) -> Any:
+        """``--counters`` child: the first call of each signature inside the NVTX range
+        ``roofprof.sig_<id>`` (device synchronised around it), so Nsight Compute profiles
+        exactly that call's kernels; every other call runs plainly."""
+        from roofprof.counters.nvtx import nvtx_range
+
+        sid = signature_id(str(func), key[1], key[2])
+        if sid in self._nvtx_done:
+            return func(*args, **kwargs)
+        self._nvtx_done.add(sid)
+        self._sync_device()
+        with nvtx_range(f"roofprof.sig_{sid}"):
+            out = func(*args, **kwargs)
+            self._sync_device()
         return out
 
     def _new_signature(self, func: Any, args: tuple, kwargs: dict, out: Any, torch: Any) -> SignatureStats:

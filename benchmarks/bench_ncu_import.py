@@ -9,7 +9,10 @@ and reads the child's wall time and peak resident memory (``ru_maxrss``).
 Usage::
 
     python benchmarks/bench_ncu_import.py [--mb 100] [--page details|raw] [--repeat 2]
-        [--keep FILE] [--out results.json]
+        [--keep FILE] [--reference-tree ../main] [--out results.json]
+
+With ``--reference-tree`` the same file is also imported by another checkout's roofprof
+(runs alternate), so a before/after ratio comes from one run on the same machine load.
 """
 
 from __future__ import annotations
@@ -95,23 +98,37 @@ def make_csv(path: Path, mb: float = 100, page: str = "details") -> int:
 
 _CHILD = """
 import resource, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
+import roofprof
 from roofprof.cli import main
 rc = main(["counters", "import", sys.argv[1], "--format", "json"])
-wall = time.perf_counter() - t0
-sys.stderr.write(f"BENCH {rc} {wall:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n")
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sys.stderr.write(f"BENCH {rc} {wall:.3f} {cpu:.3f} {peak} {roofprof.__file__}\\n")
 """
 
 
-def measure(path: Path) -> dict:
-    """One CLI import of ``path`` in a fresh process: exit code, wall seconds, peak RSS bytes."""
+def measure(path: Path, tree: Path | None = None) -> dict:
+    """One CLI import of ``path`` in a fresh process: exit code, wall and CPU seconds, peak
+    RSS bytes. ``tree``: a checkout whose ``roofprof`` to run (default: the installed one)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
+                          stderr=subprocess.PIPE, text=True, check=False, env=env,
+                          cwd=tree or None)
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("BENCH ")]
     if not line:
         raise RuntimeError(f"import failed: {proc.stderr[-2000:]}")
-    _, rc, wall, rss_kib = line[-1].split()
-    return {"exit_code": int(rc), "wall_s": float(wall), "peak_rss_bytes": int(rss_kib) * 1024}
+    _, rc, wall, cpu, rss_kib, module = line[-1].split(maxsplit=5)
+    return {"exit_code": int(rc), "wall_s": float(wall), "cpu_s": float(cpu),
+            "peak_rss_bytes": int(rss_kib) * 1024, "roofprof": module}
+
+
+def _summary(runs: list[dict]) -> dict:
+    return {"runs": runs, "best_wall_s": min(r["wall_s"] for r in runs),
+            "best_cpu_s": min(r["cpu_s"] for r in runs),
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in runs)}
 
 
 def main() -> None:
@@ -120,23 +137,31 @@ def main() -> None:
     ap.add_argument("--page", choices=("details", "raw"), default="details")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="write the generated CSV here and keep it")
+    ap.add_argument("--reference-tree", type=Path,
+                    help="also time this checkout's roofprof (e.g. the commit before), "
+                         "alternating runs with the current one")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or Path(tmp) / f"ncu_{args.page}_{args.mb:g}MB.csv"
         kernels = make_csv(path, args.mb, args.page)
         size = path.stat().st_size
-        runs = [measure(path) for _ in range(args.repeat)]
-    best = min(runs, key=lambda r: r["wall_s"])
+        runs, reference = [], []
+        for _ in range(args.repeat):  # alternate, so both see the same machine load
+            if args.reference_tree:
+                reference.append(measure(path, args.reference_tree))
+            runs.append(measure(path))
     result = {
         "benchmark": "ncu_import",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "load_average": os.getloadavg(),
-        "page": args.page, "file_bytes": size, "kernels": kernels, "runs": runs,
-        "best_wall_s": best["wall_s"],
-        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in runs),
+        "page": args.page, "file_bytes": size, "kernels": kernels,
+        "current": _summary(runs),
     }
+    if reference:
+        result["reference"] = _summary(reference)
+        result["reference_tree"] = str(args.reference_tree)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -296,3 +296,71 @@ def test_asking_a_roofline_for_a_ceiling_it_lacks_lists_those_it_has():
 def test_roofline_from_dict_refuses_what_is_not_one(data, message):
     with pytest.raises(ConfigError, match=message):
         Roofline.from_dict(data)
+
+
+# --------------------------------------------------------------------------- cli/trace.py, cli/roofline.py, cli/_usage.py
+
+
+@pytest.mark.parametrize("body,code,message", [
+    ("import sys\nsys.exit(3)\n", 1, "exited with status 3; nothing was written"),
+    ("def inner():\n    return 1 / 0\ninner()\n", 1, "raised an exception (the traceback below is the script's own"),
+])
+def test_a_traced_script_that_fails_exits_1_with_its_own_story(tmp_path, body, code, message):
+    pytest.importorskip("torch")
+    script = tmp_path / "job.py"
+    script.write_text(body)
+    rc, out, err = run_cli(["trace", str(script), "--device", "cpu", "--roofline", "none"])
+    assert rc == code and message in err, err
+    if "1 / 0" in body:  # the script's frames, not roofprof's
+        assert "ZeroDivisionError: division by zero" in err and 'job.py", line 2, in inner' in err
+        assert "roofprof/cli" not in err
+
+
+def test_trace_counters_on_a_gpu_says_it_is_not_available_yet(monkeypatch, tmp_path):
+    import types
+
+    import roofprof.devices
+
+    gpu = types.SimpleNamespace(info=types.SimpleNamespace(asynchronous=True))
+    monkeypatch.setattr(roofprof.devices, "select", lambda device: gpu)
+    script = tmp_path / "job.py"
+    script.write_text("")
+    rc, out, err = run_cli(["trace", str(script), "--counters"])
+    assert rc == 2 and "--counters per traced op is not available in this version" in err, err
+
+
+def test_a_chart_that_cannot_be_drawn_is_skipped_with_the_reason(tmp_path, monkeypatch):
+    import io
+    import types
+
+    from rich.console import Console
+
+    import roofprof.plots.sweeps as sweeps
+    from roofprof.cli.roofline import _plots
+
+    def no_sweep(result, path):
+        raise ValueError("no sweep measured")
+
+    monkeypatch.setattr(sweeps, "plot_staircase", no_sweep)
+    monkeypatch.setattr(sweeps, "plot_intensity_sweep", no_sweep)
+    result = types.SimpleNamespace(
+        device=types.SimpleNamespace(spec_id=None, name="box", label="cpu"),
+        roofline=Roofline("box", (Ceiling("f", "compute", 1e12, dtype="fp32"),)))
+    buf = io.StringIO()
+    assert _plots(result, tmp_path, Console(file=buf, width=200)) == []
+    text = buf.getvalue()
+    assert "skipped roofline.png: no DRAM ceiling measured" in text
+    assert "skipped staircase.png: no sweep measured" in text and list(tmp_path.iterdir()) == []
+
+
+def test_usage_error_choices_survive_unresolvable_type_hints():
+    import types
+
+    from roofprof.cli._usage import _choices
+
+    def callback(fmt: NoSuchType) -> None:  # noqa: F821 - the point: it cannot be resolved
+        pass
+
+    exc = types.SimpleNamespace(param=types.SimpleNamespace(name="fmt"),
+                                ctx=types.SimpleNamespace(command=types.SimpleNamespace(callback=callback)))
+    assert _choices(exc) == ()

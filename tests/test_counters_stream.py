@@ -15,12 +15,14 @@ from pathlib import Path
 
 import ncu_parse_before_streaming as before
 import pytest
-from fuzz_support import examples, run_cli, strict_json
+from fuzz_support import examples, run_cli, strict_json, time_bound
 from hypothesis import given
 from hypothesis import strategies as st
 
 from roofprof import counters
 from roofprof.errors import RoofprofError
+
+pytestmark = time_bound()  # CI bound per property test; none for long runs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CSVS = sorted(FIXTURES.glob("ncu_*.csv"))

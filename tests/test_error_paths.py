@@ -135,6 +135,24 @@ def test_exit_codes_of_the_ways_a_command_can_end(command, exc, code, message):
     assert rc == code and err.strip() == message
 
 
+@pytest.mark.parametrize("exc,code,message", [
+    ("exit4", 4, ""),
+    ("interrupt", 130, "roofprof: interrupted; results already written were kept whole"),
+])
+def test_an_exit_or_ctrl_c_while_typer_builds_the_command_is_still_one_line(monkeypatch, exc, code,
+                                                                             message):
+    """Ctrl-C (or an Exit) before typer's own main runs, while it builds the click command."""
+    import typer
+    import typer.main
+
+    def building(app):
+        raise {"exit4": typer.Exit(4), "interrupt": KeyboardInterrupt()}[exc]
+
+    monkeypatch.setattr(typer.main, "get_command", building)
+    rc, out, err = run_cli(["specs"])
+    assert rc == code and err.strip() == message
+
+
 def test_a_bug_is_a_traceback_not_an_exit_2(command):
     """Only usage errors become one line: a real bug must stay visible."""
     def body():

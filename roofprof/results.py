@@ -110,8 +110,13 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except FileExistsError as exc:  # the folder to write in is a file
+        raise ConfigError(f"cannot write {str(path)!r}: {str(exc.filename or path.parent)!r} is "
+                          "a file, not a folder") from exc
     except OSError as exc:
         raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # a NUL in the name
+        raise ConfigError(f"cannot write {str(path)!r}: {exc}") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -145,6 +150,8 @@ def check_output_file(path: str | os.PathLike, *, suffixes: tuple[str, ...] | No
     """
     p = Path(path)
     shown = repr(str(p))
+    if "\0" in str(p):  # pathlib answers False (not an error) for such a name
+        raise ConfigError(f"{what} {shown}: embedded null byte in the name")
     try:
         if p.is_dir():
             raise ConfigError(f"{what} {shown} is a folder; give a file name")
@@ -162,12 +169,8 @@ def check_output_file(path: str | os.PathLike, *, suffixes: tuple[str, ...] | No
             raise ConfigError(f"{what} {shown}: file name too long")
         if ancestor.is_dir() and not os.access(ancestor, os.W_OK | os.X_OK):
             raise ConfigError(f"{what} {shown}: folder {str(ancestor)!r} is not writable")
-        if p.exists() and not os.access(p, os.W_OK) and not os.access(p.parent, os.W_OK):
-            raise ConfigError(f"{what} {shown} is not writable")
     except OSError as exc:
         raise ConfigError(f"{what} {shown}: {_os_reason(exc)}") from exc
-    except ValueError as exc:  # NUL in the name
-        raise ConfigError(f"{what} {shown}: {exc}") from exc
     return p
 
 

@@ -11,8 +11,8 @@ of ``tests/test_fuzz_*.py`` on 2 cores). For a long run outside CI::
     ROOFPROF_FUZZ=long ROOFPROF_FUZZ_SCALE=200 pytest ...   # 200× the CI examples
 
 ``ROOFPROF_FUZZ=long`` multiplies every example count by ``ROOFPROF_FUZZ_SCALE`` (default
-50), lifts the deadline, and draws fresh random inputs (CI runs derandomized, so a red CI
-is reproducible).
+50), lifts the deadline and the per-test time bound (:func:`time_bound`), and draws fresh
+random inputs (CI runs derandomized, so a red CI is reproducible).
 """
 
 from __future__ import annotations
@@ -29,6 +29,19 @@ from hypothesis import HealthCheck, settings
 
 LONG = os.environ.get("ROOFPROF_FUZZ", "") == "long"
 SCALE = int(os.environ.get("ROOFPROF_FUZZ_SCALE", "50")) if LONG else 1
+
+
+#: Wall-clock bound of one property test in CI (pytest-timeout, a test extra): a runaway
+#: example fails the run instead of stalling it. Typical: 1-8 s each on 2 idle cores.
+CI_TIMEOUT_S = 300
+
+
+def time_bound() -> Any:
+    """``pytest.mark.timeout`` for a module of property tests: :data:`CI_TIMEOUT_S` per test
+    in CI, none under ``ROOFPROF_FUZZ=long``. Use as ``pytestmark = time_bound()``."""
+    import pytest
+
+    return pytest.mark.timeout(0 if LONG else CI_TIMEOUT_S)
 
 
 def examples(n: int) -> settings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -107,6 +108,12 @@ def test_cli_roofline_published(capsys, tmp_path):
 
     roof = load_roofline(tmp_path / "roofline.json")
     assert "T1-02" in roof.memory_ceiling().note
+    # the ceilings are the published rows' numbers (the BabelStream triad, the mamf-finder bf16)
+    rows = json.loads((Path(__file__).resolve().parents[1] / "data" / "published" / "microbenchmarks.json")
+                      .read_text())
+    rows = {r["id"]: r for r in (rows["rows"] if isinstance(rows, dict) else rows)}
+    assert roof.memory_bandwidth("dram") == rows["T1-02"]["ceiling"] == rows["T1-02"]["values"]["triad"]
+    assert roof.compute_peak("bf16") == rows["T1-22"]["ceiling"] and "T1-22" in roof.compute_ceiling("bf16").note
     assert main(["roofline", "--published", "t4", "-o", str(tmp_path)]) == 2
     assert "GPUs with published ceilings" in capsys.readouterr().err
 

@@ -76,10 +76,27 @@ def test_bad_input_exits_2_with_one_line(capsys, args, needle):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_context_beyond_model_maximum_warns(capsys):
-    with pytest.warns(UserWarning, match="max_position_embeddings"):
-        code, out, _ = run(capsys, "predict", "--gpu", "h100", "--prompt", "200000", "--format", "json")
-    assert code == 0 and json.loads(out)["warnings"]
+def test_context_beyond_model_maximum_warns_once(capsys):
+    """The warning is printed once: as a table line in table format (no second stderr
+    line), as one ``roofprof: warning:`` stderr line next to the JSON's warnings."""
+    text = "200001 tokens exceed llama-3.1-8b's max_position_embeddings (131072)"
+    code, out, err = run(capsys, "predict", "--gpu", "h100", "--prompt", "200000",
+                         "--batch", "1,8")
+    assert code == 0
+    assert (out + err).count(text) == 1 and text not in err
+    code, out, err = run(capsys, "predict", "--gpu", "h100", "--prompt", "200000", "--format", "json")
+    assert code == 0
+    assert [w for w in json.loads(out)["warnings"] if text in w]
+    assert err.count(text) == 1 and err.startswith("roofprof: warning: " + text)
+
+
+def test_published_ceilings_note_is_printed_once(capsys):
+    note = "empirical: no --roofline given; using the published ceilings of h100"
+    code, out, err = run(capsys, "predict", "--gpu", "h100", "--estimator", "empirical")
+    assert code == 0 and (out + err).count(note) == 1
+    code, out, err = run(capsys, "predict", "--gpu", "h100", "--estimator", "empirical",
+                         "--format", "json")
+    assert code == 0 and err.count(note) == 1 and any(note in w for w in json.loads(out)["warnings"])
 
 
 def test_specs(capsys):

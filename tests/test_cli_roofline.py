@@ -34,10 +34,26 @@ def test_roofline_quick_end_to_end(tmp_path, capsys):
 
 
 def test_roofline_table_output(tmp_path, capsys):
+    """The table shows the numbers roofline.json holds: each ceiling's best and median on its
+    own row, and the fp64 ridge as the best fp64 peak over the best DRAM bandwidth."""
+    import re
+
+    from roofprof.units import si
+
     code = main(["roofline", "--device", "cpu", "--plan", "test", "--out", str(tmp_path), "--no-plots"])
     assert code == 0
     text = capsys.readouterr().out
-    assert "Measured roofline" in text and "DRAM read" in text and "ridge fp64" in text
+    data = json.loads((tmp_path / "roofline.json").read_text())
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}
+    assert data["ceilings"] and set(rows) == {c["name"] for c in data["ceilings"]}
+    for c in data["ceilings"]:
+        unit = "FLOP/s" if c["kind"] == "compute" else "B/s"
+        cells = [cell.strip() for cell in rows[c["name"]].split("│")]
+        assert cells[4] == si(c["value"], unit) and cells[5] == si(c["median_value"], unit), cells
+    peak = max(c["value"] for c in data["ceilings"] if c["kind"] == "compute" and c["dtype"] == "fp64")
+    dram = max(c["value"] for c in data["ceilings"] if c["kind"] == "memory" and c["level"] == "dram")
+    ridge = re.search(r"ridge fp64: ([0-9.]+) FLOP/byte", text)
+    assert ridge and float(ridge.group(1)) == pytest.approx(peak / dram, rel=0.01)
     assert not (tmp_path / "staircase.png").exists()
 
 

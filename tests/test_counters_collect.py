@@ -147,9 +147,11 @@ def test_collect_reports_plan_and_version(fake_ncu, tmp_path):
 @pytest.mark.filterwarnings("ignore:.*dropped:roofprof.counters.CounterWarning")
 def test_command_failure_is_a_warning_when_kernels_were_profiled(fake_ncu, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_RC", "3")
-    with pytest.warns(c.CounterWarning, match="exited 3"):
+    with pytest.warns(c.CounterWarning, match="exited 3; 1 kernel"):
         records = c.run_under_ncu(["false"], tmp_path / "ncu.csv", compute_capability="9.0")
-    assert len(records) == 1
+    (rec,) = records  # the kernel profiled before the failure is kept, with its numbers
+    assert rec.name == "sm90_xmma_gemm_bf16" and rec.time_s == pytest.approx(20e-6)
+    assert rec.dram_bytes == 6 * 2**20 and rec.tensor_flops == {"bf16": 2 * 1024**3}
 
 
 def test_permission_error(fake_ncu, tmp_path, monkeypatch):

@@ -44,7 +44,11 @@ def test_missing_pieces_read_not_installed_or_unavailable_never_raise():
 
 def test_doctor_has_a_cuda_stack_row():
     rows = {r["component"]: r for r in doctor_report()}
-    assert all(k in rows["cuda stack"]["detail"] for k in KEYS)
+    row = rows["cuda stack"]
+    # the row is the stack's versions, each "name version", in order; ok iff CuPy is usable
+    stack = cuda_stack_versions(ncu=(rows["ncu"]["ok"], rows["ncu"]["detail"]))
+    assert row["detail"] == "; ".join(f"{k} {stack[k]}" for k in KEYS)
+    assert row["ok"] == (not stack["cupy"].startswith(("not installed", "unavailable")))
 
 
 def test_nvrtc_version_never_raises():

@@ -15,9 +15,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fuzz_support import assert_outcome, examples, run_cli
+from fuzz_support import assert_outcome, examples, run_cli, time_bound
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytestmark = time_bound()  # CI bound per property test; none for long runs
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

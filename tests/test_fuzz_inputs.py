@@ -15,12 +15,14 @@ import warnings
 from pathlib import Path
 
 import pytest
-from fuzz_support import assert_finite_non_negative, examples, numbers, strict_json
+from fuzz_support import assert_finite_non_negative, examples, numbers, strict_json, time_bound
 from hypothesis import given
 from hypothesis import strategies as st
 
 from roofprof.errors import RoofprofError
 from roofprof.units import dumps_strict
+
+pytestmark = time_bound()  # CI bound per property test; none for long runs
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -252,3 +254,12 @@ def test_ncu_csv_bytes_read_or_fail_in_one_line(folder, junk):
             counters.load_counters(path)
         except RoofprofError as exc:
             _single_line(exc)
+
+
+def test_every_property_test_module_is_time_bounded():
+    """CI bound: each module with hypothesis properties carries ``pytestmark = time_bound()``."""
+    here = Path(__file__).resolve().parent
+    modules = [p for p in here.glob("test_*.py") if "@given(" in p.read_text(encoding="utf-8")]
+    assert len(modules) >= 3
+    unbounded = [p.name for p in modules if "pytestmark = time_bound()" not in p.read_text(encoding="utf-8")]
+    assert unbounded == []

@@ -97,9 +97,12 @@ def test_measure_callback_runs_once_per_shape():
         return OpTime(1e-6, "cb"), ""
 
     est = MeasuredEstimator(measure=measure)
-    est.estimate(op("q_proj"))
-    est.estimate(op("o_proj"))
-    assert len(calls) == 1
+    first = est.estimate(op("q_proj"))
+    second = est.estimate(op("o_proj"))  # same shape: the callback's time is reused
+    assert calls == [op("q_proj").shape_key]
+    assert first == second and first.seconds == 1e-6  # seconds per call, as measured
+    est.estimate(op("k_proj", n=128))  # a new shape is measured
+    assert len(calls) == 2 and calls[1] == op("k_proj", n=128).shape_key
 
 
 def test_measure_callback_failure_is_reported():

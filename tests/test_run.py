@@ -88,9 +88,23 @@ def test_cli_run(capsys, tiny, roofline_file, tmp_path):
                  "--impl", "torch", "--backend", "torch"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "measured" in captured.out and "real" in captured.out and "index.html" in captured.out
     assert "step: validation" in captured.err  # progress on stderr
-    assert (out / "index.html").exists()
+    assert f"report: {out / 'index.html'}" in " ".join(captured.out.split())
+    payload = json.loads((out / "report.json").read_text())
+    # the sweeps asked for on the command line are the ones run
+    assert [r["batch"] for r in payload["batch_sweep"]["measured"]] == [1, 2]
+    assert [r["context_tokens"] for r in payload["context_sweep"]["measured"]] == [8, 16]
+    real_s = payload["validation"]["real"]["decode_s"]
+    rows = {r["estimator"]: r for r in payload["comparison"]}
+    assert rows["real"]["decode_step_s"] == real_s and rows["real"]["tokens_per_second"] == pytest.approx(1 / real_s)
+    # the summary table prints the numbers of report.json, one row per estimator
+    from roofprof.units import si
+
+    lines = {line.split("│")[1].strip(): line for line in captured.out.splitlines() if line.count("│") > 3}
+    assert set(lines) == set(rows)
+    for name, row in rows.items():
+        cells = [c.strip() for c in lines[name].split("│")]
+        assert cells[4] == si(row["decode_step_s"], "s") and cells[6] == f"{row['tokens_per_second']:,.2f}", cells
 
 
 def test_cli_run_bad_input(capsys, tiny):

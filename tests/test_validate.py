@@ -148,10 +148,17 @@ def test_cli_validate_json_with_measured_residuals(capsys, tiny, tmp_path):
     assert json.loads((tmp_path / "v.json").read_text())["real"]["prefill_s"] > 0
 
 
-def test_cli_validate_table_and_errors(capsys, tiny):
+def test_cli_validate_table_and_errors(capsys, tiny, tmp_path):
+    from roofprof.units import si
+
     code, out, err = run_cli(capsys, "validate", "--model", tiny, "--device", "cpu", "--backend", "torch", "--prompt",
-                             "4", "--steps", "1", "--estimators", "", "--repeats", "1")
-    assert code == 0 and "real run" in out
+                             "4", "--steps", "1", "--estimators", "", "--repeats", "1", "--out", str(tmp_path / "v.json"))
+    assert code == 0, err
+    real = json.loads((tmp_path / "v.json").read_text())["real"]
+    text = " ".join(out.split())  # the table's lines may wrap
+    assert f"prefill {real['batch']}×4 tokens: {si(real['prefill_s'], 's')}" in text
+    assert f"cached tokens: {si(real['decode_s'], 's')}" in text
+    assert f"({real['batch'] / real['decode_s']:,.2f} tokens/s" in text
     code, out, err = run_cli(capsys, "validate", "--model", "llama-3.1-405b", "--device", "cpu", "--estimators", "")
     assert code == 2 and "cannot fit" in err and "GB" in err and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(capsys, "validate", "--model", tiny, "--estimators", "oracle")

@@ -6,9 +6,9 @@ import contextlib
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-__all__ = ["progress_bar", "show_warnings", "stderr_console"]
+__all__ = ["collected_warnings", "progress_bar", "show_warnings", "stderr_console"]
 
 
 def stderr_console():
@@ -49,13 +49,30 @@ def progress_bar(enabled: bool = True):
         yield progress, step
 
 
-def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
-    """Each distinct caught warning once, as ``roofprof: warning: ...`` on stderr."""
+@contextlib.contextmanager
+def collected_warnings():
+    """Record the warnings raised inside instead of printing them; yields the list.
+
+    Python's filters still apply (an ignored warning is not recorded, an ``error`` filter
+    still raises). Print them afterwards with :func:`show_warnings`, which can leave out
+    those a report already printed.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        yield caught
+
+
+def show_warnings(caught: Sequence[warnings.WarningMessage],
+                  shown: Collection[str] = ()) -> None:
+    """Each distinct caught warning once, as ``roofprof: warning: ...`` on stderr.
+
+    ``shown``: warning texts the command's own output already printed (a prediction table
+    ends with its warnings); those are not repeated, so each warning appears once.
+    """
     import typer
 
-    seen = set()
+    seen = set(shown)
     for w in caught:
         text = str(w.message)
         if text not in seen:
             seen.add(text)
-            typer.echo(f"roofprof: warning: {text}", err=True)
+            typer.echo("roofprof: warning: " + " ".join(text.split()), err=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import warnings
 from pathlib import Path
+from typing import TextIO
 
 import typer
 
@@ -18,7 +19,11 @@ from roofprof.cli._usage import CommandGroup, show_help
 from roofprof.errors import ConfigError
 from roofprof.units import dumps_strict
 
-__all__ = ["collect_cmd", "counters_app", "import_cmd", "ops_pass_cmd"]
+__all__ = ["BIG_CSV_BYTES", "collect_cmd", "counters_app", "import_cmd", "ops_pass_cmd",
+           "write_json_streamed"]
+
+#: Files above this size get a progress bar (a terminal) or a note (a pipe) on stderr.
+BIG_CSV_BYTES = 10 * 2**20
 
 counters_app = typer.Typer(
     name="counters",
@@ -54,12 +59,17 @@ def import_cmd(
     from roofprof.report import print_counters
 
     check_output(plot, "--plot", suffixes=PLOT_SUFFIXES)
-    big = _size(file) > 10 * 2**20  # a bar for large exports (100 MB: about 15 s to parse)
+    size = _size(file)
+    big = size > BIG_CSV_BYTES  # streamed either way; large exports say so on stderr
+    if big and not sys.stderr.isatty():
+        typer.echo(f"roofprof: reading {size / 1e6:,.0f} MB of Nsight Compute output ...",
+                   err=True)
     with warnings.catch_warnings(record=True) as caught, \
             progress_bar(big and sys.stderr.isatty()) as (bar, _):
         warnings.simplefilter("always", counters.CounterWarning)
         records = counters.load_counters(
-            file, progress=(lambda done, total: bar("parsing lines", done, total)) if bar else None)
+            file, progress=(lambda done, total: bar("MB read", done // 10**6, total // 10**6))
+            if bar else None)
     show_warnings(caught)
     roof = None
     if roofline is not None:
@@ -68,8 +78,8 @@ def import_cmd(
         roof = load_roofline(roofline)
     placements = counters.place_hierarchical(records, roof)
     if fmt == "json":
-        payload = counters.records_to_json(records, placements, source=str(file))
-        typer.echo(dumps_strict(payload))
+        write_json_streamed({"source": str(file), "kernels": records, "hierarchical": placements},
+                            sys.stdout)
     else:
         print_counters(records, placements if roof is not None else None,
                        title=f"Nsight Compute counters: {file.name}")
@@ -181,6 +191,38 @@ def ops_pass_cmd(
     impls = split_list(impl)
     records = run_ops_once(workload, select(device), impls=impls)  # type: ignore[arg-type]
     write_json_atomic(manifest, records)
+
+
+def write_json_streamed(payload: dict, out: TextIO) -> None:
+    """Write ``dumps_strict(payload) + "\\n"`` to ``out``, one list element at a time.
+
+    The same text as the one-shot form, without building it: a list's elements are
+    converted (``to_dict()``) and written one by one, so a 100 MB import does not hold its
+    whole JSON text, or every kernel's dict, at once.
+
+    >>> import io
+    >>> buf = io.StringIO()
+    >>> write_json_streamed({"a": [1, {"b": float("nan")}], "c": []}, buf)
+    >>> buf.getvalue() == dumps_strict({"a": [1, {"b": None}], "c": []}) + "\\n"
+    True
+    """
+    if not payload:
+        out.write("{}\n")
+        return
+    sep = "{"
+    for key, value in payload.items():
+        out.write(f"{sep}\n  {dumps_strict(key)}: ")
+        sep = ","
+        if isinstance(value, (list, tuple)) and value:
+            inner = "["
+            for item in value:
+                item = item.to_dict() if hasattr(item, "to_dict") else item
+                out.write(inner + "\n    " + dumps_strict(item).replace("\n", "\n    "))
+                inner = ","
+            out.write("\n  ]")
+        else:
+            out.write(dumps_strict(value).replace("\n", "\n  "))
+    out.write("\n}\n")
 
 
 def _size(path: Path) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import typer
 
 from roofprof.cli import app
+from roofprof.cli._console import collected_warnings, show_warnings
 from roofprof.cli._options import (
     MAX_BATCH,
     MAX_TOKENS,
@@ -118,22 +120,25 @@ def predict(
     layout = parallel_layout(1 if tp is None else tp, 1 if pp is None else pp, sequence_parallel)
     kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting, weights=weights,
                   kv_dtype=kv_dtype)
-    if explicit or collectives is not None:
-        kwargs.update(_layout_args(model, gpu, layout, collectives, ignore_memory, batches,
-                                   contexts, kwargs, estimator, engine))
-    kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure,
-                                  engine))
-    predictions = rollup.sweep(model, batches=batches, contexts=contexts, **kwargs)
-    if explicit:
-        from roofprof.parallel_report import extras
+    with collected_warnings() as caught:
+        if explicit or collectives is not None:
+            kwargs.update(_layout_args(model, gpu, layout, collectives, ignore_memory, batches,
+                                       contexts, kwargs, estimator, engine))
+        kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure,
+                                      engine))
+        predictions = rollup.sweep(model, batches=batches, contexts=contexts, **kwargs)
+        if explicit:
+            from roofprof.parallel_report import extras
 
-        predictions = [dataclasses.replace(p, extras=extras(p, gpu))
-                       for p in predictions]
-    if plot is not None:
-        from roofprof.plots.roofline import plot_prediction
+            predictions = [dataclasses.replace(p, extras=extras(p, gpu))
+                           for p in predictions]
+        if plot is not None:
+            from roofprof.plots.roofline import plot_prediction
 
-        plot_prediction(predictions[0], plot)
+            plot_prediction(predictions[0], plot)
     _emit(predictions, fmt)
+    # the table ends with the first prediction's warnings: those are not printed twice
+    show_warnings(caught, shown=predictions[0].warnings if fmt == "table" else ())
     if plot is not None:
         typer.echo(f"roofline plot written to {plot}", err=True)
 
@@ -191,7 +196,7 @@ def _estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure=Fa
         roof = published_roofline(gpu)
         note = (f"empirical: no --roofline given; using the published ceilings of {gpu} "
                 f"(`roofprof roofline --published {gpu}`)")
-        typer.echo(note, err=True)
+        warnings.warn(note, stacklevel=2)  # printed once: in the table, else on stderr
         return {"estimator": RooflineEstimator(roof, name="empirical", source="published ceilings",
                                                warnings=(note,)), "gpu": gpu}
     if name == "spec":

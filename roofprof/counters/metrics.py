@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -158,6 +159,14 @@ def family_for_cc(cc: str | float | tuple[int, int] | None) -> str | None:
     if cc is None:
         return None
     try:
+        return _family_for_cc(cc)
+    except TypeError:  # an unhashable spelling (a list): not cached
+        return _family_for_cc.__wrapped__(cc)
+
+
+@functools.lru_cache(maxsize=256, typed=True)  # a kernel's family is asked for on every derived value
+def _family_for_cc(cc: str | float | tuple[int, int]) -> str | None:
+    try:
         if isinstance(cc, tuple):
             major, minor = int(cc[0]), int(cc[1])
         else:
@@ -210,6 +219,7 @@ _PREFIX = {None: 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
            "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}  # fmt: skip
 
 
+@functools.lru_cache(maxsize=1024)  # called for every metric value a derivation reads
 def unit_scale(unit: str) -> tuple[float, str]:
     """Factor to SI base units and the base unit's name for an ncu unit string.
 
@@ -455,9 +465,14 @@ class KernelCounters:
     @property
     def flops_by_pipe(self) -> dict[str, float]:
         """FLOPs keyed ``"cuda:fp32"``, ``"tensor:bf16"``, ... (only what was collected)."""
+        return dict(self._pipe_flops)
+
+    @functools.cached_property
+    def _pipe_flops(self) -> tuple[tuple[str, float], ...]:
+        """flops_by_pipe, worked out once per record (every derived FLOP figure asks for it)."""
         out = {f"cuda:{d}": v for d, v in self.cuda_core_flops.items()}
         out.update({f"tensor:{d}": v for d, v in self.tensor_flops.items()})
-        return out
+        return tuple(out.items())
 
     @property
     def flops(self) -> float | None:

@@ -7,9 +7,9 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from roofprof.counters.errors import (
     CollectionError,
@@ -61,6 +61,15 @@ def _nvtx_stack(cell: str) -> tuple[str, ...]:
 
 
 def _split_row(line: str) -> list[str]:
+    """The cells of one stripped CSV line, as ``csv.reader`` reads them.
+
+    ncu quotes every cell, so a line with no quote inside a cell splits on ``","`` (the
+    common case, about 5× faster); any other line goes through :mod:`csv`.
+    """
+    if (len(line) > 1 and line[0] == '"' and line[-1] == '"' and "\0" not in line):
+        cells = line[1:-1].split('","')
+        if line.count('"') == 2 * len(cells):
+            return cells
     return next(csv.reader([line]))
 
 
@@ -76,7 +85,9 @@ def parse_ncu_csv(text: str, *, source: str = "<text>",
     skipped, and so are ncu's ``==...==`` lines after it. Numbers may carry thousands
     separators; ``n/a`` values are dropped with a :class:`CounterWarning`. ``progress``, if
     given, is called as ``progress(lines done, lines in all)`` every
-    :data:`PROGRESS_EVERY` lines (a 100 MB export has about 200,000).
+    :data:`PROGRESS_EVERY` lines (a 100 MB export has about 400,000). Rows are parsed one
+    at a time and folded into their kernel as they come (see :func:`read_ncu_csv`, which
+    streams a file without holding its text).
 
     Raises:
         NotNcuOutputError: no ``"ID","Process ID",...`` header, or a row that does not fit
@@ -92,68 +103,94 @@ def parse_ncu_csv(text: str, *, source: str = "<text>",
     [('k', 1.5e-06, 2500000.0)]
     """
     lines = text.splitlines()
-    if lines and lines[0].startswith("\ufeff"):
-        lines[0] = lines[0][1:]
-    header_at = None
+    tick = None
+    if progress is not None:
+        total = len(lines)
+
+        def tick(done: int) -> None:
+            progress(min(done, total), total)
+
+    return _parse_lines(iter(lines), source, tick)
+
+
+def _parse_lines(lines: Iterator[str], source: str,
+                 tick: Callable[[int], None] | None) -> list[KernelCounters]:
+    """Parse ncu CSV lines one at a time: ``tick(lines read)`` every :data:`PROGRESS_EVERY`
+    lines and once at the end; the first defect in file order is the error."""
+    header, header_no = _find_header(lines, source)
+    if "Metric Name" in header:
+        missing = [c for c in _DETAILS_REQUIRED if c not in header]
+        if missing:
+            raise NotNcuOutputError(
+                f"{source}: line {header_no}: details-page header lacks {', '.join(missing)}"
+            )
+        parser: _Details | _Raw = _Details(header, source)
+    elif "Kernel Name" not in header:
+        raise NotNcuOutputError(f"{source}: line {header_no}: header has no \"Kernel Name\" column")
+    else:
+        parser = _Raw(header, source)
+    line_no = header_no
+    for line_no, cells in _rows(lines, header, header_no, source, tick):
+        parser.add(line_no, cells)
+    if tick is not None:
+        tick(line_no)
+    return parser.finish()
+
+
+def _find_header(lines: Iterator[str], source: str) -> tuple[list[str], int]:
+    """The header's cells and its line number; the lines before it are consumed."""
     first_bad: tuple[int, str] | None = None
     no_kernels = None
-    for i, raw in enumerate(lines):
+    count = 0
+    for count, raw in enumerate(lines, 1):
+        if count == 1 and raw.startswith("\ufeff"):
+            raw = raw[1:]
         line = raw.strip()
         check_permission(line)
         if line.startswith('"ID",'):
-            header_at = i
-            break
+            return _split_row(line), count
         if "No kernels were profiled" in line:
             no_kernels = line
         if line and not _is_chatter(line) and first_bad is None:
-            first_bad = (i + 1, raw)
-    if header_at is None:
-        if no_kernels:
-            raise CollectionError(f"{source}: ncu profiled no kernel ({no_kernels.strip()})")
-        if first_bad is None:
-            raise NotNcuOutputError(
-                f"{source} is not Nsight Compute CSV output: line {len(lines) or 1}: no CSV "
-                "header (expected a line starting with \"ID\",\"Process ID\" from `ncu --csv`)"
-            )
-        n, bad = first_bad
+            first_bad = (count, raw)
+    if no_kernels:
+        raise CollectionError(f"{source}: ncu profiled no kernel ({no_kernels.strip()})")
+    if first_bad is None:
         raise NotNcuOutputError(
-            f"{source} is not Nsight Compute CSV output: line {n}: {bad[:120]!r}; expected a "
-            "header starting with \"ID\",\"Process ID\" (from `ncu --csv`)"
+            f"{source} is not Nsight Compute CSV output: line {count or 1}: no CSV "
+            "header (expected a line starting with \"ID\",\"Process ID\" from `ncu --csv`)"
         )
-    header = _split_row(lines[header_at].strip())
-    rows: list[tuple[int, list[str]]] = []
-    for i in range(header_at + 1, len(lines)):
-        if progress is not None and i % PROGRESS_EVERY == 0:
-            progress(i, len(lines))
-        line = lines[i].strip()
+    n, bad = first_bad
+    raise NotNcuOutputError(
+        f"{source} is not Nsight Compute CSV output: line {n}: {bad[:120]!r}; expected a "
+        "header starting with \"ID\",\"Process ID\" (from `ncu --csv`)"
+    )
+
+
+def _rows(lines: Iterator[str], header: list[str], header_no: int, source: str,
+          tick: Callable[[int], None] | None) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, cells)`` of each row after the header, checked against it."""
+    width = len(header)
+    for line_no, raw in enumerate(lines, header_no + 1):
+        if tick is not None and (line_no - 1) % PROGRESS_EVERY == 0:
+            tick(line_no - 1)
+        line = raw.strip()
         check_permission(line)
         if not line or _is_chatter(line):
             continue
         try:
             cells = _split_row(line)
         except csv.Error as exc:
-            raise NotNcuOutputError(f"{source}: line {i + 1}: not a CSV row ({exc}): {line[:120]!r}") from exc
-        short = len(header) - len(cells)
+            raise NotNcuOutputError(f"{source}: line {line_no}: not a CSV row ({exc}): {line[:120]!r}") from exc
+        short = width - len(cells)
         if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells):]):
             cells += [""] * short  # older ncu ends metric rows before the Rule columns
-        if len(cells) != len(header):
+        if len(cells) != width:
             raise NotNcuOutputError(
-                f"{source}: line {i + 1}: {len(cells)} fields where the header has {len(header)}: "
+                f"{source}: line {line_no}: {len(cells)} fields where the header has {width}: "
                 f"{line[:120]!r}"
             )
-        rows.append((i + 1, cells))
-    if progress is not None:
-        progress(len(lines), len(lines))
-    if "Metric Name" in header:
-        missing = [c for c in _DETAILS_REQUIRED if c not in header]
-        if missing:
-            raise NotNcuOutputError(
-                f"{source}: line {header_at + 1}: details-page header lacks {', '.join(missing)}"
-            )
-        return _parse_details(header, rows, source)
-    if "Kernel Name" not in header:
-        raise NotNcuOutputError(f"{source}: line {header_at + 1}: header has no \"Kernel Name\" column")
-    return _parse_raw(header, rows, source)
+        yield line_no, cells
 
 
 def _kernel_info(header: list[str], cells: list[str]) -> dict[str, Any]:
@@ -179,7 +216,7 @@ def _kernel_info(header: list[str], cells: list[str]) -> dict[str, Any]:
     }
 
 
-def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[str]) -> float | str | None:
+def _metric_value(text: str, metric: str, line_no: int, source: str, na: set[str]) -> float | str | None:
     try:
         value = parse_number(text)
     except ValueError:
@@ -189,7 +226,7 @@ def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[st
             ) from None
         return text.strip()
     if value is None:
-        na.append(metric)
+        na.add(metric)
     elif metric_kind(metric) is not None and not (math.isfinite(value) and value >= 0):
         raise NotNcuOutputError(
             f"{source}: line {line_no}: metric {metric} has the value {text.strip()[:40]!r}; "
@@ -198,16 +235,19 @@ def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[st
     return value
 
 
+_KERNEL_ID = re.compile(r"[0-9]{1,18}")
+
+
 def _kernel_id(text: str, line_no: int, source: str) -> int:
     """The kernel ID of a row: ASCII digits only (``"²"`` passes ``isdigit()``, not this)."""
     kid = text.strip()
-    if not re.fullmatch(r"[0-9]{1,18}", kid):
+    if not _KERNEL_ID.fullmatch(kid):
         raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid[:40]!r} is not a "
                                 "non-negative integer")
     return int(kid)
 
 
-def _unit(metric: str, unit: str, line_no: int, source: str, missing: list[str]) -> str:
+def _unit(metric: str, unit: str, line_no: int, source: str, missing: set[str]) -> str:
     """``unit`` when it fits ``metric``; an empty unit of a used metric becomes its base unit
     (noted in ``missing`` for one warning); a unit that does not fit is an error."""
     problem = unit_problem(metric, unit)
@@ -216,120 +256,189 @@ def _unit(metric: str, unit: str, line_no: int, source: str, missing: list[str])
                                 "be rescaled wrongly")
     kind = metric_kind(metric)
     if not unit.strip() and kind in ("time", "bytes"):
-        missing.append(metric)
+        missing.add(metric)
         return BASE_UNITS[kind]
     return unit
 
 
-def _warn_missing_units(missing: list[str], source: str) -> None:
+def _warn_missing_units(missing: set[str], source: str) -> None:
     if missing:
-        names = sorted(set(missing))
+        names = sorted(missing)
         warnings.warn(
             f"{source}: no unit for {', '.join(names[:4])}{' ...' if len(names) > 4 else ''} "
             "(units row missing?); assumed base units (nsecond, byte) as "
             "`ncu --print-units base` prints them",
             CounterWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
-def _warn_na(na: list[str], source: str) -> None:
+def _warn_na(na: set[str], source: str) -> None:
     if na:
-        names = sorted(set(na))
+        names = sorted(na)
         warnings.warn(
             f"{source}: {len(names)} metric(s) reported n/a (not supported on this GPU or ncu): "
             f"{', '.join(names[:8])}{' ...' if len(names) > 8 else ''}; dropped",
             CounterWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
-def _parse_details(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
-    col = {h: i for i, h in enumerate(header)}
-    kernels: dict[int, dict[str, Any]] = {}
-    na: list[str] = []
-    missing: list[str] = []
-    if not rows:
-        raise NotNcuOutputError(f"{source}: no kernel rows after the header (file cut short?)")
-    for line_no, cells in rows:
-        kid = _kernel_id(cells[col["ID"]], line_no, source)
-        entry = kernels.get(kid)
+class _Details:
+    """Folds details-page rows (one metric per row) into one record per kernel ID as they come."""
+
+    def __init__(self, header: list[str], source: str) -> None:
+        self.header, self.source = header, source
+        col = {h: i for i, h in enumerate(header)}
+        self.at = (col["ID"], col["Metric Name"], col["Metric Unit"], col["Metric Value"])
+        self.kernels: dict[int, dict[str, Any]] = {}
+        self.na: set[str] = set()
+        self.missing: set[str] = set()
+        self.units: dict[tuple[str, str], tuple[str, bool]] = {}  # (metric, unit) -> checked
+        self.rows = 0
+
+    def add(self, line_no: int, cells: list[str]) -> None:
+        self.rows += 1
+        id_at, name_at, unit_at, value_at = self.at
+        kid = _kernel_id(cells[id_at], line_no, self.source)
+        entry = self.kernels.get(kid)
         if entry is None:
-            entry = kernels[kid] = {"info": _kernel_info(header, cells), "metrics": {}}
-        name = cells[col["Metric Name"]].strip()
+            entry = self.kernels[kid] = {"info": _kernel_info(self.header, cells), "metrics": {}}
+        name = cells[name_at].strip()
         if not name:
-            continue  # rule rows and section headers carry no metric
+            return  # rule rows and section headers carry no metric
         alias = _LABEL_ALIASES.get(name)
-        raw_unit = cells[col["Metric Unit"]].strip()
-        unit = _unit(alias or name, raw_unit, line_no, source, missing)
-        value = _metric_value(cells[col["Metric Value"]], alias or name, line_no, source, na)
+        unit = self._unit(alias or name, cells[unit_at].strip(), line_no)
+        value = _metric_value(cells[value_at], alias or name, line_no, self.source, self.na)
         if value is None:
-            continue
-        entry["metrics"].setdefault(name, (value, unit))
+            return
+        metrics = entry["metrics"]
+        metrics.setdefault(name, (value, unit))
         if alias and isinstance(value, float):
-            entry["metrics"].setdefault(alias, (value, unit))
-    _warn_na(na, source)
-    _warn_missing_units(missing, source)
-    return [
-        KernelCounters(kid, metrics=e["metrics"], source=f"{source} (details page)", **e["info"])
-        for kid, e in kernels.items()
-    ]
+            metrics.setdefault(alias, (value, unit))
+
+    def _unit(self, metric: str, raw_unit: str, line_no: int) -> str:
+        known = self.units.get((metric, raw_unit))
+        if known is None:
+            missing: set[str] = set()
+            known = self.units[(metric, raw_unit)] = (
+                _unit(metric, raw_unit, line_no, self.source, missing), bool(missing))
+        if known[1]:
+            self.missing.add(metric)
+        return known[0]
+
+    def finish(self) -> list[KernelCounters]:
+        if not self.rows:
+            raise NotNcuOutputError(f"{self.source}: no kernel rows after the header (file cut short?)")
+        _warn_na(self.na, self.source)
+        _warn_missing_units(self.missing, self.source)
+        return [
+            KernelCounters(kid, metrics=e["metrics"], source=f"{self.source} (details page)", **e["info"])
+            for kid, e in self.kernels.items()
+        ]
 
 
-def _parse_raw(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
-    col = {h: i for i, h in enumerate(header)}
-    metric_cols = [(i, h) for i, h in enumerate(header) if _METRIC_NAME.match(h)]
-    units = [""] * len(header)
-    if "ID" not in col:
-        raise NotNcuOutputError(f"{source}: raw-page header has no \"ID\" column")
-    if not metric_cols:
-        raise NotNcuOutputError(f"{source}: the header has no metric columns (names such as "
-                                "gpu__time_duration.sum); not a raw page or details page")
-    units_line = None
-    if rows and not rows[0][1][col["ID"]].strip():  # the units row under the header
-        units = [u.strip() for u in rows[0][1]]
-        units_line, rows = rows[0][0], rows[1:]
-    if not rows:
-        raise NotNcuOutputError(f"{source}: no kernel rows after the header (file cut short?)")
-    missing: list[str] = []
-    for i, name in metric_cols:
-        units[i] = _unit(name, units[i], units_line or rows[0][0], source, missing)
-    records = []
-    na: list[str] = []
-    for line_no, cells in rows:
-        kid = _kernel_id(cells[col["ID"]], line_no, source)
+class _Raw:
+    """Turns raw-page rows (one kernel per row, one metric per column) into records as they come."""
+
+    def __init__(self, header: list[str], source: str) -> None:
+        self.header, self.source = header, source
+        col = {h: i for i, h in enumerate(header)}
+        if "ID" not in col:
+            raise NotNcuOutputError(f"{source}: raw-page header has no \"ID\" column")
+        self.id_at = col["ID"]
+        self.metric_cols = [(i, h) for i, h in enumerate(header) if _METRIC_NAME.match(h)]
+        if not self.metric_cols:
+            raise NotNcuOutputError(f"{source}: the header has no metric columns (names such as "
+                                    "gpu__time_duration.sum); not a raw page or details page")
+        self.units: list[str] | None = None  # checked at the first kernel row
+        self.units_row: tuple[int, list[str]] | None = None
+        self.first = True
+        self.records: list[KernelCounters] = []
+        self.na: set[str] = set()
+        self.missing: set[str] = set()
+
+    def add(self, line_no: int, cells: list[str]) -> None:
+        if self.first:
+            self.first = False
+            if not cells[self.id_at].strip():  # the units row under the header
+                self.units_row = (line_no, [u.strip() for u in cells])
+                return
+        if self.units is None:
+            units_line, units = self.units_row or (line_no, [""] * len(self.header))
+            for i, name in self.metric_cols:
+                units[i] = _unit(name, units[i], units_line, self.source, self.missing)
+            self.units = units
+        kid = _kernel_id(cells[self.id_at], line_no, self.source)
         metrics: dict[str, tuple[float | str, str]] = {}
-        for i, name in metric_cols:
-            value = _metric_value(cells[i], name, line_no, source, na)
+        for i, name in self.metric_cols:
+            value = _metric_value(cells[i], name, line_no, self.source, self.na)
             if value is not None:
-                metrics[name] = (value, units[i])
-        records.append(
-            KernelCounters(kid, metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells))
-        )
-    _warn_na(na, source)
-    _warn_missing_units(missing, source)
-    return records
+                metrics[name] = (value, self.units[i])
+        self.records.append(KernelCounters(kid, metrics=metrics, source=f"{self.source} (raw page)",
+                                           **_kernel_info(self.header, cells)))
+
+    def finish(self) -> list[KernelCounters]:
+        if not self.records:
+            raise NotNcuOutputError(f"{self.source}: no kernel rows after the header (file cut short?)")
+        _warn_na(self.na, self.source)
+        _warn_missing_units(self.missing, self.source)
+        return self.records
 
 
 def read_ncu_csv(path: str | os.PathLike,
                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
     """Read an Nsight Compute CSV file (details or raw page); see :func:`parse_ncu_csv`.
 
+    The file is streamed: read line by line and folded into per-kernel records as it goes,
+    so memory grows with the kernels, not with the file (a 100 MB export: see
+    BENCHMARKS.md). ``progress``, if given, is called as ``progress(bytes read, bytes in
+    all)`` every :data:`PROGRESS_EVERY` lines and once at the end.
+
     Raises:
-        ConfigError: the file is missing or not text; NotNcuOutputError as in parse_ncu_csv.
+        ConfigError: the file is missing or cannot be read; NotNcuOutputError as in
+            parse_ncu_csv, and for a file that is not UTF-8 text.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        f = open(p, "rb")  # closed by the with below
     except FileNotFoundError as exc:
         raise ConfigError(f"file not found: {str(p)!r}") from exc
-    except UnicodeDecodeError as exc:
-        raise NotNcuOutputError(f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:  # a NUL in the name
         raise ConfigError(f"cannot read {str(p)[:200]!r}: {exc}") from exc
-    return parse_ncu_csv(text, source=str(p), progress=progress)
+    with f:
+        tick = None
+        if progress is not None:
+            total = _size(f)
+
+            def tick(_lines: int) -> None:
+                progress(min(f.tell(), total), total)
+        try:
+            return _parse_lines(_text_lines(f), str(p), tick)
+        except UnicodeDecodeError as exc:
+            raise NotNcuOutputError(f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 "
+                                    f"text ({exc.reason})") from exc
+        except OSError as exc:  # a folder (on some systems), an I/O error mid-file
+            raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
+
+
+def _size(f: BinaryIO) -> int:
+    try:
+        return os.fstat(f.fileno()).st_size
+    except OSError:
+        return 0
+
+
+def _text_lines(f: BinaryIO) -> Iterator[str]:
+    """The lines of a UTF-8 file as ``Path.read_text(encoding="utf-8-sig").splitlines()``
+    gives them (``\\r\\n``, ``\\r`` and the other line breaks of str.splitlines), one at a time."""
+    first = True
+    for chunk in f:  # split at b"\n", which never occurs inside a UTF-8 sequence
+        text = chunk.decode("utf-8-sig" if first else "utf-8")
+        first = False
+        yield from text.splitlines()
 
 
 def read_ncu_report(path: str | os.PathLike) -> list[KernelCounters]:

@@ -207,7 +207,7 @@ def _predict(result: TPValidation, kind: str, roofline: str | None, budget_s: fl
     table = CollectiveTable({k: tuple(sorted(v)) for k, v in points.items()}, "measured in the TP group")
     comm = CollectiveModel(1e9, 0.0, 1e9, table=table, source="measured in the TP group")
     prof = Profiler(shard_spec(result.model, result.tp), kind, budget_s=budget_s,
-                    threads=result.threads_per_rank, roofline=None if roofline in (None, "none") else roofline)
+                    threads=result.threads_per_rank, roofline=roofline or "none")
     r = result.real
     scenario = Scenario(result.model, "decode", r.batch, r.prompt_tokens, r.context_tokens, result.dtype,
                         Counting(), Parallel(tp=result.tp))

@@ -1,7 +1,8 @@
 """The ``roofprof`` command line: thin wiring over the library.
 
 One module per verb under ``roofprof.cli`` (``predict``, ``specs``, ``roofline``, ``doctor``,
-``profile``, ``validate``, ``run``, ``counters``, ``selftest``, ``collectives``, ...), each registering itself on
+``profile``, ``validate``, ``run``, ``counters``, ``selftest``, ``collectives``, ...),
+each registering itself on
 :data:`app`: options → one library call → one report call. Shared option parsing lives in
 :mod:`roofprof.cli._options`; no command module imports another.
 

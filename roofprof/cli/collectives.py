@@ -59,7 +59,8 @@ def collectives(
         None, "--paths",
         help="eager | graph (CUDA graphs; GPUs only) | both (default: all offered)."),
     timeout: float = typer.Option(
-        300.0, "--timeout", help="Seconds before a stuck collective or rank fails the run (exit 2)."),
+        300.0, "--timeout",
+        help="Seconds before a stuck collective or rank fails the run (exit 2)."),
     out: Path = typer.Option(Path("roofprof-collectives"), "--out", "-o",
                              help="Folder for collectives.json, collectives.png, topology.txt."),
     fmt: TableJson = typer.Option("table", "--format", "-f",

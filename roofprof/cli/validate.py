@@ -217,7 +217,8 @@ def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_la
                       f"({result.model.num_layers} layers), {result.dtype}, "
                       f"{result.threads_per_rank} thread(s) per rank; logits match the single-rank "
                       f"model (max |diff| {result.max_abs_logit_diff:.2e})")
-        console.print(f"prefill {r.batch}×{r.prompt_tokens}: {r.prefill_s * 1e3:.2f} ms; decode step "
+        console.print(f"prefill {r.batch}×{r.prompt_tokens}: {r.prefill_s * 1e3:.2f} ms; "
+                      "decode step "
                       f"at {r.context_tokens} cached: {r.decode_s * 1e3:.2f} ms")
         if result.predictions:
             console.print(comparison_table(result.comparison()))

@@ -231,3 +231,103 @@ def test_collectives_verb_refuses_one_rank(capsys):
     assert main(["collectives", "--ranks", "1", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "nothing to measure" in err and err.count("\n") == 1
+
+
+class _FakeCuda:
+    """torch.cuda as the CUDA timers use it: events 2 ms apart, a graph that replays its calls."""
+
+    def __init__(self):
+        self.log = []
+        fake = self
+
+        class Event:
+            clock = [0.0]
+
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                Event.clock[0] += 2.0
+                self.t = Event.clock[0]
+                fake.log.append("record")
+
+            def synchronize(self):
+                fake.log.append("event-sync")
+
+            def elapsed_time(self, other):
+                return other.t - self.t  # ms
+
+        class CUDAGraph:
+            def __init__(self):
+                self.captured = []
+
+            def replay(self):
+                fake.log.append("replay")
+                for f in self.captured:
+                    f()
+
+        class _Ctx:
+            def __init__(self, on_enter=None):
+                self.on_enter = on_enter
+
+            def __enter__(self):
+                if self.on_enter:
+                    self.on_enter()
+
+            def __exit__(self, *exc):
+                fake.capturing = None
+
+        self.Event, self.CUDAGraph, self.capturing = Event, CUDAGraph, None
+        self.Stream = lambda: "side-stream"
+        self.stream = lambda s: _Ctx()
+
+        def graph(g, stream=None):
+            return _Ctx(lambda: setattr(fake, "capturing", g))
+
+        self.graph = graph
+
+    def synchronize(self):
+        self.log.append("sync")
+
+
+class _FakeTorch:
+    def __init__(self):
+        self.cuda = _FakeCuda()
+
+
+def test_cuda_timers_with_a_fake_torch():
+    fake = _FakeTorch()
+    calls = []
+
+    def fn():
+        if fake.cuda.capturing is not None:
+            fake.cuda.capturing.captured.append(lambda: calls.append("replayed"))
+        else:
+            calls.append("eager")
+
+    t = bench.CudaEventTimer(torch_module=fake).time(fn, 4)
+    assert t == pytest.approx(2e-3 / 4) and calls == ["eager"] * 4 and fake.cuda.log[0] == "sync"
+    calls.clear()
+    t = bench.CudaGraphTimer(torch_module=fake).time(fn, 5)
+    assert t == pytest.approx(2e-3 / 5)
+    assert calls == ["eager"] + ["replayed"] * 10  # one warm call, a warm replay, the timed replay
+    assert fake.cuda.log.count("replay") == 2
+
+
+def test_gpu_result_has_the_datasheet_line_and_writes_what_predict_reads(tmp_path, monkeypatch):
+    from roofprof.distributed import interconnect
+
+    monkeypatch.setattr(interconnect, "nvidia_topology", lambda: "GPU0\tX\tNV18\nGPU1\tNV18\tX\n")
+    samples = [CollectiveSample(op, b, 8, 20e-6 + b / 360e9, 22e-6 + b / 350e9, "nccl", path, 20)
+               for op in bench.OPS for path in ("eager", "graph") for b in log_sizes(1 << 10, 1 << 30, 8)]
+    result = interconnect.interconnect_result(samples, 8, "nccl", "NVIDIA H100 80GB HBM3", "h100-sxm")
+    assert result.spec_id == "h100-sxm" and set(result.datasheet_busbw) == set(bench.OPS)
+    written = interconnect.write_interconnect(result, tmp_path)
+    assert sorted(p.name for p in written) == ["collectives.json", "collectives.png", "topology.txt"]
+    assert (tmp_path / "collectives.png").read_bytes()[:4] == b"\x89PNG"
+    table = load_collectives(tmp_path / "collectives.json")
+    assert table.seconds("all_reduce", 1 << 19, 8) == pytest.approx(20e-6 + (1 << 19) / 360e9, rel=1e-6)
+    payload = json.loads((tmp_path / "collectives.json").read_text())
+    assert payload["topology"].startswith("GPU0") and len(payload["fits"]) == 2 * len(bench.OPS)
+    unknown = interconnect.interconnect_result(samples[:2], 8, "nccl", "Mystery GPU")
+    assert unknown.datasheet_busbw == {} and "no datasheet" in unknown.notes[0]

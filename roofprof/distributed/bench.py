@@ -75,15 +75,24 @@ class WallTimer:
         return (time.perf_counter() - t0) / calls
 
 
+def _torch(module: Any) -> Any:
+    if module is not None:
+        return module
+    import torch
+
+    return torch
+
+
 @dataclass(frozen=True)
-class CudaEventTimer:  # pragma: no cover - needs a GPU (tests use fakes)
-    """CUDA events around ``calls`` queued calls on the current stream, after a synchronise."""
+class CudaEventTimer:
+    """CUDA events around ``calls`` queued calls on the current stream, after a synchronise
+    (``torch_module``: None for torch itself; tests pass a fake)."""
 
     path: str = "eager"
+    torch_module: Any = None
 
     def time(self, fn: Callable[[], Any], calls: int) -> float:
-        import torch
-
+        torch = _torch(self.torch_module)
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -95,14 +104,15 @@ class CudaEventTimer:  # pragma: no cover - needs a GPU (tests use fakes)
 
 
 @dataclass(frozen=True)
-class CudaGraphTimer:  # pragma: no cover - needs a GPU (tests use fakes)
-    """The ``calls`` captured into one CUDA graph (on a side stream), replayed between events."""
+class CudaGraphTimer:
+    """The ``calls`` captured into one CUDA graph (on a side stream), replayed between events
+    (``torch_module``: None for torch itself; tests pass a fake)."""
 
     path: str = "graph"
+    torch_module: Any = None
 
     def time(self, fn: Callable[[], Any], calls: int) -> float:
-        import torch
-
+        torch = _torch(self.torch_module)
         torch.cuda.synchronize()
         graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
         with torch.cuda.stream(stream):

@@ -31,7 +31,7 @@ from roofprof.distributed.bench import (
 )
 from roofprof.distributed.ranks import device_type, launch, run_in_group, torchrun_rendezvous
 
-__all__ = ["DEFAULT_SIZES", "InterconnectResult", "measure_interconnect", "nvidia_topology",
+__all__ = ["DEFAULT_SIZES", "InterconnectResult", "interconnect_result", "measure_interconnect", "nvidia_topology",
            "plot_busbw", "write_interconnect"]
 
 #: torch device type -> (smallest, largest) default size in bytes.
@@ -70,15 +70,24 @@ class InterconnectResult:
                 "notes": list(self.notes), "provenance": provenance(device=self.device)}
 
 
-def _device_name(torch_device: str) -> str:
+def _identity(torch_device: str) -> tuple[str, str | None]:
+    """The device's name and datasheet row id (through its backend; the torch name, or the
+    device string, where the backend cannot open it)."""
     import torch
 
+    from roofprof.devices import select
+
+    try:
+        info = select(torch_device).info
+        return info.name, info.spec_id
+    except Exception:  # noqa: BLE001 - identity is decoration; the measurement stands
+        pass
     names = {"cpu": lambda d: platform.processor() or platform.machine() or "CPU",
              "cuda": lambda d: torch.cuda.get_device_name(torch.device(d))}
     try:
-        return str(names[torch_device.split(":", 1)[0]](torch_device))
-    except Exception:  # noqa: BLE001 - a name is decoration
-        return torch_device
+        return str(names[torch_device.split(":", 1)[0]](torch_device)), None
+    except Exception:  # noqa: BLE001
+        return torch_device, None
 
 
 def _worker(ctx: Any, ops: Sequence[str], sizes: Sequence[int], warmup: int, calls: int,
@@ -87,8 +96,9 @@ def _worker(ctx: Any, ops: Sequence[str], sizes: Sequence[int], warmup: int, cal
                                   timers=timers_for(ctx.torch_device, paths))
     if not ctx.is_root:
         return None
-    return {"samples": samples, "ranks": ctx.world_size, "backend": ctx.backend,
-            "device": _device_name(ctx.torch_device)}
+    name, spec_id = _identity(ctx.torch_device)
+    return {"samples": samples, "ranks": ctx.world_size, "backend": ctx.backend, "device": name,
+            "spec_id": spec_id}
 
 
 def measure_interconnect(*, ranks: int | None = None, device: str = "auto", ops: Sequence[str] = OPS,
@@ -132,27 +142,30 @@ def measure_interconnect(*, ranks: int | None = None, device: str = "auto", ops:
         raw = launch(_worker, args, ranks=n, device=device, timeout_s=timeout_s, what=_WHAT)
     if raw is None:
         return None
-    return _finish(raw)
+    return interconnect_result(**raw)
 
 
-def _finish(raw: dict[str, Any]) -> InterconnectResult:
+def interconnect_result(samples: Sequence[CollectiveSample], ranks: int, backend: str, device: str,
+                        spec_id: str | None = None) -> InterconnectResult:
+    """The result of measured ``samples``: the datasheet busbw per op of ``spec_id`` (or of the
+    GPU whose name matches ``device``), the topology of this host, notes."""
     from roofprof.collectives import CollectiveModel
-    from roofprof.specs import match_gpu
+    from roofprof.specs import load_gpu, match_gpu
 
     notes: list[str] = []
-    spec = match_gpu(raw["device"])
+    spec = load_gpu(spec_id) if spec_id else match_gpu(device)
     datasheet: dict[str, float] = {}
     if spec is not None and spec.interconnect:
         model = CollectiveModel.for_gpu(spec)
-        datasheet = {op: model.bus_bytes_per_s(op, raw["ranks"]) for op in {s.op for s in raw["samples"]}}
+        datasheet = {op: model.bus_bytes_per_s(op, ranks) for op in sorted({s.op for s in samples})}
         notes.extend(model.notes)
     else:
-        notes.append(f"{raw['device']}: no datasheet interconnect row; no datasheet line")
-    if raw["backend"] == "gloo":
+        notes.append(f"{device}: no datasheet interconnect row; no datasheet line")
+    if backend == "gloo":
         notes.append("gloo on a CPU: the ranks share the host's cores and memory; times are structure, "
                      "not an interconnect figure")
-    return InterconnectResult(tuple(raw["samples"]), raw["ranks"], raw["backend"], raw["device"],
-                              spec.id if spec else None, datasheet, nvidia_topology(), tuple(notes))
+    return InterconnectResult(tuple(samples), ranks, backend, device, spec.id if spec else None, datasheet,
+                              nvidia_topology(), tuple(notes))
 
 
 def nvidia_topology(timeout_s: float = 20.0) -> str | None:

@@ -80,7 +80,7 @@ def validate(
         raise ConfigError("--format csv needs --published")
     if tp is not None:
         _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
-                         roofline, estimators, budget, out, fmt, tp)
+                         roofline, estimators, budget, out, fmt, tp, attention, backend)
         return
     from roofprof.validation import validate as run_validation
 
@@ -178,7 +178,7 @@ def _predictions(result, dev, wanted, roofline, budget, threads, progress):
 
 
 def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
-                     roofline, estimators, budget, out, fmt, tp) -> None:
+                     roofline, estimators, budget, out, fmt, tp, attention, backend) -> None:
     from roofprof.distributed.tp_validate import validate_tp
     from roofprof.units import clean
 
@@ -194,7 +194,11 @@ def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_la
     wanted = split_list(estimators or "measured") or []
     if any(w != "measured" for w in wanted):
         raise ConfigError("--tp compares the measured estimator only (--estimators measured)")
-    result = validate_tp(model, tp=tp, device=device, dtype="fp32" if dtype == "auto" else dtype,
+    if attention != "fused" or backend not in ("auto", "torch"):
+        raise ConfigError("--tp runs the plain-torch Llama with SDPA attention "
+                          "(--backend torch, --attention fused)")
+    _, dtype = resolve_dtype(dtype, device)
+    result = validate_tp(model, tp=tp, device=device, dtype=dtype,
                          batch=batch, prompt_tokens=prompt, decode_steps=steps,
                          prefill_repeats=repeats, max_layers=max_layers, threads=threads,
                          roofline=roofline if roofline != "auto" else "none", budget_s=budget,

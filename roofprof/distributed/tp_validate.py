@@ -28,7 +28,8 @@ from roofprof.specs import ModelSpec
 
 __all__ = ["TPValidation", "validate_tp"]
 
-_TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 2e-2}
+_TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 2e-2}  # max |diff| / max |logit|
+_SAMPLE_FIELDS = ("op", "bytes", "ranks", "seconds", "seconds_max", "backend", "path", "calls")
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,22 @@ class TPValidation:
                 "notes": list(self.notes), "provenance": provenance(tp=self.tp)}
 
 
-def _max_over_ranks(seconds: float) -> float:
+def _max_over_ranks(seconds: float, device: str) -> float:
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([seconds], dtype=torch.float64)
+    t = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
+
+
+def _timed(fn: Any, *args: Any) -> float:
+    """Seconds of ``fn(*args)`` to its result on the host (reading one logit waits for an
+    asynchronous device: the same code on a CPU and a GPU)."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    float(out.reshape(-1)[0])
+    return time.perf_counter() - t0
 
 
 def _rank(ctx: Any, spec: ModelSpec, dtype: str, batch: int, prompt: int, steps: int, warmup_steps: int,
@@ -107,16 +117,12 @@ def _rank(ctx: Any, spec: ModelSpec, dtype: str, batch: int, prompt: int, steps:
     for _ in range(repeats):
         cache = KVCache()
         dist.barrier()
-        t0 = time.perf_counter()
-        shard(ids, cache)
-        prefill.append(_max_over_ranks(time.perf_counter() - t0))
+        prefill.append(_max_over_ranks(_timed(shard, ids, cache), ctx.torch_device))
         for _ in range(warmup_steps):
             shard(next_ids, cache)
         for _ in range(per_rep):
             dist.barrier()
-            t0 = time.perf_counter()
-            shard(next_ids, cache)
-            decode.append(_max_over_ranks(time.perf_counter() - t0))
+            decode.append(_max_over_ranks(_timed(shard, next_ids, cache), ctx.torch_device))
     e = torch.tensor([], dtype=tdt).element_size()
     sizes = sorted({batch * prompt * spec.hidden_size * e, batch * spec.hidden_size * e})
     samples = measure_collectives(ctx, ops=("all_reduce",), sizes=sizes, warmup=2, calls=5)
@@ -196,6 +202,7 @@ def _predict(result: TPValidation, kind: str, roofline: str | None, budget_s: fl
 
     from roofprof import models
     from roofprof.collectives import CollectiveModel, CollectiveTable
+    from roofprof.distributed.bench import CollectiveSample, fits
     from roofprof.distributed.tp_model import shard_spec
     from roofprof.profiling import Profiler
     from roofprof.rollup import estimate_phase
@@ -205,7 +212,12 @@ def _predict(result: TPValidation, kind: str, roofline: str | None, budget_s: fl
     for row in result.collectives:
         points.setdefault((row["op"], row["ranks"]), []).append((float(row["bytes"]), float(row["seconds"])))
     table = CollectiveTable({k: tuple(sorted(v)) for k, v in points.items()}, "measured in the TP group")
-    comm = CollectiveModel(1e9, 0.0, 1e9, table=table, source="measured in the TP group")
+    # the table holds every size the pass issues; the fitted all-reduce α-β only prices others
+    fitted = [f for f in fits([CollectiveSample(**{k: row[k] for k in _SAMPLE_FIELDS})
+                               for row in result.collectives]) if f["op"] == "all_reduce"]
+    alpha = fitted[0]["alpha_s"] if fitted else 0.0
+    bus = (fitted[0]["busbw_bytes_per_s"] if fitted else None) or 1e9
+    comm = CollectiveModel(bus, alpha, bus, table=table, source="measured in the TP group")
     prof = Profiler(shard_spec(result.model, result.tp), kind, budget_s=budget_s,
                     threads=result.threads_per_rank, roofline=roofline or "none")
     r = result.real

@@ -47,6 +47,7 @@ class TPValidation:
     decode_samples_s: tuple[float, ...]
     predictions: dict[str, Prediction] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    load_average: tuple[float, float] | None = None  # 1-minute load before and after the real run
 
     def comparison(self) -> list[dict[str, Any]]:
         """Rows of :func:`roofprof.rollup.compare` (one per estimator, then ``real``)."""
@@ -66,7 +67,8 @@ class TPValidation:
                 "decode_samples_s": list(self.decode_samples_s),
                 "comparison": [{k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
                                for row in self.comparison()],
-                "notes": list(self.notes), "provenance": provenance(tp=self.tp)}
+                "notes": list(self.notes), "load_average_start_end": self.load_average,
+                "provenance": provenance(tp=self.tp)}
 
 
 def _max_over_ranks(seconds: float, device: str) -> float:
@@ -169,7 +171,9 @@ def validate_tp(model: str | ModelSpec, *, tp: int = 2, device: str = "cpu", dty
     kind = device_type(device)
     per_rank = threads or max(1, local_device_count("cpu") // tp)
     args = (spec, dtype, batch, prompt_tokens, decode_steps, warmup_steps, prefill_repeats, per_rank)
+    load_start = _load()
     raw = launch(_rank, args, ranks=tp, device=kind, timeout_s=timeout_s, what="validate --tp")
+    load = None if load_start is None else (load_start, _load() or 0.0)
     real = RealRun(spec.id, batch, prompt_tokens, _context(prompt_tokens, warmup_steps, decode_steps,
                                                             prefill_repeats),
                    statistics.median(raw["prefill"]), statistics.median(raw["decode"]), spec.num_layers,
@@ -178,10 +182,19 @@ def validate_tp(model: str | ModelSpec, *, tp: int = 2, device: str = "cpu", dty
     notes = ["ranks share this host's cores and memory bandwidth: per-rank measurements are taken "
              f"alone with {per_rank} thread(s) each, the real run has all {tp} ranks busy at once"]
     result = TPValidation(real, spec, tp, dtype, per_rank, raw["diff"], tuple(raw["collectives"]),
-                          tuple(raw["prefill"]), tuple(raw["decode"]), notes=tuple(notes))
+                          tuple(raw["prefill"]), tuple(raw["decode"]), notes=tuple(notes), load_average=load)
     if estimators:
         result = replace(result, predictions=_predict(result, kind, roofline, budget_s))
     return result
+
+
+def _load() -> float | None:
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _context(prompt: int, warmup_steps: int, steps: int, repeats: int) -> int:

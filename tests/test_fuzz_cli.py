@@ -50,6 +50,7 @@ def sandbox(tmp_path_factory):
     (root / "config.json").write_text(json.dumps(cfg))
     with pytest.MonkeyPatch.context() as mp:
         import roofprof.counters
+        import roofprof.distributed.ranks
         import roofprof.probes
         import roofprof.profiling
         import roofprof.run
@@ -64,7 +65,9 @@ def sandbox(tmp_path_factory):
                              (roofprof.probes, "measure_roofline"),
                              (roofprof.selftest, "run_selftest"),
                              (roofprof.counters, "collect"),
-                             (roofprof.counters, "find_ncu")):
+                             (roofprof.counters, "find_ncu"),
+                             (roofprof.distributed.ranks, "launch"),  # the multi-rank verbs
+                             (roofprof.distributed.ranks, "run_in_group")):
             mp.setattr(module, name, _stop)
         yield root
 

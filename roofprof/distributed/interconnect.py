@@ -29,7 +29,7 @@ from roofprof.distributed.bench import (
     measure_collectives,
     timers_for,
 )
-from roofprof.distributed.ranks import device_type, launch, run_in_group, torchrun_rendezvous
+from roofprof.distributed.ranks import device_type, torchrun_rendezvous
 
 __all__ = ["DEFAULT_SIZES", "InterconnectResult", "interconnect_result", "measure_interconnect", "nvidia_topology",
            "plot_busbw", "write_interconnect"]
@@ -37,6 +37,7 @@ __all__ = ["DEFAULT_SIZES", "InterconnectResult", "interconnect_result", "measur
 #: torch device type -> (smallest, largest) default size in bytes.
 DEFAULT_SIZES = {"cpu": (1 << 10, 4 << 20), "cuda": (1 << 10, 1 << 30)}
 _WHAT = "roofprof collectives"
+_MAX_BYTES = 1 << 36  # 64 GiB: a buffer per rank (two for all-gather / reduce-scatter / send)
 #: torch device type -> default local rank count from its device count (2 gloo ranks on a CPU).
 _DEFAULT_RANKS = {"cpu": lambda n: 2, "cuda": lambda n: n}
 
@@ -120,11 +121,15 @@ def measure_interconnect(*, ranks: int | None = None, device: str = "auto", ops:
 
         result = measure_interconnect(ranks=2, device="cpu", max_bytes=1 << 16)
     """
-    from roofprof.distributed.ranks import RankError, local_device_count
+    from roofprof.distributed.ranks import RankError, launch, local_device_count, run_in_group
 
     kind = device_type(device)
     lo, hi = DEFAULT_SIZES[kind]
     sizes = log_sizes(min_bytes or lo, max_bytes or hi)
+    if sizes[-1] > _MAX_BYTES:
+        from roofprof.errors import ConfigError
+
+        raise ConfigError(f"largest size {sizes[-1]} B is above the {_MAX_BYTES >> 30} GiB a buffer may have here")
     for op in ops:
         if op not in OPS:
             from roofprof.errors import UnknownNameError

@@ -179,12 +179,11 @@ def validate_tp(model: str | ModelSpec, *, tp: int = 2, device: str = "cpu", dty
                    statistics.median(raw["prefill"]), statistics.median(raw["decode"]), spec.num_layers,
                    source=f"torch TP {tp} ranks ({kind}), slowest rank per pass",
                    prefill_spread_s=_iqr(raw["prefill"]), decode_spread_s=_iqr(raw["decode"]))
-    notes = ["ranks share this host's cores and memory bandwidth: per-rank measurements are taken "
-             f"alone with {per_rank} thread(s) each, the real run has all {tp} ranks busy at once"]
     result = TPValidation(real, spec, tp, dtype, per_rank, raw["diff"], tuple(raw["collectives"]),
-                          tuple(raw["prefill"]), tuple(raw["decode"]), notes=tuple(notes), load_average=load)
+                          tuple(raw["prefill"]), tuple(raw["decode"]), load_average=load)
     if estimators:
-        result = replace(result, predictions=_predict(result, kind, roofline, budget_s))
+        predictions, notes = _predict(result, kind, roofline, budget_s)
+        result = replace(result, predictions=predictions, notes=notes)
     return result
 
 
@@ -209,8 +208,10 @@ def _iqr(values: list[float]) -> float:
     return q[2] - q[0]
 
 
-def _predict(result: TPValidation, kind: str, roofline: str | None, budget_s: float) -> dict[str, Prediction]:
-    """The measured estimator (one rank's shapes, the rank's threads) + measured collectives."""
+def _predict(result: TPValidation, kind: str, roofline: str | None,
+             budget_s: float) -> tuple[dict[str, Prediction], tuple[str, ...]]:
+    """The measured estimator (one rank's shapes, the rank's threads) + measured collectives,
+    and the notes that go with them."""
     import warnings
 
     from roofprof import models
@@ -244,4 +245,9 @@ def _predict(result: TPValidation, kind: str, roofline: str | None, budget_s: fl
             pf = estimate_phase(models.ops(scenario.replace(phase="prefill")), e, comm)
             dc = estimate_phase(models.ops(scenario), e, comm)
         out[label] = Prediction(result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype))
-    return out
+    notes = []
+    if prof.device.info.shared_host:
+        notes.append(f"the {result.tp} ranks share this host's cores and memory bandwidth: each op is "
+                     f"profiled alone with {result.threads_per_rank} thread(s), the real run has every "
+                     "rank busy at once")
+    return out, tuple(notes)

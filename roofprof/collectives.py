@@ -100,13 +100,17 @@ class CollectiveTable:
         return None  # pragma: no cover
 
 
-def load_collectives(path: str | Path) -> CollectiveTable:
+def load_collectives(path: str | Path, *, execution: str = "eager") -> CollectiveTable:
     """A measured table from JSON: a list (or ``{"results": [...]}``) of records with
     ``op``, ``bytes``, ``ranks`` and ``seconds`` (the output of ``roofprof collectives``).
 
+    Records with a ``path`` field (``"eager"`` or ``"graph"``: CUDA graphs) are kept only when
+    it equals ``execution``; records without one are always kept (older files). Repeated
+    sizes of one op and rank count are averaged.
+
     Raises:
         ConfigError: unreadable file, bad JSON, a record missing a field or with a
-            non-positive size or time, an unknown op.
+            non-positive size or time, an unknown op, no record of ``execution``.
     """
     path = Path(path)
     try:
@@ -116,7 +120,8 @@ def load_collectives(path: str | Path) -> CollectiveTable:
     rows = raw.get("results") if isinstance(raw, Mapping) else raw
     if not isinstance(rows, list) or not rows:
         raise ConfigError(f"--collectives {path}: expected a non-empty list of measurements")
-    points: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    points: dict[tuple[str, int], dict[float, list[float]]] = {}
+    seen_paths: set[str] = set()
     for i, row in enumerate(rows):
         try:
             op, size, ranks, t = str(row["op"]), float(row["bytes"]), int(row["ranks"]), float(row["seconds"])
@@ -125,8 +130,17 @@ def load_collectives(path: str | Path) -> CollectiveTable:
         busbw_factor(op, max(ranks, 1))
         if not (size > 0 and t > 0 and math.isfinite(size) and math.isfinite(t)):
             raise ConfigError(f"--collectives {path}: record {i} has a non-positive size or time")
-        points.setdefault((op, ranks), []).append((size, t))
-    return CollectiveTable({k: tuple(sorted(v)) for k, v in points.items()}, str(path))
+        kind = row.get("path")
+        if kind is not None:
+            seen_paths.add(str(kind))
+            if str(kind) != execution:
+                continue
+        points.setdefault((op, ranks), {}).setdefault(size, []).append(t)
+    if not points:
+        raise ConfigError(f"--collectives {path}: no {execution!r} measurements; paths there: "
+                          f"{', '.join(sorted(seen_paths))}")
+    return CollectiveTable({k: tuple(sorted((s, sum(ts) / len(ts)) for s, ts in v.items()))
+                            for k, v in points.items()}, str(path))
 
 
 @dataclass(frozen=True)

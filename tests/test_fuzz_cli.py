@@ -51,7 +51,9 @@ def sandbox(tmp_path_factory):
     cfg = json.loads((REPO / "data" / "models" / "llama-3.2-1b.json").read_text())
     (root / "config.json").write_text(json.dumps(cfg))
     with pytest.MonkeyPatch.context() as mp:
+        import roofprof.calibration
         import roofprof.counters
+        import roofprof.distributed.ranks
         import roofprof.probes
         import roofprof.profiling
         import roofprof.run
@@ -66,7 +68,10 @@ def sandbox(tmp_path_factory):
                              (roofprof.probes, "measure_roofline"),
                              (roofprof.selftest, "run_selftest"),
                              (roofprof.counters, "collect"),
-                             (roofprof.counters, "find_ncu")):
+                             (roofprof.counters, "find_ncu"),
+                             (roofprof.calibration, "write_calibration"),  # writes data/ or any --out
+                             (roofprof.distributed.ranks, "launch"),  # the multi-rank verbs
+                             (roofprof.distributed.ranks, "run_in_group")):
             mp.setattr(module, name, _stop)
         yield root
 

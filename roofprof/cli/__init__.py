@@ -1,7 +1,8 @@
 """The ``roofprof`` command line: thin wiring over the library.
 
 One module per verb under ``roofprof.cli`` (``predict``, ``specs``, ``roofline``, ``doctor``,
-``profile``, ``validate``, ``run``, ``counters``, ``selftest``), each registering itself on
+``profile``, ``validate``, ``run``, ``counters``, ``selftest``, ``collectives``, ...),
+each registering itself on
 :data:`app`: options → one library call → one report call. Shared option parsing lives in
 :mod:`roofprof.cli._options`; no command module imports another.
 
@@ -42,7 +43,7 @@ def _root(ctx: typer.Context, version: bool = version_option()) -> None:
 
 # Command modules, each registering its commands on `app` when imported (in help order).
 _COMMAND_MODULES = ("predict", "specs", "roofline", "doctor", "profile", "validate", "run",
-                    "counters", "selftest", "trace", "calibrate")
+                    "counters", "selftest", "trace", "calibrate", "collectives")
 
 
 def _register_commands() -> None:

@@ -39,11 +39,20 @@ def roofline(
         None, "--published", metavar="GPU",
         help="Measure nothing: build GPU's roofline from published microbenchmarks "
              "(data/published/), each ceiling citing its row; same roofline.json format."),
+    all_ranks: bool = typer.Option(
+        False, "--all-ranks",
+        help="Every rank measures its device at once (under torchrun, or --ranks N local "
+             "processes); rank 0 writes ranks.json and flags any device >5% below the median."),
+    ranks: int | None = typer.Option(
+        None, "--ranks", help="With --all-ranks outside torchrun: local ranks to start."),
 ) -> None:
     """Measure the roofline of this machine: bandwidth per memory level, peak compute per dtype,
     best GEMM, and an intensity sweep; write roofline.json and plots."""
     if published is not None:
         _published(published, out, fmt, plots)
+        return
+    if all_ranks or ranks is not None:
+        _all_ranks(device, ranks, plan or ("quick" if quick else "full"), out, fmt)
         return
     from roofprof.cli._options import check_output
     from roofprof.devices import select_device
@@ -117,6 +126,41 @@ def _published(gpu: str, out: Path, fmt: str, plots: bool) -> None:
         sys.stdout.write(dumps_strict({**payload, "written": [str(p) for p in written]}) + "\n")
     else:
         print_published_roofline(roof, written)
+
+
+def _all_ranks(device: str, ranks: int | None, plan: str, out: Path, fmt: str) -> None:
+    from roofprof.cli._options import check_int, check_output
+    from roofprof.distributed.fleet import measure_all_ranks
+    from roofprof.results import write_json_atomic
+    from roofprof.units import clean
+
+    check_int(ranks, "--ranks", 1, 4096)
+    check_output(out, "--out", folder=True, inside=("ranks.json",))
+    rows = measure_all_ranks(ranks=ranks, device=device, plan=plan)
+    if rows is None:  # a torchrun rank other than 0
+        return
+    payload = clean({"ranks": rows, "plan": plan, "slow_fraction": 0.05,
+                     "slow": [r["rank"] for r in rows if r["slow"]]})
+    path = write_json_atomic(Path(out) / "ranks.json", payload)
+    if fmt == "json":
+        sys.stdout.write(dumps_strict({**payload, "written": [str(path)]}) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table("rank", "host", "device", "DRAM GB/s", "compute TFLOP/s", "SM MHz",
+                  "clock reasons", "flag")
+    for r in rows:
+        bw, fl = r["dram_bytes_per_s"], r["compute_flops_per_s"]
+        table.add_row(str(r["rank"]), r["host"], f"{r['name']} ({r['torch_device']})",
+                      "-" if bw is None else f"{bw / 1e9:.1f}",
+                      "-" if fl is None else f"{fl / 1e12:.2f}",
+                      "-" if r["sm_clock_mhz"] is None else str(r["sm_clock_mhz"]),
+                      "-" if r["clock_event_reasons"] is None else
+                      ", ".join(r["clock_event_reasons"]) or "none",
+                      ("SLOW: " + ", ".join(r["slow_on"])) if r["slow"] else "ok")
+    console = _console()
+    console.print(table)
+    console.print(f"written: {path}")
 
 
 _PLOT_NAMES = ("roofline.png", "staircase.png", "intensity_sweep.png")

@@ -66,6 +66,10 @@ def validate(
                                           "| batched."),
     plot: Path | None = typer.Option(
         None, "--plot", help="With --published: write predicted vs published (log-log) here."),
+    tp: int | None = typer.Option(
+        None, "--tp",
+        help="Run a real tensor-parallel Llama on this many local ranks (gloo on --device cpu) "
+             "against the measured estimator plus measured collectives."),
 ) -> None:
     """Run a real Llama forward pass (prefill + decode) on the device and report each
     estimator's residual; or, with --published, hold the predictions against published
@@ -75,6 +79,10 @@ def validate(
         return
     if fmt == "csv":
         raise ConfigError("--format csv needs --published")
+    if tp is not None:
+        _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
+                         roofline, estimators, budget, out, fmt, tp, attention, backend)
+        return
     from roofprof.validation import validate as run_validation
 
     check_int(batch, "--batch", 1, MAX_BATCH)
@@ -168,3 +176,58 @@ def _predictions(result, dev, wanted, roofline, budget, threads, progress):
                         progress=progress)
     ests, _ = estimators_for(dev, prof, wanted=wanted)
     return predict_for(result, ests)
+
+
+def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
+                     roofline, estimators, budget, out, fmt, tp, attention, backend) -> None:
+    from roofprof.distributed.tp_validate import validate_tp
+    from roofprof.units import clean
+
+    check_int(tp, "--tp", 2, 4096)
+    check_int(batch, "--batch", 1, MAX_BATCH)
+    check_int(prompt, "--prompt", 1, MAX_TOKENS)
+    check_int(steps, "--steps", 1, 100_000)
+    check_int(repeats, "--repeats", 1, 10_000)
+    check_int(threads, "--threads", 1, 4096)
+    check_int(max_layers, "--max-layers", 1, 100_000)
+    check_seconds(budget, "--budget")
+    check_output(out, "--out")
+    wanted = split_list(estimators or "measured") or []
+    if any(w != "measured" for w in wanted):
+        raise ConfigError("--tp compares the measured estimator only (--estimators measured)")
+    if attention != "fused" or backend not in ("auto", "torch"):
+        raise ConfigError("--tp runs the plain-torch Llama with SDPA attention "
+                          "(--backend torch, --attention fused)")
+    _, dtype = resolve_dtype(dtype, device)
+    result = validate_tp(model, tp=tp, device=device, dtype=dtype,
+                         batch=batch, prompt_tokens=prompt, decode_steps=steps,
+                         prefill_repeats=repeats, max_layers=max_layers, threads=threads,
+                         roofline=roofline if roofline != "auto" else "none", budget_s=budget,
+                         estimators=bool(wanted))
+    payload = clean(result.to_dict())
+    if out is not None:
+        from roofprof.results import write_json_atomic
+
+        write_json_atomic(out, payload)
+    if fmt == "json":
+        sys.stdout.write(dumps_strict(payload) + "\n")
+    else:
+        from rich.console import Console
+
+        from roofprof.report.tables import comparison_table
+
+        console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+        r = result.real
+        console.print(f"tensor parallel {result.tp} ranks, {result.model.id} "
+                      f"({result.model.num_layers} layers), {result.dtype}, "
+                      f"{result.threads_per_rank} thread(s) per rank; logits match the single-rank "
+                      f"model (max |diff| {result.max_abs_logit_diff:.2e})")
+        console.print(f"prefill {r.batch}×{r.prompt_tokens}: {r.prefill_s * 1e3:.2f} ms; "
+                      "decode step "
+                      f"at {r.context_tokens} cached: {r.decode_s * 1e3:.2f} ms")
+        if result.predictions:
+            console.print(comparison_table(result.comparison()))
+        for note in result.notes:
+            console.print(f"note: {note}")
+    if out is not None:
+        typer.echo(f"validation written to {out}", err=True)

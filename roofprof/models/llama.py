@@ -53,7 +53,8 @@ def ops(scenario: Scenario) -> Workload:
     shapes are one rank's (Megatron-style: heads, intermediate and vocabulary split, KV
     heads replicated when TP exceeds them) and the collectives are ops of kind
     ``communication``: two all-reduces per layer (a reduce-scatter and an all-gather each
-    with sequence parallelism), the embedding all-reduce and the logits gather. With
+    with sequence parallelism, where each rank then normalises ``rows / tp`` rows), the
+    embedding all-reduce and the logits gather. With
     ``pp > 1`` the ``pp - 1`` stage sends (hidden state and residual) are added; layer ops
     keep ``count = num_layers`` (batch-1 latency runs every stage in turn).
 
@@ -184,6 +185,8 @@ class _Builder:
 
     def norm(self, name: str, rows: int, scope: str = "layer") -> Op:
         h = self.model.hidden_size
+        if scope == "layer" and self.tp > 1 and self.parallel.sequence_parallel:
+            rows = -(-rows // self.tp)  # sequence parallel: each rank normalises its rows/tp
         # square, sum, scale by rsqrt, multiply by the weight: ~4 FLOP per element
         return self.elementwise(name, "norm", rows, h, 4.0, rows * h, rows * h, h * self.e, scope,
                                 weight_bytes=h * self.e)

@@ -1,0 +1,253 @@
+"""``roofprof validate --tp N``: a real tensor-parallel Llama on N ranks against the estimator.
+
+On each rank (:func:`~roofprof.distributed.ranks.launch`, gloo on a CPU): the full
+:class:`~roofprof.models.llama_torch.TorchLlama` is built with the usual deterministic
+weights, its logits for the prompt are kept, and the rank's
+:class:`~roofprof.distributed.tp_model.TPLlama` shard must give the same logits (correctness
+first: a mismatch is exit 2). Then prefill (``repeats`` times) and decode steps are timed
+between barriers (the slowest rank's time of each), and the collectives the pass issues are
+measured at its exact sizes in the same group.
+
+The prediction is the ``measured`` estimator's for the per-rank workload
+(``Scenario(parallel=Parallel(tp=N))``: split heads, intermediate and vocabulary), its ops
+profiled for one rank's shapes with the rank's thread count, plus the measured collective
+times (:class:`~roofprof.collectives.CollectiveModel` over a table of them). Residuals as in
+single-rank validate: ``predicted / real − 1``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from roofprof.errors import ConfigError
+from roofprof.rollup import Prediction, RealRun, compare
+from roofprof.specs import ModelSpec
+
+__all__ = ["TPValidation", "validate_tp"]
+
+_TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 2e-2}  # max |diff| / max |logit|
+_SAMPLE_FIELDS = ("op", "bytes", "ranks", "seconds", "seconds_max", "backend", "path", "calls")
+
+
+@dataclass(frozen=True)
+class TPValidation:
+    """A tensor-parallel real run, its correctness check, measured collectives, predictions."""
+
+    real: RealRun
+    model: ModelSpec
+    tp: int
+    dtype: str
+    threads_per_rank: int
+    max_abs_logit_diff: float
+    collectives: tuple[dict[str, Any], ...]
+    prefill_samples_s: tuple[float, ...]
+    decode_samples_s: tuple[float, ...]
+    predictions: dict[str, Prediction] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    load_average: tuple[float, float] | None = None  # 1-minute load before and after the real run
+
+    def comparison(self) -> list[dict[str, Any]]:
+        """Rows of :func:`roofprof.rollup.compare` (one per estimator, then ``real``)."""
+        return compare(self.predictions, self.real)
+
+    def to_dict(self) -> dict[str, Any]:
+        from roofprof.results import provenance
+
+        comm = {label: {"prefill_s": p.prefill.by_kind().get("communication", 0.0),
+                        "decode_s": p.decode.by_kind().get("communication", 0.0)}
+                for label, p in self.predictions.items()}
+        return {"real": self.real.to_dict(), "model": self.model.id, "num_layers": self.model.num_layers,
+                "tp": self.tp, "dtype": self.dtype, "backend": "torch", "attention": "fused",
+                "threads_per_rank": self.threads_per_rank, "max_abs_logit_diff": self.max_abs_logit_diff,
+                "collectives": list(self.collectives), "predicted_communication": comm,
+                "prefill_samples_s": list(self.prefill_samples_s),
+                "decode_samples_s": list(self.decode_samples_s),
+                "comparison": [{k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
+                               for row in self.comparison()],
+                "notes": list(self.notes), "load_average_start_end": self.load_average,
+                "provenance": provenance(tp=self.tp)}
+
+
+def _max_over_ranks(seconds: float, device: str) -> float:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _timed(fn: Any, *args: Any) -> float:
+    """Seconds of ``fn(*args)`` to its result on the host (reading one logit waits for an
+    asynchronous device: the same code on a CPU and a GPU)."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    float(out.reshape(-1)[0])
+    return time.perf_counter() - t0
+
+
+def _rank(ctx: Any, spec: ModelSpec, dtype: str, batch: int, prompt: int, steps: int, warmup_steps: int,
+          repeats: int, threads: int) -> dict[str, Any] | None:  # runs on every rank
+    import torch
+    import torch.distributed as dist
+
+    from roofprof.distributed.bench import measure_collectives
+    from roofprof.distributed.tp_model import TPLlama, torch_comm
+    from roofprof.models.llama_torch import KVCache, TorchLlama, torch_dtype
+
+    torch.set_num_threads(threads)
+    tdt = torch_dtype(dtype)
+    full = TorchLlama(spec, dtype=tdt, device=ctx.torch_device)
+    gen = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, spec.vocab_size, (batch, prompt), generator=gen).to(ctx.torch_device)
+    expected = full(ids, KVCache())
+    shard = TPLlama(full, ctx.rank, ctx.world_size, torch_comm())
+    del full
+    got = shard(ids, KVCache())
+    diff = float((got.float() - expected.float()).abs().max().item())
+    scale = float(expected.float().abs().max().item()) or 1.0
+    if not diff <= _TOLERANCE.get(dtype, 1e-3) * scale:
+        raise ConfigError(f"rank {ctx.rank}: the tensor-parallel logits differ from the single-rank model's "
+                          f"by {diff:.3g} (max |logit| {scale:.3g}): not timing a wrong model")
+    prefill, decode = [], []
+    per_rep = -(-steps // repeats)
+    next_ids = torch.zeros((batch, 1), dtype=ids.dtype, device=ctx.torch_device)
+    shard(ids, KVCache())  # warm-up prefill
+    for _ in range(repeats):
+        cache = KVCache()
+        dist.barrier()
+        prefill.append(_max_over_ranks(_timed(shard, ids, cache), ctx.torch_device))
+        for _ in range(warmup_steps):
+            shard(next_ids, cache)
+        for _ in range(per_rep):
+            dist.barrier()
+            decode.append(_max_over_ranks(_timed(shard, next_ids, cache), ctx.torch_device))
+    e = torch.tensor([], dtype=tdt).element_size()
+    sizes = sorted({batch * prompt * spec.hidden_size * e, batch * spec.hidden_size * e})
+    samples = measure_collectives(ctx, ops=("all_reduce",), sizes=sizes, warmup=2, calls=5)
+    samples += measure_collectives(ctx, ops=("all_gather",), sizes=[batch * spec.vocab_size * e], warmup=2,
+                                   calls=5)
+    if not ctx.is_root:
+        return None
+    return {"prefill": prefill, "decode": decode, "diff": diff, "collectives": [s.to_row() for s in samples]}
+
+
+def validate_tp(model: str | ModelSpec, *, tp: int = 2, device: str = "cpu", dtype: str = "fp32",
+                batch: int = 1, prompt_tokens: int = 128, decode_steps: int = 8, warmup_steps: int = 2,
+                prefill_repeats: int = 3, max_layers: int | None = None, threads: int | None = None,
+                roofline: str | None = "none", budget_s: float = 0.2, estimators: bool = True,
+                timeout_s: float = 600.0) -> TPValidation:
+    """Run the ``tp``-rank Llama, check it, time it, and predict it (see the module doc).
+
+    ``threads``: torch threads per rank (default: the cores shared out, at least 1);
+    ``max_layers``: run at most that many layers (the prediction uses the same count).
+
+    Raises:
+        ConfigError: ``tp`` below 2 or not dividing heads/intermediate/vocabulary, a model
+            that is not a Llama the plain-torch model runs, logits that differ.
+        RankError: a rank died or timed out, more ranks than cores/GPUs.
+
+    Example::
+
+        result = validate_tp("llama-3.2-1b", tp=2, max_layers=2, prompt_tokens=64)
+    """
+    import dataclasses
+
+    from roofprof.distributed.ranks import device_type, launch, local_device_count
+    from roofprof.distributed.tp_model import check_tp
+    from roofprof.specs import load_model
+
+    if tp < 2:
+        raise ConfigError(f"--tp {tp}: tensor parallelism needs at least 2 ranks")
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if spec.family != "llama":
+        raise ConfigError(f"--tp runs the plain-torch Llama; {spec.id} is a {spec.family} model")
+    check_tp(spec, tp)
+    if max_layers is not None and max_layers < spec.num_layers:
+        spec = dataclasses.replace(spec, num_layers=max_layers)
+    kind = device_type(device)
+    per_rank = threads or max(1, local_device_count("cpu") // tp)
+    args = (spec, dtype, batch, prompt_tokens, decode_steps, warmup_steps, prefill_repeats, per_rank)
+    load_start = _load()
+    raw = launch(_rank, args, ranks=tp, device=kind, timeout_s=timeout_s, what="validate --tp")
+    load = None if load_start is None else (load_start, _load() or 0.0)
+    real = RealRun(spec.id, batch, prompt_tokens, _context(prompt_tokens, warmup_steps, decode_steps,
+                                                            prefill_repeats),
+                   statistics.median(raw["prefill"]), statistics.median(raw["decode"]), spec.num_layers,
+                   source=f"torch TP {tp} ranks ({kind}), slowest rank per pass",
+                   prefill_spread_s=_iqr(raw["prefill"]), decode_spread_s=_iqr(raw["decode"]))
+    result = TPValidation(real, spec, tp, dtype, per_rank, raw["diff"], tuple(raw["collectives"]),
+                          tuple(raw["prefill"]), tuple(raw["decode"]), load_average=load)
+    if estimators:
+        predictions, notes = _predict(result, kind, roofline, budget_s)
+        result = replace(result, predictions=predictions, notes=notes)
+    return result
+
+
+def _load() -> float | None:
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _context(prompt: int, warmup_steps: int, steps: int, repeats: int) -> int:
+    per_rep = -(-steps // repeats)
+    return prompt + warmup_steps + per_rep // 2
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 4:
+        return max(values) - min(values) if values else 0.0
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
+
+
+def _predict(result: TPValidation, kind: str, roofline: str | None,
+             budget_s: float) -> tuple[dict[str, Prediction], tuple[str, ...]]:
+    """The measured estimator (one rank's shapes, the rank's threads) + measured collectives,
+    and the notes that go with them."""
+    import warnings
+
+    from roofprof import models
+    from roofprof.collectives import CollectiveModel, CollectiveTable
+    from roofprof.distributed.bench import CollectiveSample, fits
+    from roofprof.distributed.tp_model import shard_spec
+    from roofprof.profiling import Profiler
+    from roofprof.rollup import estimate_phase
+    from roofprof.workload import Counting, Parallel, Scenario
+
+    points: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for row in result.collectives:
+        points.setdefault((row["op"], row["ranks"]), []).append((float(row["bytes"]), float(row["seconds"])))
+    table = CollectiveTable({k: tuple(sorted(v)) for k, v in points.items()}, "measured in the TP group")
+    # the table holds every size the pass issues; the fitted all-reduce α-β only prices others
+    fitted = [f for f in fits([CollectiveSample(**{k: row[k] for k in _SAMPLE_FIELDS})
+                               for row in result.collectives]) if f["op"] == "all_reduce"]
+    alpha = fitted[0]["alpha_s"] if fitted else 0.0
+    bus = (fitted[0]["busbw_bytes_per_s"] if fitted else None) or 1e9
+    comm = CollectiveModel(bus, alpha, bus, table=table, source="measured in the TP group")
+    prof = Profiler(shard_spec(result.model, result.tp), kind, budget_s=budget_s,
+                    threads=result.threads_per_rank, roofline=roofline or "none")
+    r = result.real
+    scenario = Scenario(result.model, "decode", r.batch, r.prompt_tokens, r.context_tokens, result.dtype,
+                        Counting(), Parallel(tp=result.tp))
+    out = {}
+    est = prof.estimator()
+    for label, e in (("measured", est), ("measured-no-launch", est.with_launch(False))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pf = estimate_phase(models.ops(scenario.replace(phase="prefill")), e, comm)
+            dc = estimate_phase(models.ops(scenario), e, comm)
+        out[label] = Prediction(result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype))
+    notes = []
+    if prof.device.info.shared_host:
+        notes.append(f"the {result.tp} ranks share this host's cores and memory bandwidth: each op is "
+                     f"profiled alone with {result.threads_per_rank} thread(s), the real run has every "
+                     "rank busy at once")
+    return out, tuple(notes)

@@ -1,0 +1,149 @@
+"""Tensor-parallel Llama shard, sequence-parallel norm rows, the all-ranks flagging, and the
+2-rank gloo runs of `validate --tp` and `roofline --all-ranks` (structure, not timing)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roofprof.distributed.fleet import flag_slow, nvml_state
+from roofprof.errors import ConfigError
+from roofprof.models import ops
+from roofprof.specs import ModelSpec
+from roofprof.workload import Parallel, Scenario
+
+torch = pytest.importorskip("torch")
+
+TINY = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                 head_dim=16, vocab_size=100, tie_word_embeddings=True, max_position_embeddings=256)
+
+
+def _shards_logits(tp: int, ids):
+    """All ranks' shards run in one process, collectives computed across them by threads."""
+    import threading
+
+    from roofprof.distributed.tp_model import Comm, TPLlama
+    from roofprof.models.llama_torch import KVCache, TorchLlama
+
+    full = TorchLlama(TINY)
+    barrier = threading.Barrier(tp)
+    slots: list = [None] * tp
+    out: list = [None] * tp
+
+    def comm(rank):
+        def all_reduce(t):
+            slots[rank] = t.clone()
+            barrier.wait()
+            total = sum(slots)
+            barrier.wait()
+            t.copy_(total)
+
+        def all_gather(t):
+            slots[rank] = t.clone()
+            barrier.wait()
+            parts = list(slots)
+            barrier.wait()
+            return parts
+
+        return Comm(all_reduce, all_gather)
+
+    shards = [TPLlama(full, r, tp, comm(r)) for r in range(tp)]
+
+    def run(r):
+        out[r] = shards[r](ids, KVCache())
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(tp)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return full(ids, KVCache()), out
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_tp_shards_give_the_single_rank_logits(tp):
+    ids = torch.tensor([[1, 5, 7, 9], [2, 3, 99, 0]])
+    expected, got = _shards_logits(tp, ids)
+    for logits in got:  # tp 4 > 2 KV heads: replicated
+        assert torch.allclose(logits, expected, atol=1e-5)
+
+
+def test_tp_layouts_the_shard_refuses():
+    from roofprof.distributed.tp_model import check_tp, shard_spec
+
+    with pytest.raises(ConfigError, match="attention heads"):
+        check_tp(TINY, 3)
+    s = shard_spec(TINY, 2)
+    assert (s.num_heads, s.num_kv_heads, s.intermediate_size, s.vocab_size) == (2, 1, 64, 50)
+
+
+def test_sequence_parallel_norms_take_rows_over_tp():
+    base = dict(prompt_tokens=64, dtype="bf16")
+    plain = {o.name: o for o in ops(Scenario.of("llama-3.1-8b", "prefill", parallel=Parallel(tp=4), **base)).ops}
+    sp = {o.name: o for o in ops(Scenario.of("llama-3.1-8b", "prefill",
+                                             parallel=Parallel(tp=4, sequence_parallel=True), **base)).ops}
+    for name in ("attn_norm", "mlp_norm"):
+        assert sp[name].m == plain[name].m // 4 and sp[name].flops == pytest.approx(plain[name].flops / 4)
+    assert sp["final_norm"].m == plain["final_norm"].m  # the model-scope norm is not split
+    assert sp["q_proj"].m == plain["q_proj"].m
+
+
+def test_flag_slow_judges_each_metric_against_the_median():
+    rows = [{"rank": 0, "dram_bytes_per_s": 100.0, "compute_flops_per_s": 10.0},
+            {"rank": 1, "dram_bytes_per_s": 100.0, "compute_flops_per_s": 9.6},
+            {"rank": 2, "dram_bytes_per_s": 96.0, "compute_flops_per_s": 10.0},
+            {"rank": 3, "dram_bytes_per_s": 100.0, "compute_flops_per_s": None}]
+    out = flag_slow(rows)
+    assert [r["slow"] for r in out] == [False, False, False, False]
+    assert out[1]["below_median"]["compute_flops_per_s"] == pytest.approx(0.04)
+    assert "compute_flops_per_s" not in out[3]["below_median"]
+    out = flag_slow(rows, fraction=0.03)
+    assert [r["slow_on"] for r in out] == [[], ["compute_flops_per_s"], ["dram_bytes_per_s"], []]
+
+
+def test_nvml_state_is_a_sentinel_without_a_gpu():
+    class Info:
+        extra = {}
+
+    class Dev:
+        info = Info()
+
+    state = nvml_state(Dev())
+    assert state["sm_clock_mhz"] is None and state["clock_event_reasons"] is None and "no NVML" in state["nvml"]
+
+
+def test_roofline_all_ranks_two_gloo_ranks(tmp_path, monkeypatch):
+    from roofprof.cli import main
+
+    for k in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    assert main(["roofline", "--all-ranks", "--ranks", "2", "--device", "cpu", "--plan", "test",
+                 "-o", str(tmp_path), "--format", "json"]) == 0
+    payload = json.loads((tmp_path / "ranks.json").read_text())
+    assert [r["rank"] for r in payload["ranks"]] == [0, 1]
+    for r in payload["ranks"]:
+        assert {"dram_bytes_per_s", "compute_flops_per_s", "sm_clock_mhz", "clock_event_reasons", "slow",
+                "below_median", "host"} <= set(r)
+
+
+@pytest.mark.slow
+def test_validate_tp_two_gloo_ranks(tmp_path, monkeypatch):
+    from roofprof.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+                               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
+                               "tie_word_embeddings": True, "max_position_embeddings": 256}))
+    out = tmp_path / "tp.json"
+    rc = main(["validate", "--tp", "2", "--device", "cpu", "--model", str(cfg), "--prompt", "8", "--steps", "2",
+               "--repeats", "1", "--budget", "0.01", "--roofline", "none", "-o", str(out), "--format", "json"])
+    assert rc == 0
+    d = json.loads(out.read_text())
+    assert d["tp"] == 2 and d["max_abs_logit_diff"] < 1e-3
+    labels = [row["estimator"] for row in d["comparison"]]
+    assert labels[:1] == ["measured"] and labels[-1] == "real"
+    assert d["comparison"][0]["ttft_residual"] is not None
+    assert {c["op"] for c in d["collectives"]} == {"all_reduce", "all_gather"}
+    assert d["predicted_communication"]["measured"]["decode_s"] > 0

@@ -391,7 +391,7 @@ class Profiler:
         a busy machine costs dropped rounds rather than per-op retry pauses.
         """
         shapes = list({op.shape_key: op for op in ops}.values())
-        preferred = [i for i in self.ordered_impls() if i.name in self.prefer]
+        preferred = [i for i in self.ordered_impls() if i.name in self.prefer] or self.ordered_impls()
         total = 2 * len(shapes) * len(preferred)
         with self._threads():
             for i, impl in enumerate(preferred):
@@ -522,7 +522,8 @@ class Profiler:
              "implementations": [i.name for i in self.impls], "prefer": list(self.prefer),
              "cache": str(self.cache.path) if self.cache.enabled else None, **(inputs or {})}
         return MeasuredEstimator(launch_s=self.launch_s, include_launch=include_launch, fallback=fallback,
-                                 measure=self.op_time, classify=classify, inputs=d)
+                                 measure=self.op_time, classify=classify, inputs=d,
+                                 measure_many=lambda ops: self.prefetch(ops, "on-demand shapes"))
 
 
 # --------------------------------------------------------------------------- API

@@ -134,6 +134,7 @@ def run(
     Raises:
         RoofprofError: unwritable ``out``, unknown model/device, a model that cannot fit.
     """
+    from roofprof import models
     from roofprof.cache import (
         cached_roofline,
         measure_roofline,
@@ -146,7 +147,6 @@ def run(
     from roofprof.profiling import Profiler, estimators_for, select_device
     from roofprof.results import check_writable_dir
     from roofprof.rollup import phase_sweep, predict
-    from roofprof import models
     from roofprof.validation import validation_context
     from roofprof.workload import Counting, Scenario
 
@@ -210,8 +210,9 @@ def run(
             measured, source = resolve_roofline(roofline, dev)
         elif cached is not None:
             rr, age_s = cached
-            measured, source = rr.roofline, (f"cached quick measurement, {age_s / 60:.0f} min old "
-                                             f"({roofline_cache_path(dev)}; --fresh-roofline measures anew)")
+            measured = rr.roofline
+            source = (f"cached quick measurement, {age_s / 60:.0f} min old "
+                      f"({roofline_cache_path(dev)}; --fresh-roofline measures anew)")
             result.roofline_result = rr
             rr.write(folder / "roofline.json")
             result.files["roofline"] = "roofline.json"

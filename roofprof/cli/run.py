@@ -71,7 +71,8 @@ def run_command(
         result = run(model, device=device, dtype=None if dtype == "auto" else dtype, out=out,
                      batch=batch, prompt_tokens=prompt, batches=batch_list, contexts=context_list,
                      quick=not full, roofline=roofline,
-                     reuse_roofline_s=0.0 if fresh_roofline else 3600.0, threads=threads, budget_s=budget,
+                     reuse_roofline_s=0.0 if fresh_roofline else 3600.0, threads=threads,
+                     budget_s=budget,
                      decode_steps=steps, validate=not no_validate, backend=backend,
                      attention=attention, impls=impls, progress=progress, step=step)
     from roofprof.report import print_run_summary

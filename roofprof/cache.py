@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roofprof.errors import ConfigError
+from roofprof.errors import ConfigError, RoofprofError
 from roofprof.measurement import Measurement
 from roofprof.roofline import Roofline
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from roofprof.probes import RooflineResult
     from roofprof.workload import Op
 
-__all__ = ["MeasurementCache", "cache_dir", "device_fingerprint", "measure_roofline", "resolve_roofline",
+__all__ = ["MeasurementCache", "cache_dir", "cached_roofline", "roofline_cache_path", "device_fingerprint", "measure_roofline", "resolve_roofline",
            "spec_roofline"]
 
 Progress = Callable[[str, int, int], None]
@@ -99,17 +100,28 @@ class MeasurementCache:
         d = self._load().get(self.key(op, impl))
         return Measurement.from_dict(d) if d else None
 
-    def put(self, op: Op, m: Measurement) -> None:
-        """Store ``m`` (its ``suspect`` reason recorded with it); best effort."""
+    def put(self, op: Op, m: Measurement, *, write: bool = True) -> None:
+        """Store ``m`` (its ``suspect`` reason recorded with it); best effort.
+
+        ``write=False`` keeps it in memory until :meth:`save` (a group of measurements
+        rewrites the file once, not once each).
+        """
         data = self._load()
         record = m.to_dict()
         if m.suspect:
             record["suspect"] = m.suspect
         data[self.key(op, m.impl)] = record
+        if write:
+            self.save()
+
+    def save(self) -> None:
+        """Write the entries to the cache file (whole or not at all); best effort."""
+        if self._data is None:
+            return
         try:
             from roofprof.results import write_json_atomic
 
-            write_json_atomic(self.path, data)
+            write_json_atomic(self.path, self._data)
         except OSError:
             pass
 
@@ -129,6 +141,36 @@ def measure_roofline(device: Device, quick: bool = True, progress: Progress | No
     hook = (lambda done, total, label: progress(f"roofline: {label}", done, total)) if progress else None
     result = probe(device, quick=quick, progress=hook)
     return result.roofline, "measured (quick probes)" if quick else "measured (probes)", result
+
+
+def roofline_cache_path(device: Device) -> Path:
+    """Where the quick roofline of ``device`` is cached (``roofline-<fingerprint>.json``)."""
+    return cache_dir() / f"roofline-{device_fingerprint(device)}.json"
+
+
+def cached_roofline(device: Device, max_age_s: float) -> tuple[RooflineResult, float] | None:
+    """The cached quick roofline of ``device`` and its age (seconds), if younger than ``max_age_s``.
+
+    The fingerprint covers the device, its threads and the libraries, so a cached roofline
+    is one this very setup measured; an incomplete or unreadable one is never returned.
+
+    >>> from roofprof.devices.cpu import CpuDevice
+    >>> cached_roofline(CpuDevice(), max_age_s=0) is None
+    True
+    """
+    if max_age_s <= 0:
+        return None
+    path = roofline_cache_path(device)
+    try:
+        age_s = time.time() - path.stat().st_mtime
+        if not 0 <= age_s <= max_age_s:
+            return None
+        from roofprof.probes import RooflineResult
+
+        result = RooflineResult.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, RoofprofError):
+        return None
+    return (result, age_s) if result.complete else None
 
 
 def spec_roofline(device: Device) -> Roofline | None:
@@ -159,7 +201,7 @@ def resolve_roofline(roofline: Roofline | str | os.PathLike | None, device: Devi
         return load_roofline(roofline), str(roofline)
     if str(roofline) == "none":
         return None, "none"
-    cache = cache_dir() / f"roofline-{device_fingerprint(device)}.json"
+    cache = roofline_cache_path(device)
     if use_cache and cache.exists():
         try:
             return load_roofline(cache), f"cached quick measurement ({cache})"

@@ -351,7 +351,7 @@ def check_then_time_group(
         results.append(result if prepared is None else None)
         if prepared is not None:
             calls, flush = calls_and_flush(prepared, flush_for(op))
-            staged.append((i, prepared, result, Case(calls, flush)))
+            staged.append((i, prepared, result, Case(calls, flush, warm=True)))
     if not staged:
         return results
     shares: list[float | None] = []

@@ -410,6 +410,21 @@ class _Run:
                 break
         return max(1, min(reps, cap))
 
+    def _recalibrate(self, run: ProbeRun, target_s: float, previous: tuple[int, int] | None) -> int:
+        """:meth:`_calibrate`, starting from the previous working set's repetitions.
+
+        Repetitions scale as 1 / working set; one call at that guess, rescaled to
+        ``target_s``, is enough when it lands within 4× of the target (a cache boundary
+        changes the per-byte cost by less); otherwise the full calibration runs.
+        """
+        if previous is not None:
+            reps, ws = previous
+            guess = max(1, round(reps * ws / max(run.working_set_bytes, 1)))
+            t = self._once(run, guess)
+            if target_s / 4 <= t <= 4 * target_s:
+                return max(1, round(guess * target_s / t))
+        return self._calibrate(run, target_s)
+
     def _once(self, run: ProbeRun, reps: int) -> float:
         self.clock.start()
         run.run(reps)
@@ -420,11 +435,13 @@ class _Run:
         sizes = self.plan.working_set_sizes if probe.level is None else (self.plan.working_set_sizes[-1],)
         points: list[dict[str, Any]] = []
         self.sweeps["bandwidth"][probe.name] = points
+        previous: tuple[int, int] | None = None  # (reps, working set) of the last size
         for i, ws in enumerate(sizes):
             run = probe.setup(working_set_bytes=int(ws))
             if i == 0:
                 self._checked(probe, run, f"working set {run.working_set_bytes} B")
-            reps = self._calibrate(run, self.plan.target_call_s)
+            reps = self._recalibrate(run, self.plan.target_call_s, previous)
+            previous = (reps, run.working_set_bytes)
             timing, tele = self._time(lambda run=run, reps=reps: run.run(reps), budget_s=self.plan.point_budget_s)
             nbytes = run.bytes_per_rep * reps
             points.append({

@@ -301,8 +301,16 @@ class Profiler:
         return cached if cached is not None and not cached.contended else None
 
     def _flush_for(self, op: Op) -> Callable[[], Any] | None:
-        """The device flush when ``op`` should stream its weights from DRAM (memory-bound)."""
-        if self.roofline is None or not op.bytes or not op.weight_bytes:
+        """The device flush when ``op`` should stream its weights from DRAM (memory-bound).
+
+        Weights that :func:`~roofprof.devices.pool.stays_warm` (a norm's γ) stay warm, as
+        in a real pass; GEMM weights rotate over copies instead (the flush then only
+        applies to a single copy larger than the caches).
+        """
+        from roofprof.devices.pool import stays_warm
+
+        if (self.roofline is None or not op.bytes or not op.weight_bytes
+                or stays_warm(op.weight_bytes, self.device.info.last_level_cache_bytes or (32 << 20))):
             return None
         try:
             return self.device.flush if self.roofline.bound(op.intensity, op.dtype) == "memory" else None
@@ -369,9 +377,43 @@ class Profiler:
             on_check=on_check, on_case=on_case)
         for op, m in zip(fresh, ms, strict=True):
             if m.ok:
-                self.cache.put(op, m)
+                self.cache.put(op, m, write=False)
                 self._last_impl = impl.name
             self._measured[(op.shape_key, impl.name)] = m
+        self.cache.save()
+
+    def prefetch(self, ops: Sequence[Op], label: str = "sweep") -> None:
+        """Measure every shape of ``ops`` not measured yet, as :meth:`op_time` will ask for them.
+
+        One interleaved group per preferred implementation (as :meth:`profile` does)
+        instead of one op at a time: the inputs of the shapes are drawn once and shared
+        (the weights across batch sizes), each gets its samples spread over the rounds, and
+        a busy machine costs dropped rounds rather than per-op retry pauses.
+        """
+        shapes = list({op.shape_key: op for op in ops}.values())
+        preferred = [i for i in self.ordered_impls() if i.name in self.prefer] or self.ordered_impls()
+        total = 2 * len(shapes) * len(preferred)
+        with self._threads():
+            for i, impl in enumerate(preferred):
+                self._measure_group(impl, shapes, label, done=2 * i * len(shapes), total=total)
+
+    def release_buffers(self) -> None:
+        """Drop the inputs shared between measurements (before a memory-hungry step)."""
+        for owner in (self.device, *self.impls):
+            release = getattr(owner, "release_buffers", None)
+            if release is not None:
+                release()
+        import gc
+
+        gc.collect()
+        try:
+            from roofprof.torch_ops import malloc_trimmer
+
+            trim = malloc_trimmer()
+        except ImportError:
+            trim = None
+        if trim is not None:
+            trim()  # hand the freed pages back to the OS before the next step first-touches its own
 
     def _host_issue_s(self, prepared: PreparedOp, timing: Timing) -> float:
         """Per-call wall time of back-to-back calls with one synchronisation at the end.
@@ -480,7 +522,8 @@ class Profiler:
              "implementations": [i.name for i in self.impls], "prefer": list(self.prefer),
              "cache": str(self.cache.path) if self.cache.enabled else None, **(inputs or {})}
         return MeasuredEstimator(launch_s=self.launch_s, include_launch=include_launch, fallback=fallback,
-                                 measure=self.op_time, classify=classify, inputs=d)
+                                 measure=self.op_time, classify=classify, inputs=d,
+                                 measure_many=lambda ops: self.prefetch(ops, "on-demand shapes"))
 
 
 # --------------------------------------------------------------------------- API

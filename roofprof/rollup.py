@@ -292,9 +292,10 @@ def predict(
         notes.append(f"{longest} tokens exceed {spec_model.id}'s max_position_embeddings "
                      f"({spec_model.max_position_embeddings}); the prediction extrapolates")
         _warnings.warn(notes[-1], stacklevel=2)
-    prefill = estimate_phase(models.ops(scenario.replace(phase="prefill", context_tokens=prompt)), estimator,
-                             collectives)
-    decode = estimate_phase(models.ops(scenario.replace(phase="decode")), estimator, collectives)
+    passes = (models.ops(scenario.replace(phase="prefill", context_tokens=prompt)),
+              models.ops(scenario.replace(phase="decode")))
+    _prefetch(estimator, [op for w in passes for op in w.ops])
+    prefill, decode = (estimate_phase(w, estimator, collectives) for w in passes)
     notes.extend(w for w in estimator.warnings if w not in notes)
     notes.extend(getattr(collectives or getattr(estimator, "collectives", None), "notes", ()))
     ridge = estimator.ridge(scenario.dtype)
@@ -303,6 +304,13 @@ def predict(
         machine = (gpu if isinstance(gpu, GpuSpec) else load_gpu(gpu)).id
     return Prediction(spec_model, machine, estimator.name, estimator.describe(), prefill, decode, ridge,
                       tuple(notes))
+
+
+def _prefetch(estimator: Estimator, ops: Sequence[Op]) -> None:
+    """Let an estimator that measures on demand measure all of ``ops`` at once (one group)."""
+    prefetch = getattr(estimator, "prefetch", None)
+    if prefetch is not None:
+        prefetch(ops)
 
 
 def _scenario(model: str | ModelSpec | Scenario, *, phase: str = "decode", batch: int = 1, prompt_tokens: int = 0,
@@ -381,6 +389,7 @@ class MeasuredEstimator:
             such op is noted and listed in :attr:`warnings`.
         measure: called for an op with no entry in ``times`` (profiles it on demand);
             returns an :class:`OpTime`, or ``None`` with the reason in the second item.
+        measure_many: measures several ops at once ahead of their lookups (:meth:`prefetch`).
         classify: gives the bound (``memory``/``compute``) of an op at its intensity.
         name: ``measured`` or ``measured-no-launch``.
         inputs: what the measurements came from (device, roofline file, result files).
@@ -398,7 +407,9 @@ class MeasuredEstimator:
                  include_launch: bool = True, fallback: Estimator | None = None,
                  measure: Callable[[Op], tuple[OpTime | None, str]] | None = None,
                  classify: Callable[[Op], str] | None = None, name: str | None = None,
-                 inputs: Mapping[str, Any] | None = None):
+                 inputs: Mapping[str, Any] | None = None,
+                 measure_many: Callable[[Sequence[Op]], None] | None = None):
+        self.measure_many = measure_many
         self.times: dict[tuple, OpTime] = dict(times or {})
         self.launch_s = float(launch_s)
         self.include_launch = include_launch
@@ -421,11 +432,24 @@ class MeasuredEstimator:
         """The same measurements with the launch overhead counted or not (shares the table)."""
         other = MeasuredEstimator(self.times, launch_s=self.launch_s, include_launch=include_launch,
                                   fallback=self.fallback, measure=self.measure, classify=self.classify,
-                                  name=name, inputs=self.inputs)
+                                  name=name, inputs=self.inputs, measure_many=self.measure_many)
         other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
         other.contended = self.contended
         other._contended_labels, other._contended_at = self._contended_labels, self._contended_at
         return other
+
+    def prefetch(self, ops: Sequence[Op]) -> None:
+        """Measure every shape of ``ops`` not in the table yet, together (``measure_many``).
+
+        :func:`predict` and :func:`phase_sweep` call it before the per-op lookups, so a
+        device measures the new shapes as one interleaved group instead of one at a time.
+        Without ``measure_many`` nothing happens (the lookups measure on demand).
+        """
+        if self.measure_many is None:
+            return
+        todo = [op for op in ops if op.shape_key not in self.times and op.shape_key not in self.missing]
+        if todo:
+            self.measure_many(todo)
 
     def lookup(self, op: Op) -> OpTime | None:
         """The measurement of ``op``'s shape, measuring it on demand if a ``measure`` is set.
@@ -600,6 +624,7 @@ def phase_sweep(model: str | ModelSpec | Scenario, estimator: Estimator, *, phas
     ['memory', 'compute']
     """
     base = _scenario(model, phase=phase, prompt_tokens=prompt_tokens, dtype=dtype, convention=convention)
-    return [estimate_phase(models.ops(base.replace(phase=phase, batch=b, context_tokens=(
-                base.prompt_tokens if c is None else c))), estimator)
-            for b in batches for c in contexts]
+    passes = [models.ops(base.replace(phase=phase, batch=b, context_tokens=base.prompt_tokens if c is None else c))
+              for b in batches for c in contexts]
+    _prefetch(estimator, [op for w in passes for op in w.ops])
+    return [estimate_phase(w, estimator) for w in passes]

@@ -13,6 +13,7 @@ CPU, Llama 3.1 8B in bf16 on a GPU (scaled by layer count if it does not fit).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings as _warnings
@@ -102,6 +103,7 @@ def run(
     contexts: Sequence[int] | None = None,
     quick: bool = True,
     roofline: Any = None,
+    reuse_roofline_s: float = 3600.0,
     threads: int | None = None,
     budget_s: float = 0.15,
     decode_steps: int = 8,
@@ -122,6 +124,8 @@ def run(
         batch, prompt_tokens: the validated prefill/decode shape.
         batches, contexts: decode sweeps (contexts default to a few multiples of the prompt).
         quick: quick roofline probes; ``roofline`` uses a roofline.json instead.
+        reuse_roofline_s: reuse this setup's cached quick roofline when it is younger than
+            this (seconds; its age is stated in the report); 0 always measures afresh.
         threads: torch/numba threads for profile and validation alike.
         budget_s: timed seconds per op and implementation.
         validate: run the real model (needs torch).
@@ -130,7 +134,14 @@ def run(
     Raises:
         RoofprofError: unwritable ``out``, unknown model/device, a model that cannot fit.
     """
-    from roofprof.cache import measure_roofline, resolve_roofline, spec_roofline
+    from roofprof import models
+    from roofprof.cache import (
+        cached_roofline,
+        measure_roofline,
+        resolve_roofline,
+        roofline_cache_path,
+        spec_roofline,
+    )
     from roofprof.devices.cpu import single_openmp_runtime
     from roofprof.devices.cpu import threads as cpu_threads
     from roofprof.profiling import Profiler, estimators_for, select_device
@@ -194,11 +205,23 @@ def run(
 
         # 2. roofline
         begin("roofline")
+        cached = cached_roofline(dev, reuse_roofline_s) if roofline is None and quick else None
         if roofline is not None:
             measured, source = resolve_roofline(roofline, dev)
+        elif cached is not None:
+            rr, age_s = cached
+            measured = rr.roofline
+            source = (f"cached quick measurement, {age_s / 60:.0f} min old "
+                      f"({roofline_cache_path(dev)}; --fresh-roofline measures anew)")
+            result.roofline_result = rr
+            rr.write(folder / "roofline.json")
+            result.files["roofline"] = "roofline.json"
         else:
             measured, source, rr = measure_roofline(dev, quick=quick, progress=progress)
             result.roofline_result = rr
+            if rr is not None and rr.complete and quick:
+                with contextlib.suppress(OSError):
+                    rr.write(roofline_cache_path(dev))  # the next run (or predict) reuses it
             if rr is not None:
                 rr.write(folder / "roofline.json")
                 result.files["roofline"] = "roofline.json"
@@ -248,6 +271,10 @@ def run(
             sweep_estimators = {
                 k: v for k, v in estimators.items() if k in ("spec", "empirical", "measured")
             }
+            # the sweeps' new decode shapes, measured together before the roll-ups ask
+            sweep_points = [(b, context) for b in batches] + [(batch, c) for c in contexts]
+            profiler.prefetch([op for b, c in sweep_points for op in models.ops(
+                scenario.replace(phase="decode", batch=b, context_tokens=c)).ops], "decode sweeps")
             n = len(sweep_estimators) * (len(batches) + len(contexts))
             i = 0
             for label, est in sweep_estimators.items():
@@ -265,6 +292,7 @@ def run(
 
         # 5. validation
         begin("validation")
+        profiler.release_buffers()  # the real model first-touches its own weights
         if validate:
             from roofprof.validation import predict_for
             from roofprof.validation import validate as run_validation

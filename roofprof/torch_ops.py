@@ -36,7 +36,7 @@ from roofprof.devices.base import CheckResult, tolerance  # tolerance: the one p
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op
 
-__all__ = ["SUPPORTED_FNS", "PreparedTorchOp", "TorchOps", "tolerance"]
+__all__ = ["SUPPORTED_FNS", "PreparedTorchOp", "TorchOps", "malloc_trimmer", "tolerance"]
 
 #: What each op computes (``Op.fn``) -> the TorchOps method that prepares it.
 _PREPARE = {"linear": "_gemm", "rmsnorm": "_norm", "add": "_residual", "silu_mul": "_silu_mul", "rope": "_rope",
@@ -85,6 +85,7 @@ class TorchOps:
         cache_bytes: last-level cache size; GEMM weights rotate over at least twice this.
         max_rotation: cap on weight copies per GEMM.
         memory_bytes: memory free for buffers (``prepare`` refuses beyond it).
+        pool_bytes: the most the shared-weights pool holds (default 2 GiB).
 
     >>> from roofprof.models import ops
     >>> from roofprof.specs import ModelSpec
@@ -102,7 +103,7 @@ class TorchOps:
     name = "torch"
 
     def __init__(self, model: ModelSpec, device: str = "cpu", *, cache_bytes: int = 32 << 20,
-                 max_rotation: int = 16, memory_bytes: int | None = None):
+                 max_rotation: int = 16, memory_bytes: int | None = None, pool_bytes: int | None = None):
         import torch
 
         self.torch = torch
@@ -112,6 +113,14 @@ class TorchOps:
         self.max_rotation = max_rotation
         self.memory_bytes = memory_bytes
         self.is_cuda = str(device).startswith("cuda")
+        from roofprof.devices.pool import InputPool
+
+        #: weights and tables shared by the ops of one shape (batch sizes, sweep points)
+        self.inputs = InputPool(pool_bytes if pool_bytes is not None else 2 << 30)
+
+    def release_buffers(self) -> None:
+        """Drop the shared weights (ops that still hold one keep theirs)."""
+        self.inputs.clear()
 
     # -- protocol ------------------------------------------------------------------------
     def supports(self, op: Op) -> str | None:
@@ -145,17 +154,18 @@ class TorchOps:
 
         return torch_dtype(op.dtype)
 
-    def _randn(self, shape, op: Op, std: float = 1.0):
+    def _randn(self, shape, op: Op, std: float = 1.0, seed: int | None = None):
         """N(0, std²) values drawn on the device itself (a GPU draws gigabytes in milliseconds)."""
         torch = self.torch
         where = self.device if self.is_cuda else "cpu"
         self._seed += 1
+        seed = self._seed if seed is None else seed
         if not self.is_cuda and math.prod(shape) > 1 << 24:
             # the CPU draws ~50 M normals/s: tile a random block over big tensors (lm_head, embedding)
             from roofprof.models.llama_torch import fill_random_
 
-            return fill_random_(torch.empty(*shape, dtype=self._dtype(op)), std=std, seed=self._seed)
-        gen = torch.Generator(device=where).manual_seed(self._seed)
+            return fill_random_(torch.empty(*shape, dtype=self._dtype(op)), std=std, seed=seed)
+        gen = torch.Generator(device=where).manual_seed(seed)
         t = torch.randn(*shape, generator=gen, dtype=torch.float32, device=where)
         if std != 1.0:
             t.mul_(std)
@@ -184,7 +194,7 @@ class TorchOps:
         out_bytes = op.m * op.n * max(op.batch if op.kind == "attention" and op.fn != "softmax" else 1, 1) \
             * self._dtype(op).itemsize
         if not self.is_cuda and op.kind != "gemm" and out_bytes >= FRESH_OUTPUT_BYTES:
-            before = _release_freed_memory()
+            before = malloc_trimmer()
             if before is not None:
                 note = (note + "; " if note else "") + "outputs in fresh pages (freed memory returned to the OS between calls)"
         return PreparedTorchOp(op, tuple(calls), reference, reduction, kernels, self._sync, note, list(buffers), before)
@@ -193,21 +203,30 @@ class TorchOps:
     def _gemm(self, op: Op) -> PreparedTorchOp:
         import torch.nn.functional as F
 
-        weight_bytes = op.n * op.k * self._dtype(op).itemsize
-        copies = max(1, min(self.max_rotation, math.ceil(2 * self.cache_bytes / max(weight_bytes, 1))))
-        self._check_memory(op, copies * weight_bytes + op.m * (op.n + op.k) * self._dtype(op).itemsize)
+        from roofprof.devices.pool import cold_copies
+
+        item = self._dtype(op).itemsize
+        weight_bytes = op.n * op.k * item
+        copies = cold_copies(weight_bytes, self.cache_bytes, self.max_rotation)
+        self._check_memory(op, copies * weight_bytes + op.m * (op.n + op.k) * item)
         x = self._randn((op.m, op.k), op)
-        ws = [self._randn((op.n, op.k), op, std=op.k ** -0.5) for _ in range(copies)]
+        # the weights are shared with every other op of this shape and dtype (batch sizes,
+        # sweep points): drawn once, their values do not matter to the timing
+        ws = [self.inputs.get(("linear-w", op.n, op.k, op.dtype, i),
+                              lambda i=i: self._randn((op.n, op.k), op, std=op.k ** -0.5, seed=1000 + i))
+              for i in range(copies)]
         calls = [(lambda w=w: F.linear(x, w)) for w in ws]
         rows = self._rows(op.m)
+        cols = self._rows(op.n, 256)
 
-        def reference():
-            out = self._np(F.linear(x, ws[0])[rows])
-            ref = self._np(x[rows]) @ self._np(ws[0]).T
+        def reference():  # sampled rows × columns: never a float64 copy of a 1 GB weight
+            out = self._np(F.linear(x, ws[0])[rows][:, cols])
+            ref = self._np(x[rows]) @ self._np(ws[0][cols]).T
             return out, ref
 
-        return self._prepared(op, calls, reference, op.k, 1,
-                              f"F.linear, weights rotated over {copies} copies (cold), input warm", [x, ws])
+        cold = f"weights rotated over {copies} copies (cold)" if copies > 1 else \
+            ("weights warm (small)" if weight_bytes < (1 << 20) else "one weight copy (larger than the caches)")
+        return self._prepared(op, calls, reference, op.k, 1, f"F.linear, {cold}, input warm", [x, ws])
 
     def _norm(self, op: Op) -> PreparedTorchOp:
         from roofprof.models.llama_torch import rms_norm
@@ -286,7 +305,8 @@ class TorchOps:
         torch = self.torch
         vocab = self.model.vocab_size
         self._check_memory(op, vocab * op.n * self._dtype(op).itemsize)
-        table = self._randn((vocab, op.n), op, std=0.02)
+        table = self.inputs.get(("embedding", vocab, op.n, op.dtype),
+                                lambda: self._randn((vocab, op.n), op, std=0.02, seed=999))
         gen = torch.Generator(device="cpu").manual_seed(self._seed)
         ids = torch.randint(0, vocab, (op.m,), generator=gen).to(self.device)
         rows = self._rows(op.m)
@@ -407,11 +427,11 @@ class TorchOps:
         return self._prepared(op, [call_pv], reference_pv, keys, 3, "P·V, V repeated for GQA (eager)", [p, v])
 
 
-#: Outputs at least this large get fresh pages before each timed call (see :func:`_release_freed_memory`).
+#: Outputs at least this large get fresh pages before each timed call (see :func:`malloc_trimmer`).
 FRESH_OUTPUT_BYTES = 1 << 20
 
 
-def _release_freed_memory() -> Callable[[], Any] | None:
+def malloc_trimmer() -> Callable[[], Any] | None:
     """``malloc_trim(0)`` of glibc, or None where there is no such call.
 
     In a real forward pass the large temporaries (MB-sized activations) are freed in bulk,

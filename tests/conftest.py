@@ -81,6 +81,20 @@ def tiny_config(tmp_path) -> Path:
     return write_config(tmp_path)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_cache(tmp_path_factory):
+    """Keep the tests out of the user's ~/.cache/roofprof (one cache folder per session)."""
+    import os
+
+    old = os.environ.get("ROOFPROF_CACHE")
+    os.environ["ROOFPROF_CACHE"] = str(tmp_path_factory.mktemp("roofprof-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ROOFPROF_CACHE", None)
+    else:
+        os.environ["ROOFPROF_CACHE"] = old
+
+
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch) -> Path:
     """A fresh measurement/roofline cache folder ($ROOFPROF_CACHE) for one test."""

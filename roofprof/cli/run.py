@@ -40,6 +40,9 @@ def run_command(
                               help="Full roofline probes instead of the quick plan."),
     roofline: Path | None = typer.Option(None, "--roofline",
                                          help="Use this roofline.json instead of measuring."),
+    fresh_roofline: bool = typer.Option(
+        False, "--fresh-roofline",
+        help="Measure the roofline even when this setup's cached one is under an hour old."),
     threads: int | None = typer.Option(None, "--threads",
                                        help="torch/numba threads for profile and validation."),
     budget: float = typer.Option(0.15, "--budget", help="Timed seconds per op and implementation."),
@@ -67,7 +70,9 @@ def run_command(
     with progress_bar(True) as (progress, step):
         result = run(model, device=device, dtype=None if dtype == "auto" else dtype, out=out,
                      batch=batch, prompt_tokens=prompt, batches=batch_list, contexts=context_list,
-                     quick=not full, roofline=roofline, threads=threads, budget_s=budget,
+                     quick=not full, roofline=roofline,
+                     reuse_roofline_s=0.0 if fresh_roofline else 3600.0, threads=threads,
+                     budget_s=budget,
                      decode_steps=steps, validate=not no_validate, backend=backend,
                      attention=attention, impls=impls, progress=progress, step=step)
     from roofprof.report import print_run_summary

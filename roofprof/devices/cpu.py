@@ -53,6 +53,7 @@ from roofprof.devices.cpu_probes import (  # the probes live there; re-exported 
     setup_read,
     setup_triad,
 )
+from roofprof.devices.pool import InputPool, cold_copies, tiled_normal
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.telemetry import CpuFreqSampler, NullSampler
 from roofprof.timing import PerfCounterClock
@@ -200,6 +201,14 @@ class CpuDevice:
         self._info = cpu_info()
         self._flush_buf: np.ndarray | None = None
         self._flush_out = np.zeros(1)
+        #: random GEMM inputs shared by the numpy and numba implementations (a quarter of
+        #: the memory available now at most)
+        self.inputs = InputPool(min(4 << 30, self.free_memory_bytes() // 4))
+
+    def release_buffers(self) -> None:
+        """Drop the shared inputs and the flush buffer (before a memory-hungry step)."""
+        self.inputs.clear()
+        self._flush_buf = None
 
     @property
     def info(self) -> DeviceInfo:
@@ -286,44 +295,60 @@ def _gemm_unsupported(op: Any, impl: str) -> str | None:
 
 
 class _PreparedGemm:
-    """Buffers for one GEMM op: a [b?,m,k], w [b?,n,k] (nn.Linear layout), out [b?,m,n]."""
+    """Buffers for one GEMM op: a [b?,m,k], w [b?,n,k] (nn.Linear layout), out [b?,m,n].
+
+    ``a`` and the weight copies come from the device's :class:`~roofprof.devices.pool.InputPool`
+    (shared by numpy and numba and across batch sizes); the weight is rotated over
+    :func:`~roofprof.devices.pool.cold_copies` copies so each call finds it out of cache.
+    """
 
     def __init__(self, op: Any, rng: np.random.Generator, device: CpuDevice, kernel: Callable[[np.ndarray, np.ndarray, np.ndarray], Any],
                  name: str):
         np_t = NP_DTYPES[op.dtype]
         item = np.dtype(np_t).itemsize
         lead = (op.batch,) if op.batch > 1 else ()
-        need = item * op.batch * (op.m * op.k + op.n * op.k + op.m * op.n)
-        free = device.free_memory_bytes()
+        copies = cold_copies(item * op.batch * op.n * op.k, device.info.last_level_cache_bytes or (32 << 20))
+        need = item * op.batch * (op.m * op.k + copies * op.n * op.k + op.m * op.n)
+        free = device.free_memory_bytes() + device.inputs.bytes
         if need > 0.85 * free:
             raise ConfigError(f"op {op.name!r} needs {need / 2**30:.2f} GiB for its buffers but only "
                               f"{free / 2**30:.2f} GiB is free")
         self.op, self.rng, self.kernel, self.name = op, rng, kernel, name
-        self.a = rng.standard_normal((*lead, op.m, op.k)).astype(np_t)
-        self.w = rng.standard_normal((*lead, op.n, op.k)).astype(np_t)
+        dt = np.dtype(np_t).str
+        self.a = device.inputs.get(("gemm-a", lead, op.m, op.k, dt),
+                                   lambda: tiled_normal((*lead, op.m, op.k), np_t, seed=1))
+        self.ws = [device.inputs.get(("gemm-w", lead, op.n, op.k, dt, i),
+                                     lambda i=i: tiled_normal((*lead, op.n, op.k), np_t, seed=2 + i, std=op.k ** -0.5))
+                   for i in range(copies)]
+        self.w = self.ws[0]
         self.out = np.empty((*lead, op.m, op.n), dtype=np_t)
+        self.calls = [(lambda w=w: kernel(self.a, w, self.out)) for w in self.ws]
+        self.note = f"{name}; weights rotated over {copies} copies (cold)" if copies > 1 else name
 
     def run(self) -> None:
         self.kernel(self.a, self.w, self.out)
 
     def check(self) -> CheckResult:
+        """One call with the output poisoned, compared on sampled rows × columns in float64."""
         op, rng = self.op, self.rng
-        self.a[...] = rng.standard_normal(self.a.shape)
-        self.w[...] = rng.standard_normal(self.w.shape)
         self.out[...] = np.nan
         self.run()
         tol = gemm_tolerance(op.dtype, op.k)
         rows = np.sort(rng.choice(op.m, size=min(op.m, 16), replace=False))
+        cols = np.sort(rng.choice(op.n, size=min(op.n, 256), replace=False))
         if op.batch > 1:
             batches = np.sort(rng.choice(op.batch, size=min(op.batch, 4), replace=False))
-            a, w, out = self.a[batches][:, rows], self.w[batches], self.out[batches][:, rows]
+            a, w = self.a[batches][:, rows], self.w[batches][:, cols]
+            out = self.out[batches][:, rows][:, :, cols]
         else:
-            a, w, out = self.a[rows], self.w, self.out[rows]
+            a, w, out = self.a[rows], self.w[cols], self.out[rows][:, cols]
         return compare(out, _kernels().gemm_nt_reference(a, w), tol,
-                       f"{self.name} vs float64 numpy on {len(rows)} sampled rows; output poisoned with NaN")
+                       f"{self.name} vs float64 numpy on {len(rows)} sampled rows × {len(cols)} columns; "
+                       "output poisoned with NaN")
 
     def release(self) -> None:
         self.a = self.w = self.out = None  # type: ignore[assignment]
+        self.ws, self.calls = [], []
 
 
 def _numpy_gemm(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:

@@ -295,8 +295,10 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
     """The CPU probe catalogue (see the module docstring): the ``setup_*`` functions bound to
     this device, their buffers and one random stream for the checks."""
     rng = np.random.default_rng(PROBE_SEED)
-    read_arena, triad_arena = ProbeArena(), ProbeArena()
-    sweep_arenas: dict[str, ProbeArena] = {"fp32": ProbeArena(), "fp64": ProbeArena()}
+    # one arena for the read, triad and intensity sweeps: first-touching its largest size
+    # costs ~0.8 s per 512 MiB on a small VM, so it is paid once, not once per probe (every
+    # probe's check writes the values it checks, and the leftovers stay finite and normal)
+    arena = ProbeArena()
     fma_accounting = (
         "FLOPs = 2·16·n per pass (16 dependent FMAs per element, SIMD lanes and "
         "elements independent), data L1-resident"
@@ -306,14 +308,14 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
         Probe(
             "read",
             "bandwidth",
-            partial(setup_read, device, read_arena, rng=rng),
+            partial(setup_read, device, arena, rng=rng),
             accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
             note="vectorised sum, one contiguous chunk per thread",
         ),
         Probe(
             "triad",
             "bandwidth",
-            partial(setup_triad, device, triad_arena, rng=rng),
+            partial(setup_triad, device, arena, rng=rng),
             accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), "
             "FLOPs = 2·n",
             note="a = b + s·c, one contiguous chunk per thread, arrays staggered against "
@@ -352,7 +354,7 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
         Probe(
             "intensity-fp64",
             "intensity",
-            partial(setup_intensity, device, sweep_arenas["fp64"], "fp64", rng=rng),
+            partial(setup_intensity, device, arena, "fp64", rng=rng),
             dtype="fp64",
             accounting="per element: read 8 B + write 8 B from DRAM, k FMAs = 2k FLOPs "
             "→ intensity k/8 FLOP/B",
@@ -360,7 +362,7 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
         Probe(
             "intensity-fp32",
             "intensity",
-            partial(setup_intensity, device, sweep_arenas["fp32"], "fp32", rng=rng),
+            partial(setup_intensity, device, arena, "fp32", rng=rng),
             dtype="fp32",
             accounting="per element: read 4 B + write 4 B from DRAM, k FMAs = 2k FLOPs "
             "→ intensity k/4 FLOP/B",

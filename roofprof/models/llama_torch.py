@@ -296,7 +296,10 @@ class TorchLlama(nn.Module):
         super().__init__()
         self.spec, self.attention, self.eps = spec, attention, eps
         meta = "meta"  # build without torch's (slow) default init, then allocate for real
-        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta)
+        # _weight given: no default init, whose first meta-device normal_ imports torch's meta
+        # registrations (~1-2 s on a small CPU)
+        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size, _weight=torch.empty(
+            spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta))
         self.layers = nn.ModuleList(_Layer(spec, dtype, meta) for _ in range(spec.num_layers))
         self.norm = nn.Parameter(torch.ones(spec.hidden_size, dtype=dtype, device=meta))
         self.lm_head = (None if spec.tie_word_embeddings else

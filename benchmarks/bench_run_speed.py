@@ -1,0 +1,131 @@
+"""Benchmark: how long the main job takes, old code against new, in the same session of the machine.
+
+Targets (issue 16; see BENCHMARKS.md "The main job in under a minute"):
+
+* ``roofprof run`` <= 60 s on the 2-core CPU machine (quiet, warm numba cache), <= 75 s on a
+  fresh install;
+* ``roofprof predict --estimator measured`` for a model not measured before (empty cache)
+  <= 12 s;
+* the measured estimator's residuals against the real run unchanged within run-to-run noise.
+
+Each "side" is a roofprof executable (``--old`` and ``--new``: paths to ``roofprof`` in two
+virtualenvs, e.g. one installed from the previous commit). Runs alternate old, new, old,
+new, ... so a slow spell of the machine hits both sides; before each run the script waits
+(up to ``--quiet-wait`` seconds) for the 1-minute load average to fall under 0.7, and it
+records the load before and after each run. Every run gets a fresh measurement cache
+(``ROOFPROF_CACHE``) unless ``--reuse-roofline`` says the new side may reuse its cached
+roofline (then the first new run measures it and the others reuse it).
+
+    python benchmarks/bench_run_speed.py --old /tmp/old/bin/roofprof --new .venv/bin/roofprof \\
+        --repeats 3 --out benchmarks/results/run_speed_cpu_$(date +%F).json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def wait_quiet(limit_s: float, threshold: float = 0.7) -> float:
+    t0 = time.time()
+    while time.time() - t0 < limit_s and os.getloadavg()[0] >= threshold:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+def residuals(report: dict) -> dict[str, float | None]:
+    """The measured estimator's residuals (predicted / real - 1) from a run's report.json."""
+    out: dict[str, float | None] = {}
+    rows = (report.get("comparison") or {}).get("rows") or report.get("comparison") or []
+    if isinstance(rows, dict):
+        rows = list(rows.values())
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and row.get("estimator") == "measured":
+            out[f"{row.get('phase')}_residual"] = row.get("residual")
+    return out
+
+
+def one_run(exe: str, extra: list[str], cache: str, label: str, quiet_wait: float) -> dict:
+    load_before = wait_quiet(quiet_wait)
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "ROOFPROF_CACHE": cache}
+        t0 = time.perf_counter()
+        proc = subprocess.run([exe, "run", "--out", out, *extra], capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - t0
+        rec = {"side": label, "wall_s": wall, "rc": proc.returncode, "load_before": load_before,
+               "load_after": os.getloadavg()[0]}
+        report = Path(out) / "report.json"
+        if proc.returncode == 0 and report.exists():
+            data = json.loads(report.read_text())
+            rec["step_seconds"] = data.get("step_seconds")
+            rec["comparison"] = data.get("comparison")
+            rec["roofline_source"] = (data.get("settings") or {}).get("roofline_source")
+        else:
+            rec["stderr_tail"] = proc.stderr[-2000:]
+    print(json.dumps({k: v for k, v in rec.items() if k != "comparison"}), flush=True)
+    return rec
+
+
+def one_predict(exe: str, model: str, cache: str, quiet_wait: float) -> dict:
+    load_before = wait_quiet(quiet_wait)
+    env = {**os.environ, "ROOFPROF_CACHE": cache}
+    t0 = time.perf_counter()
+    proc = subprocess.run([exe, "predict", "--model", model, "--estimator", "measured", "--format", "json"],
+                          capture_output=True, text=True, env=env)
+    rec = {"wall_s": time.perf_counter() - t0, "rc": proc.returncode, "load_before": load_before,
+           "model": model}
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", required=True, help="roofprof executable of the reference code")
+    parser.add_argument("--new", required=True, help="roofprof executable of the code under test")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quiet-wait", type=float, default=300.0)
+    parser.add_argument("--reuse-roofline", action="store_true",
+                        help="let the new side reuse its cached roofline after its first run")
+    parser.add_argument("--predict-model", default="llama-3.2-3b",
+                        help="model for the empty-cache `predict --estimator measured` timing")
+    parser.add_argument("--out", default="bench-run-speed.json")
+    args = parser.parse_args(argv)
+
+    records: list[dict] = []
+    shared_new_cache = tempfile.mkdtemp(prefix="rp-new-cache-")
+    for i in range(args.repeats):
+        for label, exe in (("old", args.old), ("new", args.new)):
+            if label == "new" and args.reuse_roofline:
+                cache, extra = shared_new_cache, []
+            else:
+                cache, extra = tempfile.mkdtemp(prefix=f"rp-{label}-{i}-"), ["--fresh-roofline"] * (label == "new")
+            records.append(one_run(exe, extra, cache, label, args.quiet_wait))
+    predicts = []
+    for label, exe in (("old", args.old), ("new", args.new)):
+        for _ in range(2):
+            rec = one_predict(exe, args.predict_model, tempfile.mkdtemp(prefix="rp-predict-"), args.quiet_wait)
+            predicts.append({"side": label, **rec})
+    result = {
+        "benchmark": "run_speed",
+        "machine": {"platform": platform.platform(), "python": sys.version.split()[0], "cpus": os.cpu_count()},
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "old": args.old, "new": args.new, "reuse_roofline": args.reuse_roofline,
+        "runs": records, "predict_measured_empty_cache": predicts,
+    }
+    for side in ("old", "new"):
+        walls = sorted(r["wall_s"] for r in records if r["side"] == side and r["rc"] == 0)
+        result[f"{side}_wall_s"] = walls
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: result[k] for k in ("old_wall_s", "new_wall_s")}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Random inputs drawn once and shared: by implementations, batch sizes and sweep points.
+
+An op's timing does not depend on the values in its operands, only on their sizes and on
+where they live, so the weight matrix of a GEMM shape (the 1 GB ``lm_head`` of Llama 3.2 1B)
+need not be drawn again for numpy, then numba, then for every batch size of a sweep: an
+:class:`InputPool` hands out the same buffer for the same key while it holds it. Values are
+filled fast and without periodic rows (:func:`tiled_normal`), and the pool keeps at most
+``max_bytes`` (least recently used first out): a prepared op holds its own reference, so
+an evicted buffer lives on for as long as an op uses it.
+
+>>> pool = InputPool(max_bytes=1 << 20)
+>>> a = pool.get(("w", 4, 8), lambda: tiled_normal((4, 8), np.float32, seed=1))
+>>> b = pool.get(("w", 4, 8), lambda: tiled_normal((4, 8), np.float32, seed=2))
+>>> a is b, pool.bytes
+(True, 128)
+>>> pool.clear(); pool.bytes
+0
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BLOCK", "InputPool", "cold_copies", "stays_warm", "tiled_normal"]
+
+#: Length of the random block tiled over big arrays: a prime, so a row of any length (a
+#: power of two, a model dimension) never starts at the same place in the block twice in a row.
+BLOCK = 1_000_003
+
+
+def stays_warm(weight_bytes: float, cache_bytes: int) -> bool:
+    """True for a weight under 1/32 of the last-level cache (1 MiB of 32 MiB).
+
+    A real pass finds such a weight (a norm's γ, a few KB) in cache, and flushing twice
+    the caches around a 20 µs op would time the flush's aftermath instead.
+
+    >>> stays_warm(8192, 32 << 20), stays_warm(4 << 20, 32 << 20)
+    (True, False)
+    """
+    return weight_bytes < cache_bytes / 32
+
+
+def cold_copies(weight_bytes: float, cache_bytes: int, max_copies: int = 16) -> int:
+    """How many copies of a weight to rotate over so each call finds its weight out of cache.
+
+    The other copies together must exceed twice the last-level cache (``1 + ⌈2·LLC / w⌉``,
+    at most ``max_copies``). A weight of four caches or more gets one copy (it evicts itself;
+    a flush before the call costs under 5 % of it), a weight that :func:`stays_warm` one
+    copy too.
+
+    >>> llc = 32 << 20
+    >>> cold_copies(64 << 20, llc), cold_copies(8 << 20, llc), cold_copies(1 << 30, llc), cold_copies(8192, llc)
+    (2, 9, 1, 1)
+    """
+    if stays_warm(weight_bytes, cache_bytes) or weight_bytes >= 4 * cache_bytes:
+        return 1
+    return max(1, min(max_copies, 1 + int(np.ceil(2 * cache_bytes / weight_bytes))))
+
+
+def tiled_normal(shape: tuple[int, ...], dtype: Any, *, seed: int = 0, std: float = 1.0) -> np.ndarray:
+    """A new array of N(0, std²) values: a random block of :data:`BLOCK` values, tiled.
+
+    Drawing float64 normals runs at ~50 M values/s on a CPU core; a 1 GB weight would take
+    seconds per draw. Tiling one prime-length block fills at memory-copy speed, and its
+    values stay ordinary (non-zero, non-denormal), which is all a timing needs.
+
+    >>> x = tiled_normal((3, 5), np.float32, seed=0)
+    >>> x.dtype, x.shape, bool(np.isfinite(x).all())
+    (dtype('float32'), (3, 5), True)
+    """
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape, dtype=np.int64))
+    block = rng.standard_normal(min(n, BLOCK), dtype=np.float32)
+    if std != 1.0:
+        block *= np.float32(std)
+    block = block.astype(dtype, copy=False)
+    out = np.empty(n, dtype=dtype)
+    if n:
+        # copy in chunks of ~16 blocks (small copies run far below memory speed)
+        chunk = np.tile(block, max(1, min(16, -(-n // block.size))))
+        for start in range(0, n, chunk.size):
+            stop = min(n, start + chunk.size)
+            out[start:stop] = chunk[: stop - start]
+    return out.reshape(shape)
+
+
+class InputPool:
+    """Buffers by key, made on first use, kept while under ``max_bytes`` (LRU eviction).
+
+    Args:
+        max_bytes: the most the pool holds (bytes); a buffer larger than that is made and
+            returned but not kept.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self.bytes = 0
+
+    @staticmethod
+    def _size(value: Any) -> int:
+        nbytes = getattr(value, "nbytes", None)
+        if nbytes is None and hasattr(value, "element_size"):  # a torch tensor
+            nbytes = value.element_size() * value.nelement()
+        return int(nbytes or 0)
+
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The buffer for ``key``: the held one, else ``make()`` (kept if it fits)."""
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = make()
+        size = self._size(value)
+        if size > self.max_bytes:
+            return value
+        while self._items and self.bytes + size > self.max_bytes:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= self._size(old)
+        self._items[key] = value
+        self.bytes += size
+        return value
+
+    def clear(self) -> None:
+        """Drop every buffer the pool holds (ops that hold one keep theirs)."""
+        self._items.clear()
+        self.bytes = 0

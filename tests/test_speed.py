@@ -1,0 +1,242 @@
+"""The main job's speed changes keep what they measure: shared inputs, sampled checks, grouped sweeps.
+
+Speed itself is a benchmark (``benchmarks/run_speed.py``, BENCHMARKS.md), never a timed test:
+these tests check the mechanisms (what is drawn once, what is flushed, how many calls are
+made, which roofline is reused) with fake clocks and tiny shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from roofprof.devices.cpu import CpuDevice
+from roofprof.devices.pool import InputPool, cold_copies, stays_warm, tiled_normal
+from roofprof.measurement import check_then_time_group
+from roofprof.timing import Case, interleave
+from roofprof.workload import Op
+
+
+class FakeClock:
+    """Every timed call takes ``seconds`` (fake the clock, not the kernel)."""
+
+    name = "fake"
+
+    def __init__(self, seconds: float):
+        self.seconds, self.stops = seconds, 0
+
+    def start(self):
+        pass
+
+    def stop(self):
+        self.stops += 1
+        return self.seconds
+
+
+def _gemm(name="w", m=4, n=96, k=64, phase="decode"):
+    return Op(name, "gemm", phase, m, n, k, "fp32", 2.0 * m * n * k, 4.0 * (m * k + n * k + m * n),
+              weight_bytes=4.0 * n * k, fn="linear")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def test_tiled_normal_has_no_periodic_rows_and_normal_statistics():
+    x = tiled_normal((512, 2048), np.float32, seed=3)  # 1 M values: the block wraps once
+    assert not any(np.array_equal(x[i], x[i + 1]) for i in range(511))
+    assert abs(float(x.mean())) < 0.01 and abs(float(x.std()) - 1.0) < 0.01
+    assert tiled_normal((8,), np.float64, seed=1, std=0.5).std() < 1.0
+
+
+def test_pool_shares_by_key_and_evicts_least_recently_used():
+    pool = InputPool(max_bytes=3 * 800)
+    made = []
+
+    def make(tag):
+        made.append(tag)
+        return np.zeros(100)  # 800 bytes
+
+    a = pool.get("a", lambda: make("a"))
+    assert pool.get("a", lambda: make("again")) is a
+    pool.get("b", lambda: make("b"))
+    pool.get("c", lambda: make("c"))
+    pool.get("a", lambda: make("a2"))  # a is now the most recent
+    pool.get("d", lambda: make("d"))  # evicts b, the least recent
+    assert made == ["a", "b", "c", "d"] and pool.bytes == 2400
+    pool.get("b", lambda: make("b2"))
+    assert made[-1] == "b2"
+    big = pool.get("huge", lambda: np.zeros(1000))  # larger than the pool: made, not kept
+    assert big.nbytes == 8000 and pool.bytes <= pool.max_bytes
+
+
+def test_cold_copies_exceed_twice_the_cache_and_leave_tiny_weights_warm():
+    llc = 32 << 20
+    for w in (2 << 20, 8 << 20, 64 << 20, 100 << 20):
+        copies = cold_copies(w, llc, max_copies=64)
+        assert (copies - 1) * w >= 2 * llc and (copies - 2) * w < 2 * llc
+    assert cold_copies(1 << 30, llc) == 1  # four caches or more: evicts itself
+    assert cold_copies(8192, llc) == 1 and stays_warm(8192, llc)
+    assert cold_copies(2 << 20, llc) == 16  # capped at max_copies
+
+
+def test_numpy_and_numba_share_one_weight_and_check_sampled_columns():
+    dev = CpuDevice()
+    numpy_impl, numba_impl = dev.implementations()
+    op = _gemm(n=700, k=300)
+    p1 = numpy_impl.prepare(op, np.random.default_rng(0))
+    p2 = numba_impl.prepare(op, np.random.default_rng(1))
+    assert p1.w is p2.w and p1.a is p2.a  # drawn once for both implementations
+    bigger = numpy_impl.prepare(_gemm(m=64, n=700, k=300), np.random.default_rng(2))
+    assert bigger.w is p1.w  # and across batch sizes
+    for p in (p1, p2, bigger):
+        check = p.check()
+        assert check.ok and "256 columns" in check.note
+    p1.out[0, 5] += 1.0  # a wrong output is caught on the sampled columns only if sampled:
+    p1.kernel = lambda a, w, out: (np.matmul(a, w.T, out=out), out.__setitem__((slice(None), slice(None)), out * 1.01))
+    assert not p1.check().ok  # a kernel off by 1 % everywhere fails
+    dev.release_buffers()
+    assert dev.inputs.bytes == 0
+
+
+def test_torch_gemm_check_never_converts_the_whole_weight(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from roofprof.specs import ModelSpec
+    from roofprof.torch_ops import TorchOps
+
+    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
+    impl = TorchOps(spec, cache_bytes=1 << 30)
+    op = _gemm(m=3, n=3000, k=64)
+    prepared = impl.prepare(op, np.random.default_rng(0))
+    converted = []
+    real = impl._np
+    monkeypatch.setattr(impl, "_np", lambda t: (converted.append(t.numel()), real(t))[1])
+    assert prepared.check().ok
+    assert max(converted) <= 256 * 64  # sampled columns of the weight, not 3000 × 64
+    again = impl.prepare(_gemm(m=9, n=3000, k=64), np.random.default_rng(1))
+    assert again.buffers[1][0] is prepared.buffers[1][0]  # the weight is shared across batch sizes
+    assert isinstance(again.buffers[1][0], torch.Tensor)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def test_a_checked_case_gets_no_extra_untimed_call():
+    calls = []
+    for warm in (False, True):
+        calls.clear()
+        interleave([Case([lambda: calls.append(1)], warm=warm)], clock=FakeClock(0.001), rounds=3,
+                   budget_s=0.003, warmup_s=0.0)
+        assert len(calls) == (1 + 1 + 3 if not warm else 1 + 3)  # first call, estimate, samples
+
+
+def test_long_calls_stop_at_three_clean_samples():
+    n_calls = []
+    [t] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=FakeClock(0.5), rounds=5,
+                     budget_s=0.15, warmup_s=0.0)
+    assert t.n == 3 and len(n_calls) == 1 + 3  # the estimate, then rounds 1-3 only
+    short = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.01), rounds=5, budget_s=0.05,
+                       warmup_s=0.0)[0]
+    assert short.n == 5
+    shares = iter([0.9, 0.9, 0.0, 0.0, 0.0])  # busy rounds do not count towards the three
+    [busy] = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.5), rounds=5, budget_s=0.15,
+                        warmup_s=0.0, judge_round=lambda run: (run(), next(shares))[1])
+    assert busy.n == 3 and busy.rounds_kept == 3
+
+
+def test_group_measurement_writes_the_cache_once(isolated_cache):
+    from roofprof.profiling import Profiler
+    from roofprof.specs import ModelSpec
+
+    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
+    prof = Profiler(spec, "cpu", impls=["numpy"], roofline="none", budget_s=0.002)
+    writes = []
+    real = prof.cache.save
+    prof.cache.save = lambda: (writes.append(1), real())[1]
+    prof.prefetch([_gemm(m=b) for b in (1, 8, 64)] + [_gemm(m=8)], "sweep")
+    assert len(prof._measured) == 3 and len(writes) == 1
+    data = json.loads(next(isolated_cache.glob("measurements-*.json")).read_text())
+    assert len(data) == 3
+    prof.release_buffers()
+
+
+def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch):
+    import roofprof.profiling as profiling
+    from roofprof.specs import ModelSpec
+
+    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
+    prof = profiling.Profiler(spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none",
+                              budget_s=0.002)
+    groups = []
+    real = check_then_time_group
+    monkeypatch.setattr(profiling, "check_then_time_group",
+                        lambda impl, ops, *a, **k: (groups.append((impl.name, len(ops))), real(impl, ops, *a, **k))[1])
+    prof.prefetch([_gemm(m=b) for b in (1, 2, 3)])
+    assert groups == [("numpy", 3)]
+    est_time, _ = prof.op_time(_gemm(m=2))
+    assert est_time is not None and groups == [("numpy", 3)]  # already measured: no new group
+
+
+# --------------------------------------------------------------------------- roofline reuse
+
+
+def test_cached_roofline_is_reused_only_while_fresh_and_complete(isolated_cache, tmp_path):
+    from roofprof.cache import cached_roofline, roofline_cache_path
+    from roofprof.probes import RooflineResult
+    from roofprof.roofline import Ceiling, Roofline
+
+    dev = CpuDevice()
+    assert cached_roofline(dev, 3600) is None
+    rl = Roofline("cpu", (Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
+                          Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured")))
+    path = roofline_cache_path(dev)
+    RooflineResult(rl, dev.info).write(path)
+    got = cached_roofline(dev, 3600)
+    assert got is not None and got[0].roofline.memory_bandwidth() == 1e10 and 0 <= got[1] < 60
+    assert cached_roofline(dev, 0) is None  # --fresh-roofline
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    assert cached_roofline(dev, 3600) is None  # too old
+    RooflineResult(rl, dev.info, complete=False).write(path)
+    assert cached_roofline(dev, 3600) is None  # an interrupted measurement is never reused
+    path.write_text("{not json")
+    assert cached_roofline(dev, 3600) is None
+
+
+# --------------------------------------------------------------------------- traps
+
+
+def test_nothing_imported_by_the_cli_starts_numbas_threads_before_the_runtime_is_chosen():
+    """The trap of the profile: numba's ``omp`` layer started early made a real prefill 2.5× slower."""
+    pytest.importorskip("numba")
+    code = (
+        "import roofprof.cli, roofprof.run, roofprof.profiling, roofprof.devices.cpu as c\n"
+        "print(c.single_openmp_runtime())\n"
+        "dev = c.CpuDevice()\n"
+        "import numpy as np\n"
+        "from roofprof._resources import kernels_module\n"
+        "k = kernels_module('cpu'); a = np.ones((4, 8), np.float32); o = np.empty((4, 4), np.float32)\n"
+        "k.gemm_nt(a, a, o)\n"
+        "import numba; print(numba.threading_layer())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["workqueue", "selected", "workqueue"]
+
+
+def test_numba_kernels_cache_their_compilation_in_a_writable_folder():
+    pytest.importorskip("numba")
+    from roofprof._resources import kernels_module
+
+    k = kernels_module("cpu")
+    cache = k.gemm_nt._cache
+    assert cache is not None and type(cache).__name__ == "FunctionCache"
+    folder = cache._cache_path
+    os.makedirs(folder, exist_ok=True)
+    assert os.access(folder, os.W_OK)

@@ -30,7 +30,19 @@ def tiny(tmp_path):
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("hf", marks=pytest.mark.skipif(not HAS_HF, reason="no transformers"))])
 @pytest.mark.parametrize("attention", ["fused", "unfused"])
-def test_real_run_times_prefill_and_decode(tiny, backend, attention):
+def test_real_run_times_prefill_and_decode(tiny, backend, attention, monkeypatch):
+    import roofprof.validation as validation
+
+    class QuietMachine:  # fake the machine's load, not the model: no repetition is dropped
+        share, available = 0.0, True
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(validation, "Contention", QuietMachine)
     r = validate(tiny, device="cpu", backend=backend, attention=attention, prompt_tokens=12, decode_steps=3,
                  warmup_steps=1, prefill_repeats=2)
     real = r.real

@@ -267,3 +267,14 @@ def test_plain_torch_model_computes_what_transformers_does(model_id, attention):
                 seq.append(runner.step(torch.tensor([[token]]), cache)[:, -1])
         outs.append(torch.stack(seq))
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model_id", ["gemma-2-9b", "gemma-3-12b", "phi-3-mini"])
+def test_predict_is_fast_for_new_families(model_id):
+    import time
+
+    from roofprof.rollup import predict
+
+    t0 = time.perf_counter()
+    p = predict(Scenario.of(model_id, "decode", prompt_tokens=512, dtype="bf16"), gpu="h100-sxm")
+    assert time.perf_counter() - t0 < 1.0 and p.decode.seconds > 0

@@ -1,4 +1,4 @@
-"""``roofprof validate``: a real Llama forward pass against each estimator's prediction."""
+"""``roofprof validate``: a real model forward pass against each estimator's prediction."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def validate(
         help="Run a real tensor-parallel Llama on this many local ranks (gloo on --device cpu) "
              "against the measured estimator plus measured collectives."),
 ) -> None:
-    """Run a real Llama forward pass (prefill + decode) on the device and report each
+    """Run a real model forward pass (prefill + decode) on the device and report each
     estimator's residual; or, with --published, hold the predictions against published
     real measurements."""
     if published:

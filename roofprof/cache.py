@@ -68,16 +68,17 @@ class MeasurementCache:
     """
 
     def __init__(self, fingerprint: str, folder: Path | None = None, enabled: bool = True,
-                 model_key: Sequence[int] = ()):
+                 model_key: Sequence[int | str] = ()):
         self.path = (folder or cache_dir()) / f"measurements-{fingerprint}.json"
         self.enabled = enabled
         self.model_key = list(model_key)
         self._data: dict[str, Any] | None = None
 
     def key(self, op: Op, impl: str) -> str:
-        """Shape and implementation; for non-GEMM ops also the head layout (RoPE and attention
-        depend on heads and head size, which their shapes do not spell out)."""
-        return json.dumps([*op.shape_key, impl, *(self.model_key if op.kind != "gemm" else [])])
+        """Shape, implementation and what the op computes (``fn``); for non-GEMM ops also the
+        model family and head layout (a Gemma norm is not a Llama norm of the same shape; RoPE
+        and attention depend on heads and head size, which their shapes do not spell out)."""
+        return json.dumps([*op.shape_key, impl, op.fn, *(self.model_key if op.kind != "gemm" else [])])
 
     def _load(self) -> dict[str, Any]:
         if self._data is None:

@@ -8,10 +8,10 @@ them: this module imports nothing but :mod:`roofprof.errors`.
 ('llama', 'llama')
 >>> family_of({"model_type": "qwen3"}), family_of({"architectures": ["MistralForCausalLM"]})
 ('qwen3', 'mistral')
->>> family_of({"model_type": "mixtral"})
+>>> family_of({"model_type": "falcon"})
 Traceback (most recent call last):
 ...
-roofprof.errors.UnknownNameError: unknown model family 'mixtral'; valid choices: mistral, llama, ...
+roofprof.errors.UnknownNameError: unknown model family 'falcon'; valid choices: ...
 """
 
 from __future__ import annotations
@@ -45,6 +45,10 @@ CONFIGS: Mapping[str, FamilyConfig] = {
     "qwen2": FamilyConfig(("qwen2",), ("Qwen2ForCausalLM",)),
     "mistral": FamilyConfig(("mistral",), ("MistralForCausalLM",)),
     "qwen3": FamilyConfig(("qwen3",), ("Qwen3ForCausalLM",)),
+    "mixtral": FamilyConfig(("mixtral",), ("MixtralForCausalLM",)),
+    "qwen3_moe": FamilyConfig(("qwen3_moe",), ("Qwen3MoeForCausalLM",)),
+    "deepseek_v3": FamilyConfig(("deepseek_v3",), ("DeepseekV3ForCausalLM",)),
+    "gpt_oss": FamilyConfig(("gpt_oss",), ("GptOssForCausalLM",)),
 }
 
 

@@ -39,7 +39,8 @@ class Routing:
     says where from).
 
     A token picks ``k`` distinct experts; expert i is among them with probability
-    ``π_i = min(1, k·share_i)`` (exactly ``k/E`` under uniform routing), and tokens route
+    ``π_i = min(1, c·share_i)``, ``c`` such that ``Σ π_i = k`` (``c = k`` unless some expert
+    would exceed 1; exactly ``k/E`` under uniform routing), and tokens route
     independently, so ``T`` tokens touch ``Σ_i 1 − (1 − π_i)^T`` distinct experts on
     average: ``E·(1 − (1 − k/E)^T)`` when uniform.
 
@@ -69,8 +70,9 @@ class Routing:
                 raise ConfigError(f"routing {self.source or 'shares'} gives {len(self.shares)} experts; "
                                   f"the model has {experts}")
             weights = list(self.shares)
-        total = sum(weights)
-        return tuple(min(1.0, k * w / total) for w in weights)
+        if sum(1 for w in weights if w > 0) < k:
+            raise ConfigError(f"routing {self.source or 'shares'} loads fewer than k = {k} experts")
+        return _capped(weights, k)
 
     def expected_experts(self, experts: int, k: int, tokens: float) -> float:
         """Distinct experts ``tokens`` tokens touch in one layer, on average."""
@@ -89,6 +91,18 @@ class Routing:
                     "probability 1 − (1 − min(1, k·share_i))^T")
         return (f"measured routing ({self.source}); expert i touched with probability "
                 "1 − (1 − min(1, k·share_i))^T")
+
+
+def _capped(weights: list[float], k: int) -> tuple[float, ...]:
+    """``min(1, c·w_i)`` with ``c`` such that the values sum to ``k`` (at most ``len(weights)``)."""
+    fixed: set[int] = set()
+    while True:
+        free = sum(w for i, w in enumerate(weights) if i not in fixed)
+        scale = (k - len(fixed)) / free if free > 0 else 0.0
+        over = {i for i, w in enumerate(weights) if i not in fixed and scale * w > 1.0}
+        if not over:
+            return tuple(1.0 if i in fixed else scale * w for i, w in enumerate(weights))
+        fixed |= over
 
 
 #: The default routing assumption.

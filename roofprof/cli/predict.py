@@ -155,7 +155,8 @@ def _model_with_routing(model: str, routing: str | None):
     if routing is None:
         return spec
     if spec.moe is None:
-        raise ConfigError(f"--routing applies to mixture-of-experts models; {spec.id} has no experts")
+        raise ConfigError(f"--routing applies to mixture-of-experts models; {spec.id} has "
+                          "no experts")
     from roofprof.models.moe import parse_routing
 
     chosen = parse_routing(routing)
@@ -174,7 +175,8 @@ def _with_moe(predictions, spec, fmt: str) -> list:
     out = []
     for p in predictions:
         pf, dc = p.prefill.workload, p.decode.workload
-        block = summary(spec, pf.tokens, dc.tokens, dc.scenario.kv_bytes_per_element, dc.context_tokens)
+        block = summary(spec, pf.tokens, dc.tokens, dc.scenario.kv_bytes_per_element,
+                        dc.context_tokens)
         out.append(dataclasses.replace(p, extras={**p.extras, "moe": block}))
         if fmt == "table" and spec.moe is not None:
             typer.echo(f"mixture of experts: {block['routing']}; decode batch {dc.batch} reads "

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from roofprof.errors import ConfigError
-from roofprof.models.moe_config import UNIFORM, MoeSpec, Routing, kv_elements_per_token, param_counts
+from roofprof.models.moe_config import (
+    UNIFORM,
+    MoeSpec,
+    Routing,
+    kv_elements_per_token,
+    param_counts,
+)
 from roofprof.workload import OP_GROUPS, Op
 
 __all__ = ["DENSE_MLP", "MOE_ROLES", "MoeOps", "parse_routing", "summary"]

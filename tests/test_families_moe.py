@@ -91,9 +91,9 @@ def test_uniform_expected_experts_formula_and_decode_weight_growth():
 def test_expert_gemm_flops_exact_and_prefill_grouped_shapes():
     m = load_model("mixtral-8x7b")
     w = ops(Scenario.of(m, "prefill", batch=2, prompt_tokens=512, dtype="bf16"))
-    up = next(op for op in w.ops if op.name == "expert_up_proj")
+    up = next(op for op in w.ops if op.name == "expert_gate_up_proj")
     tokens = 2 * 512
-    assert up.flops == 2.0 * tokens * 2 * 14336 * 4096
+    assert up.flops == 2.0 * tokens * 2 * (2 * 14336) * 4096
     assert up.batch == 8 and up.m == tokens * 2 // 8  # 128 tokens per expert on average
     assert up.count == 32 and up.fn == "moe_linear"
 
@@ -101,7 +101,7 @@ def test_expert_gemm_flops_exact_and_prefill_grouped_shapes():
 def test_deepseek_dense_first_layers_then_moe_with_shared_experts():
     w = ops(Scenario.of("deepseek-v3", "decode", context_tokens=0))
     counts = {op.name: op.count for op in w.ops}
-    assert counts["gate_proj"] == 3 and counts["expert_up_proj"] == 58 and counts["shared_up_proj"] == 58
+    assert counts["gate_proj"] == 3 and counts["expert_gate_up_proj"] == 58 and counts["shared_up_proj"] == 58
     assert counts["q_a_proj"] == 61 and "kv_b_proj" not in counts  # absorbed in decode
     prefill = {op.name for op in ops(Scenario.of("deepseek-v3", "prefill", prompt_tokens=64)).ops}
     assert "kv_b_proj" in prefill and "q_absorb" not in prefill

@@ -9,7 +9,7 @@ The MLP is a top-``num_experts_per_tok`` mixture of ``num_local_experts`` expert
 ``intermediate_size`` (:mod:`roofprof.models.moe`); the router and every expert
 projection carry biases, and the activation is the clamped SwiGLU (gate clamped at
 ``swiglu_limit``, ``gate·σ(1.702·gate)·(up + 1)``: ~8 FLOP per element, ``fn``
-"clamped_swiglu"). The published weights store the experts in MXFP4
+"moe_clamped_swiglu"). The published weights store the experts in MXFP4
 (``quantization_config``): pass ``--weights mxfp4`` to count them so; roofprof counts
 weights at ``--weights`` (default: the compute dtype).
 
@@ -35,7 +35,7 @@ __all__ = ["ROLES", "accepts", "ops"]
 _CONFIG = CONFIGS["gpt_oss"]
 _LOCAL = ("attention", "attn_scores", "attn_softmax", "attn_pv")
 #: gpt-oss op name -> (fn, chart group, short label): Llama's, the MoE ops, local attention.
-ROLES = {**llama.ROLES, **MOE_ROLES, "expert_act": ("clamped_swiglu", OP_GROUPS[4], "eact"),
+ROLES = {**llama.ROLES, **MOE_ROLES, "expert_act": ("moe_clamped_swiglu", OP_GROUPS[4], "eact"),
          **{f"{name}_local": (llama.ROLES[name][0], llama.ROLES[name][1], llama.ROLES[name][2] + "L")
             for name in _LOCAL}}
 

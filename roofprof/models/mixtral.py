@@ -8,7 +8,7 @@ for the ops and the routing assumption); attention is Mistral's (GQA, RoPE, an o
 >>> from roofprof.workload import Scenario
 >>> w = ops(Scenario.of("mixtral-8x7b", "decode", context_tokens=0, dtype="bf16"))
 >>> [op.name for op in w.ops][10:14]
-['router', 'route', 'expert_gate_proj', 'expert_up_proj']
+['router', 'route', 'expert_gate_up_proj', 'expert_act']
 """
 
 from __future__ import annotations

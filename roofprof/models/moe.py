@@ -2,9 +2,11 @@
 
 A MoE layer replaces the dense MLP by a router GEMM (``router``: hidden → one logit per
 expert), a top-k selection (``route``), the routed experts as grouped GEMMs
-(``expert_gate_proj``, ``expert_up_proj``, ``expert_down_proj``, ``fn`` "moe_linear": one
-GEMM per touched expert over the tokens routed to it), their activation (``expert_act``),
-the weighted sum of each token's k expert outputs (``expert_combine``) and, where the
+(``expert_gate_up_proj``, gate and up fused as transformers and engines store them, and
+``expert_down_proj``; ``fn`` "moe_linear": one GEMM per touched expert over the tokens routed
+to it, ``batch`` = experts touched, ``m`` = tokens per touched expert), their activation
+(``expert_act``), the weighted sum of each token's k expert outputs (``expert_combine``;
+both per touched expert, ``batch`` and ``m`` as the GEMMs') and, where the
 model has them, always-on shared experts (``shared_*``).
 
 Weight bytes follow the experts a pass touches, not all of them: with ``T`` tokens in the
@@ -23,7 +25,7 @@ each op's note with the busiest expert's share).
 >>> from roofprof.models import ops
 >>> w = ops(Scenario.of("mixtral-8x7b", "decode", context_tokens=0, batch=1))
 >>> [(op.name, op.batch) for op in w.ops if op.fn == "moe_linear"]
-[('expert_gate_proj', 2), ('expert_up_proj', 2), ('expert_down_proj', 2)]
+[('expert_gate_up_proj', 2), ('expert_down_proj', 2)]
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ _MLP, _ELEM = OP_GROUPS[2], OP_GROUPS[4]
 #: MoE op name -> (fn, chart group, short label), merged into each MoE family's ROLES.
 MOE_ROLES = {
     "router": ("linear", _MLP, "router"), "route": ("topk_route", _ELEM, "topk"),
-    "expert_gate_proj": ("moe_linear", _MLP, "egate"), "expert_up_proj": ("moe_linear", _MLP, "eup"),
-    "expert_down_proj": ("moe_linear", _MLP, "edown"), "expert_act": ("silu_mul", _ELEM, "eact"),
+    "expert_gate_up_proj": ("moe_linear", _MLP, "egateup"), "expert_down_proj": ("moe_linear", _MLP, "edown"),
+    "expert_act": ("moe_silu_mul", _ELEM, "eact"),
     "expert_combine": ("moe_combine", _ELEM, "ecomb"),
     "shared_gate_proj": ("linear", _MLP, "sgate"), "shared_up_proj": ("linear", _MLP, "sup"),
     "shared_down_proj": ("linear", _MLP, "sdown"), "shared_act": ("silu_mul", _ELEM, "sact"),
@@ -144,13 +146,16 @@ class MoeOps:
                                  extra_bytes=rows * k * 4)
         ops = [router, replace(route, note=route.note or f"softmax/sigmoid over {E} logits, top-{k}")]
         act_flops = 8.0 if moe.activation == "clamped_swiglu" else 5.0
-        ops.append(self.expert_gemm("expert_gate_proj", slots, touched, inter, h, note))
-        ops.append(self.expert_gemm("expert_up_proj", slots, touched, inter, h, note))
-        ops.append(self.elementwise("expert_act", "elementwise", slots, inter, act_flops,
-                                    2 * slots * inter, slots * inter))
-        ops.append(self.expert_gemm("expert_down_proj", slots, touched, h, inter, note))
-        ops.append(self.elementwise("expert_combine", "elementwise", rows, h, 2.0 * k,
-                                    slots * h, rows * h, extra_bytes=slots * e))
+        gate_up = self.expert_gemm("expert_gate_up_proj", slots, touched, 2 * inter, h, note)
+        groups, per_group = gate_up.batch, gate_up.m
+        act = self.elementwise("expert_act", "elementwise", slots, inter, act_flops, 2 * slots * inter,
+                               slots * inter)
+        combine = self.elementwise("expert_combine", "elementwise", rows, h, 2.0 * k, slots * h, rows * h,
+                                   extra_bytes=slots * e)
+        ops += [gate_up, replace(act, m=per_group, batch=groups),
+                self.expert_gemm("expert_down_proj", slots, touched, h, inter, note),
+                replace(combine, m=per_group, batch=groups,
+                        note=combine.note or f"each of {groups} touched experts' outputs, weighted, added")]
         if moe.shared_experts:
             si = -(-moe.shared_experts * moe.shared_intermediate_size // self.tp)
             ops += [self.gemm("shared_gate_proj", rows, si, h), self.gemm("shared_up_proj", rows, si, h),

@@ -7,7 +7,7 @@ window are refused by name (:func:`roofprof.models.moe_config.family_fields`).
 
 >>> from roofprof.workload import Scenario
 >>> w = ops(Scenario.of("qwen3-30b-a3b", "decode", context_tokens=0, batch=4))
->>> [round(op.batch) for op in w.ops if op.name == "expert_up_proj"]
+>>> [round(op.batch) for op in w.ops if op.name == "expert_gate_up_proj"]
 [29]
 """
 

@@ -252,7 +252,11 @@ class ModelSpec:
         return self.num_kv_heads * self.head_dim
 
     def layer_param_count(self) -> int:
-        """Parameters of one decoder layer (attention with its biases and q/k norms, MLP, two RMSNorms)."""
+        """Parameters of one decoder layer (attention with its biases and q/k norms, MLP, two RMSNorms;
+        a mixture-of-experts or MLA model: the average layer, every expert counted)."""
+        if self.moe is not None or self.mla is not None or self.pattern is not None:
+            table = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+            return (self.param_count() - table - self.hidden_size) // self.num_layers
         h = self.hidden_size
         attn = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
         if self.attention_bias:

@@ -39,10 +39,45 @@ from roofprof.models.llama_torch import (
     rope_cos_sin,
     rope_inv_freq,
 )
+from roofprof.models.moe_torch import PREPARERS as MOE_PREPARERS
 from roofprof.models.moe_torch import moe_forward
 from roofprof.specs import ModelSpec
 
-__all__ = ["TorchMixtral"]
+__all__ = ["PREPARERS", "TorchMixtral", "build", "hf_config", "new_cache"]
+
+#: TorchOps preparers of the MoE op fns (:mod:`roofprof.models.moe_torch`).
+PREPARERS = MOE_PREPARERS
+
+
+def hf_config(spec: ModelSpec) -> dict[str, Any]:
+    """Keyword arguments of transformers' ``MixtralConfig`` for ``spec``.
+
+    The experts run transformers' ``eager`` experts path (the per-expert loop the plain-torch
+    model and the op timings share), not its default ``grouped_mm``, which falls back to a
+    loop on machines without grouped GEMM kernels anyway.
+    """
+    moe = spec.moe
+    kw: dict[str, Any] = dict(
+        hidden_size=spec.hidden_size, intermediate_size=moe.expert_intermediate_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta, rms_norm_eps=spec.rms_norm_eps,
+        num_local_experts=moe.experts, num_experts_per_tok=moe.experts_per_token,
+        sliding_window=spec.sliding_window, experts_implementation="eager")
+    if spec.max_position_embeddings < 2**31 - 1:
+        kw["max_position_embeddings"] = spec.max_position_embeddings
+    return kw
+
+
+def build(spec: ModelSpec, dtype, device, attention: str) -> TorchMixtral:
+    """roofprof's plain-torch Mixtral of ``spec`` (random weights)."""
+    return TorchMixtral(spec, dtype=dtype, device=device, attention=attention,
+                        rope_scaling=spec.rope_scaling_dict)
+
+
+def new_cache(spec: ModelSpec) -> KVCache:
+    """An empty KV cache for :class:`TorchMixtral`."""
+    return KVCache()
 
 
 class _MoeLayer(nn.Module):

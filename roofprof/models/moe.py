@@ -173,7 +173,7 @@ class MoeOps:
             weights += touched * n * e
             flops += slots * n
         groups = max(int(round(touched)), 1)
-        rows = max(math.ceil(slots / touched), 1) if touched else 1
+        rows = max(round(slots / touched), 1) if touched else 1
         return Op(name, "gemm", self.phase, rows, n, k_dim, self.dtype, flops,
                   weights + slots * k_dim * e + slots * n * e, batch=groups, count=self.layers,
                   weight_bytes=weights, note=note)

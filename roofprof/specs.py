@@ -27,7 +27,7 @@ from roofprof.errors import ConfigError, UnknownNameError
 if TYPE_CHECKING:
     from roofprof.models.moe_config import AttentionPattern, MlaSpec, MoeSpec
 
-__all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GpuSpec", "ModelSpec", "gpu_collective_figures",
+__all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GemmaFeatures", "GpuSpec", "ModelSpec", "gpu_collective_figures",
            "gpu_interconnect_defaults", "gpu_sources", "list_gpus",
            "list_models", "load_gpu", "load_model", "match_gpu"]
 
@@ -192,6 +192,26 @@ def load_gpu(name: str) -> GpuSpec:
 
 
 @dataclass(frozen=True)
+class GemmaFeatures:
+    """What Gemma 2 and 3 add to a dense decoder (:attr:`ModelSpec.gemma`).
+
+    ``local_layers`` flags, per layer, sliding-window ("local") attention over
+    ``ModelSpec.sliding_window`` keys; the others attend to the whole sequence. Scores are
+    scaled by ``query_pre_attn_scalar ** -0.5``; a soft-cap ``c`` maps ``x -> c·tanh(x/c)``
+    (attention scores, final logits; None: off). ``rope_local_theta``: RoPE base of the
+    local layers (Gemma 3), None: ``ModelSpec.rope_theta``. Each layer has four RMSNorms
+    (``x·(1 + w)``), the MLP is GeGLU (``gelu_tanh(gate)·up``), embeddings are scaled by
+    ``sqrt(hidden_size)``.
+    """
+
+    query_pre_attn_scalar: float
+    local_layers: tuple[bool, ...]
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    rope_local_theta: float | None = None
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A Llama-style decoder (dense, GQA, SwiGLU MLP, RMSNorm, RoPE).
 
@@ -225,18 +245,37 @@ class ModelSpec:
     rms_norm_eps: float = 1e-6
     attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
     sliding_window: int | None = None  # keys attended and cached per sequence (Mistral); None: all
-    qk_norm: bool = False  # RMSNorm of each q and k head before RoPE (Qwen3)
+    qk_norm: bool = False  # RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
+    gemma: GemmaFeatures | None = None  # Gemma 2/3 features (local/global layers, soft-caps, ...)
+    ignored_fields: tuple[str, ...] = ()  # config fields present that this family does not read
     moe: MoeSpec | None = None  # routed experts (Mixtral, Qwen3-MoE, DeepSeek-V3, gpt-oss)
     mla: MlaSpec | None = None  # multi-head latent attention (DeepSeek-V3)
     pattern: AttentionPattern | None = None  # sliding layers, sinks, o bias (gpt-oss)
 
-    def kv_tokens(self, tokens: int) -> int:
-        """Tokens of a ``tokens``-long sequence the KV cache holds (``sliding_window`` caps it).
+    def kv_tokens(self, tokens: int) -> int | float:
+        """Tokens of a ``tokens``-long sequence the KV cache holds per layer (``sliding_window``
+        caps it; with Gemma's local/global layers, the mean over layers).
 
         >>> ModelSpec("m", 64, 128, 1, 4, 4, 16, 100, False, 4096, sliding_window=32).kv_tokens(100)
         32
         """
-        return tokens if self.sliding_window is None else min(tokens, self.sliding_window)
+        if self.sliding_window is None:
+            return tokens
+        if self.gemma is None:
+            return min(tokens, self.sliding_window)
+        local = self.num_local_layers
+        total = local * min(tokens, self.sliding_window) + (self.num_layers - local) * tokens
+        return total // self.num_layers if total % self.num_layers == 0 else total / self.num_layers
+
+    @property
+    def num_local_layers(self) -> int:
+        """Layers with sliding-window attention (Gemma's local layers; all of them elsewhere
+        when ``sliding_window`` is set, none when it is not)."""
+        if self.sliding_window is None:
+            return 0
+        if self.gemma is None:
+            return self.num_layers
+        return sum(self.gemma.local_layers[: self.num_layers])
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any] | None:
@@ -264,7 +303,7 @@ class ModelSpec:
         if self.qk_norm:
             attn += 2 * self.head_dim
         mlp = 3 * h * self.intermediate_size
-        return attn + mlp + 2 * h
+        return attn + mlp + (4 if self.gemma is not None else 2) * h
 
     def param_count(self) -> int:
         """All parameters (every expert of an MoE model), counting tied embeddings once."""
@@ -345,6 +384,11 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     from roofprof.models.families import family_of
 
     family = family_of(cfg)
+    if isinstance(cfg.get("text_config"), dict):  # a multimodal wrapper (Gemma 3): its language model
+        outer = {k: cfg[k] for k in ("_roofprof_id", "_name_or_path") if k in cfg}
+        cfg = {**cfg["text_config"], **outer}
+    if family.startswith("gemma"):  # transformers' Gemma configs tie the embeddings by default
+        cfg = {"tie_word_embeddings": True, **cfg}
     for key in _REQUIRED_FIELDS:
         if key not in cfg:
             raise ConfigError(f"{text}: missing field {key!r}")
@@ -378,6 +422,7 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         rope_scaling=_frozen_items(_mapping_or_none(cfg, "rope_scaling", text)
                                    or _mapping_or_none(cfg, "rope_parameters", text)),
         rms_norm_eps=_positive_float(cfg, "rms_norm_eps", 1e-6, text, maximum=1.0),
+        ignored_fields=ignored_fields(family, cfg),
     )
     from roofprof.models.moe_config import family_fields
 
@@ -386,6 +431,23 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         raise ConfigError(f"{text}: the sizes give {spec.param_count():.3g} parameters, more than "
                           f"{_MAX_PARAMS:.0e}; not a plausible model config")
     return spec
+
+
+def ignored_fields(family: str, cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields of ``cfg`` that family ``family`` does not read, sorted (bookkeeping keys
+    such as ``architectures``, ``model_type`` and ``_name_or_path`` left out).
+
+    >>> ignored_fields("llama", {"hidden_size": 64, "bos_token_id": 1, "model_type": "llama"})
+    ('bos_token_id',)
+    """
+    from roofprof.models.families import fields_read
+
+    read = set(fields_read(family)) | set(_BOOKKEEPING)
+    return tuple(sorted(k for k in cfg if k not in read and not k.startswith("_")))
+
+
+#: Config keys that say what a config is rather than what the model computes.
+_BOOKKEEPING = ("architectures", "model_type", "text_config", "transformers_version", "torch_dtype", "dtype")
 
 
 def _family_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
@@ -397,6 +459,18 @@ def _family_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str,
     ``use_sliding_window`` true, which no shipped Qwen config sets: refused rather than
     modelled wrong (its ``max_window_layers`` split is not modelled).
     """
+    for key, want in (("hidden_act", ("silu",) if not family.startswith("gemma") else None),
+                      ("hidden_activation", ("gelu_pytorch_tanh", "gelu_tanh"))):
+        if want and cfg.get(key) is not None and cfg[key] not in want:
+            raise ConfigError(f"{label}: field {key!r} {cfg[key]!r} is not modelled for {family} "
+                              f"(it models {want[0]})")
+    for key in ("mlp_bias", *(("attention_bias",) if family not in ("qwen3", "qwen3_moe", "gpt_oss") else ()),
+                "use_bidirectional_attention"):
+        if _bool(cfg, key, False, label):
+            raise ConfigError(f"{label}: field {key!r} true is not modelled for {family}")
+    if family in ("qwen2", "phi3") and cfg["head_dim"] * cfg["num_attention_heads"] != cfg["hidden_size"]:
+        raise ConfigError(f"{label}: head_dim {cfg['head_dim']} × num_attention_heads {cfg['num_attention_heads']} "
+                          f"contradicts hidden_size {cfg['hidden_size']} ({family} requires them equal)")
     if family in ("qwen2", "qwen3") and _bool(cfg, "use_sliding_window", False, label):
         raise ConfigError(f"{label}: field 'use_sliding_window' true is not modelled for {family} "
                           "(per-layer windows); set it false")
@@ -404,11 +478,47 @@ def _family_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str,
         return {"attention_bias": True}
     if family == "qwen3":
         return {"attention_bias": _bool(cfg, "attention_bias", False, label), "qk_norm": True}
-    if family == "mistral":
+    if family in ("mistral", "phi3"):
+        if family == "phi3" and cfg.get("partial_rotary_factor") not in (None, 1, 1.0):
+            raise ConfigError(f"{label}: field 'partial_rotary_factor' {cfg['partial_rotary_factor']!r} "
+                              "(partial RoPE) is not modelled for phi3")
         window = (None if cfg.get("sliding_window") is None
                   else _positive_int(cfg, "sliding_window", label))
         return {"sliding_window": window}
+    if family.startswith("gemma"):
+        return _gemma_fields(family, cfg, label)
     return {}
+
+
+def _gemma_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """Gemma 2/3: local/global layers (``layer_types``, else Gemma 2's alternation or Gemma 3's
+    ``sliding_window_pattern``), the attention scale, soft-caps, the local RoPE base."""
+    layers = _positive_int(cfg, "num_hidden_layers", label)
+    types = cfg.get("layer_types")
+    if types is not None:
+        if (not isinstance(types, list) or len(types) != layers
+                or any(t not in ("sliding_attention", "full_attention") for t in types)):
+            raise ConfigError(f"{label}: field 'layer_types' must list 'sliding_attention' or "
+                              f"'full_attention' for each of the {layers} layers")
+        local = tuple(t == "sliding_attention" for t in types)
+    else:
+        pattern = 2 if family == "gemma2" else 6  # transformers' defaults
+        if family == "gemma3" and cfg.get("sliding_window_pattern") is not None:
+            pattern = _positive_int(cfg, "sliding_window_pattern", label)
+        local = tuple(bool((i + 1) % pattern) for i in range(layers))
+    caps = {}
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        caps[key] = None if cfg.get(key) is None else _positive_float(cfg, key, 0.0, label)
+    if "query_pre_attn_scalar" not in cfg:
+        raise ConfigError(f"{label}: missing field 'query_pre_attn_scalar'")
+    features = GemmaFeatures(
+        query_pre_attn_scalar=float(_positive_int(cfg, "query_pre_attn_scalar", label)), local_layers=local,
+        rope_local_theta=(_positive_float(cfg, "rope_local_base_freq", 10000.0, label)
+                          if family == "gemma3" else None), **caps)
+    if "sliding_window" not in cfg:
+        raise ConfigError(f"{label}: missing field 'sliding_window'")
+    return {"gemma": features, "sliding_window": _positive_int(cfg, "sliding_window", label),
+            "qk_norm": family == "gemma3"}
 
 
 #: A config file larger than this is not a config (real ones are a few KiB).

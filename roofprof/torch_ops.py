@@ -25,6 +25,7 @@ launch-overhead model of the ``measured`` estimator).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,14 +37,29 @@ from roofprof.devices.base import CheckResult, tolerance  # tolerance: the one p
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op
 
-__all__ = ["SUPPORTED_FNS", "PreparedTorchOp", "TorchOps", "tolerance"]
+__all__ = ["SUPPORTED_FNS", "PreparedTorchOp", "TorchOps", "family_preparers", "tolerance"]
 
-#: What each op computes (``Op.fn``) -> the TorchOps method that prepares it.
+#: What each op computes (``Op.fn``) -> the TorchOps method that prepares it (the fns every
+#: family shares; a family adds its own through the ``PREPARERS`` of its torch module,
+#: :class:`roofprof.models.families.TorchSide`).
 _PREPARE = {"linear": "_gemm", "rmsnorm": "_norm", "add": "_residual", "silu_mul": "_silu_mul", "rope": "_rope",
             "gather": "_embedding", "onehot_matmul": "_embedding", "sdpa": "_attention_fused",
             "qk_matmul": "_attention_eager", "softmax": "_attention_eager", "pv_matmul": "_attention_eager"}
-#: The ``Op.fn`` values TorchOps implements.
+#: The ``Op.fn`` values TorchOps implements for every family.
 SUPPORTED_FNS = tuple(_PREPARE)
+
+
+def family_preparers(family: str) -> dict[str, Callable[..., PreparedTorchOp]]:
+    """``Op.fn`` -> ``preparer(torch_ops, op)`` that family ``family``'s torch module adds (may be empty)."""
+    import importlib
+
+    from roofprof.models.families import torch_side
+
+    side = torch_side(family)
+    if side is None:
+        return {}
+    return dict(getattr(importlib.import_module(side.module), "PREPARERS", {}))
+
 
 @dataclass
 class PreparedTorchOp:
@@ -112,12 +128,17 @@ class TorchOps:
         self.max_rotation = max_rotation
         self.memory_bytes = memory_bytes
         self.is_cuda = str(device).startswith("cuda")
+        #: ``Op.fn`` -> preparer: the shared methods, then the model family's own (which win).
+        self.preparers: dict[str, Callable[[Op], PreparedTorchOp]] = {
+            fn: getattr(self, method) for fn, method in _PREPARE.items()}
+        for fn, preparer in family_preparers(model.family).items():
+            self.preparers[fn] = functools.partial(preparer, self)
 
     # -- protocol ------------------------------------------------------------------------
     def supports(self, op: Op) -> str | None:
         from roofprof.models.llama_torch import TORCH_DTYPES
 
-        if op.fn not in _PREPARE:
+        if op.fn not in self.preparers:
             return f"no torch implementation of op {op.name!r} (fn {op.fn!r})"
         if op.dtype not in TORCH_DTYPES:
             return f"torch eager has no {op.dtype} path for {op.name}"
@@ -137,9 +158,30 @@ class TorchOps:
 
             raise ConfigError(reason)
         self._seed = int(rng.integers(0, 2**31 - 1))
-        return getattr(self, _PREPARE[op.fn])(op)
+        return self.preparers[op.fn](op)
 
-    # -- helpers -------------------------------------------------------------------------
+    # -- helpers (the public ones are for the preparers of the families' torch modules) ----
+    def randn(self, shape, op: Op, std: float = 1.0):
+        """N(0, std²) values of ``op``'s dtype on the device."""
+        return self._randn(shape, op, std)
+
+    def sample_rows(self, n: int, limit: int = 8) -> list[int]:
+        """Row indices checked against the float64 reference (first, last, spread between)."""
+        return self._rows(n, limit)
+
+    def to_numpy(self, t) -> np.ndarray:
+        """A tensor as a float64 numpy array on the host."""
+        return self._np(t)
+
+    def prepared(self, op: Op, calls, reference, reduction: int, kernels: int, note: str = "",
+                 buffers=()) -> PreparedTorchOp:
+        """A :class:`PreparedTorchOp` (fresh output pages on the CPU for large non-GEMM outputs)."""
+        return self._prepared(op, calls, reference, reduction, kernels, note, buffers)
+
+    def dtype_of(self, op: Op):
+        """The torch dtype of ``op``."""
+        return self._dtype(op)
+
     def _dtype(self, op: Op):
         from roofprof.models.llama_torch import torch_dtype
 

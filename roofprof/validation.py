@@ -1,10 +1,12 @@
-"""Validate: time a real Llama forward pass on the device and hold the estimators against it.
+"""Validate: time a real model forward pass on the device and hold the estimators against it.
 
-:func:`validate` builds a Llama model from the config with random weights, on the device
-being measured: Hugging Face transformers' ``LlamaForCausalLM`` when transformers is
-installed (``backend="hf"``), else the plain-torch model of :mod:`roofprof.models.llama_torch`
-(the same architecture, ``backend="torch"``), from the model's spec (sizes, RoPE and norm
-fields: :class:`~roofprof.specs.ModelSpec`). It times
+:func:`validate` builds the model from the config with random weights, on the device
+being measured: its family's Hugging Face transformers class (``LlamaForCausalLM``,
+``Qwen2ForCausalLM``, ``Gemma2ForCausalLM``, ...: :data:`roofprof.models.families.TORCH_SIDES`)
+when transformers is installed (``backend="hf"``), else roofprof's plain-torch model of the
+family (:mod:`roofprof.models.llama_torch` and its kin, the same architecture,
+``backend="torch"``), from the model's spec (sizes, RoPE and norm fields:
+:class:`~roofprof.specs.ModelSpec`). It times
 
 * **prefill**: one forward pass over ``prompt_tokens`` per sequence into an empty KV cache
   (logits of the last token only, as generation does): the time to first token without
@@ -179,26 +181,41 @@ def has_transformers() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
+def _torch_module(spec: ModelSpec):
+    """The torch module of ``spec``'s family (:class:`roofprof.models.families.TorchSide`).
+
+    Raises:
+        ConfigError: the family has no torch side (predicted only).
+    """
+    import importlib
+
+    from roofprof.models import require_measurable
+    from roofprof.models.families import torch_side
+
+    require_measurable(spec, "validate")
+    side = torch_side(spec.family)
+    assert side is not None  # require_measurable refused the others
+    return side, importlib.import_module(side.module)
+
+
 def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
-    """transformers' ``LlamaForCausalLM`` with random weights (built on meta, then allocated)."""
+    """The family's transformers model (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ...) with random
+    weights (built on meta, then allocated). A model class without SDPA support (Gemma 2, for
+    its soft-capped scores) runs eager attention whatever ``attention`` says."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
     from roofprof.models.llama_torch import fill_random_, torch_dtype
 
-    keep: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
-        rms_norm_eps=spec.rms_norm_eps, rope_scaling=spec.rope_scaling_dict)
-    if spec.max_position_embeddings < 2**31 - 1:
-        keep["max_position_embeddings"] = spec.max_position_embeddings
+    side, module = _torch_module(spec)
+    config_class, model_class = getattr(transformers, side.hf_config_class), getattr(transformers, side.hf_class)
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
-        config = LlamaConfig(**keep)
-        config._attn_implementation = "sdpa" if attention == "fused" else "eager"
+        config = config_class(**module.hf_config(spec))
+        fused = attention == "fused" and getattr(model_class, "_supports_sdpa", True)
+        config._attn_implementation = "sdpa" if fused else "eager"
         with torch.device("meta"):
-            model = LlamaForCausalLM(config)
+            model = model_class(config)
     model = model.to(torch_dtype(dtype))
     model.to_empty(device=device)
     with torch.no_grad():
@@ -209,20 +226,31 @@ def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
                 fill_random_(p, seed=i + 1)
     if spec.tie_word_embeddings:
         model.tie_weights()
-    for parent in model.modules():  # RoPE tables were emptied with the rest: rebuild them
-        for child_name, child in list(parent.named_children()):
-            if hasattr(child, "inv_freq"):
-                setattr(parent, child_name, type(child)(config=config).to(device))
+    _restore_buffers(model, config, device)
     return model.eval()
 
 
-def build_torch_model(spec: ModelSpec, dtype: str, device: str, attention: str):
-    """The plain-torch Llama of :mod:`roofprof.models.llama_torch`, random weights."""
-    from roofprof.models.llama_torch import TorchLlama, torch_dtype
+def _restore_buffers(model, config, device: str) -> None:
+    """Rebuild what ``to_empty`` emptied besides the weights: RoPE tables (any module with an
+    ``*inv_freq`` buffer is built again from the config) and Gemma's embedding scale."""
+    import torch
 
-    return TorchLlama(spec, dtype=torch_dtype(dtype), device=device, attention=attention,
-                      rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling_dict,
-                      eps=spec.rms_norm_eps).eval()
+    for parent in model.modules():
+        for child_name, child in list(parent.named_children()):
+            if any(name.endswith("inv_freq") for name, _ in child.named_buffers(recurse=False)):
+                setattr(parent, child_name, type(child)(config=getattr(child, "config", config)).to(device))
+            elif hasattr(child, "scalar_embed_scale") and isinstance(getattr(child, "embed_scale", None),
+                                                                     torch.Tensor):
+                with torch.no_grad():
+                    child.embed_scale.fill_(child.scalar_embed_scale)
+
+
+def build_torch_model(spec: ModelSpec, dtype: str, device: str, attention: str):
+    """The family's plain-torch model (:mod:`roofprof.models.llama_torch` and its kin), random weights."""
+    from roofprof.models.llama_torch import torch_dtype
+
+    _, module = _torch_module(spec)
+    return module.build(spec, torch_dtype(dtype), device, attention).eval()
 
 
 class _Runner:
@@ -240,9 +268,8 @@ class _Runner:
 
     def prefill(self, ids):
         if self.backend == "torch":
-            from roofprof.models.llama_torch import KVCache
-
-            cache = KVCache()
+            _, module = _torch_module(self.model.spec)
+            cache = module.new_cache(self.model.spec)
             return self.model(ids, cache), cache
         kw = {"use_cache": True}
         if self.keep_kw:
@@ -281,7 +308,7 @@ def validate(
     estimators: Mapping[str, Estimator] | None = None,
     progress: Progress | None = None,
 ) -> ValidationResult:
-    """Run a real Llama forward pass (prefill, then decode steps) on ``device`` and time it.
+    """Run a real forward pass of the model (prefill, then decode steps) on ``device`` and time it.
 
     Args:
         model: id or HF config path (or a ModelSpec), or a Scenario (its model, dtype,
@@ -375,8 +402,9 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     net = build(spec, dtype, tdev, attention)
     dev.synchronize()
     build_s = time.perf_counter() - t0
-    backend_label = (f"transformers {_version('transformers')} LlamaForCausalLM" if chosen == "hf"
-                     else "plain torch (roofprof.models.llama_torch.TorchLlama)")
+    side, _ = _torch_module(spec)
+    backend_label = (f"transformers {_version('transformers')} {side.hf_class}" if chosen == "hf"
+                     else f"plain torch ({side.module}.{type(net).__name__})")
     runner = _Runner(net, chosen)
     gen = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, spec.vocab_size, (batch, prompt_tokens), generator=gen).to(tdev)

@@ -134,7 +134,10 @@ def test_predict_qwen_fast_and_specs_lists_new_models(capsys):
 
 
 @pytest.mark.parametrize("verb", ["profile", "validate"])
-def test_measuring_refuses_non_llama_family(capsys, verb):
+def test_measuring_refuses_family_without_torch_side(capsys, monkeypatch, verb):
+    import roofprof.models.families as families  # every dense family has one now: take qwen2's away
+
+    monkeypatch.setattr(families, "TORCH_SIDES", {k: v for k, v in families.TORCH_SIDES.items() if k != "qwen2"})
     code, _, err = run(capsys, verb, "--model", "qwen2.5-0.5b")
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "qwen2" in lines[0] and verb in lines[0]

@@ -8,7 +8,9 @@ a config no family reads (a DBRX ``config.json`` is not a dense Llama), and
 family its model belongs to (``ModelSpec.family``).
 
 A new family (say Mixtral) is one module here (ops with their ``fn``/``group`` tags), one
-entry in :data:`FAMILIES` and the torch functions its ops are timed with.
+entry in :data:`FAMILIES`, and, to be measured, a torch side: one
+:data:`~roofprof.models.families.TORCH_SIDES` row naming its transformers class and the
+``<family>_torch`` module with its plain-torch model and the preparers of its new op fns.
 
 >>> from roofprof.workload import Scenario
 >>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="seed"))
@@ -27,8 +29,20 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from roofprof.errors import UnknownNameError
-from roofprof.models import deepseek_v3, gpt_oss, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe
-from roofprof.models.families import family_of
+from roofprof.models import (
+    deepseek_v3,
+    gemma2,
+    gemma3,
+    gpt_oss,
+    llama,
+    mistral,
+    mixtral,
+    phi3,
+    qwen2,
+    qwen3,
+    qwen3_moe,
+)
+from roofprof.models.families import TORCH_SIDES, family_of
 
 if TYPE_CHECKING:
     from roofprof.specs import ModelSpec
@@ -39,13 +53,14 @@ __all__ = ["FAMILIES", "MEASURABLE", "family_of", "llama_ops", "ops", "require_m
 #: Family name -> module with ``accepts(config)`` and ``ops(scenario)`` (its configs are
 #: recognised by :data:`roofprof.models.families.CONFIGS`).
 FAMILIES: Mapping[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "mistral": mistral, "qwen3": qwen3,
+                                      "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3,
                                       "mixtral": mixtral, "qwen3_moe": qwen3_moe, "deepseek_v3": deepseek_v3,
                                       "gpt_oss": gpt_oss}
 
 
-#: Families whose ops can be timed and whose real model can be run (:mod:`roofprof.torch_ops`,
-#: :mod:`roofprof.models.llama_torch`); the others are predicted from their op lists only.
-MEASURABLE = ("llama",)
+#: Families whose ops can be timed and whose real model can be run: those with a torch side
+#: (:data:`roofprof.models.families.TORCH_SIDES`); the others are predicted from their op lists only.
+MEASURABLE = tuple(name for name in FAMILIES if name in TORCH_SIDES)
 
 
 def require_measurable(model: ModelSpec, what: str) -> None:
@@ -54,17 +69,22 @@ def require_measurable(model: ModelSpec, what: str) -> None:
     Raises:
         ConfigError: the family is not in :data:`MEASURABLE` (one line naming it).
 
+    >>> import dataclasses
     >>> from roofprof.specs import load_model
     >>> require_measurable(load_model("qwen2.5-0.5b"), "validate")
+    >>> require_measurable(dataclasses.replace(load_model("qwen2.5-0.5b"), family="other"), "validate")
     Traceback (most recent call last):
     ...
-    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'qwen2', which roofprof can predict but not yet measure (measured families: llama)
+    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'other', which roofprof can predict but not yet measure (measured families: llama, qwen2, mistral, qwen3, gemma2, gemma3, phi3)
     """
-    if model.family not in MEASURABLE:
+    import roofprof.models.families as families
+
+    if model.family not in families.TORCH_SIDES:
         from roofprof.errors import ConfigError
 
+        measured = ", ".join(name for name in FAMILIES if name in families.TORCH_SIDES)
         raise ConfigError(f"{what}: model {model.id} is of family {model.family!r}, which roofprof can "
-                          f"predict but not yet measure (measured families: {', '.join(MEASURABLE)})")
+                          f"predict but not yet measure (measured families: {measured})")
 
 
 def ops(scenario: Scenario) -> Workload:

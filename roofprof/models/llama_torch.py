@@ -38,10 +38,10 @@ from torch import nn
 
 from roofprof.specs import ModelSpec
 
-__all__ = ["SDPA_GQA", "TORCH_DTYPES", "KVCache", "TorchLlama", "apply_rope", "attention_eager",
-           "attention_pv", "attention_scores", "attention_sdpa", "attention_softmax", "causal_mask",
-           "fill_random_", "repeat_kv", "rms_norm", "rope_cos_sin", "rope_inv_freq", "rotate_half",
-           "silu_mul", "torch_dtype"]
+__all__ = ["PREPARERS", "SDPA_GQA", "TORCH_DTYPES", "KVCache", "LlamaLayer", "TorchLlama", "apply_rope", "attention_eager",
+           "attention_pv", "attention_scores", "attention_sdpa", "attention_softmax", "build", "causal_mask",
+           "fill_random_", "head_rms_norm", "hf_config", "new_cache", "repeat_kv", "rms_norm", "rope_cos_sin",
+           "rope_inv_freq", "rotate_half", "silu_mul", "torch_dtype"]
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
                 "tf32": torch.float32}
@@ -71,6 +71,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.
     variance = h.pow(2).mean(-1, keepdim=True)
     h = h * torch.rsqrt(variance + eps)
     return weight * h.to(input_dtype)
+
+
+def head_rms_norm(x: torch.Tensor, weight: torch.Tensor, head_dim: int, eps: float = 1e-6) -> torch.Tensor:
+    """Qwen3's q/k norm: :func:`rms_norm` over each ``head_dim`` slice of ``x [..., heads·head_dim]``,
+    returned as ``[..., heads, head_dim]`` (a view of the projection, as transformers' ``view``)."""
+    return rms_norm(x.view(*x.shape[:-1], -1, head_dim), weight, eps)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -111,12 +117,23 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x[:, :, None, :, :].expand(b, kvh, n_rep, s, d).reshape(b, kvh * n_rep, s, d)
 
 
-def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+                   window: int | None = None) -> torch.Tensor:
     """Fused attention (``F.scaled_dot_product_attention``), causal when there are several queries.
 
     ``q [b,h,s,d]``, ``k, v [b,kvh,t,d]`` → ``[b,s,h·d]`` (contiguous, ready for ``o_proj``).
     GQA runs through ``enable_gqa`` where torch has it (≥ 2.5), else K/V are repeated.
+    ``scale``: of the scores (None: ``d ** -0.5``); ``window``: each query sees at most that
+    many keys (a sliding-window mask when the keys exceed it).
     """
+    kwargs_scale: dict[str, Any] = {} if scale is None else {"scale": scale}
+    s, t = q.shape[2], k.shape[2]
+    if window is not None and s > 1 and t > window:
+        n_rep = q.shape[1] // k.shape[1]
+        mask = causal_mask(s, t, q.dtype, q.device, window)
+        out = F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask,
+                                             **kwargs_scale)
+        return out.transpose(1, 2).contiguous().reshape(q.shape[0], s, -1)
     n_rep = q.shape[1] // k.shape[1]
     kwargs: dict[str, Any] = {}
     if n_rep > 1:
@@ -124,27 +141,31 @@ def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
             kwargs["enable_gqa"] = True
         else:
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
-    s = q.shape[2]
     if s > 1 and k.shape[2] > s:  # prefill into an empty cache: keys beyond the queries are masked anyway
         k, v = k[:, :, :s], v[:, :, :s]
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, **kwargs)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, **kwargs, **kwargs_scale)
     b = q.shape[0]
     return out.transpose(1, 2).contiguous().reshape(b, s, -1)
 
 
-def causal_mask(s: int, t: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Additive mask ``[1,1,s,t]``: query ``i`` (at position ``t-s+i``) sees keys ``≤`` its position."""
+def causal_mask(s: int, t: int, dtype: torch.dtype, device, window: int | None = None) -> torch.Tensor:
+    """Additive mask ``[1,1,s,t]``: query ``i`` (at position ``t-s+i``) sees keys ``≤`` its position
+    (and, with ``window``, only the last ``window`` of them)."""
     rows = torch.arange(s, device=device)[:, None] + (t - s)
     cols = torch.arange(t, device=device)[None, :]
     mask = torch.zeros(s, t, dtype=dtype, device=device)
-    mask.masked_fill_(cols > rows, torch.finfo(dtype).min)
+    hidden = cols > rows
+    if window is not None:
+        hidden = hidden | (cols <= rows - window)
+    mask.masked_fill_(hidden, torch.finfo(dtype).min)
     return mask[None, None]
 
 
-def attention_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def attention_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
+                     scale: float | None = None) -> torch.Tensor:
     """Eager attention, step 1: ``QKᵀ·scale (+ mask)`` over the full square (transformers' eager path)."""
     n_rep = q.shape[1] // k.shape[1]
-    w = torch.matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * (q.shape[-1] ** -0.5)
+    w = torch.matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * (q.shape[-1] ** -0.5 if scale is None else scale)
     if mask is not None:
         w = w + mask
     return w
@@ -163,18 +184,22 @@ def attention_pv(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2).contiguous().reshape(b, s, -1)
 
 
-def attention_eager(q, k, v, mask):
+def attention_eager(q, k, v, mask, scale: float | None = None):
     """The three eager steps in a row."""
-    return attention_pv(attention_softmax(attention_scores(q, k, mask)), v)
+    return attention_pv(attention_softmax(attention_scores(q, k, mask, scale)), v)
 
 
 # --------------------------------------------------------------------------- RoPE tables
 
 
 def rope_inv_freq(head_dim: int, theta: float = 500000.0, scaling: Mapping[str, Any] | None = None) -> torch.Tensor:
-    """Inverse frequencies, with Llama 3's ``rope_type: llama3`` scaling when given."""
+    """Inverse frequencies, with Llama 3's ``rope_type: llama3`` scaling (or ``linear``: all
+    divided by ``factor``) when given."""
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    if not scaling or scaling.get("rope_type", scaling.get("type")) != "llama3":
+    kind = scaling.get("rope_type", scaling.get("type")) if scaling else None
+    if kind == "linear":
+        return inv / float(scaling["factor"])
+    if kind != "llama3":
         return inv
     factor = float(scaling["factor"])
     low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
@@ -227,24 +252,36 @@ class KVCache:
     def __init__(self) -> None:
         self.keys: list[torch.Tensor | None] = []
         self.values: list[torch.Tensor | None] = []
+        self.seen = 0  # tokens seen (a windowed layer keeps fewer)
 
     @property
     def length(self) -> int:
-        return 0 if not self.keys or self.keys[0] is None else int(self.keys[0].shape[2])
+        return self.seen
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, window: int | None = None):
+        """Append ``k, v`` to ``layer``; return the keys/values attended now. With ``window``,
+        the layer keeps its last ``window - 1`` tokens (transformers' sliding-window cache)."""
         while len(self.keys) <= layer:
             self.keys.append(None)
             self.values.append(None)
         if self.keys[layer] is None:
-            self.keys[layer], self.values[layer] = k.contiguous(), v.contiguous()
+            keys, values = k.contiguous(), v.contiguous()
         else:
-            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
-            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
-        return self.keys[layer], self.values[layer]
+            keys = torch.cat([self.keys[layer], k], dim=-2)
+            values = torch.cat([self.values[layer], v], dim=-2)
+        if window is not None and keys.shape[-2] >= window:
+            self.keys[layer], self.values[layer] = keys[:, :, 1 - window:], values[:, :, 1 - window:]
+        else:
+            self.keys[layer], self.values[layer] = keys, values
+        if layer == 0:
+            self.seen += k.shape[-2]
+        return keys, values
 
 
-class _Layer(nn.Module):
+class LlamaLayer(nn.Module):
+    """One decoder layer: Llama's, with Qwen2's q/k/v biases, Qwen3's q/k norms and Mistral's
+    sliding window when the spec sets them."""
+
     def __init__(self, m: ModelSpec, dtype, device):
         super().__init__()
         kw = dict(bias=False, dtype=dtype, device=device)
@@ -252,34 +289,57 @@ class _Layer(nn.Module):
         self.m = m
         self.attn_norm = nn.Parameter(torch.ones(h, dtype=dtype, device=device))
         self.mlp_norm = nn.Parameter(torch.ones(h, dtype=dtype, device=device))
-        self.q_proj = nn.Linear(h, m.q_size, **kw)
-        self.k_proj = nn.Linear(h, m.kv_size, **kw)
-        self.v_proj = nn.Linear(h, m.kv_size, **kw)
+        self.q_proj = nn.Linear(h, m.q_size, **{**kw, "bias": m.attention_bias})
+        self.k_proj = nn.Linear(h, m.kv_size, **{**kw, "bias": m.attention_bias})
+        self.v_proj = nn.Linear(h, m.kv_size, **{**kw, "bias": m.attention_bias})
         self.o_proj = nn.Linear(m.q_size, h, **kw)
+        if m.qk_norm:
+            self.q_norm = nn.Parameter(torch.ones(m.head_dim, dtype=dtype, device=device))
+            self.k_norm = nn.Parameter(torch.ones(m.head_dim, dtype=dtype, device=device))
         self.gate_proj = nn.Linear(h, m.intermediate_size, **kw)
         self.up_proj = nn.Linear(h, m.intermediate_size, **kw)
         self.down_proj = nn.Linear(m.intermediate_size, h, **kw)
 
-    def forward(self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask):
-        b, s, _ = x.shape
+    def qkv(self, hs, eps: float):
+        """q ``[b,h,s,d]``, k, v ``[b,kvh,s,d]`` (before RoPE)."""
+        b, s, _ = hs.shape
         d = self.m.head_dim
+        if self.m.qk_norm:
+            q = head_rms_norm(self.q_proj(hs), self.q_norm, d, eps).transpose(1, 2)
+            k = head_rms_norm(self.k_proj(hs), self.k_norm, d, eps).transpose(1, 2)
+        else:
+            q = self.q_proj(hs).view(b, s, -1, d).transpose(1, 2)
+            k = self.k_proj(hs).view(b, s, -1, d).transpose(1, 2)
+        return q, k, self.v_proj(hs).view(b, s, -1, d).transpose(1, 2)
+
+    def mlp(self, hs):
+        return self.down_proj(silu_mul(self.gate_proj(hs), self.up_proj(hs)))
+
+    def forward(self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask):
+        window = self.m.sliding_window
         residual = x
-        hs = rms_norm(x, self.attn_norm, eps)
-        q = self.q_proj(hs).view(b, s, -1, d).transpose(1, 2)
-        k = self.k_proj(hs).view(b, s, -1, d).transpose(1, 2)
-        v = self.v_proj(hs).view(b, s, -1, d).transpose(1, 2)
+        q, k, v = self.qkv(rms_norm(x, self.attn_norm, eps), eps)
         q, k = apply_rope(q, k, cos, sin)
         if cache is not None:
-            k, v = cache.update(index, k, v)
-        a = attention_sdpa(q, k, v) if attention == "fused" else attention_eager(q, k, v, mask)
+            k, v = cache.update(index, k, v, window)
+        if attention == "fused":
+            a = attention_sdpa(q, k, v, window=window)
+        else:
+            a = attention_eager(q, k, v, _fit_mask(mask, k.shape[2]))
         x = residual + self.o_proj(a)
-        residual = x
-        hs = rms_norm(x, self.mlp_norm, eps)
-        return residual + self.down_proj(silu_mul(self.gate_proj(hs), self.up_proj(hs)))
+        return x + self.mlp(rms_norm(x, self.mlp_norm, eps))
+
+
+def _fit_mask(mask, keys: int):
+    """The last ``keys`` columns of a causal mask (a windowed cache holds fewer keys)."""
+    return mask if mask is None or mask.shape[-1] == keys else mask[..., -keys:]
 
 
 class TorchLlama(nn.Module):
     """Llama in plain torch: ``forward(input_ids, cache)`` → logits of the last token ``[b,1,vocab]``.
+
+    Also the Qwen2 (q/k/v biases), Qwen3 (q/k norms) and Mistral (sliding window) models,
+    from the spec's fields; other families subclass it (``layer_class``, ``forward``).
 
     Args:
         spec: the model config (layers, sizes, GQA, vocab, tied embeddings).
@@ -290,6 +350,8 @@ class TorchLlama(nn.Module):
         init: fill weights with :func:`fill_random_` (``False``: zeros, for tests of shapes only).
     """
 
+    layer_class: type[nn.Module] = LlamaLayer
+
     def __init__(self, spec: ModelSpec, *, dtype=torch.float32, device="cpu", attention: str = "fused",
                  rope_theta: float = 500000.0, rope_scaling: Mapping[str, Any] | None = None,
                  eps: float = 1e-5, init: bool = True):
@@ -297,7 +359,7 @@ class TorchLlama(nn.Module):
         self.spec, self.attention, self.eps = spec, attention, eps
         meta = "meta"  # build without torch's (slow) default init, then allocate for real
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta)
-        self.layers = nn.ModuleList(_Layer(spec, dtype, meta) for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(self.layer_class(spec, dtype, meta) for _ in range(spec.num_layers))
         self.norm = nn.Parameter(torch.ones(spec.hidden_size, dtype=dtype, device=meta))
         self.lm_head = (None if spec.tie_word_embeddings else
                         nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, dtype=dtype, device=meta))
@@ -313,19 +375,88 @@ class TorchLlama(nn.Module):
                 else:
                     p.zero_()
 
-    @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def start(self, input_ids: torch.Tensor, cache: KVCache | None):
+        """Embeddings, positions of the new tokens, and the eager causal mask (None when fused)."""
         b, s = input_ids.shape
         past = cache.length if cache is not None else 0
         x = self.embed(input_ids)
         positions = (torch.arange(s, device=input_ids.device) + past)[None].expand(b, s)
-        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
         mask = None
         if self.attention != "fused" and s > 1:
             mask = causal_mask(s, past + s, x.dtype, x.device)
+        return x, positions, mask
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm and lm_head on the last token."""
+        x = rms_norm(x, self.norm, self.eps)
+        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(x[:, -1:, :], weight)
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x, positions, mask = self.start(input_ids, cache)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, i, self.attention, self.eps, mask)
-        x = rms_norm(x, self.norm, self.eps)
-        last = x[:, -1:, :]
-        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(last, weight)
+        return self.head(x)
+
+
+# --------------------------------------------------------------------------- the family's torch side
+
+
+def new_cache(spec: ModelSpec) -> KVCache:
+    """An empty KV cache for the plain-torch model of ``spec``."""
+    return KVCache()
+
+
+def build(spec: ModelSpec, dtype: torch.dtype, device: str, attention: str) -> nn.Module:
+    """The plain-torch model of a Llama, Qwen2, Qwen3 or Mistral spec, random weights."""
+    return TorchLlama(spec, dtype=dtype, device=device, attention=attention, rope_theta=spec.rope_theta,
+                      rope_scaling=spec.rope_scaling_dict, eps=spec.rms_norm_eps).eval()
+
+
+def hf_config(spec: ModelSpec) -> dict[str, Any]:
+    """Keyword arguments of the transformers config (``LlamaConfig``, ``Qwen2Config``, ...) of ``spec``.
+
+    >>> from roofprof.specs import load_model
+    >>> hf_config(load_model("qwen2.5-0.5b"))["num_key_value_heads"]
+    2
+    """
+    kw: dict[str, Any] = dict(
+        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps, rope_scaling=spec.rope_scaling_dict, attention_bias=spec.attention_bias,
+        sliding_window=spec.sliding_window, use_sliding_window=False)
+    if spec.max_position_embeddings < 2**31 - 1:
+        kw["max_position_embeddings"] = spec.max_position_embeddings
+    return kw
+
+
+def _prepare_norm(ops, op):
+    """``rmsnorm``: :func:`rms_norm` over rows of ``hidden_size``, or, for an op of another width
+    (Qwen3's q/k norms over ``heads·head_dim``), :func:`head_rms_norm` over each head's slice."""
+    import numpy as np
+
+    d = op.n if op.n == ops.model.hidden_size else ops.model.head_dim
+    x = ops.randn((op.m, op.n), op)
+    w = 1.0 + 0.1 * ops.randn((d,), op)
+    rows = ops.sample_rows(op.m)
+    eps = 1e-5
+
+    def call():
+        return rms_norm(x, w, eps) if d == op.n else head_rms_norm(x, w, d, eps)
+
+    def reference():
+        xr = ops.to_numpy(x[rows]).reshape(len(rows), -1, d)
+        ref = ops.to_numpy(w) * xr / np.sqrt((xr ** 2).mean(-1, keepdims=True) + eps)
+        return ops.to_numpy(call()[rows]).reshape(len(rows), -1), ref.reshape(len(rows), -1)
+
+    kernels = 6 + (2 if op.dtype != "fp32" else 0)  # to, pow, mean, add, rsqrt, mul, to, mul
+    note = "RMSNorm as transformers (float32 inside)" + ("" if d == op.n else f", per {d}-wide head")
+    return ops.prepared(op, [call], reference, d, kernels, note, [x, w])
+
+
+#: ``Op.fn`` -> preparer for :class:`roofprof.torch_ops.TorchOps` (these win over its own):
+#: ``rmsnorm`` also covers Qwen3's per-head q/k norms.
+PREPARERS = {"rmsnorm": _prepare_norm}

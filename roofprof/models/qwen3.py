@@ -2,7 +2,8 @@
 
 Qwen3 configs give ``head_dim`` explicitly (128 for every size, not hidden/heads), which
 :func:`roofprof.specs.load_model` reads; the q/k norms are ops ``q_norm``/``k_norm``
-(``fn`` "rmsnorm", weight ``head_dim`` elements each) between the projections and RoPE.
+(``fn`` "rmsnorm" over ``heads·head_dim`` elements per row, each head's ``head_dim`` slice
+normalised on its own, weight ``head_dim`` elements each) between the projections and RoPE.
 ``attention_bias`` true adds q/k/v biases as in :mod:`roofprof.models.qwen2`.
 
 >>> from roofprof.workload import Scenario

@@ -52,10 +52,12 @@ _GEMMA = ("hidden_activation", "query_pre_attn_scalar", "sliding_window", "layer
 _MIXTRAL = ("num_local_experts", "num_experts_per_tok", "sliding_window")
 _QWEN3_MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
               "mlp_only_layers", "shared_expert_intermediate_size")
-_DEEPSEEK_V3 = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
-                "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "topk_method",
-                "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_GPT_OSS = ("num_local_experts", "num_experts_per_tok", "experts_per_token", "layer_types", "sliding_window")
+_DEEPSEEK_V3 = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "n_group",
+                "topk_group", "topk_method", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                "qk_rope_head_dim", "v_head_dim")
+_GPT_OSS = ("num_local_experts", "num_experts_per_tok", "experts_per_token", "layer_types",
+            "sliding_window")
 
 #: Family name -> the configs it reads (one row per module of :data:`roofprof.models.FAMILIES`).
 CONFIGS: Mapping[str, FamilyConfig] = {

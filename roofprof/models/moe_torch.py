@@ -95,37 +95,41 @@ def _k(ops: Any) -> tuple[int, int]:
 
 def _route(ops: Any, op: Any):
     experts, k = _k(ops)
-    logits = ops._randn((op.m, op.n), op)
-    rows = ops._rows(op.m)
+    logits = ops.randn((op.m, op.n), op)
+    rows = ops.sample_rows(op.m)
 
     def reference():
         out, _ = topk_route(logits, k)
-        p = ops._np(logits[rows])
+        p = ops.to_numpy(logits[rows])
         p = np.exp(p - p.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
         top = -np.sort(-p, axis=-1)[:, :k]
-        return ops._np(out[rows]), top / top.sum(-1, keepdims=True)
+        return ops.to_numpy(out[rows]), top / top.sum(-1, keepdims=True)
 
-    return ops._prepared(op, [lambda: dispatch(topk_route(logits, k)[1], experts)], reference, op.n,
+    return ops.prepared(op, [lambda: dispatch(topk_route(logits, k)[1], experts)], reference, op.n,
                          8, "softmax (float32), top-k, renormalise, one-hot dispatch (transformers' eager)",
                          [logits])
 
 
-def _groups(op: Any) -> list[torch.Tensor]:
+def _groups(op: Any, device: Any) -> list[torch.Tensor]:
     """Each touched expert's ``op.m`` token rows (disjoint slices of ``m × batch`` rows)."""
-    return [torch.arange(g * op.m, (g + 1) * op.m) for g in range(op.batch)]
+    return [torch.arange(g * op.m, (g + 1) * op.m, device=device) for g in range(op.batch)]
 
 
 def _moe_linear(ops: Any, op: Any):
-    item = ops._dtype(op).itemsize
+    item = ops.dtype_of(op).itemsize
     weight_bytes = op.batch * op.n * op.k * item
     copies = max(1, min(ops.max_rotation, math.ceil(2 * ops.cache_bytes / max(weight_bytes, 1))))
-    ops._check_memory(op, copies * weight_bytes + op.m * op.batch * (op.n + op.k) * item)
+    if ops.memory_bytes is not None and copies * weight_bytes > ops.memory_bytes:
+        from roofprof.errors import ConfigError
+
+        raise ConfigError(f"op {op.name}: expert weights need {copies * weight_bytes / 1e9:.2f} GB, "
+                          f"{ops.memory_bytes / 1e9:.2f} GB free")
     gathered = op.name == "expert_gate_up_proj"  # the first expert GEMM gathers its tokens' rows
-    x = ops._randn((op.m * op.batch, op.k), op)
-    xs = [x[tok] for tok in _groups(op)]
-    sets = [ops._randn((op.batch, op.n, op.k), op, std=op.k ** -0.5) for _ in range(copies)]
-    groups = _groups(op)
+    x = ops.randn((op.m * op.batch, op.k), op)
+    groups = _groups(op, x.device)
+    xs = [x[tok] for tok in groups]
+    sets = [ops.randn((op.batch, op.n, op.k), op, std=op.k ** -0.5) for _ in range(copies)]
 
     def run(w):
         if gathered:
@@ -133,37 +137,38 @@ def _moe_linear(ops: Any, op: Any):
         return [expert_linear(xg, w[g]) for g, xg in enumerate(xs)]
 
     def reference():
-        rows = ops._rows(op.m)
-        out = ops._np(run(sets[0])[-1][rows])
-        return out, ops._np(xs[-1][rows]) @ ops._np(sets[0][-1]).T
+        rows = ops.sample_rows(op.m)
+        out = ops.to_numpy(run(sets[0])[-1][rows])
+        return out, ops.to_numpy(xs[-1][rows]) @ ops.to_numpy(sets[0][-1]).T
 
-    return ops._prepared(op, [(lambda w=w: run(w)) for w in sets], reference, op.k, op.batch,
+    return ops.prepared(op, [(lambda w=w: run(w)) for w in sets], reference, op.k, op.batch,
                          f"F.linear per touched expert ({op.batch} × {op.m} rows"
                          f"{', rows gathered' if gathered else ''}), weights rotated over {copies} copies",
                          [x, xs, sets])
 
 
 def _moe_silu_mul(ops: Any, op: Any):
-    parts = [ops._randn((op.m, 2 * op.n), op) for _ in range(op.batch)]
+    parts = [ops.randn((op.m, 2 * op.n), op) for _ in range(op.batch)]
 
     def reference():
-        rows = ops._rows(op.m)
-        g, u = ops._np(parts[-1][rows, :op.n]), ops._np(parts[-1][rows, op.n:])
-        return ops._np(expert_silu_mul(parts[-1])[rows]), g / (1 + np.exp(-g)) * u
+        rows = ops.sample_rows(op.m)
+        g, u = ops.to_numpy(parts[-1][rows, :op.n]), ops.to_numpy(parts[-1][rows, op.n:])
+        return ops.to_numpy(expert_silu_mul(parts[-1])[rows]), g / (1 + np.exp(-g)) * u
 
-    return ops._prepared(op, [lambda: [expert_silu_mul(p) for p in parts]], reference, 1, 3 * op.batch,
+    return ops.prepared(op, [lambda: [expert_silu_mul(p) for p in parts]], reference, 1, 3 * op.batch,
                          "chunk, F.silu(gate) * up per touched expert", [parts])
 
 
 def _moe_combine(ops: Any, op: Any):
     _, k = _k(ops)
     tokens = max(int(round(op.flops / (2.0 * k * op.n))), 1)
-    gen = torch.Generator().manual_seed(ops._seed)
-    toks = [torch.randint(0, tokens, (op.m,), generator=gen) for _ in range(op.batch)]
-    pos = [torch.randint(0, k, (op.m,), generator=gen) for _ in range(op.batch)]
-    ys = [ops._randn((op.m, op.n), op) for _ in range(op.batch)]
-    weights = ops._randn((tokens, k), op)
-    out = torch.zeros(tokens, op.n, dtype=ops._dtype(op))
+    gen = torch.Generator().manual_seed(op.m * 7919 + op.batch)
+    ys = [ops.randn((op.m, op.n), op) for _ in range(op.batch)]
+    where = ys[0].device
+    toks = [torch.randint(0, tokens, (op.m,), generator=gen).to(where) for _ in range(op.batch)]
+    pos = [torch.randint(0, k, (op.m,), generator=gen).to(where) for _ in range(op.batch)]
+    weights = ops.randn((tokens, k), op)
+    out = torch.zeros(tokens, op.n, dtype=ops.dtype_of(op), device=where)
 
     def call():
         acc = torch.zeros_like(out)
@@ -174,11 +179,11 @@ def _moe_combine(ops: Any, op: Any):
     def reference():
         acc = np.zeros((tokens, op.n))
         for y, t, p in zip(ys, toks, pos, strict=True):
-            np.add.at(acc, ops._np(t).astype(int), ops._np(y) * ops._np(weights)[ops._np(t).astype(int),
-                                                                                 ops._np(p).astype(int), None])
-        return ops._np(call()), acc
+            np.add.at(acc, ops.to_numpy(t).astype(int), ops.to_numpy(y) * ops.to_numpy(weights)[ops.to_numpy(t).astype(int),
+                                                                                 ops.to_numpy(p).astype(int), None])
+        return ops.to_numpy(call()), acc
 
-    return ops._prepared(op, [call], reference, k, 1 + 2 * op.batch,
+    return ops.prepared(op, [call], reference, k, 1 + 2 * op.batch,
                          "zeros, then per touched expert: scale by routing weight, index_add_", [ys, weights])
 
 

@@ -136,6 +136,10 @@ def predict(
 
         predictions = [dataclasses.replace(p, extras=extras(p, gpu))
                        for p in predictions]
+    from roofprof.models import config_fields
+
+    predictions = [dataclasses.replace(p, extras={**p.extras, **config_fields(p.model)})
+                   for p in predictions]
     if plot is not None:
         from roofprof.plots.roofline import plot_prediction
 

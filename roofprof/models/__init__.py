@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roofprof.errors import UnknownNameError
 from roofprof.models import (
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from roofprof.specs import ModelSpec
     from roofprof.workload import Counting, Scenario, Workload
 
-__all__ = ["FAMILIES", "MEASURABLE", "family_of", "llama_ops", "ops", "require_measurable"]
+__all__ = ["FAMILIES", "MEASURABLE", "config_fields", "family_of", "llama_ops", "ops", "require_measurable"]
 
 #: Family name -> module with ``accepts(config)`` and ``ops(scenario)`` (its configs are
 #: recognised by :data:`roofprof.models.families.CONFIGS`).
@@ -85,6 +85,17 @@ def require_measurable(model: ModelSpec, what: str) -> None:
         measured = ", ".join(name for name in FAMILIES if name in families.TORCH_SIDES)
         raise ConfigError(f"{what}: model {model.id} is of family {model.family!r}, which roofprof can "
                           f"predict but not yet measure (measured families: {measured})")
+
+
+def config_fields(model: ModelSpec) -> dict[str, Any]:
+    """The ``counting_config`` entry of the JSON output: the family that read the config and
+    the config fields it ignored (present in the file, not read by the family).
+
+    >>> from roofprof.specs import load_model
+    >>> config_fields(load_model("gemma-2-9b"))["counting_config"]["ignored_fields"][:2]
+    ['attention_dropout', 'bos_token_id']
+    """
+    return {"counting_config": {"family": model.family, "ignored_fields": list(model.ignored_fields)}}
 
 
 def ops(scenario: Scenario) -> Workload:

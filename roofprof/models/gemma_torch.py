@@ -194,7 +194,7 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
         hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
         vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
-        rms_norm_eps=spec.rms_norm_eps, query_pre_attn_scalar=g.query_pre_attn_scalar,
+        rms_norm_eps=spec.rms_norm_eps, query_pre_attn_scalar=round(g.query_pre_attn_scalar),
         sliding_window=spec.sliding_window, hidden_activation="gelu_pytorch_tanh",
         layer_types=["sliding_attention" if local else "full_attention"
                      for local in g.local_layers[: spec.num_layers]],

@@ -130,12 +130,12 @@ def predict(
     kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure,
                                   engine))
     predictions = rollup.sweep(model_arg, batches=batches, contexts=contexts, **kwargs)
-    predictions = _with_moe(predictions, model_arg, fmt)
     if explicit:
         from roofprof.parallel_report import extras
 
         predictions = [dataclasses.replace(p, extras=extras(p, gpu))
                        for p in predictions]
+    predictions = _with_moe(predictions, model_arg, fmt)
     from roofprof.models import config_fields
 
     predictions = [dataclasses.replace(p, extras={**p.extras, **config_fields(p.model)})

@@ -18,13 +18,17 @@ TINY = ModelSpec("tiny-moe", 64, 32, 2, 4, 2, 16, 100, False, 256, family="mixtr
                  rms_norm_eps=1e-5, moe=MoeSpec(4, 2, 32))
 
 
-def test_mixtral_is_measurable_and_every_op_has_a_checked_torch_implementation():
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_moe_family_is_measurable_and_every_op_has_a_checked_torch_implementation(family):
+    import dataclasses
+
     from roofprof.torch_ops import TorchOps
 
-    assert "mixtral" in MEASURABLE
-    impl = TorchOps(TINY)
+    spec = dataclasses.replace(TINY, family=family, qk_norm=family == "qwen3_moe")
+    assert family in MEASURABLE
+    impl = TorchOps(spec)
     for phase in ("prefill", "decode"):
-        for op in ops(Scenario(TINY, phase, 1, 16, 16, "fp32")).ops:
+        for op in ops(Scenario(spec, phase, 1, 16, 16, "fp32")).ops:
             assert impl.supports(op) is None, op.name
             prepared = impl.prepare(op, np.random.default_rng(0))
             prepared.run()
@@ -80,3 +84,39 @@ def test_plain_torch_mixtral_matches_transformers():
     assert torch.allclose(mine(ids, cache), expected, atol=1e-5)
     step = mine(torch.tensor([[3]]), cache)  # decode with the cache
     assert tuple(step.shape) == (1, 1, 100) and cache.length == 6
+
+
+def test_plain_torch_qwen3_moe_matches_transformers():
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    import transformers
+
+    from roofprof.models import qwen3_moe_torch
+
+    spec = dataclasses.replace(TINY, family="qwen3_moe", qk_norm=True, rms_norm_eps=1e-6)
+    assert "qwen3_moe" in MEASURABLE
+    hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**qwen3_moe_torch.hf_config(spec))).eval()
+    mine = qwen3_moe_torch.build(spec, torch.float32, "cpu", "fused")
+    sd = hf.state_dict()
+    with torch.no_grad():
+        for p in hf.parameters():  # the router starts at zero in transformers: give it values
+            p.normal_(0, 0.2)
+        sd = hf.state_dict()
+        mine.embed.weight.copy_(sd["model.embed_tokens.weight"])
+        mine.norm.copy_(sd["model.norm.weight"])
+        mine.lm_head.weight.copy_(sd["lm_head.weight"])
+        for i, layer in enumerate(mine.layers):
+            p = f"model.layers.{i}."
+            layer.attn_norm.copy_(sd[p + "input_layernorm.weight"])
+            layer.mlp_norm.copy_(sd[p + "post_attention_layernorm.weight"])
+            layer.q_norm.copy_(sd[p + "self_attn.q_norm.weight"])
+            layer.k_norm.copy_(sd[p + "self_attn.k_norm.weight"])
+            for n in "qkvo":
+                getattr(layer, f"{n}_proj").weight.copy_(sd[p + f"self_attn.{n}_proj.weight"])
+            layer.router.copy_(sd[p + "mlp.gate.weight"])
+            layer.gate_up.copy_(sd[p + "mlp.experts.gate_up_proj"])
+            layer.down.copy_(sd[p + "mlp.experts.down_proj"])
+        ids = torch.tensor([[1, 5, 7, 9, 11]])
+        expected = hf(ids).logits[:, -1:]
+    assert torch.allclose(mine(ids, qwen3_moe_torch.new_cache(spec)), expected, atol=1e-4)

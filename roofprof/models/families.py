@@ -114,6 +114,8 @@ TORCH_SIDES: Mapping[str, TorchSide] = {
     "gemma3": TorchSide("Gemma3ForCausalLM", "Gemma3TextConfig", "roofprof.models.gemma_torch"),
     "phi3": TorchSide("Phi3ForCausalLM", "Phi3Config", "roofprof.models.phi3_torch"),
     "mixtral": TorchSide("MixtralForCausalLM", "MixtralConfig", "roofprof.models.mixtral_torch"),
+    "qwen3_moe": TorchSide("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+                           "roofprof.models.qwen3_moe_torch"),
 }
 
 

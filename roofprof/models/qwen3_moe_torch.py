@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import roofprof.models.mixtral_torch as mixtral_torch
 from roofprof.errors import ConfigError
 from roofprof.models.llama_torch import KVCache
-from roofprof.models.mixtral_torch import TorchMixtral
 from roofprof.models.moe_torch import PREPARERS as MOE_PREPARERS
 from roofprof.specs import ModelSpec
 
@@ -38,7 +38,7 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     return kw
 
 
-def build(spec: ModelSpec, dtype, device, attention: str) -> TorchMixtral:
+def build(spec: ModelSpec, dtype, device, attention: str) -> mixtral_torch.TorchMixtral:
     """roofprof's plain-torch Qwen3-MoE of ``spec`` (random weights).
 
     Raises:
@@ -47,8 +47,7 @@ def build(spec: ModelSpec, dtype, device, attention: str) -> TorchMixtral:
     if spec.attention_bias:
         raise ConfigError(f"{spec.id}: attention_bias true has no plain-torch Qwen3-MoE model; "
                           "use the transformers backend")
-    return TorchMixtral(spec, dtype=dtype, device=device, attention=attention,
-                        rope_scaling=spec.rope_scaling_dict)
+    return mixtral_torch.build(spec, dtype, device, attention)
 
 
 def new_cache(spec: ModelSpec) -> KVCache:

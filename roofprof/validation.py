@@ -406,6 +406,7 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     backend_label = (f"transformers {_version('transformers')} {side.hf_class}" if chosen == "hf"
                      else f"plain torch ({side.module}.{type(net).__name__})")
     runner = _Runner(net, chosen)
+    attention_ran = _attention_run(net, attention)
     gen = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, spec.vocab_size, (batch, prompt_tokens), generator=gen).to(tdev)
     clock = dev.clock()
@@ -471,7 +472,7 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     context = validation_context(prompt_tokens, warmup_steps, decode_steps, prefill_repeats)
     real = RealRun(spec_full.id, batch, prompt_tokens, context, statistics.median(prefill_used),
                    statistics.median(decode_used), spec.num_layers, spec_full.num_layers if plan.scaled else None,
-                   f"{backend_label}, attention {'sdpa' if attention == 'fused' else 'eager'}, {dtype}, "
+                   f"{backend_label}, attention {attention_ran}, {dtype}, "
                    f"{getattr(clock, 'name', 'clock')}", _iqr(prefill_used), _iqr(decode_used))
     counting = Counting(attention=attention)
     result = ValidationResult(real, spec, dtype, backend_label, attention, info.to_dict(), threads,
@@ -481,6 +482,14 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     if estimators:
         result = result.with_predictions(predict_for(result, estimators))
     return result
+
+
+def _attention_run(net, attention: str) -> str:
+    """The attention the real model ran: ``sdpa`` or ``eager`` (Gemma 2 runs eager whatever was asked)."""
+    ran = getattr(getattr(net, "config", None), "_attn_implementation", None)
+    if ran is None:
+        ran = "sdpa" if getattr(net, "attention", attention) == "fused" else "eager"
+    return str(ran)
 
 
 def validation_context(prompt_tokens: int, warmup_steps: int = 2, decode_steps: int = 8,

@@ -217,3 +217,64 @@ def test_real_models_run_prefill_and_decode(model_id, backend):
         for _ in range(4):  # past the window of 6 tokens
             logits = runner.step(logits[:, -1:].argmax(-1), cache)
     assert tuple(logits.shape) == (1, 1, 128) and bool(torch.isfinite(logits).all())
+
+
+#: transformers' parameter names -> the plain-torch model's, per family (after "model." and
+#: "self_attn."/"mlp." are dropped).
+_NORMS = {"input_layernorm": "attn_norm", "post_attention_layernorm": "mlp_norm"}
+_GEMMA_NORMS = {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attn_norm",
+                "pre_feedforward_layernorm": "mlp_norm", "post_feedforward_layernorm": "post_mlp_norm"}
+
+
+def _plain_name(name: str, family: str) -> str:
+    parts = [p for p in name.split(".") if p not in ("model", "self_attn", "mlp")]
+    norms = _GEMMA_NORMS if family.startswith("gemma") else _NORMS
+    parts = [norms.get(p, p) for p in parts]
+    if parts[0] == "embed_tokens":
+        parts[0] = "embed"
+    if parts[-1] == "weight" and (parts[-2].endswith("norm")):
+        parts = parts[:-1]  # the plain model's norms are bare parameters
+    return ".".join(parts)
+
+
+@pytest.mark.parametrize("model_id", DENSE)
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_plain_torch_model_computes_what_transformers_does(model_id, attention):
+    """Same weights into both models: the same logits, in prefill past the window and in decode."""
+    pytest.importorskip("transformers")
+    from roofprof.validation import _Runner, build_hf_model, build_torch_model
+
+    spec = _tiny(model_id)
+    hf = build_hf_model(spec, "fp32", "cpu", attention)
+    plain = build_torch_model(spec, "fp32", "cpu", attention)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        params = dict(plain.named_parameters())
+        for name, p in hf.named_parameters():
+            if name == "lm_head.weight" and spec.tie_word_embeddings:
+                continue
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if "norm" in name else 0.1))
+            params[_plain_name(name, spec.family)].copy_(p)
+        assert len(params) == len([n for n, _ in hf.named_parameters()])
+    ids = torch.randint(0, 128, (1, 10), generator=gen)
+    outs = []
+    for net, backend in ((hf, "hf"), (plain, "torch")):
+        runner = _Runner(net, backend)
+        with torch.inference_mode():
+            logits, cache = runner.prefill(ids)
+            seq = [logits[:, -1]]
+            for token in (5, 17, 3):
+                seq.append(runner.step(torch.tensor([[token]]), cache)[:, -1])
+        outs.append(torch.stack(seq))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model_id", ["gemma-2-9b", "gemma-3-12b", "phi-3-mini"])
+def test_predict_is_fast_for_new_families(model_id):
+    import time
+
+    from roofprof.rollup import predict
+
+    t0 = time.perf_counter()
+    p = predict(Scenario.of(model_id, "decode", prompt_tokens=512, dtype="bf16"), gpu="h100-sxm")
+    assert time.perf_counter() - t0 < 1.0 and p.decode.seconds > 0

@@ -1,4 +1,4 @@
-"""``roofprof validate``: a real Llama forward pass against each estimator's prediction."""
+"""``roofprof validate``: a real model forward pass against each estimator's prediction."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def validate(
     plot: Path | None = typer.Option(
         None, "--plot", help="With --published: write predicted vs published (log-log) here."),
 ) -> None:
-    """Run a real Llama forward pass (prefill + decode) on the device and report each
+    """Run a real model forward pass (prefill + decode) on the device and report each
     estimator's residual; or, with --published, hold the predictions against published
     real measurements."""
     if published:

@@ -325,14 +325,16 @@ class LlamaLayer(nn.Module):
         if attention == "fused":
             a = attention_sdpa(q, k, v, window=window)
         else:
-            a = attention_eager(q, k, v, _fit_mask(mask, k.shape[2]))
+            a = attention_eager(q, k, v, _fit_mask(mask, k.shape[2], window))
         x = residual + self.o_proj(a)
         return x + self.mlp(rms_norm(x, self.mlp_norm, eps))
 
 
-def _fit_mask(mask, keys: int):
-    """The last ``keys`` columns of a causal mask (a windowed cache holds fewer keys)."""
-    return mask if mask is None or mask.shape[-1] == keys else mask[..., -keys:]
+def _fit_mask(mask, keys: int, window: int | None):
+    """The causal mask over ``keys`` keys, windowed (None when there is none: decode)."""
+    if mask is None or (window is None and mask.shape[-1] == keys):
+        return mask
+    return causal_mask(mask.shape[-2], keys, mask.dtype, mask.device, window)
 
 
 class TorchLlama(nn.Module):

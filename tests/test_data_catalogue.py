@@ -76,8 +76,8 @@ MODEL_IDS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", 
 #: Configs the published-measurement rows need (checked in tests/test_published.py).
 PUBLISHED_MODEL_IDS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.3-70b"]
 #: Configs of the other dense families (checked in tests/test_families.py).
-FAMILY_MODEL_IDS = ["qwen2.5-0.5b", "qwen2.5-7b", "mistral-7b-v0.3", "qwen3-8b", "gemma-2-9b", "gemma-3-12b",
-                    "phi-3-mini"]
+FAMILY_MODEL_IDS = ["qwen2.5-0.5b", "qwen2.5-7b", "mistral-7b-v0.3", "qwen3-8b",
+                    "gemma-2-9b", "gemma-3-12b", "phi-3-mini"]
 #: Configs of the mixture-of-experts families (checked in tests/test_families_moe.py).
 MOE_MODEL_IDS = ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b"]
 

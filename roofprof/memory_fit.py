@@ -1,8 +1,10 @@
 """Does a layout fit? Per-GPU bytes (weights, KV cache, activations) against capacity.
 
 Per GPU: the weights of one rank (layer weights / TP / PP, the embedding and lm_head
-split over TP), the KV cache of ``batch × (context + new tokens)`` at the KV dtype (per
-rank: its KV heads, its stage's layers), and a stated allowance for activations and
+split over TP; a mixture-of-experts model holds ALL its experts, not only the active
+ones), the KV cache of ``batch × (context + new tokens)`` at the KV dtype (per rank: its
+KV heads, its stage's layers; MLA's latent + RoPE key, replicated on every TP rank;
+gpt-oss's sliding layers capped at the window), and a stated allowance for activations and
 workspace (:data:`ACTIVATION_ALLOWANCE`: a share of capacity, as engines reserve it).
 
 >>> from roofprof.workload import Parallel, Scenario
@@ -68,11 +70,21 @@ def fit(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
     m, par = scenario.model, scenario.parallel
     stage_layers = -(-m.num_layers // par.pp)
     table = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
-    per_layer_w = m.layer_param_count()  # attention, MLP, norms
-    weights = (per_layer_w * stage_layers + table) / par.tp * scenario.weight_bytes_per_element
     kv_heads = max(m.num_kv_heads // par.tp, 1)
-    tokens = m.kv_tokens(scenario.prompt_tokens if scenario.phase == "prefill" else scenario.context_tokens + 1)
-    kv_seq = 2 * kv_heads * m.head_dim * stage_layers * tokens * scenario.kv_bytes_per_element
+    seq_tokens = scenario.prompt_tokens if scenario.phase == "prefill" else scenario.context_tokens + 1
+    if m.moe is None and m.mla is None and m.pattern is None:
+        per_layer_w = m.layer_param_count()  # attention, MLP, norms
+        weights = (per_layer_w * stage_layers + table) / par.tp * scenario.weight_bytes_per_element
+        tokens = m.kv_tokens(seq_tokens)
+        kv_seq = 2 * kv_heads * m.head_dim * stage_layers * tokens * scenario.kv_bytes_per_element
+    else:  # every expert's weights; the family's own KV cache
+        from roofprof.models.moe_config import kv_elements_per_token
+
+        layer_w = (m.param_count() - table - m.hidden_size) * stage_layers / m.num_layers
+        weights = (layer_w + table) / par.tp * scenario.weight_bytes_per_element
+        elements, _ = kv_elements_per_token(m, seq_tokens)
+        share = 1.0 if m.mla is not None else kv_heads / m.num_kv_heads  # MLA's latent: on every rank
+        kv_seq = elements * share * stage_layers / m.num_layers * scenario.kv_bytes_per_element
     return MemoryFit(weights, kv_seq * scenario.batch, ACTIVATION_ALLOWANCE * spec.memory_bytes,
                      spec.memory_bytes, kv_seq)
 

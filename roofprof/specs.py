@@ -19,10 +19,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    from roofprof.models.moe_config import AttentionPattern, MlaSpec, MoeSpec
 
 __all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GemmaFeatures", "GpuSpec", "ModelSpec", "gpu_collective_figures",
            "gpu_interconnect_defaults", "gpu_sources", "list_gpus",
@@ -245,6 +248,9 @@ class ModelSpec:
     qk_norm: bool = False  # RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
     gemma: GemmaFeatures | None = None  # Gemma 2/3 features (local/global layers, soft-caps, ...)
     ignored_fields: tuple[str, ...] = ()  # config fields present that this family does not read
+    moe: MoeSpec | None = None  # routed experts (Mixtral, Qwen3-MoE, DeepSeek-V3, gpt-oss)
+    mla: MlaSpec | None = None  # multi-head latent attention (DeepSeek-V3)
+    pattern: AttentionPattern | None = None  # sliding layers, sinks, o bias (gpt-oss)
 
     def kv_tokens(self, tokens: int) -> int | float:
         """Tokens of a ``tokens``-long sequence the KV cache holds per layer (``sliding_window``
@@ -285,7 +291,11 @@ class ModelSpec:
         return self.num_kv_heads * self.head_dim
 
     def layer_param_count(self) -> int:
-        """Parameters of one decoder layer (attention with its biases and q/k norms, MLP, two RMSNorms)."""
+        """Parameters of one decoder layer (attention with its biases and q/k norms, MLP, two RMSNorms;
+        a mixture-of-experts or MLA model: the average layer, every expert counted)."""
+        if self.moe is not None or self.mla is not None or self.pattern is not None:
+            table = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+            return (self.param_count() - table - self.hidden_size) // self.num_layers
         h = self.hidden_size
         attn = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
         if self.attention_bias:
@@ -296,13 +306,27 @@ class ModelSpec:
         return attn + mlp + (4 if self.gemma is not None else 2) * h
 
     def param_count(self) -> int:
-        """All parameters, counting tied embeddings once."""
+        """All parameters (every expert of an MoE model), counting tied embeddings once."""
+        if self.moe is not None or self.mla is not None or self.pattern is not None:
+            from roofprof.models.moe_config import param_counts
+
+            return param_counts(self).total
         embed = self.vocab_size * self.hidden_size
         head = 0 if self.tie_word_embeddings else embed
         return embed + self.num_layers * self.layer_param_count() + self.hidden_size + head
 
+    def active_param_count(self) -> int:
+        """Parameters one token runs through (MoE: its top-k experts; else all of them)."""
+        if self.moe is not None or self.mla is not None or self.pattern is not None:
+            from roofprof.models.moe_config import param_counts
+
+            return param_counts(self).active
+        return self.param_count()
+
     def kv_bytes_per_token(self, dtype: str) -> int:
-        """KV-cache bytes one token adds across all layers (K and V)."""
+        """KV-cache bytes one token adds across all layers (K and V; MLA: latent + RoPE key)."""
+        if self.mla is not None:
+            return self.mla.cache_elements * self.num_layers * BYTES_PER_ELEMENT[dtype]
         return 2 * self.num_layers * self.kv_size * BYTES_PER_ELEMENT[dtype]
 
 
@@ -319,7 +343,9 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     """A model from a shipped id (``llama-3.1-8b``) or the path of an HF ``config.json``.
 
     Dense families read: ``llama``, ``qwen2`` (q/k/v biases), ``mistral``
-    (``sliding_window``), ``qwen3`` (explicit ``head_dim``, q/k norms).
+    (``sliding_window``), ``qwen3`` (explicit ``head_dim``, q/k norms); mixture-of-experts
+    families ``mixtral``, ``qwen3_moe``, ``deepseek_v3`` (with MLA), ``gpt_oss`` fill the
+    ``moe``/``mla``/``pattern`` sub-records (:func:`roofprof.models.moe_config.family_fields`).
 
     ``head_dim`` defaults to hidden/heads and ``num_key_value_heads`` to the head count, as
     in transformers. The config's ``model_type`` (else ``architectures``) must name a
@@ -378,7 +404,7 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     kv_heads = _positive_int(cfg, "num_key_value_heads", text)
     if heads % kv_heads:
         raise ConfigError(f"{text}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    spec = ModelSpec(
+    fields: dict[str, Any] = dict(
         id=cfg.get("_roofprof_id") or label,
         hidden_size=hidden,
         intermediate_size=_positive_int(cfg, "intermediate_size", text),
@@ -396,9 +422,11 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         rope_scaling=_frozen_items(_mapping_or_none(cfg, "rope_scaling", text)
                                    or _mapping_or_none(cfg, "rope_parameters", text)),
         rms_norm_eps=_positive_float(cfg, "rms_norm_eps", 1e-6, text, maximum=1.0),
-        **_family_fields(family, cfg, text),
         ignored_fields=ignored_fields(family, cfg),
     )
+    from roofprof.models.moe_config import family_fields
+
+    spec = ModelSpec(**{**fields, **_family_fields(family, cfg, text), **family_fields(family, cfg, text)})
     if spec.param_count() > _MAX_PARAMS:
         raise ConfigError(f"{text}: the sizes give {spec.param_count():.3g} parameters, more than "
                           f"{_MAX_PARAMS:.0e}; not a plausible model config")
@@ -436,7 +464,7 @@ def _family_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str,
         if want and cfg.get(key) is not None and cfg[key] not in want:
             raise ConfigError(f"{label}: field {key!r} {cfg[key]!r} is not modelled for {family} "
                               f"(it models {want[0]})")
-    for key in ("mlp_bias", *(("attention_bias",) if family not in ("qwen3",) else ()),
+    for key in ("mlp_bias", *(("attention_bias",) if family not in ("qwen3", "qwen3_moe", "gpt_oss") else ()),
                 "use_bidirectional_attention"):
         if _bool(cfg, key, False, label):
             raise ConfigError(f"{label}: field {key!r} true is not modelled for {family}")

@@ -78,6 +78,8 @@ PUBLISHED_MODEL_IDS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
 #: Configs of the other dense families (checked in tests/test_families.py).
 FAMILY_MODEL_IDS = ["qwen2.5-0.5b", "qwen2.5-7b", "mistral-7b-v0.3", "qwen3-8b",
                     "gemma-2-9b", "gemma-3-12b", "phi-3-mini"]
+#: Configs of the mixture-of-experts families (checked in tests/test_families_moe.py).
+MOE_MODEL_IDS = ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b"]
 
 
 def _load(path: Path):
@@ -356,7 +358,7 @@ def _param_count(cfg: dict) -> int:
 
 
 def test_model_files_present(models):
-    assert sorted(models) == sorted(MODEL_IDS + PUBLISHED_MODEL_IDS + FAMILY_MODEL_IDS)
+    assert sorted(models) == sorted(MODEL_IDS + PUBLISHED_MODEL_IDS + FAMILY_MODEL_IDS + MOE_MODEL_IDS)
 
 
 @pytest.mark.parametrize("mid", MODEL_IDS)

@@ -101,8 +101,8 @@ def test_model_families_and_unknown_ones():
 
     assert models.FAMILIES["llama"] is llama
     assert models.family_of({"model_type": "llama"}) == "llama"
-    with pytest.raises(UnknownNameError, match="mixtral.*valid choices:.*llama"):
-        models.family_of({"model_type": "mixtral"})
+    with pytest.raises(UnknownNameError, match="dbrx.*valid choices:.*llama"):
+        models.family_of({"model_type": "dbrx"})
     import dataclasses
 
     from roofprof.workload import Scenario

@@ -90,6 +90,11 @@ def predict(
         None, "--collectives",
         help="Measured collective times (JSON: op, bytes, ranks, seconds) instead of the "
              "α-β priors."),
+    routing: str | None = typer.Option(
+        None, "--routing",
+        help="Mixture-of-experts routing assumption: uniform (default) | zipf:S (expert i's "
+             "share ∝ i^-S) | FILE (JSON list of per-expert loads, e.g. counted from a router "
+             "trace). Sets how many distinct experts a batch reads per layer."),
 ) -> None:
     """Predict time to first token and decode tokens/s from a roofline (datasheet or measured)."""
     import dataclasses
@@ -116,17 +121,18 @@ def predict(
         weight_format(weights)
     if kv_dtype is not None:
         kv_bytes(kv_dtype)
+    model_arg = _model_with_routing(model, routing)
     explicit = tp is not None or pp is not None
     layout = parallel_layout(1 if tp is None else tp, 1 if pp is None else pp, sequence_parallel)
     kwargs = dict(prompt_tokens=prompt, dtype=dtype, convention=counting, weights=weights,
                   kv_dtype=kv_dtype)
     with collected_warnings() as caught:
         if explicit or collectives is not None:
-            kwargs.update(_layout_args(model, gpu, layout, collectives, ignore_memory, batches,
+            kwargs.update(_layout_args(model_arg, gpu, layout, collectives, ignore_memory, batches,
                                        contexts, kwargs, estimator, engine))
         kwargs.update(_estimator_args(estimator, gpu, roofline, device, model, dtype, remeasure,
                                       engine))
-        predictions = rollup.sweep(model, batches=batches, contexts=contexts, **kwargs)
+        predictions = rollup.sweep(model_arg, batches=batches, contexts=contexts, **kwargs)
         if explicit:
             from roofprof.parallel_report import extras
 
@@ -136,6 +142,7 @@ def predict(
 
         predictions = [dataclasses.replace(p, extras={**p.extras, **config_fields(p.model)})
                        for p in predictions]
+        predictions = _with_moe(predictions, model_arg, fmt)
         if plot is not None:
             from roofprof.plots.roofline import plot_prediction
 
@@ -145,6 +152,47 @@ def predict(
     show_warnings(caught, shown=predictions[0].warnings if fmt == "table" else ())
     if plot is not None:
         typer.echo(f"roofline plot written to {plot}", err=True)
+
+
+def _model_with_routing(model: str, routing: str | None):
+    """The model as loaded, with ``--routing`` applied to its experts (exit 2 on a dense one)."""
+    import dataclasses
+
+    from roofprof.specs import load_model
+
+    spec = load_model(model)
+    if routing is None:
+        return spec
+    if spec.moe is None:
+        raise ConfigError(f"--routing applies to mixture-of-experts models; {spec.id} has "
+                          "no experts")
+    from roofprof.models.moe import parse_routing
+
+    chosen = parse_routing(routing)
+    chosen.inclusion(spec.moe.experts, spec.moe.experts_per_token)  # measured loads: one per expert
+    return dataclasses.replace(spec, moe=dataclasses.replace(spec.moe, routing=chosen))
+
+
+def _with_moe(predictions, spec, fmt: str) -> list:
+    """Each prediction with the ``moe`` block (total/active parameters, experts touched)."""
+    if spec.moe is None and spec.mla is None and spec.pattern is None:
+        return predictions
+    import dataclasses
+
+    from roofprof.models.moe import summary
+
+    out = []
+    for p in predictions:
+        pf, dc = p.prefill.workload, p.decode.workload
+        block = summary(spec, pf.tokens, dc.tokens, dc.scenario.kv_bytes_per_element,
+                        dc.context_tokens)
+        out.append(dataclasses.replace(p, extras={**p.extras, "moe": block}))
+        if fmt == "table" and spec.moe is not None:
+            typer.echo(f"mixture of experts: {block['routing']}; decode batch {dc.batch} reads "
+                       f"{block['decode']['experts_touched_per_layer']:.2f} of {block['experts']} "
+                       f"experts per layer; {block['active_params'] / 1e9:.2f} B of "
+                       f"{block['total_params'] / 1e9:.2f} B parameters active per token", err=True)
+    return out
 
 
 def _layout_args(model, gpu, layout, collectives, ignore_memory, batches, contexts, kwargs,

@@ -3,7 +3,7 @@
 A family is a module with ``accepts(config) -> bool`` (does this Hugging Face
 ``config.json`` describe it?) and ``ops(scenario) -> Workload`` (the ops of one pass).
 :data:`FAMILIES` lists them; :func:`family_of` picks the family of a config and refuses
-a config no family reads (a Mixtral ``config.json`` is not a dense Llama), and
+a config no family reads (a DBRX ``config.json`` is not a dense Llama), and
 :func:`ops` builds the workload of a :class:`~roofprof.workload.Scenario` through the
 family its model belongs to (``ModelSpec.family``).
 
@@ -16,10 +16,10 @@ entry in :data:`FAMILIES`, and, to be measured, a torch side: one
 >>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="seed"))
 >>> round(w.weight_bytes / 1e9, 2)
 16.06
->>> family_of({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]})
+>>> family_of({"model_type": "dbrx", "architectures": ["DbrxForCausalLM"]})
 Traceback (most recent call last):
 ...
-roofprof.errors.UnknownNameError: unknown model family 'mixtral (MixtralForCausalLM)'; valid choices: mistral, ...
+roofprof.errors.UnknownNameError: unknown model family 'dbrx (DbrxForCausalLM)'; valid choices: ...
 """
 
 from __future__ import annotations
@@ -29,7 +29,19 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from roofprof.errors import UnknownNameError
-from roofprof.models import gemma2, gemma3, llama, mistral, phi3, qwen2, qwen3
+from roofprof.models import (
+    deepseek_v3,
+    gemma2,
+    gemma3,
+    gpt_oss,
+    llama,
+    mistral,
+    mixtral,
+    phi3,
+    qwen2,
+    qwen3,
+    qwen3_moe,
+)
 from roofprof.models.families import TORCH_SIDES, family_of
 
 if TYPE_CHECKING:
@@ -41,7 +53,9 @@ __all__ = ["FAMILIES", "MEASURABLE", "config_fields", "family_of", "llama_ops", 
 #: Family name -> module with ``accepts(config)`` and ``ops(scenario)`` (its configs are
 #: recognised by :data:`roofprof.models.families.CONFIGS`).
 FAMILIES: Mapping[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "mistral": mistral, "qwen3": qwen3,
-                                      "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3}
+                                      "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3,
+                                      "mixtral": mixtral, "qwen3_moe": qwen3_moe, "deepseek_v3": deepseek_v3,
+                                      "gpt_oss": gpt_oss}
 
 
 #: Families whose ops can be timed and whose real model can be run: those with a torch side
@@ -61,7 +75,7 @@ def require_measurable(model: ModelSpec, what: str) -> None:
     >>> require_measurable(dataclasses.replace(load_model("qwen2.5-0.5b"), family="other"), "validate")
     Traceback (most recent call last):
     ...
-    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'other', which roofprof can predict but not yet measure (measured families: llama, qwen2, mistral, qwen3, gemma2, gemma3, phi3)
+    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'other', which roofprof can predict but not yet measure (measured families: llama, qwen2, mistral, qwen3, gemma2, gemma3, phi3, mixtral, qwen3_moe)
     """
     import roofprof.models.families as families
 

@@ -8,10 +8,10 @@ them: this module imports nothing but :mod:`roofprof.errors`.
 ('llama', 'llama')
 >>> family_of({"model_type": "qwen3"}), family_of({"architectures": ["MistralForCausalLM"]})
 ('qwen3', 'mistral')
->>> family_of({"model_type": "mixtral"})
+>>> family_of({"model_type": "falcon"})
 Traceback (most recent call last):
 ...
-roofprof.errors.UnknownNameError: unknown model family 'mixtral'; valid choices: mistral, llama, ...
+roofprof.errors.UnknownNameError: unknown model family 'falcon'; valid choices: ...
 """
 
 from __future__ import annotations
@@ -49,6 +49,15 @@ COMMON_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_a
 _QWEN = ("use_sliding_window", "sliding_window", "max_window_layers")
 _GEMMA = ("hidden_activation", "query_pre_attn_scalar", "sliding_window", "layer_types",
           "attn_logit_softcapping", "final_logit_softcapping", "use_bidirectional_attention")
+_MIXTRAL = ("num_local_experts", "num_experts_per_tok", "sliding_window")
+_QWEN3_MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+              "mlp_only_layers", "shared_expert_intermediate_size")
+_DEEPSEEK_V3 = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "n_group",
+                "topk_group", "topk_method", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                "qk_rope_head_dim", "v_head_dim")
+_GPT_OSS = ("num_local_experts", "num_experts_per_tok", "experts_per_token", "layer_types",
+            "sliding_window")
 
 #: Family name -> the configs it reads (one row per module of :data:`roofprof.models.FAMILIES`).
 CONFIGS: Mapping[str, FamilyConfig] = {
@@ -62,6 +71,10 @@ CONFIGS: Mapping[str, FamilyConfig] = {
                            (*_GEMMA, "rope_local_base_freq", "sliding_window_pattern")),
     "phi3": FamilyConfig(("phi3",), ("Phi3ForCausalLM",),
                          ("sliding_window", "partial_rotary_factor")),
+    "mixtral": FamilyConfig(("mixtral",), ("MixtralForCausalLM",), _MIXTRAL),
+    "qwen3_moe": FamilyConfig(("qwen3_moe",), ("Qwen3MoeForCausalLM",), (*_QWEN, *_QWEN3_MOE)),
+    "deepseek_v3": FamilyConfig(("deepseek_v3",), ("DeepseekV3ForCausalLM",), _DEEPSEEK_V3),
+    "gpt_oss": FamilyConfig(("gpt_oss",), ("GptOssForCausalLM",), _GPT_OSS),
 }
 
 
@@ -100,6 +113,9 @@ TORCH_SIDES: Mapping[str, TorchSide] = {
     "gemma2": TorchSide("Gemma2ForCausalLM", "Gemma2Config", "roofprof.models.gemma_torch"),
     "gemma3": TorchSide("Gemma3ForCausalLM", "Gemma3TextConfig", "roofprof.models.gemma_torch"),
     "phi3": TorchSide("Phi3ForCausalLM", "Phi3Config", "roofprof.models.phi3_torch"),
+    "mixtral": TorchSide("MixtralForCausalLM", "MixtralConfig", "roofprof.models.mixtral_torch"),
+    "qwen3_moe": TorchSide("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+                           "roofprof.models.qwen3_moe_torch"),
 }
 
 

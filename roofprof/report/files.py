@@ -72,6 +72,7 @@ def specs_payload() -> dict[str, Any]:
             {
                 "id": m.id,
                 "params": m.param_count(),
+                "active_params": m.active_param_count(),
                 "layers": m.num_layers,
                 "hidden_size": m.hidden_size,
                 "heads": m.num_heads,

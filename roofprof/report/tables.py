@@ -216,6 +216,7 @@ def print_specs(console: Console | None = None) -> None:
     for col in (
         "id",
         "params",
+        "active",
         "layers",
         "hidden",
         "heads/kv",
@@ -227,6 +228,7 @@ def print_specs(console: Console | None = None) -> None:
         models.add_row(
             escape(m["id"]),
             f"{m['params'] / 1e9:.2f} B",
+            f"{m['active_params'] / 1e9:.2f} B",
             str(m["layers"]),
             str(m["hidden_size"]),
             f"{m['heads']}/{m['kv_heads']}",

@@ -75,6 +75,17 @@ def test_pool_shares_by_key_and_evicts_least_recently_used():
     assert big.nbytes == 8000 and pool.bytes <= pool.max_bytes
 
 
+def test_pool_never_evicts_a_buffer_an_op_still_holds():
+    pool = InputPool(max_bytes=2 * 800)
+    held = [pool.get(k, lambda: np.zeros(100)) for k in "abc"]  # three live ops' weights
+    assert pool.bytes == 2400 and sorted(pool._items) == ["a", "b", "c"]
+    again = pool.get("a", lambda: np.ones(100))
+    assert again is held[0]  # still shared, never drawn twice while in use
+    del held, again
+    pool.get("d", lambda: np.zeros(100))  # now the unheld ones go, least recent first
+    assert pool.bytes <= 1600 and "d" in pool._items
+
+
 def test_cold_copies_exceed_twice_the_cache_and_leave_tiny_weights_warm():
     llc = 32 << 20
     for w in (2 << 20, 8 << 20, 64 << 20, 100 << 20):

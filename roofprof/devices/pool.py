@@ -19,6 +19,7 @@ an evicted buffer lives on for as long as an op uses it.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -91,9 +92,13 @@ def tiled_normal(shape: tuple[int, ...], dtype: Any, *, seed: int = 0, std: floa
 class InputPool:
     """Buffers by key, made on first use, kept while under ``max_bytes`` (LRU eviction).
 
+    Only buffers no op holds any more are evicted: one still in use stays shared (evicting
+    it would free nothing and double it), so the pool can exceed ``max_bytes`` by what the
+    live ops hold.
+
     Args:
-        max_bytes: the most the pool holds (bytes); a buffer larger than that is made and
-            returned but not kept.
+        max_bytes: the most the pool keeps beyond what live ops hold (bytes); a buffer
+            larger than that is made and returned but not kept.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -117,12 +122,28 @@ class InputPool:
         size = self._size(value)
         if size > self.max_bytes:
             return value
-        while self._items and self.bytes + size > self.max_bytes:
-            _, old = self._items.popitem(last=False)
-            self.bytes -= self._size(old)
+        if self.bytes + size > self.max_bytes:
+            self._evict(self.bytes + size - self.max_bytes)
         self._items[key] = value
         self.bytes += size
         return value
+
+    def _evict(self, excess: int) -> None:
+        """Drop least recently used buffers that no op holds any more, ``excess`` bytes' worth.
+
+        A buffer an op still holds is kept: dropping it would free nothing and the next op
+        of its shape would draw (and hold) a second copy.
+        """
+        for key in list(self._items):
+            if excess <= 0:
+                break
+            value = self._items[key]
+            if sys.getrefcount(value) > 3:  # the pool's entry, ``value`` and the call's argument
+                continue
+            del self._items[key]
+            size = self._size(value)
+            self.bytes -= size
+            excess -= size
 
     def clear(self) -> None:
         """Drop every buffer the pool holds (ops that hold one keep theirs)."""

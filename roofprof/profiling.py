@@ -334,7 +334,8 @@ class Profiler:
             self.cache.put(op, m)
         return m
 
-    def _measure_group(self, impl: OpImpl, ops: Sequence[Op], phase: str, *, done: int = 0, total: int = 0) -> None:
+    def _measure_group(self, impl: OpImpl, ops: Sequence[Op], phase: str, *, done: int = 0, total: int = 0,
+                       budget_s: float | None = None) -> None:
         """Measure ``ops`` with one implementation in interleaved rounds.
 
         Every op is checked first; then all are timed together
@@ -369,8 +370,9 @@ class Profiler:
                               done + n + min(r, rounds - 1) * n // rounds + j * n // (rounds * len(fresh)), total)
 
         ms = check_then_time_group(
-            impl, fresh, self.rng, clock=self.device.clock(), flush_for=self._flush_for, budget_s=self.budget_s,
-            warmup_s=self.warmup_s, max_repeats=self.max_repeats, rounds=rounds,
+            impl, fresh, self.rng, clock=self.device.clock(), flush_for=self._flush_for,
+            budget_s=self.budget_s if budget_s is None else budget_s,
+            warmup_s=self.warmup_s if budget_s is None else min(self.warmup_s, budget_s / 3), max_repeats=self.max_repeats, rounds=rounds,
             sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
             judge_rounds=info.shared_host,
             more_rounds=lambda round_s: self._retry.spend(round_s, pause_s=self.settings.busy_pause_s),
@@ -383,20 +385,21 @@ class Profiler:
             self._measured[(op.shape_key, impl.name)] = m
         self.cache.save()
 
-    def prefetch(self, ops: Sequence[Op], label: str = "sweep") -> None:
+    def prefetch(self, ops: Sequence[Op], label: str = "sweep", *, budget_s: float | None = None) -> None:
         """Measure every shape of ``ops`` not measured yet, as :meth:`op_time` will ask for them.
 
         One interleaved group per preferred implementation (as :meth:`profile` does)
         instead of one op at a time: the inputs of the shapes are drawn once and shared
         (the weights across batch sizes), each gets its samples spread over the rounds, and
-        a busy machine costs dropped rounds rather than per-op retry pauses.
+        a busy machine costs dropped rounds rather than per-op retry pauses. ``budget_s``
+        (default the profiler's) is the timed seconds per shape.
         """
         shapes = list({op.shape_key: op for op in ops}.values())
         preferred = [i for i in self.ordered_impls() if i.name in self.prefer] or self.ordered_impls()
         total = 2 * len(shapes) * len(preferred)
         with self._threads():
             for i, impl in enumerate(preferred):
-                self._measure_group(impl, shapes, label, done=2 * i * len(shapes), total=total)
+                self._measure_group(impl, shapes, label, done=2 * i * len(shapes), total=total, budget_s=budget_s)
 
     def release_buffers(self) -> None:
         """Drop the inputs shared between measurements (before a memory-hungry step)."""

@@ -271,10 +271,13 @@ def run(
             sweep_estimators = {
                 k: v for k, v in estimators.items() if k in ("spec", "empirical", "measured")
             }
-            # the sweeps' new decode shapes, measured together before the roll-ups ask
+            # the sweeps' new decode shapes, measured together before the roll-ups ask; beyond
+            # the validated point they are predictions, so a third of the budget each (still
+            # one sample per interleaved round at least)
             sweep_points = [(b, context) for b in batches] + [(batch, c) for c in contexts]
             profiler.prefetch([op for b, c in sweep_points for op in models.ops(
-                scenario.replace(phase="decode", batch=b, context_tokens=c)).ops], "decode sweeps")
+                scenario.replace(phase="decode", batch=b, context_tokens=c)).ops], "decode sweeps",
+                budget_s=budget_s / 3)
             n = len(sweep_estimators) * (len(batches) + len(contexts))
             i = 0
             for label, est in sweep_estimators.items():

@@ -395,7 +395,12 @@ def interleave(
                     on_case(r, j)
                 done = st.enough and sum(len(s) for s, sh in zip(st.rounds, shares, strict=False)
                                          if sh is None or sh <= busy_above) >= st.enough
-                st.rounds.append([] if done else [st.timed(clock) for _ in range(st.per_round)])
+                samples = [] if done else [st.timed(clock) for _ in range(st.per_round)]
+                if st.enough and r == 0:
+                    # a long call's estimate ran warm (after its check): it counts as a sample,
+                    # kept or dropped with the first round
+                    samples.insert(0, st.estimate_s)
+                st.rounds.append(samples)
 
         t_round = time.perf_counter()
         share = judge_round(one_round) if judge_round is not None else one_round()

@@ -399,15 +399,17 @@ def test_clean_cached_measurements_are_reused_and_remeasure_ignores_them(monkeyp
     import roofprof.profiling as rp
 
     timed = []
-    real = rp.check_then_time
+    real, real_group = rp.check_then_time, rp.check_then_time_group
     monkeypatch.setattr(rp, "check_then_time", lambda *a, **k: timed.append(a[1].name) or real(*a, **k))
+    monkeypatch.setattr(rp, "check_then_time_group",  # predict measures new shapes as one group
+                        lambda *a, **k: timed.extend(op.name for op in a[1]) or real_group(*a, **k))
     cached = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, impls=["torch"])
     roofprof.predict(TINY, estimator=cached, prompt_tokens=4, dtype="fp32")
     assert timed == []  # all from the cache
     fresh = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
                                impls=["torch"], use_cache=False)  # --remeasure
     roofprof.predict(TINY, estimator=fresh, prompt_tokens=4, dtype="fp32")
-    assert "q_proj" in timed
+    assert {"q_proj", "o_proj"} & set(timed)  # measured again (one op per shape: q and o share one)
 
 
 def test_cli_predict_remeasure_ignores_the_cache(capsys, tiny_config, roofline_file, monkeypatch):

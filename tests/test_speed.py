@@ -150,7 +150,8 @@ def test_long_calls_stop_at_three_clean_samples():
     n_calls = []
     [t] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=FakeClock(0.5), rounds=5,
                      budget_s=0.15, warmup_s=0.0)
-    assert t.n == 3 and len(n_calls) == 1 + 3  # the estimate, then rounds 1-3 only
+    assert t.n == 3 and len(n_calls) == 1 + 2  # the estimate (kept as the first sample), then rounds 1-2
+    assert t.samples_s[0] == t.estimate_s
     short = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.01), rounds=5, budget_s=0.05,
                        warmup_s=0.0)[0]
     assert short.n == 5

@@ -225,8 +225,7 @@ class Profiler:
                             for n in ((self.reference_impl,) if name == "reference" else (name,)) if n)
         self.roofline, self.roofline_source = resolve_roofline(roofline, self.device, progress=progress)
         self.cache = MeasurementCache(device_fingerprint(self.device, self.threads), enabled=use_cache,
-                                      model_key=(model.family, model.num_heads, model.num_kv_heads,
-                                                 model.head_dim))
+                                      model_key=(model.family, model.num_heads, model.num_kv_heads, model.head_dim))
         self._measured: dict[tuple, Measurement] = {}
         self._last_impl: str | None = None
         self._launch_s: float | None = None

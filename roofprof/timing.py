@@ -356,17 +356,17 @@ def interleave(
         Timings with ``flush`` ``"interleaved[+rotate:N][+flush]"``, ``rounds`` and
         ``rounds_kept``.
 
-    >>> class Tick:  # a fake clock: every call takes 1 s, except in the second round
+    >>> class Tick:  # a fake clock: every call takes 10 ms, except in the second round
     ...     name, n = "fake", 0
     ...     def start(self): pass
     ...     def stop(self):  # call 1 is the estimate, then one call per round
     ...         self.n += 1
-    ...         return 3.0 if self.n == 3 else 1.0
+    ...         return 0.03 if self.n == 3 else 0.01
     >>> shares = iter([0.0, 0.9, 0.0, 0.0, 0.0])
-    >>> [t] = interleave([Case([lambda: None])], clock=Tick(), rounds=5, budget_s=5, warmup_s=0,
+    >>> [t] = interleave([Case([lambda: None])], clock=Tick(), rounds=5, budget_s=0.05, warmup_s=0,
     ...                  judge_round=lambda run: (run(), next(shares))[1])
     >>> t.samples_s, t.rounds, t.rounds_kept
-    ((1.0, 1.0, 1.0, 1.0), 5, 4)
+    ((0.01, 0.01, 0.01, 0.01), 5, 4)
     """
     if not cases or rounds < 1:
         raise ValueError("interleave() needs at least one case and one round")

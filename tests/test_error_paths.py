@@ -334,7 +334,7 @@ def test_a_traced_script_that_fails_exits_1_with_its_own_story(tmp_path, body, c
         assert "roofprof/cli" not in err
 
 
-def test_trace_counters_on_a_gpu_says_it_is_not_available_yet(monkeypatch, tmp_path):
+def test_trace_counters_on_a_gpu_without_ncu_names_what_is_missing(monkeypatch, tmp_path):
     import types
 
     import roofprof.devices
@@ -343,8 +343,10 @@ def test_trace_counters_on_a_gpu_says_it_is_not_available_yet(monkeypatch, tmp_p
     monkeypatch.setattr(roofprof.devices, "select", lambda device: gpu)
     script = tmp_path / "job.py"
     script.write_text("")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ncu anywhere
+    monkeypatch.delenv("ROOFPROF_NCU", raising=False)
     rc, out, err = run_cli(["trace", str(script), "--counters"])
-    assert rc == 2 and "--counters per traced op is not available in this version" in err, err
+    assert rc == 2 and "--counters" in err and "ncu" in err and err.count("\n") == 1, err
 
 
 def test_a_chart_that_cannot_be_drawn_is_skipped_with_the_reason(tmp_path, monkeypatch):

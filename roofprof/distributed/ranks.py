@@ -287,7 +287,7 @@ def _watch(procs: list[Any], results: Any, *, deadline: float, timeout_s: float)
                 except queue_module.Empty:
                     raise RankError(f"rank {rank} died (exit code {p.exitcode}) before reporting") from None
                 if status == "error":
-                    raise RankError(str(value))
+                    raise RankError(_dead_rank(procs, done) or str(value))
                 done[rank_] = value
         if time.monotonic() > deadline:
             late = [str(r) for r in range(len(procs)) if r not in done]
@@ -296,9 +296,10 @@ def _watch(procs: list[Any], results: Any, *, deadline: float, timeout_s: float)
     return done.get(0)
 
 
-def _dead_rank(procs: list[Any], done: Mapping[int, Any], wait_s: float = 1.0) -> str | None:
+def _dead_rank(procs: list[Any], done: Mapping[int, Any], wait_s: float = 5.0) -> str | None:
     """The rank that died (an exit code other than 0 and 2, no report), when a peer's error
-    is only the echo of its death (a connection reset); None when none did within ``wait_s``."""
+    is only the echo of its death (a connection reset); None when none did within ``wait_s``
+    (a dying process on a busy host can take seconds to be reaped)."""
     deadline = time.monotonic() + wait_s
     while True:
         for rank, p in enumerate(procs):

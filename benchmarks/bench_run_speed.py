@@ -32,12 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def wait_quiet(limit_s: float, threshold: float = 0.7) -> float:
-    t0 = time.time()
-    while time.time() - t0 < limit_s and os.getloadavg()[0] >= threshold:
-        time.sleep(5)
-    return os.getloadavg()[0]
+from bench_model import wait_quiet  # the same quiet-machine wait as the model benchmark
 
 
 def residuals(report: dict) -> dict[str, float | None]:

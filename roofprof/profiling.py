@@ -38,6 +38,7 @@ from roofprof import models
 from roofprof.cache import MeasurementCache, device_fingerprint, resolve_roofline, spec_roofline
 from roofprof.devices.cpu import single_openmp_runtime
 from roofprof.devices.cpu import threads as cpu_threads
+from roofprof.devices.pool import malloc_trimmer, stays_warm
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.measure_any import MeasureResult, measure  # API here too (roofprof.measure)
 from roofprof.measurement import (
@@ -307,8 +308,6 @@ class Profiler:
         in a real pass; GEMM weights rotate over copies instead (the flush then only
         applies to a single copy larger than the caches).
         """
-        from roofprof.devices.pool import stays_warm
-
         if (self.roofline is None or not op.bytes or not op.weight_bytes
                 or stays_warm(op.weight_bytes, self.device.info.last_level_cache_bytes or (32 << 20))):
             return None
@@ -409,12 +408,7 @@ class Profiler:
         import gc
 
         gc.collect()
-        try:
-            from roofprof.torch_ops import malloc_trimmer
-
-            trim = malloc_trimmer()
-        except ImportError:
-            trim = None
+        trim = malloc_trimmer()
         if trim is not None:
             trim()  # hand the freed pages back to the OS before the next step first-touches its own
 

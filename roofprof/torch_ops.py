@@ -34,6 +34,11 @@ from typing import Any
 import numpy as np
 
 from roofprof.devices.base import CheckResult, tolerance  # tolerance: the one policy, API here too
+from roofprof.devices.pool import (  # malloc_trimmer: API here too
+    InputPool,
+    cold_copies,
+    malloc_trimmer,
+)
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op
 
@@ -129,8 +134,6 @@ class TorchOps:
         self.max_rotation = max_rotation
         self.memory_bytes = memory_bytes
         self.is_cuda = str(device).startswith("cuda")
-        from roofprof.devices.pool import InputPool
-
         #: weights and tables shared by the ops of one shape (batch sizes, sweep points)
         self.inputs = InputPool(pool_bytes if pool_bytes is not None else 2 << 30)
         #: ``Op.fn`` -> preparer: the shared methods, then the model family's own (which win).
@@ -244,8 +247,6 @@ class TorchOps:
     # -- ops -----------------------------------------------------------------------------
     def _gemm(self, op: Op) -> PreparedTorchOp:
         import torch.nn.functional as F
-
-        from roofprof.devices.pool import cold_copies
 
         item = self._dtype(op).itemsize
         weight_bytes = op.n * op.k * item
@@ -471,35 +472,6 @@ class TorchOps:
 
 #: Outputs at least this large get fresh pages before each timed call (see :func:`malloc_trimmer`).
 FRESH_OUTPUT_BYTES = 1 << 20
-
-
-def malloc_trimmer() -> Callable[[], Any] | None:
-    """``malloc_trim(0)`` of glibc, or None where there is no such call.
-
-    In a real forward pass the large temporaries (MB-sized activations) are freed in bulk,
-    glibc returns that memory to the OS, and the next allocations fault their pages back
-    in: on a VM that costs ~1-3 µs per 4 KiB page, a few ms per activation. Timing an op
-    in a loop instead reuses the same warm allocation. Calling this before each timed
-    call (outside the interval) makes the op's output land in fresh pages, as in the pass.
-
-    Applied to the non-GEMM ops only: profiling transformers' Llama 3.2 1B prefill on the
-    2-core EPYC VM, its elementwise ops, norms, RoPE and SDPA ran at their fresh-page times
-    (SiLU 3.6 ms where a warm loop takes 0.3 ms), while its GEMMs ran within ~5 % of their
-    warm-loop times (34.5 ms vs 32-35 ms for 128×8192×2048) and 4-15 % slower with fresh
-    pages.
-    """
-    import ctypes
-    import ctypes.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    return lambda: trim(0)
 
 
 def _attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:

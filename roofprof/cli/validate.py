@@ -80,11 +80,7 @@ def validate(
     if fmt == "csv":
         raise ConfigError("--format csv needs --published")
     if tp is not None:
-        _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
-                         roofline, estimators, budget, out, fmt, tp, attention, backend)
-        return
-    from roofprof.validation import validate as run_validation
-
+        check_int(tp, "--tp", 2, 4096)
     check_int(batch, "--batch", 1, MAX_BATCH)
     check_int(prompt, "--prompt", 1, MAX_TOKENS)
     check_int(steps, "--steps", 1, 100_000)
@@ -93,6 +89,12 @@ def validate(
     check_int(max_layers, "--max-layers", 1, 100_000)
     check_seconds(budget, "--budget")
     check_output(out, "--out")
+    if tp is not None:
+        _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
+                         roofline, estimators, budget, out, fmt, tp, attention, backend)
+        return
+    from roofprof.validation import validate as run_validation
+
     wanted = split_list(estimators or "spec,empirical,measured") or []
     bad = [w for w in wanted if w not in ("spec", "empirical", "measured")]
     if bad:
@@ -183,15 +185,6 @@ def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_la
     from roofprof.distributed.tp_validate import validate_tp
     from roofprof.units import clean
 
-    check_int(tp, "--tp", 2, 4096)
-    check_int(batch, "--batch", 1, MAX_BATCH)
-    check_int(prompt, "--prompt", 1, MAX_TOKENS)
-    check_int(steps, "--steps", 1, 100_000)
-    check_int(repeats, "--repeats", 1, 10_000)
-    check_int(threads, "--threads", 1, 4096)
-    check_int(max_layers, "--max-layers", 1, 100_000)
-    check_seconds(budget, "--budget")
-    check_output(out, "--out")
     wanted = split_list(estimators or "measured") or []
     if any(w != "measured" for w in wanted):
         raise ConfigError("--tp compares the measured estimator only (--estimators measured)")

@@ -261,20 +261,20 @@ def _rule(*names: str):
 
 
 # -- matmul and convolution ---------------------------------------------------------------
-@_rule("mm", "_scaled_mm")
-def _mm(call: OpCall) -> Cost:
-    a, b = call.args[0], call.args[1]
+def _matmul(call: OpCall, a: Any, b: Any) -> Cost:
     m, k = a.shape
     n = b.shape[-1]
     return Cost(2 * m * n * k, _read(call.tensors), _write(call, a.dtype), "matmul")
+
+
+@_rule("mm", "_scaled_mm")
+def _mm(call: OpCall) -> Cost:
+    return _matmul(call, call.args[0], call.args[1])
 
 
 @_rule("addmm")
-def _addmm(call: OpCall) -> Cost:
-    a, b = call.args[1], call.args[2]
-    m, k = a.shape
-    n = b.shape[-1]
-    return Cost(2 * m * n * k, _read(call.tensors), _write(call, a.dtype), "matmul")
+def _addmm(call: OpCall) -> Cost:  # bias, a, b
+    return _matmul(call, call.args[1], call.args[2])
 
 
 @_rule("bmm")

@@ -193,6 +193,9 @@ class Profiler:
         budget_s, warmup_s, max_repeats: timing budget per measurement (seconds, calls).
         threads: torch/numba intra-op threads while measuring (None: leave as is).
         roofline: measured roofline for placement (see :func:`roofprof.cache.resolve_roofline`).
+        roofline_dtypes: with ``roofline="auto"`` and no cached quick roofline, measure only
+            the minimal roofline of these dtypes (:func:`roofprof.cache.minimal_roofline`):
+            enough to classify bounds, for a prediction that does not place ops on a chart.
         use_cache: read cached measurements (they are always written); a cached measurement
             that was contended is measured again.
         progress: ``progress(label, done, total)`` callback.
@@ -206,7 +209,7 @@ class Profiler:
                  prefer: Sequence[str] = DEFAULT_PREFER, budget_s: float = 0.2, warmup_s: float = 0.05,
                  threads: int | None = None, roofline: Roofline | str | os.PathLike | None = "auto",
                  use_cache: bool = False, progress: Progress | None = None, seed: int = 0, max_repeats: int = 100,
-                 settings: MeasureSettings | None = None):
+                 settings: MeasureSettings | None = None, roofline_dtypes: Sequence[str] | None = None):
         from roofprof.models import require_measurable
 
         require_measurable(model, "profile")
@@ -224,7 +227,8 @@ class Profiler:
         self.impls = self._implementations(impls)
         self.prefer = tuple(n for name in prefer
                             for n in ((self.reference_impl,) if name == "reference" else (name,)) if n)
-        self.roofline, self.roofline_source = resolve_roofline(roofline, self.device, progress=progress)
+        self.roofline, self.roofline_source = resolve_roofline(roofline, self.device, progress=progress,
+                                                               minimal_dtypes=roofline_dtypes)
         self.cache = MeasurementCache(device_fingerprint(self.device, self.threads), enabled=use_cache,
                                       model_key=(model.family, model.num_heads, model.num_kv_heads, model.head_dim))
         self._measured: dict[tuple, Measurement] = {}
@@ -628,9 +632,9 @@ def measured_estimator(model: str | ModelSpec, device: Device | str = "auto", dt
     Ops with a cached measurement (same device, threads, libraries) reuse it unless it was
     contended (then it is measured again); ``use_cache=False`` measures everything afresh
     (``--remeasure``). The others are measured when the prediction asks for them.
-    ``roofline`` (a path, a Roofline, or None for the cached/quick-measured one) classifies
-    bounds and covers ops no implementation measures. ``dtype`` is only checked here (the
-    ops carry their own).
+    ``roofline`` (a path, a Roofline, or None: the cached quick one, else the minimal one of
+    ``dtype``, cached or measured now: :func:`roofprof.cache.minimal_roofline`) classifies
+    bounds and covers ops no implementation measures. The ops carry their own dtype.
 
     Raises:
         RoofprofError: unknown model, device unavailable, unreadable roofline.
@@ -639,6 +643,7 @@ def measured_estimator(model: str | ModelSpec, device: Device | str = "auto", dt
         raise UnknownNameError("dtype", dtype, DTYPES)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     prof = Profiler(spec, device, impls=impls, prefer=prefer, budget_s=budget_s, threads=threads,
-                    roofline=roofline if roofline is not None else "auto", use_cache=use_cache, progress=progress)
+                    roofline=roofline if roofline is not None else "auto", use_cache=use_cache, progress=progress,
+                    roofline_dtypes=(dtype,))
     roofline_file = str(roofline) if roofline is not None and not isinstance(roofline, Roofline) else None
     return prof.estimator(include_launch=include_launch, inputs={"roofline_file": roofline_file})

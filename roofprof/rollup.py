@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from roofprof.errors import ConfigError
 from roofprof import models
 from roofprof.precision import check_compute
 from roofprof.roofline import Roofline
@@ -510,7 +511,15 @@ class MeasuredEstimator:
         return OpEstimate(seconds, bound, f"{found.impl}" + (f"; {found.note}" if found.note else ""))
 
     def ridge(self, dtype: str) -> float:
-        return self.fallback.ridge(dtype) if self.fallback is not None else float("nan")
+        """The fallback roofline's ridge for ``dtype`` (FLOP/byte); NaN without one, or when
+        that roofline has no ``dtype`` ceiling (a CPU measured in fp32/fp64 predicting bf16):
+        the measured times never needed it."""
+        if self.fallback is None:
+            return float("nan")
+        try:
+            return self.fallback.ridge(dtype)
+        except ConfigError:
+            return float("nan")
 
     def describe(self) -> dict[str, Any]:
         d = {"launch_overhead_s": self.launch_s, "launch_overhead_counted": self.include_launch,

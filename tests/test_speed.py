@@ -219,6 +219,56 @@ def test_cached_roofline_is_reused_only_while_fresh_and_complete(isolated_cache,
     assert cached_roofline(dev, 3600) is None
 
 
+def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(isolated_cache, monkeypatch):
+    from roofprof.cache import minimal_roofline_cache_path, resolve_roofline, roofline_cache_path
+    from roofprof.probes import RooflineResult
+    from roofprof.roofline import Ceiling, Roofline
+
+    dev = CpuDevice()
+    test_plan = dev.roofline_plan("test")
+    monkeypatch.setattr(dev, "roofline_plan", lambda name="full": test_plan)  # tiny sizes, same code path
+    roof, source = resolve_roofline("auto", dev, minimal_dtypes=("fp32",))
+    assert "minimal probes: read, gemm-fp32" in source
+    assert roof.dtypes == ("fp32",) and roof.memory_bandwidth() > 0 and roof.ridge("fp32") > 0
+    assert minimal_roofline_cache_path(dev).exists() and not roofline_cache_path(dev).exists()
+    again, source = resolve_roofline("auto", dev, minimal_dtypes=("fp32",))
+    assert source.startswith("cached minimal") and again.ridge("fp32") == roof.ridge("fp32")
+    # a dtype the cached one lacks is measured, one the device has no probe for is not waited for
+    _, source = resolve_roofline("auto", dev, minimal_dtypes=("fp64",))
+    assert "gemm-fp64" in source
+    assert resolve_roofline("auto", dev, minimal_dtypes=("bf16",))[1].startswith("cached minimal")
+    minimal_roofline_cache_path(dev).unlink()
+    bf16, source = resolve_roofline("auto", dev, minimal_dtypes=("bf16",))
+    assert "minimal probes: read;" in source and bf16.dtypes == () and bf16.memory_bandwidth() > 0
+    # a cached quick roofline (the whole one) is preferred to any minimal one
+    rl = Roofline("cpu", (Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
+                          Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured")))
+    RooflineResult(rl, dev.info).write(roofline_cache_path(dev))
+    quick, source = resolve_roofline("auto", dev, minimal_dtypes=("fp32",))
+    assert source.startswith("cached quick") and quick.ridge("fp32") == 10.0
+
+
+def test_measured_ridge_is_nan_without_a_ceiling_for_the_dtype_and_the_table_says_so():
+    import io
+    import math
+
+    from rich.console import Console
+
+    from roofprof.report import print_predictions
+    from roofprof.rollup import MeasuredEstimator, OpTime, RooflineEstimator, predict
+    from roofprof.roofline import Ceiling, Roofline
+
+    rl = Roofline("cpu", (Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
+                          Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured")))
+    est = MeasuredEstimator(launch_s=0.0, fallback=RooflineEstimator(rl, name="empirical"),
+                            measure=lambda op: (OpTime(1e-3, "torch"), ""))
+    assert est.ridge("fp32") == 10.0 and math.isnan(est.ridge("bf16"))
+    pred = predict("llama-3.2-1b", estimator=est, dtype="bf16", prompt_tokens=4)
+    out = io.StringIO()
+    print_predictions([pred], console=Console(file=out, width=200))
+    assert "ridge n/a (no bf16 compute ceiling)" in out.getvalue()
+
+
 # --------------------------------------------------------------------------- traps
 
 

@@ -9,6 +9,8 @@ prints as itself.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,10 +78,12 @@ def print_predictions(predictions: Sequence, console: Console | None = None) -> 
     console = console or _console()
     first = predictions[0]
     d0 = first.to_dict()
+    ridge = d0["ridge_flops_per_byte"]
+    ridge_text = (f"ridge {ridge:.0f} FLOP/byte" if ridge is not None and math.isfinite(ridge)
+                  else f"ridge n/a (no {d0['dtype']} compute ceiling)")
     console.print(
         f"[bold]{escape(first.model.id)}[/] on [bold]{escape(first.machine)}[/], {d0['dtype']}, "
-        f"estimator [bold]{escape(first.estimator)}[/]; ridge {d0['ridge_flops_per_byte']:.0f} "
-        "FLOP/byte"
+        f"estimator [bold]{escape(first.estimator)}[/]; {ridge_text}"
     )
     console.print(f"[dim]counting: {escape(d0['counting'])}[/]")
     if len(predictions) == 1:

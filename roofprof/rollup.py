@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from roofprof.errors import ConfigError
 from roofprof import models
+from roofprof.errors import ConfigError
 from roofprof.precision import check_compute
 from roofprof.roofline import Roofline
 from roofprof.specs import GpuSpec, ModelSpec, load_gpu

@@ -10,7 +10,6 @@ prints as itself.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any

@@ -377,7 +377,7 @@ class _Run:
         with self.sampler as s:
             timing = benchmark(fn, clock=self.clock, budget_s=budget_s, warmup_s=self.plan.warmup_s, flush=flush,
                                min_repeats=min_repeats or self.plan.min_repeats, max_repeats=10_000,
-                               estimate_runs=estimate_runs)
+                               estimate_runs=estimate_runs, few_for_long=True)
         summary = s.summary()
         if summary.reason and self.telemetry_reason is None:
             self.telemetry_reason = summary.reason

@@ -223,6 +223,7 @@ def benchmark(
     min_repeats: int = 3,
     max_repeats: int = 1000,
     estimate_runs: int = 2,
+    few_for_long: bool = False,
 ) -> Timing:
     """Time ``fn`` with repeats sized by a time budget; return every sample.
 
@@ -236,6 +237,9 @@ def benchmark(
             (e.g. a device's cache flush).
         min_repeats, max_repeats: bounds on the number of timed calls.
         estimate_runs: timed calls used to estimate the duration (not kept as samples).
+        few_for_long: a call estimated at :data:`LONG_CALL_S` or more gets at most three
+            timed samples (its spread is already small next to its length; the profile's
+            interleaved rounds follow the same rule).
 
     Returns:
         A :class:`Timing` recording the flush mode, warm-up count and estimate.
@@ -268,6 +272,8 @@ def benchmark(
 
     estimates = [timed_call() for _ in range(max(1, estimate_runs))]
     estimate = float(statistics.median(estimates))
+    if few_for_long and estimate >= LONG_CALL_S:
+        min_repeats = min(min_repeats, 3)
     n_warmup, n_repeat = repeat_counts(estimate, budget_s=budget_s, warmup_s=warmup_s,
                                        min_repeats=min_repeats, max_repeats=max_repeats)
     for _ in range(n_warmup):

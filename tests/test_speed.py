@@ -160,6 +160,16 @@ def test_long_calls_stop_at_three_clean_samples():
     assert busy.n == 3 and busy.rounds_kept == 3
 
 
+def test_a_long_probe_call_gets_three_samples_a_short_one_its_minimum():
+    from roofprof.timing import benchmark
+
+    assert benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5,
+                     few_for_long=True).n == 3
+    assert benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5).n == 5
+    assert benchmark(lambda: None, clock=FakeClock(0.05), budget_s=0.2, warmup_s=0.0, min_repeats=5,
+                     few_for_long=True).n == 5
+
+
 def test_group_measurement_writes_the_cache_once(isolated_cache):
     from roofprof.profiling import Profiler
     from roofprof.specs import ModelSpec

@@ -223,23 +223,41 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.d
 # --------------------------------------------------------------------------- weights
 
 
+_FILL_CHUNK: dict[tuple, torch.Tensor] = {}  # the one random chunk fill_random_ tiles (per dtype, std, device)
+
+
+def _fill_chunk(dtype, std: float, device, block: int) -> torch.Tensor:
+    """17 blocks of N(0, std) values in ``dtype`` on ``device``, drawn once and kept (one entry)."""
+    key = (dtype, float(std), str(device), block)
+    chunk = _FILL_CHUNK.get(key)
+    if chunk is None:
+        _FILL_CHUNK.clear()  # keep one chunk (~68 MB in fp32), not one per dtype ever used
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        chunk = (torch.randn(17 * block, generator=gen) * std).to(dtype).to(device)
+        _FILL_CHUNK[key] = chunk
+    return chunk
+
+
 def fill_random_(t: torch.Tensor, std: float = 0.02, seed: int = 0, block: int = 1 << 20) -> torch.Tensor:
-    """Fill ``t`` in place with normal values (``std``), fast: one random block, tiled.
+    """Fill ``t`` in place with normal values (``std``), fast: one random chunk, tiled.
 
     torch's CPU generator runs at a few hundred MB/s, so a 5 GB model would take half a
-    minute to draw; a block of ``block`` N(0, std) values (a different one per ``seed``)
-    tiled over the tensor gives ordinary, non-zero, non-denormal values at memory-copy speed.
+    minute to draw; a chunk of N(0, std) values drawn once per process and tiled over the
+    tensor (from an offset that depends on ``seed``, so tensors differ) gives ordinary,
+    non-zero, non-denormal values at memory-copy speed.
+
+    >>> a, b = fill_random_(torch.empty(3, 5), seed=1), fill_random_(torch.empty(3, 5), seed=2)
+    >>> bool(torch.isfinite(a).all()) and not torch.equal(a, b)
+    True
     """
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    src = (torch.randn(block, generator=gen) * std).to(t.dtype)
+    chunk = _fill_chunk(t.dtype, std, t.device, block)
     flat = t.view(-1)
     n = flat.numel()
-    # copy in large chunks (small copy_ calls run far below memory speed on the CPU)
-    chunk = src.repeat(max(1, min(16, -(-n // block)))).to(t.device)
-    step = chunk.numel()
+    offset = (seed * 104_729) % block  # a prime stride: each seed starts elsewhere in the chunk
+    step = 16 * block  # large copies (small copy_ calls run far below memory speed on the CPU)
     for start in range(0, n, step):
         stop = min(n, start + step)
-        flat[start:stop].copy_(chunk[: stop - start])
+        flat[start:stop].copy_(chunk[offset: offset + stop - start])
     return t
 
 

@@ -116,6 +116,8 @@ TORCH_SIDES: Mapping[str, TorchSide] = {
     "mixtral": TorchSide("MixtralForCausalLM", "MixtralConfig", "roofprof.models.mixtral_torch"),
     "qwen3_moe": TorchSide("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
                            "roofprof.models.qwen3_moe_torch"),
+    "deepseek_v3": TorchSide("DeepseekV3ForCausalLM", "DeepseekV3Config",
+                             "roofprof.models.deepseek_v3_torch"),
 }
 
 

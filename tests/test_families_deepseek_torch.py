@@ -161,13 +161,18 @@ def test_each_preparer_check_catches_a_wrong_implementation(monkeypatch, fn, op_
     raise AssertionError(f"no op {op_name}")
 
 
-def test_validate_auto_runs_the_counted_form_and_hf_states_the_difference():
+def test_validate_auto_runs_the_counted_form_and_says_why():
     from roofprof.validation import validate
 
     auto = validate(TINY, device="cpu", prompt_tokens=8, decode_steps=1, warmup_steps=0, prefill_repeats=1)
     assert auto.backend.startswith("plain torch") and "TorchDeepseekV3" in auto.backend
     assert any("counted MLA form" in n for n in auto.warnings)
     assert "counted MLA form" in " ".join(auto.to_dict()["warnings"])
+
+
+def test_validate_hf_backend_runs_transformers_and_states_the_difference():
+    from roofprof.validation import validate
+
     pytest.importorskip("transformers")
     hf = validate(TINY, device="cpu", backend="hf", prompt_tokens=8, decode_steps=1, warmup_steps=0,
                   prefill_repeats=1)
@@ -185,24 +190,43 @@ def test_plain_torch_refuses_experts_that_do_not_split_into_groups():
         ds.build(spec, torch.float32, "cpu", "fused")
 
 
-def test_cli_profile_predict_measured_and_validate_run_for_deepseek(capsys, tiny_ds_config, tmp_path):
+def test_cli_profile_runs_for_deepseek(capsys, tiny_ds_config):
     from roofprof.cli import main
 
-    model = str(tiny_ds_config)
-    assert main(["profile", "--model", model, "--device", "cpu", "--phase", "both", "--prompt", "8",
+    assert main(["profile", "--model", str(tiny_ds_config), "--device", "cpu", "--phase", "both", "--prompt", "8",
                  "--roofline", "none", "--impl", "torch", "--budget", "0.001", "--format", "json"]) == 0
     profiles = json.loads(capsys.readouterr().out)["profiles"]
     names = {op["name"] for p in profiles for op in p["ops"]}
     assert {"q_absorb", "latent_attention", "v_absorb", "kv_b_proj", "route"} <= names
-    assert main(["predict", "--model", model, "--estimator", "measured", "--device", "cpu", "--dtype", "fp32",
-                 "--prompt", "8", "--roofline", "none", "--format", "json"]) == 0
+
+
+def test_cli_predict_measured_runs_for_deepseek(capsys, tiny_ds_config):
+    import warnings
+
+    import roofprof
+    from roofprof.cli import main
+    from roofprof.profiling import measured_estimator
+
+    model = str(tiny_ds_config)
+    # measure the shapes once with a tiny budget: the CLI then finds them in the cache
+    warm = measured_estimator(model, device="cpu", dtype="fp32", roofline="none", budget_s=0.001)
+    roofprof.predict(model, estimator=warm, prompt_tokens=8, dtype="fp32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["predict", "--model", model, "--estimator", "measured", "--device", "cpu", "--dtype", "fp32",
+                     "--prompt", "8", "--roofline", "none", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["estimator"] == "measured" and d["decode"]["seconds_per_token"] > 0
+    assert d["estimator"] == "measured" and d["decode"]["seconds_per_token"] > 0 and d["prefill"]["seconds"] > 0
+
+
+def test_cli_validate_runs_for_deepseek(capsys, tiny_ds_config, tmp_path):
+    from roofprof.cli import main
+
     out = tmp_path / "v.json"
-    assert main(["validate", "--model", model, "--device", "cpu", "--prompt", "8", "--steps", "1",
+    assert main(["validate", "--model", str(tiny_ds_config), "--device", "cpu", "--prompt", "8", "--steps", "1",
                  "--repeats", "1", "--estimators", "measured", "--roofline", "none", "--budget", "0.001",
                  "--format", "json", "-o", str(out)]) == 0
     capsys.readouterr()
     v = json.loads(out.read_text())
     assert "plain torch" in v["backend"] and any("counted MLA form" in n for n in v["warnings"])
-    assert v["comparison"][0]["estimator"] == "measured"
+    assert v["comparison"][0]["estimator"] == "measured" and v["comparison"][0]["decode_residual"] is not None

@@ -20,7 +20,9 @@ The torch side of :mod:`roofprof.models.deepseek_v3`: the same ops, in the same 
 * **MoE** (:func:`deepseek_route`): sigmoid scores, ``e_score_correction_bias`` for the
   choice, group-limited top-k (``n_group`` groups ranked by their two best experts,
   ``topk_group`` kept), the chosen sigmoid scores renormalised and scaled by
-  ``routed_scaling_factor``; then transformers' eager experts loop
+  ``routed_scaling_factor`` (the router GEMM in the activation dtype, scores in float32;
+  transformers keeps the router weight in float32: the same in fp32 runs); then
+  transformers' eager experts loop
   (:mod:`roofprof.models.moe_torch`) and the always-on shared experts. The first
   ``first_k_dense_replace`` layers keep a dense MLP.
 

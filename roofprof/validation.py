@@ -198,6 +198,13 @@ def _torch_module(spec: ModelSpec):
     return side, importlib.import_module(side.module)
 
 
+def _auto_backend(spec: ModelSpec) -> str:
+    """``--backend auto``: transformers when installed, unless the family's torch module sets
+    ``AUTO_BACKEND = "torch"`` (its HF class runs another form than the one counted)."""
+    _, module = _torch_module(spec)
+    return "hf" if getattr(module, "AUTO_BACKEND", "hf") == "hf" and has_transformers() else "torch"
+
+
 def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
     """The family's transformers model (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ...) with random
     weights (built on meta, then allocated). A model class without SDPA support (Gemma 2, for
@@ -224,6 +231,9 @@ def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
                 p.fill_(1.0)
             else:
                 fill_random_(p, seed=i + 1)
+        for name, buf in model.named_buffers():  # bias buffers (DeepSeek's score correction) start at 0
+            if name.endswith("_bias") and buf.is_floating_point():
+                buf.zero_()
     if spec.tie_word_embeddings:
         model.tie_weights()
     _restore_buffers(model, config, device)
@@ -364,7 +374,7 @@ def validate(
     from roofprof.models import require_measurable
 
     require_measurable(spec_full, "validate")
-    chosen = ("hf" if has_transformers() else "torch") if backend == "auto" else backend
+    chosen = _auto_backend(spec_full) if backend == "auto" else backend
     with cpu_threads(threads) as count:
         return _validate(dev, spec_full, dtype, chosen, count, batch=batch, prompt_tokens=prompt_tokens,
                          decode_steps=decode_steps, warmup_steps=warmup_steps, prefill_repeats=prefill_repeats,
@@ -402,7 +412,8 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     net = build(spec, dtype, tdev, attention)
     dev.synchronize()
     build_s = time.perf_counter() - t0
-    side, _ = _torch_module(spec)
+    side, module = _torch_module(spec)
+    notes.extend(n for n in [getattr(module, "BACKEND_NOTES", {}).get(chosen)] if n)
     backend_label = (f"transformers {_version('transformers')} {side.hf_class}" if chosen == "hf"
                      else f"plain torch ({side.module}.{type(net).__name__})")
     runner = _Runner(net, chosen)

@@ -37,7 +37,8 @@ def validate(
     steps: int = typer.Option(8, "--steps", help="Timed decode steps (after 2 warm-up steps)."),
     repeats: int = typer.Option(3, "--repeats", help="Timed prefills (after one warm-up)."),
     backend: str = typer.Option("auto", "--backend",
-                                help="auto (transformers if installed) | hf | torch."),
+                                help="auto (transformers if installed; deepseek_v3: plain "
+                                     "torch, the counted MLA form) | hf | torch."),
     attention: str = typer.Option("fused", "--attention", help="fused (SDPA) | unfused (eager)."),
     threads: int | None = typer.Option(None, "--threads",
                                        help="torch threads (same as for profile)."),

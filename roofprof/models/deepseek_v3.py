@@ -12,8 +12,9 @@ runs causal attention with head dims ``qk_nope + qk_rope`` (scores) and ``v_head
 is mapped into the latent space (``q_absorb``, one GEMM per head with ``kv_b``'s key half),
 attention reads the latent cache directly (all heads share it, like MQA), and the
 result is mapped to each head's value (``v_absorb``, ``kv_b``'s value half) before
-``o_proj``. (Hugging Face's eager DeepSeek-V3 caches decompressed keys and values instead;
-roofprof counts the engine form.)
+``o_proj``. (transformers' DeepSeek-V3 caches the latent but decompresses the whole cache
+at every decode step and attends per head; roofprof counts the engine form, which its
+plain-torch model runs: :mod:`roofprof.models.deepseek_v3_torch`.)
 
 MLP: the first ``first_k_dense_replace`` layers are dense (``intermediate_size``); the rest
 are MoE with ``n_routed_experts`` experts of ``moe_intermediate_size``, top

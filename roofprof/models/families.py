@@ -96,7 +96,10 @@ class TorchSide:
     ``build(spec, dtype, device, attention)`` (roofprof's plain-torch model of the family:
     ``forward(input_ids, cache) -> last-token logits``, cache from ``new_cache(spec)``) and
     ``PREPARERS`` (``Op.fn`` -> ``preparer(torch_ops, op) -> PreparedTorchOp`` for the fns
-    the family adds to :mod:`roofprof.torch_ops`; empty when it adds none).
+    the family adds to :mod:`roofprof.torch_ops`; empty when it adds none). Optional:
+    ``AUTO_BACKEND`` (``"torch"``: ``validate --backend auto`` runs the plain-torch model,
+    when the transformers class runs another form than the one counted) and
+    ``BACKEND_NOTES`` (backend -> the note ``validate`` adds to its result).
     """
 
     hf_class: str
@@ -116,6 +119,8 @@ TORCH_SIDES: Mapping[str, TorchSide] = {
     "mixtral": TorchSide("MixtralForCausalLM", "MixtralConfig", "roofprof.models.mixtral_torch"),
     "qwen3_moe": TorchSide("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
                            "roofprof.models.qwen3_moe_torch"),
+    "deepseek_v3": TorchSide("DeepseekV3ForCausalLM", "DeepseekV3Config",
+                             "roofprof.models.deepseek_v3_torch"),
 }
 
 

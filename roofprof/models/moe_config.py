@@ -119,7 +119,8 @@ class MoeSpec:
     (``ModelSpec.intermediate_size``) instead. ``router_bias``: the router carries one bias
     per expert (gpt-oss; DeepSeek's score-correction bias); ``expert_bias``: each expert's
     gate/up and down projections carry biases (gpt-oss); ``activation``: ``silu`` (SiLU·up)
-    or ``clamped_swiglu`` (gpt-oss: clamp, x·σ(αx), (up + 1)·glu).
+    or ``clamped_swiglu`` (gpt-oss: clamp, x·σ(αx), (up + 1)·glu); ``groups``: DeepSeek's
+    group-limited routing ``(n_group, topk_group)`` (None: the config sets none).
     """
 
     experts: int
@@ -132,6 +133,7 @@ class MoeSpec:
     expert_bias: bool = False
     activation: str = "silu"
     routing: Routing = UNIFORM
+    groups: tuple[int, int] | None = None
 
     def expert_params(self, hidden: int) -> int:
         """Parameters of one routed expert (gate, up, down; their biases with ``expert_bias``)."""
@@ -334,10 +336,11 @@ def _deepseek_v3(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
         n_group, topk_group = _int(cfg, "n_group", label), _int(cfg, "topk_group", label)
         if topk_group > n_group:
             raise ConfigError(f"{label}: topk_group {topk_group} is more than n_group {n_group}")
+        groups = (n_group, topk_group)
     inter = _int(cfg, "moe_intermediate_size", label)
     moe = _moe(cfg, label, "n_routed_experts", "moe_intermediate_size", shared_experts=shared,
                shared_intermediate_size=inter if shared else 0, dense_layers=dense,
-               router_bias=cfg.get("topk_method", "noaux_tc") == "noaux_tc")
+               router_bias=cfg.get("topk_method", "noaux_tc") == "noaux_tc", groups=groups)
     q_lora = None if cfg.get("q_lora_rank") is None else _int(cfg, "q_lora_rank", label)
     mla = MlaSpec(q_lora, _int(cfg, "kv_lora_rank", label), _int(cfg, "qk_nope_head_dim", label),
                   _int(cfg, "qk_rope_head_dim", label), _int(cfg, "v_head_dim", label))

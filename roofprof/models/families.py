@@ -116,6 +116,7 @@ TORCH_SIDES: Mapping[str, TorchSide] = {
     "mixtral": TorchSide("MixtralForCausalLM", "MixtralConfig", "roofprof.models.mixtral_torch"),
     "qwen3_moe": TorchSide("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
                            "roofprof.models.qwen3_moe_torch"),
+    "gpt_oss": TorchSide("GptOssForCausalLM", "GptOssConfig", "roofprof.models.gpt_oss_torch"),
 }
 
 

@@ -75,7 +75,7 @@ def require_measurable(model: ModelSpec, what: str) -> None:
     >>> require_measurable(dataclasses.replace(load_model("qwen2.5-0.5b"), family="other"), "validate")
     Traceback (most recent call last):
     ...
-    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'other', which roofprof can predict but not yet measure (measured families: llama, qwen2, mistral, qwen3, gemma2, gemma3, phi3, mixtral, qwen3_moe)
+    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'other', which roofprof can predict but not yet measure (measured families: llama, qwen2, mistral, qwen3, gemma2, gemma3, phi3, mixtral, qwen3_moe, gpt_oss)
     """
     import roofprof.models.families as families
 

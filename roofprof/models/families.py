@@ -121,6 +121,7 @@ TORCH_SIDES: Mapping[str, TorchSide] = {
                            "roofprof.models.qwen3_moe_torch"),
     "deepseek_v3": TorchSide("DeepseekV3ForCausalLM", "DeepseekV3Config",
                              "roofprof.models.deepseek_v3_torch"),
+    "gpt_oss": TorchSide("GptOssForCausalLM", "GptOssConfig", "roofprof.models.gpt_oss_torch"),
 }
 
 

@@ -10,7 +10,8 @@ family (:mod:`roofprof.models.llama_torch` and its kin, the same architecture,
 
 * **prefill**: one forward pass over ``prompt_tokens`` per sequence into an empty KV cache
   (logits of the last token only, as generation does): the time to first token without
-  network; one untimed warm-up pass first, then ``prefill_repeats`` timed ones;
+  network; one untimed warm-up pass first (of ``warmup_tokens``, default the whole prompt),
+  then ``prefill_repeats`` timed ones;
 * **decode**: after the prefill, ``warmup_steps`` untimed decode steps, then
   ``decode_steps`` timed ones, one token per sequence each, with the KV cache growing.
 
@@ -310,6 +311,7 @@ def validate(
     decode_steps: int = 8,
     warmup_steps: int = 2,
     prefill_repeats: int = 3,
+    warmup_tokens: int | None = None,
     attention: str = "fused",
     backend: str = "auto",
     threads: int | None = None,
@@ -327,6 +329,8 @@ def validate(
         dtype: the device's default (``fp32`` on a CPU, ``bf16`` on a GPU), or ``fp16``...
         batch, prompt_tokens: prefill shape; decode continues these sequences.
         decode_steps, warmup_steps, prefill_repeats: timed and untimed repetitions.
+        warmup_tokens: tokens of the untimed warm-up prefill (default ``prompt_tokens``; a
+            short one loads the runtime as well: ``run`` uses 16, see BENCHMARKS.md).
         attention: ``fused`` (SDPA) or ``unfused`` (eager), matching the counting.
         backend: ``hf`` (transformers), ``torch`` (plain torch) or ``auto`` (hf if installed).
         threads: torch threads (use the same as for ``profile``).
@@ -355,7 +359,8 @@ def validate(
         raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
     for name, value, low in (("batch", batch, 1), ("prompt tokens", prompt_tokens, 1),
                              ("decode steps", decode_steps, 1), ("warm-up steps", warmup_steps, 0),
-                             ("prefill repeats", prefill_repeats, 1)):
+                             ("prefill repeats", prefill_repeats, 1),
+                             ("warm-up tokens", prompt_tokens if warmup_tokens is None else warmup_tokens, 1)):
         if value < low:
             raise ConfigError(f"{name} must be at least {low}, got {value}")
     import torch  # noqa: F401 - torch (and its OpenMP runtime) loads before numba, as before
@@ -378,12 +383,13 @@ def validate(
     with cpu_threads(threads) as count:
         return _validate(dev, spec_full, dtype, chosen, count, batch=batch, prompt_tokens=prompt_tokens,
                          decode_steps=decode_steps, warmup_steps=warmup_steps, prefill_repeats=prefill_repeats,
-                         attention=attention, max_layers=max_layers, memory_fraction=memory_fraction,
+                         warmup_tokens=min(prompt_tokens, warmup_tokens or prompt_tokens), attention=attention, max_layers=max_layers, memory_fraction=memory_fraction,
                          estimators=estimators, progress=progress)
 
 
 def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, threads: int | None, *, batch: int,
-              prompt_tokens: int, decode_steps: int, warmup_steps: int, prefill_repeats: int, attention: str,
+              prompt_tokens: int, decode_steps: int, warmup_steps: int, prefill_repeats: int, warmup_tokens: int,
+              attention: str,
               max_layers: int | None, memory_fraction: float, estimators: Mapping[str, Estimator] | None,
               progress: Progress | None) -> ValidationResult:
     """:func:`validate` once the device, model, dtype, backend and threads are settled."""
@@ -440,7 +446,7 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     steps_per_rep = -(-decode_steps // prefill_repeats)
     with torch.inference_mode(), sampler:
         tick("warm-up (prefill and decode)")
-        logits, cache = runner.prefill(ids)
+        logits, cache = runner.prefill(ids[:, :warmup_tokens])
         for _ in range(warmup_steps):
             logits = runner.step(logits[:, -1:].argmax(-1), cache)
         # Repetitions interleave a timed prefill and timed decode steps, so that a slow spell

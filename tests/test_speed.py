@@ -54,6 +54,24 @@ def test_tiled_normal_has_no_periodic_rows_and_normal_statistics():
     assert tiled_normal((8,), np.float64, seed=1, std=0.5).std() < 1.0
 
 
+def test_op_inputs_skip_numpys_huge_page_advice_and_leave_the_default_as_it_was():
+    from roofprof.devices.pool import small_pages
+
+    switch = getattr(getattr(np, "_core", None), "multiarray", None)
+    switch = getattr(switch, "_set_madvise_hugepage", None)
+    if switch is None:
+        pytest.skip("this numpy has no huge-page switch")
+    before = switch(True)
+    try:
+        with small_pages():
+            assert switch(False) is False  # off inside (reading it means setting it: set it back)
+        assert switch(True) is True  # restored
+        tiled_normal((64, 64), np.float32)
+        assert switch(True) is True
+    finally:
+        switch(before)
+
+
 def test_pool_shares_by_key_and_evicts_least_recently_used():
     pool = InputPool(max_bytes=3 * 800)
     made = []

@@ -182,3 +182,17 @@ def test_real_run_on_a_gpu_with_cuda_events(tiny):
     r = validate(tiny, device="cuda:0", prompt_tokens=16, decode_steps=3)
     assert r.dtype == "bf16" and r.real.decode_s > 0 and r.real.prefill_s > 0
     assert "perf_counter" not in r.clock  # CUDA events
+
+
+def test_a_short_warm_up_prefill_runs_the_prompt_head_only(tiny, monkeypatch):
+    from roofprof import validation
+
+    seen = []
+    real = validation._Runner.prefill
+    monkeypatch.setattr(validation._Runner, "prefill", lambda self, ids: (seen.append(ids.shape[1]), real(self, ids))[1])
+    r = validate(tiny, device="cpu", backend="torch", prompt_tokens=12, decode_steps=2, warmup_steps=1,
+                 prefill_repeats=2, warmup_tokens=4)
+    assert seen[0] == 4 and seen[1:] == [12] * (len(seen) - 1) and len(r.prefill_samples_s) == len(seen) - 1
+    assert r.real.context_tokens == validation.validation_context(12, 1, 2, 2)
+    with pytest.raises(ConfigError, match="warm-up tokens must be at least 1"):
+        validate(tiny, device="cpu", backend="torch", warmup_tokens=0)

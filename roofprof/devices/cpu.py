@@ -53,7 +53,7 @@ from roofprof.devices.cpu_probes import (  # the probes live there; re-exported 
     setup_read,
     setup_triad,
 )
-from roofprof.devices.pool import InputPool, cold_copies, tiled_normal
+from roofprof.devices.pool import InputPool, cold_copies, small_pages, tiled_normal
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.telemetry import CpuFreqSampler, NullSampler
 from roofprof.timing import PerfCounterClock
@@ -321,7 +321,8 @@ class _PreparedGemm:
                                      lambda i=i: tiled_normal((*lead, op.n, op.k), np_t, seed=2 + i, std=op.k ** -0.5))
                    for i in range(copies)]
         self.w = self.ws[0]
-        self.out = np.empty((*lead, op.m, op.n), dtype=np_t)
+        with small_pages():
+            self.out = np.empty((*lead, op.m, op.n), dtype=np_t)
         self.calls = [(lambda w=w: kernel(self.a, w, self.out)) for w in self.ws]
         self.note = f"{name}; weights rotated over {copies} copies (cold)" if copies > 1 else name
 

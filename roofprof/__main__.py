@@ -1,5 +1,3 @@
-import sys
+from roofprof.cli import console_main
 
-from roofprof.cli import main
-
-sys.exit(main())
+console_main()

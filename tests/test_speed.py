@@ -329,3 +329,14 @@ def test_numba_kernels_cache_their_compilation_in_a_writable_folder():
     folder = cache._cache_path
     os.makedirs(folder, exist_ok=True)
     assert os.access(folder, os.W_OK)
+
+
+def test_the_script_exits_promptly_with_every_byte_written_and_the_exit_code_kept(tmp_path):
+    """``console_main`` ends with ``os._exit`` after the command: output flushed, code kept."""
+    env = {**os.environ, "ROOFPROF_CACHE": str(tmp_path)}
+    ok = subprocess.run([sys.executable, "-m", "roofprof", "predict", "--gpu", "h100-sxm", "--model", "llama-3.1-8b",
+                         "--format", "json"], capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["decode"]["seconds_per_token"] > 0  # whole JSON
+    bad = subprocess.run([sys.executable, "-m", "roofprof", "predict", "--model", "nope"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown model 'nope'" in bad.stderr

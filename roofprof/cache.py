@@ -195,12 +195,12 @@ def minimal_roofline(device: Device, dtypes: Sequence[str], progress: Progress |
                      ) -> tuple[Roofline | None, str, RooflineResult | None]:
     """The least of a roofline a measured prediction needs: the memory roof and ``dtypes``' peaks.
 
-    One working set of the quick plan's largest size (16 × the last-level cache: DRAM) for
-    the device's ``read`` probe, and the GEMM probes of each of ``dtypes`` at the quick plan's
-    largest GEMM size (the FMA probes where a dtype has no GEMM probe; a dtype with neither
-    gets no ceiling). Enough to classify each op's bound, give the ridge and decide which ops
-    stream their weights; ``roofprof roofline`` measures the whole roofline. About 1.5 s on
-    a 2-core CPU instead of the quick plan's ~9 s.
+    One working set where the DRAM plateau starts (the quick plan's first size of at least
+    8 × the last-level cache) for the device's ``read`` probe, and the GEMM probes of each of
+    ``dtypes`` at the quick plan's smallest GEMM size (the FMA probes where a dtype has no
+    GEMM probe; a dtype with neither gets no ceiling). Enough to classify each op's bound, give the ridge and decide which ops
+    stream their weights; ``roofprof roofline`` measures the whole roofline. About 1 s on a
+    2-core CPU instead of the quick plan's ~9 s.
 
     Returns ``(roofline, source, result)`` like :func:`measure_roofline`.
 
@@ -212,13 +212,16 @@ def minimal_roofline(device: Device, dtypes: Sequence[str], progress: Progress |
         roof, source, _ = minimal_roofline(select("cpu"), ("fp32",))
         roof.ridge("fp32")   # FLOP/byte
     """
+    from roofprof.plateaus import DRAM_FACTOR
     from roofprof.probes import measure_roofline as probe
     from roofprof.probes import replace_plan
 
     quick = device.roofline_plan("quick")
     names = ["read", *_peak_probes(device, dtypes)]
-    plan = replace_plan(quick, name="minimal", working_set_sizes=(max(quick.working_set_sizes),),
-                        gemm_sizes=(max(quick.gemm_sizes),) if quick.gemm_sizes else ())
+    llc = device.info.last_level_cache_bytes or max(quick.working_set_sizes) // 16
+    dram = min((s for s in quick.working_set_sizes if s >= DRAM_FACTOR * llc), default=max(quick.working_set_sizes))
+    plan = replace_plan(quick, name="minimal", working_set_sizes=(dram,),
+                        gemm_sizes=(min(quick.gemm_sizes),) if quick.gemm_sizes else ())
     hook = (lambda done, total, label: progress(f"roofline: {label}", done, total)) if progress else None
     result = probe(device, plan=plan, probes=names, progress=hook)
     source = f"measured (minimal probes: {', '.join(names)}; `roofprof roofline` measures the whole roofline)"

@@ -624,12 +624,13 @@ def profile(
 
 def measured_estimator(model: str | ModelSpec, device: Device | str = "auto", dtype: str = "fp32",
                        roofline: Roofline | str | os.PathLike | None = None, *, include_launch: bool = True,
-                       threads: int | None = None, budget_s: float = 0.2, use_cache: bool = True,
+                       threads: int | None = None, budget_s: float = 0.15, use_cache: bool = True,
                        impls: Sequence[str] | None = None, prefer: Sequence[str] = DEFAULT_PREFER,
                        progress: Progress | None = None) -> MeasuredEstimator:
     """The ``measured`` estimator for ``predict``: per-op times of this device, profiled on demand.
 
-    Ops with a cached measurement (same device, threads, libraries) reuse it unless it was
+    ``budget_s`` (timed seconds per shape) is ``run``'s. Ops with a cached measurement (same
+    device, threads, libraries) reuse it unless it was
     contended (then it is measured again); ``use_cache=False`` measures everything afresh
     (``--remeasure``). The others are measured when the prediction asks for them.
     ``roofline`` (a path, a Roofline, or None: the cached quick one, else the minimal one of

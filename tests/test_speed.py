@@ -111,7 +111,11 @@ def test_cold_copies_exceed_twice_the_cache_and_leave_tiny_weights_warm():
         assert (copies - 1) * w >= 2 * llc and (copies - 2) * w < 2 * llc
     assert cold_copies(1 << 30, llc) == 1  # four caches or more: evicts itself
     assert cold_copies(8192, llc) == 1 and stays_warm(8192, llc)
-    assert cold_copies(2 << 20, llc) == 16  # capped at max_copies
+    # small weights rotate over 2 x LLC of copies too (capped by 4 x LLC of memory, not a count)
+    for w in (64 << 10, 512 << 10, 2 << 20):
+        copies = cold_copies(w, llc)
+        assert (copies - 1) * w >= 2 * llc and copies * w <= 4 * llc + w
+    assert cold_copies(32 << 10, llc) == 1  # under 1/512 of the cache: a few microseconds' read
 
 
 def test_numpy_and_numba_share_one_weight_and_check_sampled_columns():

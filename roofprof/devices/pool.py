@@ -47,20 +47,27 @@ def stays_warm(weight_bytes: float, cache_bytes: int) -> bool:
 
 
 def cold_copies(weight_bytes: float, cache_bytes: int, max_copies: int = 16) -> int:
-    """How many copies of a weight to rotate over so each call finds its weight out of cache.
+    """How many copies of a GEMM weight to rotate over so each call finds its weight out of cache.
 
-    The other copies together must exceed twice the last-level cache (``1 + ⌈2·LLC / w⌉``,
-    at most ``max_copies``). A weight of four caches or more gets one copy (it evicts itself;
-    a flush before the call costs under 5 % of it), a weight that :func:`stays_warm` one
-    copy too.
+    The other copies together must exceed twice the last-level cache (``1 + ⌈2·LLC / w⌉``).
+    That is capped at ``max_copies`` or at what ``4·LLC`` of memory holds, whichever allows
+    more: a small weight (a 512 KB per-head projection, a 0.5B model's k/v projections)
+    rotates over 64 MB of copies, as the real pass streams the other layers' weights between
+    two uses of it, instead of over ``max_copies`` copies that fit in the cache together and
+    would time it warm. A weight of four caches or more gets one copy (it evicts itself; a
+    flush before the call costs under 5 % of it), one under 1/512 of the cache (64 KB of
+    32 MB: a few microseconds' read) one copy too.
 
     >>> llc = 32 << 20
     >>> cold_copies(64 << 20, llc), cold_copies(8 << 20, llc), cold_copies(1 << 30, llc), cold_copies(8192, llc)
     (2, 9, 1, 1)
+    >>> cold_copies(512 << 10, llc)
+    129
     """
-    if stays_warm(weight_bytes, cache_bytes) or weight_bytes >= 4 * cache_bytes:
+    if weight_bytes < cache_bytes / 512 or weight_bytes >= 4 * cache_bytes:
         return 1
-    return max(1, min(max_copies, 1 + int(np.ceil(2 * cache_bytes / weight_bytes))))
+    need = 1 + int(np.ceil(2 * cache_bytes / weight_bytes))
+    return max(1, min(need, max(max_copies, int(4 * cache_bytes // weight_bytes))))
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """The main job's speed changes keep what they measure: shared inputs, sampled checks, grouped sweeps.
 
-Speed itself is a benchmark (``benchmarks/run_speed.py``, BENCHMARKS.md), never a timed test:
+Speed itself is a benchmark (``benchmarks/bench_run_speed.py``, BENCHMARKS.md), never a timed test:
 these tests check the mechanisms (what is drawn once, what is flushed, how many calls are
 made, which roofline is reused) with fake clocks and tiny shapes.
 """

@@ -213,7 +213,7 @@ def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
     import torch
     import transformers
 
-    from roofprof.models.llama_torch import fill_random_, torch_dtype
+    from roofprof.models.llama_torch import fill_weights_, torch_dtype
 
     side, module = _torch_module(spec)
     config_class, model_class = getattr(transformers, side.hf_config_class), getattr(transformers, side.hf_class)
@@ -226,12 +226,8 @@ def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
             model = model_class(config)
     model = model.to(torch_dtype(dtype))
     model.to_empty(device=device)
+    fill_weights_(model)
     with torch.no_grad():
-        for i, (name, p) in enumerate(model.named_parameters()):
-            if "norm" in name:
-                p.fill_(1.0)
-            else:
-                fill_random_(p, seed=i + 1)
         for name, buf in model.named_buffers():  # bias buffers (DeepSeek's score correction) start at 0
             if name.endswith("_bias") and buf.is_floating_point():
                 buf.zero_()

@@ -59,14 +59,20 @@ from torch import nn
 from roofprof.errors import ConfigError
 from roofprof.models.llama_torch import (
     causal_mask,
-    fill_random_,
+    fill_weights_,
     rms_norm,
     rope_cos_sin,
     rope_inv_freq,
     silu_mul,
 )
 from roofprof.models.moe_torch import PREPARERS as MOE_PREPARERS
-from roofprof.models.moe_torch import dispatch, expert_combine_, expert_linear, expert_silu_mul
+from roofprof.models.moe_torch import (
+    batched_weight_copies,
+    dispatch,
+    expert_combine_,
+    expert_linear,
+    expert_silu_mul,
+)
 from roofprof.specs import ModelSpec
 
 __all__ = ["AUTO_BACKEND", "BACKEND_NOTES", "PREPARERS", "ROUTED_SCALING_FACTOR", "MlaCache",
@@ -330,7 +336,7 @@ class TorchDeepseekV3(nn.Module):
     """DeepSeek-V3 in plain torch: ``forward(input_ids, cache)`` → last-token logits ``[b,1,vocab]``.
 
     Attention is always SDPA (the counted ops are fused whatever the counting says:
-    :mod:`roofprof.models.deepseek_v3`). Weights random (:func:`fill_random_`; the router
+    :mod:`roofprof.models.deepseek_v3`). Weights random (:func:`~roofprof.models.llama_torch.fill_weights_`; the router
     bias zero, as transformers initialises it). After loading other weights call
     :meth:`absorb_`.
     """
@@ -349,14 +355,8 @@ class TorchDeepseekV3(nn.Module):
         self.to_empty(device=device)
         rope = spec.mla.qk_rope_head_dim
         self.register_buffer("inv_freq", rope_inv_freq(rope, spec.rope_theta).to(device), persistent=False)
+        fill_weights_(self, init)
         with torch.no_grad():
-            for i, (name, p) in enumerate(self.named_parameters()):
-                if "norm" in name:
-                    p.fill_(1.0)
-                elif init:
-                    fill_random_(p, seed=i + 1)
-                else:
-                    p.zero_()
             for layer in self.layers:
                 if layer.is_moe:
                     layer.router_bias.zero_()
@@ -515,14 +515,8 @@ def _prep_prefill_attention(ops: Any, op: Any):
 
 
 def _prep_head_matmul(ops: Any, op: Any):
-    from roofprof.devices.pool import cold_copies
-
     heads = op.batch
-    item = ops.dtype_of(op).itemsize
-    copies = cold_copies(heads * op.n * op.k * item, ops.cache_bytes, ops.max_rotation)
-    if ops.memory_bytes is not None and copies * heads * op.n * op.k * item > ops.memory_bytes:
-        raise ConfigError(f"op {op.name}: weights need {copies * heads * op.n * op.k * item / 1e9:.2f} GB, "
-                          f"{ops.memory_bytes / 1e9:.2f} GB free")
+    copies = batched_weight_copies(ops, op)
     if op.name == "q_absorb":  # the no-RoPE part of q_b_proj's output, a strided view
         x = ops.randn((op.m, heads, op.k + ops.model.mla.qk_rope_head_dim), op)[..., :op.k]
     else:

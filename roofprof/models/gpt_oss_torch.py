@@ -57,7 +57,7 @@ from roofprof.models.llama_torch import (
     rope_inv_freq,
 )
 from roofprof.models.moe_torch import PREPARERS as MOE_PREPARERS
-from roofprof.models.moe_torch import dispatch, expert_combine_
+from roofprof.models.moe_torch import batched_weight_copies, dispatch, expert_combine_
 from roofprof.specs import ModelSpec
 
 __all__ = ["PREPARERS", "SWIGLU_ALPHA", "SWIGLU_LIMIT", "GptOssLayer", "TorchGptOss", "apply_rope_halves",
@@ -466,14 +466,7 @@ def _prepare_route(ops, op):
 
 
 def _prepare_expert_proj(ops, op):
-    item = ops.dtype_of(op).itemsize
-    weight_bytes = op.batch * op.n * op.k * item
-    copies = max(1, min(ops.max_rotation, math.ceil(2 * ops.cache_bytes / max(weight_bytes, 1))))
-    if ops.memory_bytes is not None and copies * weight_bytes > ops.memory_bytes:
-        from roofprof.errors import ConfigError
-
-        raise ConfigError(f"op {op.name}: expert weights need {copies * weight_bytes / 1e9:.2f} GB, "
-                          f"{ops.memory_bytes / 1e9:.2f} GB free")
+    copies = batched_weight_copies(ops, op)
     gathered = op.name == "expert_gate_up_proj"  # the first expert GEMM gathers its tokens' rows
     x = ops.randn((op.m * op.batch, op.k), op)
     groups = [torch.arange(g * op.m, (g + 1) * op.m, device=x.device) for g in range(op.batch)]

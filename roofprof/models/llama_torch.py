@@ -40,7 +40,7 @@ from roofprof.specs import ModelSpec
 
 __all__ = ["PREPARERS", "SDPA_GQA", "TORCH_DTYPES", "KVCache", "LlamaLayer", "TorchLlama", "apply_rope", "attention_eager",
            "attention_pv", "attention_scores", "attention_sdpa", "attention_softmax", "build", "causal_mask",
-           "fill_random_", "head_rms_norm", "hf_config", "new_cache", "repeat_kv", "rms_norm", "rope_cos_sin",
+           "fill_random_", "fill_weights_", "head_rms_norm", "hf_config", "new_cache", "repeat_kv", "rms_norm", "rope_cos_sin",
            "rope_inv_freq", "rotate_half", "silu_mul", "torch_dtype"]
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
@@ -238,6 +238,22 @@ def _fill_chunk(dtype, std: float, device, block: int) -> torch.Tensor:
     return chunk
 
 
+def fill_weights_(model: nn.Module, init: bool = True) -> nn.Module:
+    """A model's parameters in place: every norm's γ at 1, the others :func:`fill_random_`
+    (seed: the parameter's index, so they differ), or zeros with ``init=False`` (tests of
+    shapes only). Returns ``model``.
+    """
+    with torch.no_grad():
+        for i, (name, p) in enumerate(model.named_parameters()):
+            if "norm" in name:
+                p.fill_(1.0)
+            elif init:
+                fill_random_(p, seed=i + 1)
+            else:
+                p.zero_()
+    return model
+
+
 def fill_random_(t: torch.Tensor, std: float = 0.02, seed: int = 0, block: int = 1 << 20) -> torch.Tensor:
     """Fill ``t`` in place with normal values (``std``), fast: one random chunk, tiled.
 
@@ -389,14 +405,7 @@ class TorchLlama(nn.Module):
         self.to_empty(device=device)
         self.register_buffer("inv_freq", rope_inv_freq(spec.head_dim, rope_theta, rope_scaling).to(device),
                              persistent=False)
-        with torch.no_grad():
-            for i, (name, p) in enumerate(self.named_parameters()):
-                if "norm" in name:
-                    p.fill_(1.0)
-                elif init:
-                    fill_random_(p, seed=i + 1)
-                else:
-                    p.zero_()
+        fill_weights_(self, init)
 
     def start(self, input_ids: torch.Tensor, cache: KVCache | None):
         """Embeddings, positions of the new tokens, and the eager causal mask (None when fused)."""

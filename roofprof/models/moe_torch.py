@@ -20,7 +20,6 @@ timing these same functions on the op's shapes.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ import torch.nn.functional as F
 
 from roofprof.models.llama_torch import silu_mul
 
-__all__ = ["PREPARERS", "dispatch", "expert_combine_", "expert_linear", "expert_silu_mul", "moe_forward",
+__all__ = ["PREPARERS", "dispatch", "expert_combine_", "expert_linear", "batched_weight_copies", "expert_silu_mul", "moe_forward",
            "topk_route"]
 
 
@@ -116,15 +115,28 @@ def _groups(op: Any, device: Any) -> list[torch.Tensor]:
     return [torch.arange(g * op.m, (g + 1) * op.m, device=device) for g in range(op.batch)]
 
 
-def _moe_linear(ops: Any, op: Any):
-    item = ops.dtype_of(op).itemsize
-    weight_bytes = op.batch * op.n * op.k * item
-    copies = max(1, min(ops.max_rotation, math.ceil(2 * ops.cache_bytes / max(weight_bytes, 1))))
+def batched_weight_copies(ops: Any, op: Any) -> int:
+    """Copies of an op's ``batch × n × k`` weights (a ``moe_linear``'s touched experts, a
+    per-head GEMM's heads) to rotate over so each call finds them cold:
+    :func:`~roofprof.devices.pool.cold_copies` of their bytes, as for every GEMM.
+
+    Raises:
+        ConfigError: the copies would not fit in the memory ``ops`` may use.
+    """
+    from roofprof.devices.pool import cold_copies
+
+    weight_bytes = op.batch * op.n * op.k * ops.dtype_of(op).itemsize
+    copies = cold_copies(weight_bytes, ops.cache_bytes, ops.max_rotation)
     if ops.memory_bytes is not None and copies * weight_bytes > ops.memory_bytes:
         from roofprof.errors import ConfigError
 
-        raise ConfigError(f"op {op.name}: expert weights need {copies * weight_bytes / 1e9:.2f} GB, "
+        raise ConfigError(f"op {op.name}: weights need {copies * weight_bytes / 1e9:.2f} GB, "
                           f"{ops.memory_bytes / 1e9:.2f} GB free")
+    return copies
+
+
+def _moe_linear(ops: Any, op: Any):
+    copies = batched_weight_copies(ops, op)
     gathered = op.name == "expert_gate_up_proj"  # the first expert GEMM gathers its tokens' rows
     x = ops.randn((op.m * op.batch, op.k), op)
     groups = _groups(op, x.device)

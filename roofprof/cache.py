@@ -31,7 +31,7 @@ from roofprof.measurement import Measurement
 from roofprof.roofline import Roofline
 
 if TYPE_CHECKING:
-    from roofprof.devices.base import Device
+    from roofprof.devices.base import Device, Probe
     from roofprof.probes import RooflineResult
     from roofprof.workload import Op
 
@@ -167,14 +167,21 @@ def cached_roofline(device: Device, max_age_s: float) -> tuple[RooflineResult, f
     path = roofline_cache_path(device)
     try:
         age_s = time.time() - path.stat().st_mtime
-        if not 0 <= age_s <= max_age_s:
-            return None
-        from roofprof.probes import RooflineResult
+    except OSError:
+        return None
+    result = _complete_result(path) if 0 <= age_s <= max_age_s else None
+    return (result, age_s) if result is not None else None
 
+
+def _complete_result(path: Path) -> RooflineResult | None:
+    """The roofline result cached at ``path``; None when unreadable or interrupted."""
+    from roofprof.probes import RooflineResult
+
+    try:
         result = RooflineResult.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError, RoofprofError):
         return None
-    return (result, age_s) if result.complete else None
+    return result if result.complete else None
 
 
 def spec_roofline(device: Device) -> Roofline | None:
@@ -217,7 +224,7 @@ def minimal_roofline(device: Device, dtypes: Sequence[str], progress: Progress |
     from roofprof.probes import replace_plan
 
     quick = device.roofline_plan("quick")
-    names = ["read", *_peak_probes(device, dtypes)]
+    names = ["read", *(p.name for p in _peak_probes(device, dtypes))]
     llc = device.info.last_level_cache_bytes or max(quick.working_set_sizes) // 16
     dram = min((s for s in quick.working_set_sizes if s >= DRAM_FACTOR * llc), default=max(quick.working_set_sizes))
     plan = replace_plan(quick, name="minimal", working_set_sizes=(dram,),
@@ -228,28 +235,21 @@ def minimal_roofline(device: Device, dtypes: Sequence[str], progress: Progress |
     return result.roofline, source, result
 
 
-def _peak_probes(device: Device, dtypes: Sequence[str]) -> list[str]:
+def _peak_probes(device: Device, dtypes: Sequence[str]) -> list[Probe]:
     """The probes giving ``dtypes``' peaks: each one's GEMM probes, else its FMA probes."""
     catalogue = tuple(device.probes())
-    names: list[str] = []
+    found: list[Probe] = []
     for dtype in dict.fromkeys(dtypes):
-        gemms = [p.name for p in catalogue if p.kind == "gemm" and p.dtype == dtype]
-        names += gemms or [p.name for p in catalogue if p.kind == "compute" and p.dtype == dtype]
-    return names
+        gemms = [p for p in catalogue if p.kind == "gemm" and p.dtype == dtype]
+        found += gemms or [p for p in catalogue if p.kind == "compute" and p.dtype == dtype]
+    return found
 
 
 def _load_cached(path: Path, dtypes: Sequence[str] = ()) -> Roofline | None:
     """The roofline cached at ``path`` when it is readable, complete and has every ``dtypes`` ceiling."""
-    from roofprof.probes import RooflineResult
-
-    try:
-        result = RooflineResult.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError, RoofprofError):
-        return None
-    roof = result.roofline
-    if not result.complete or roof is None or not set(dtypes) <= set(roof.dtypes):
-        return None
-    return roof
+    result = _complete_result(path)
+    roof = result.roofline if result is not None else None
+    return roof if roof is not None and set(dtypes) <= set(roof.dtypes) else None
 
 
 def resolve_roofline(roofline: Roofline | str | os.PathLike | None, device: Device, *, quick: bool = True,
@@ -283,8 +283,8 @@ def resolve_roofline(roofline: Roofline | str | os.PathLike | None, device: Devi
             pass
     if minimal_dtypes is not None:
         cache = minimal_roofline_cache_path(device)
-        measurable = {p.dtype for p in device.probes() if p.name in _peak_probes(device, minimal_dtypes)}
-        cached = _load_cached(cache, sorted(measurable)) if use_cache else None
+        measurable = sorted({p.dtype for p in _peak_probes(device, minimal_dtypes)})
+        cached = _load_cached(cache, measurable) if use_cache else None
         if cached is not None:
             return cached, f"cached minimal measurement ({cache})"
         measured, source, result = minimal_roofline(device, minimal_dtypes, progress=progress)

@@ -333,12 +333,14 @@ def check_then_time_group(
     warn: Callable[[str], None] | None = None,
     on_check: Callable[[int, Op], None] | None = None,
     on_case: Callable[[int, int], None] | None = None,
+    quiet_from: float | None = None,
 ) -> list[Measurement]:
     """:func:`check_then_time` for several ops of one implementation, timed together.
 
     Every op is prepared and checked first (``on_check(i, op)`` before each); those that
-    passed are timed in interleaved rounds (:func:`roofprof.timing.interleave`), and all
-    are released. With ``judge_rounds`` (a device sharing the host's cores), each round is
+    passed are timed in interleaved rounds (:func:`roofprof.timing.interleave`), not
+    before ``time.perf_counter()`` reaches ``quiet_from`` (another runtime's worker threads
+    go idle meanwhile: the checks take part of that pause), and all are released. With ``judge_rounds`` (a device sharing the host's cores), each round is
     judged by :class:`~roofprof.telemetry.Contention`: busy rounds are dropped and, while
     ``more_rounds`` agrees, replaced. Returns one Measurement per op, in order.
     """
@@ -354,6 +356,8 @@ def check_then_time_group(
             staged.append((i, prepared, result, Case(calls, flush, warm=True)))
     if not staged:
         return results
+    if quiet_from is not None:
+        time.sleep(max(0.0, quiet_from - time.perf_counter()))
     shares: list[float | None] = []
 
     def judge(run: Callable[[], None]) -> float | None:

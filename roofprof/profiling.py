@@ -351,8 +351,8 @@ class Profiler:
         todo = [op for op in ops if (op.shape_key, impl.name) not in self._measured]
         if not todo:
             return
-        if self._last_impl not in (None, impl.name):
-            time.sleep(self.settings.switch_idle_s)  # let the previous runtime's worker threads go to sleep
+        switching = self._last_impl not in (None, impl.name)  # its threads sleep during the checks
+        quiet_from = time.perf_counter() + self.settings.switch_idle_s if switching else None
         fresh = []
         for op in todo:
             cached = self._cached(impl, op)
@@ -379,7 +379,7 @@ class Profiler:
             judge_rounds=info.shared_host,
             more_rounds=lambda round_s: self._retry.spend(round_s, pause_s=self.settings.busy_pause_s),
             host_issue=self._host_issue_s if info.asynchronous else None, warn=self.warnings.append,
-            on_check=on_check, on_case=on_case)
+            on_check=on_check, on_case=on_case, quiet_from=quiet_from)
         for op, m in zip(fresh, ms, strict=True):
             if m.ok:
                 self.cache.put(op, m, write=False)

@@ -28,13 +28,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["LONG_CALL_S", "NOISY_CV", "Case", "Clock", "PerfCounterClock", "Timing", "benchmark", "interleave", "repeat_counts"]
+__all__ = ["LONG_CALL_AGREE", "LONG_CALL_S", "NOISY_CV", "Case", "Clock", "PerfCounterClock", "Timing", "benchmark", "interleave", "repeat_counts"]
 
 #: A coefficient of variation above this marks a timing as noisy.
 NOISY_CV = 0.05
 #: A call at least this long (seconds) gets three interleaved samples instead of one per round:
 #: its spread is already low (CV 1–6 % measured for 0.17–0.93 s GEMMs) and each sample is costly.
 LONG_CALL_S = 0.1
+#: Two clean samples of a long call that agree within this fraction are enough (a third
+#: would move the median by at most half of it).
+LONG_CALL_AGREE = 0.02
 
 
 @runtime_checkable
@@ -310,6 +313,12 @@ class _CaseState:
     enough: int = 0  # stop timing once this many samples of clean rounds are in (0: never)
     rounds: list[list[float]] = field(default_factory=list)
 
+    def satisfied(self, clean: list[float]) -> bool:
+        """True once ``clean`` (this case's samples from clean rounds) is enough: ``enough``
+        of them, or two that agree within :data:`LONG_CALL_AGREE` (never, when ``enough`` is 0)."""
+        return bool(self.enough) and (len(clean) >= self.enough or (
+            len(clean) >= 2 and max(clean) - min(clean) <= LONG_CALL_AGREE * min(clean)))
+
     def call(self) -> None:
         calls = self.case.calls
         calls[self.turn % len(calls)]()
@@ -346,7 +355,9 @@ def interleave(
     Each case is called once untimed, timed once (the estimate), warmed up for
     ``warmup_s`` and given ``budget_s`` of timed calls (at least ``rounds``, at most
     ``max_repeats``), spread evenly over ``rounds`` rounds that visit every case in turn
-    (reversed every other round).
+    (reversed every other round). A case whose estimate (always a warm call) took
+    :data:`LONG_CALL_S` or more keeps it as its first sample and stops at three clean
+    samples, or at two that agree within :data:`LONG_CALL_AGREE`.
 
     Args:
         judge_round: runs one round (the callable it is given) and returns how disturbed
@@ -388,7 +399,7 @@ def interleave(
             st.call()
         st.per_round = max(1, math.ceil(n / rounds))
         if st.estimate_s >= LONG_CALL_S and rounds > 3:
-            st.enough = 3  # a call of 100 ms or more: three clean samples are enough
+            st.enough = 3  # a call of 100 ms or more: three clean samples, or two that agree, are enough
     limit = max_rounds if max_rounds is not None else 2 * rounds
     shares: list[float | None] = []
     r = 0
@@ -399,8 +410,8 @@ def interleave(
             for j, st in enumerate(order):
                 if on_case is not None:
                     on_case(r, j)
-                done = st.enough and sum(len(s) for s, sh in zip(st.rounds, shares, strict=False)
-                                         if sh is None or sh <= busy_above) >= st.enough
+                done = st.satisfied([x for s, sh in zip(st.rounds, shares, strict=False)
+                                     if sh is None or sh <= busy_above for x in s])
                 samples = [] if done else [st.timed(clock) for _ in range(st.per_round)]
                 if st.enough and r == 0:
                     # a long call's estimate ran warm (after its check): it counts as a sample,
@@ -420,7 +431,8 @@ def interleave(
     out = []
     for st in states:
         clean_rounds = [s for s, sh in zip(st.rounds, shares, strict=True) if sh is None or sh <= busy_above]
-        kept = clean_rounds if sum(len(s) for s in clean_rounds) >= 3 else st.rounds
+        clean = [x for s in clean_rounds for x in s]
+        kept = clean_rounds if len(clean) >= 3 or st.satisfied(clean) else st.rounds
         calls = st.case.calls
         mode = "interleaved" + (f"+rotate:{len(calls)}" if len(calls) > 1 else "") + \
             ("+flush" if st.case.flush is not None else "")

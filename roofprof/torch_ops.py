@@ -205,8 +205,9 @@ class TorchOps:
         where = self.device if self.is_cuda else "cpu"
         self._seed += 1
         seed = self._seed if seed is None else seed
-        if not self.is_cuda and math.prod(shape) > 1 << 24:
-            # the CPU draws ~50 M normals/s: tile a random block over big tensors (lm_head, embedding)
+        if not self.is_cuda and math.prod(shape) >= 1 << 20:
+            # the CPU draws ~50 M normals/s: tile a random block over tensors of 4 MB and more
+            # (every GEMM weight copy of a Llama layer, the lm_head, the embedding)
             from roofprof.models.llama_torch import fill_random_
 
             return fill_random_(torch.empty(*shape, dtype=self._dtype(op)), std=std, seed=seed)
@@ -348,8 +349,10 @@ class TorchOps:
         torch = self.torch
         vocab = self.model.vocab_size
         self._check_memory(op, vocab * op.n * self._dtype(op).itemsize)
-        table = self.inputs.get(("embedding", vocab, op.n, op.dtype),
-                                lambda: self._randn((vocab, op.n), op, std=0.02, seed=999))
+        # the lm_head's weight has the embedding table's shape (tied in Llama 3.2): one buffer
+        # for both, drawn once (the gather's timing does not depend on the values)
+        table = self.inputs.get(("linear-w", vocab, op.n, op.dtype, 0),
+                                lambda: self._randn((vocab, op.n), op, std=op.n ** -0.5, seed=1000))
         gen = torch.Generator(device="cpu").manual_seed(self._seed)
         ids = torch.randint(0, vocab, (op.m,), generator=gen).to(self.device)
         rows = self._rows(op.m)

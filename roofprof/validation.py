@@ -324,7 +324,10 @@ def validate(
         device: ``auto | cpu | cuda:N`` or a Device.
         dtype: the device's default (``fp32`` on a CPU, ``bf16`` on a GPU), or ``fp16``...
         batch, prompt_tokens: prefill shape; decode continues these sequences.
-        decode_steps, warmup_steps, prefill_repeats: timed and untimed repetitions.
+        decode_steps, warmup_steps, prefill_repeats: timed decode steps in all, untimed decode
+            steps after each timed prefill, and timed prefills (each followed by its share of
+            the decode steps). The untimed warm-up (a prefill and at least one decode step)
+            comes first in any case.
         warmup_tokens: tokens of the untimed warm-up prefill (default ``prompt_tokens``; a
             short one loads the runtime as well: ``run`` uses 16, see BENCHMARKS.md).
         attention: ``fused`` (SDPA) or ``unfused`` (eager), matching the counting.
@@ -443,7 +446,7 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     with torch.inference_mode(), sampler:
         tick("warm-up (prefill and decode)")
         logits, cache = runner.prefill(ids[:, :warmup_tokens])
-        for _ in range(warmup_steps):
+        for _ in range(max(1, warmup_steps)):  # the decode path runs once before any timed step
             logits = runner.step(logits[:, -1:].argmax(-1), cache)
         # Repetitions interleave a timed prefill and timed decode steps, so that a slow spell
         # of the machine touches one repetition, not every sample of one phase. On a CPU, a

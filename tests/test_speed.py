@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -155,6 +156,25 @@ def test_torch_gemm_check_never_converts_the_whole_weight(monkeypatch):
     assert isinstance(again.buffers[1][0], torch.Tensor)
 
 
+def test_torch_embedding_table_and_lm_head_weight_are_one_buffer_drawn_fast(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from roofprof.models import llama_ops
+    from roofprof.specs import ModelSpec
+    from roofprof.torch_ops import TorchOps
+
+    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 20000, False, 256)  # 20000 × 64: over a million values
+    impl = TorchOps(spec, cache_bytes=1 << 30)
+    drawn = []
+    real_randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: (drawn.append(a), real_randn(*a, **k))[1])
+    ops = {o.name: o for o in llama_ops(spec, "prefill", prompt_tokens=4, dtype="fp32").ops}
+    emb = impl.prepare(ops["embedding"], np.random.default_rng(0))
+    head = impl.prepare(ops["lm_head"], np.random.default_rng(1))
+    assert emb.buffers[0] is head.buffers[1][0]  # one 20000 × 64 buffer for both
+    assert emb.check().ok and head.check().ok
+    assert (20000, 64) not in drawn  # tiled from the one random chunk, not drawn value by value
+
+
 # --------------------------------------------------------------------------- timing
 
 
@@ -167,19 +187,35 @@ def test_a_checked_case_gets_no_extra_untimed_call():
         assert len(calls) == (1 + 1 + 3 if not warm else 1 + 3)  # first call, estimate, samples
 
 
-def test_long_calls_stop_at_three_clean_samples():
+class SpreadClock(FakeClock):
+    """Timed calls take ``seconds`` in turn (the first is the estimate)."""
+
+    def __init__(self, *seconds: float):
+        super().__init__(seconds[0])
+        self.each = seconds
+
+    def stop(self):
+        self.stops += 1
+        return self.each[(self.stops - 1) % len(self.each)]
+
+
+def test_long_calls_stop_at_three_clean_samples_or_two_that_agree():
     n_calls = []
-    [t] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=FakeClock(0.5), rounds=5,
+    [t] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=SpreadClock(0.5, 0.55), rounds=5,
                      budget_s=0.15, warmup_s=0.0)
     assert t.n == 3 and len(n_calls) == 1 + 2  # the estimate (kept as the first sample), then rounds 1-2
     assert t.samples_s[0] == t.estimate_s
+    n_calls.clear()  # 0.5 s then 0.505 s: within LONG_CALL_AGREE, the third call is saved
+    [agreeing] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=SpreadClock(0.5, 0.505),
+                            rounds=5, budget_s=0.15, warmup_s=0.0)
+    assert agreeing.n == 2 and len(n_calls) == 1 + 1 and agreeing.median_s == pytest.approx(0.5025)
     short = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.01), rounds=5, budget_s=0.05,
                        warmup_s=0.0)[0]
     assert short.n == 5
     shares = iter([0.9, 0.9, 0.0, 0.0, 0.0])  # busy rounds do not count towards the three
     [busy] = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.5), rounds=5, budget_s=0.15,
                         warmup_s=0.0, judge_round=lambda run: (run(), next(shares))[1])
-    assert busy.n == 3 and busy.rounds_kept == 3
+    assert busy.n == 2 and busy.rounds_kept == 3  # the estimate's round was busy: two clean ones agree
 
 
 def test_a_long_probe_call_gets_three_samples_a_short_one_its_minimum():
@@ -223,6 +259,42 @@ def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch
     assert groups == [("numpy", 3)]
     est_time, _ = prof.op_time(_gemm(m=2))
     assert est_time is not None and groups == [("numpy", 3)]  # already measured: no new group
+
+
+
+def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(monkeypatch):
+    import roofprof.measurement as measurement
+    import roofprof.profiling as profiling
+    from roofprof.specs import ModelSpec
+
+    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
+    prof = profiling.Profiler(spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none",
+                              budget_s=0.002)
+    events, pauses = [], []
+
+    class Clock(FakeClock):
+        def start(self):
+            events.append("timed")
+
+    real = check_then_time_group
+
+    def group(impl, ops, *a, **k):
+        k["clock"] = Clock(0.001)
+        k["on_check"] = lambda i, op: events.append("check")
+        return real(impl, ops, *a, **k)
+
+    monkeypatch.setattr(profiling, "check_then_time_group", group)
+    monkeypatch.setattr(measurement, "time", types.SimpleNamespace(
+        perf_counter=time.perf_counter, sleep=lambda s: (events.append("pause"), pauses.append(s))))
+    prof.prefetch([_gemm(m=b) for b in (1, 2)])  # numpy first: no runtime ran before it
+    assert pauses == [] and events[:2] == ["check", "check"] and set(events[2:]) == {"timed"}
+    events.clear()
+    prof._measure_group(prof.impls[1], [_gemm(m=b) for b in (1, 2)], "decode")  # numpy -> numba
+    assert events[:3] == ["check", "check", "pause"] and set(events[3:]) == {"timed"}
+    assert len(pauses) == 1 and 0.0 <= pauses[0] < prof.settings.switch_idle_s  # the checks took the rest
+    prof._measure_group(prof.impls[0], [_gemm(m=b) for b in (1, 2)], "decode")  # measured already: no pause
+    assert len(pauses) == 1
+    prof.release_buffers()
 
 
 # --------------------------------------------------------------------------- roofline reuse

@@ -196,3 +196,16 @@ def test_a_short_warm_up_prefill_runs_the_prompt_head_only(tiny, monkeypatch):
     assert r.real.context_tokens == validation.validation_context(12, 1, 2, 2)
     with pytest.raises(ConfigError, match="warm-up tokens must be at least 1"):
         validate(tiny, device="cpu", backend="torch", warmup_tokens=0)
+
+
+def test_without_per_repetition_warm_up_steps_the_decode_path_still_warms_once(tiny, monkeypatch):
+    from roofprof import validation
+
+    steps = []
+    real = validation._Runner.step
+    monkeypatch.setattr(validation._Runner, "step", lambda self, ids, cache: (steps.append(1), real(self, ids, cache))[1])
+    r = validate(tiny, device="cpu", backend="torch", prompt_tokens=12, decode_steps=4, warmup_steps=0,
+                 prefill_repeats=2, warmup_tokens=4)
+    # the warm-up's one step, then every step timed (a busy machine may add repetitions)
+    assert len(r.decode_samples_s) >= 4 and len(steps) == 1 + len(r.decode_samples_s)
+    assert r.real.context_tokens == validation.validation_context(12, 0, 4, 2) == 13

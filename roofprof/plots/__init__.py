@@ -29,7 +29,8 @@ def pyplot():
 
 
 def save(fig: Any, path: str | os.PathLike | None = None) -> bytes:
-    """Render ``fig`` (PNG, or the format of ``path``'s suffix), close it, return the bytes.
+    """Render ``fig`` (PNG at zlib level 1, or the format of ``path``'s suffix), close it,
+    return the bytes.
 
     With ``path``, the bytes are also written atomically (temp file + rename, the usual file
     mode), so a chart on disk is never half written. The figure is closed in every case.
@@ -46,8 +47,10 @@ def save(fig: Any, path: str | os.PathLike | None = None) -> bytes:
 
     fmt = (Path(path).suffix.lstrip(".") if path is not None else "") or "png"
     buf = io.BytesIO()
+    # fastest zlib level: a report's six charts encode in about half the time, ~7 % larger
+    options = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
     try:
-        fig.savefig(buf, format=fmt)
+        fig.savefig(buf, format=fmt, **options)
     finally:
         pyplot().close(fig)
     data = buf.getvalue()

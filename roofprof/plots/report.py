@@ -147,7 +147,7 @@ def _label_points(ax, labels: Sequence[tuple[str, float, float, str]], fontsize:
     in steps of one text line until it clears the labels already placed; a thin leader line
     joins a moved label to its point."""
     fig = ax.figure
-    fig.canvas.draw()
+    ax.get_xlim(), ax.get_ylim()  # settle the view limits (no full draw needed for the transforms)
     to_px = ax.transData.transform
     to_data = ax.transData.inverted().transform
     line_h = fontsize * fig.dpi / 72 * 1.15

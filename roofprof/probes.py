@@ -436,6 +436,8 @@ class _Run:
         points: list[dict[str, Any]] = []
         self.sweeps["bandwidth"][probe.name] = points
         previous: tuple[int, int] | None = None  # (reps, working set) of the last size
+        if len(sizes) > 1:  # buffers the sizes share are allocated (and first-touched) once, at the largest
+            probe.setup(working_set_bytes=int(sizes[-1])).release()
         for i, ws in enumerate(sizes):
             run = probe.setup(working_set_bytes=int(ws))
             if i == 0:

@@ -497,6 +497,19 @@ def test_real_cpu_test_plan(tmp_path):
     assert result.provenance["libraries"]["numba"]
 
 
+def test_the_cpu_sweeps_first_touch_one_shared_buffer_once(monkeypatch):
+    from roofprof.devices import cpu_probes
+
+    touched = []
+    real = cpu_probes.aligned_empty
+    monkeypatch.setattr(cpu_probes, "aligned_empty", lambda n, dtype: (touched.append(n), real(n, dtype))[1])
+    result = measure_roofline(CpuDevice(), plan="test", probes=["read", "triad", "intensity-fp64"])
+    assert all(p["check"]["ok"] for p in result.probes)
+    largest = max(p["working_set_bytes"] for p in result.sweeps["bandwidth"]["read"])
+    big = [n for n in touched if 8 * n >= 1 << 20]  # the sweeps' arena (the others are a few KB)
+    assert big == [touched[0]] and 8 * big[0] >= largest  # allocated once, at the largest size, first
+
+
 def test_spec_comparison_pairs_each_probe_with_the_right_datasheet_rate():
     from roofprof.devices.base import DeviceInfo
     from roofprof.probes import spec_comparison

@@ -334,13 +334,15 @@ def check_then_time_group(
     on_check: Callable[[int, Op], None] | None = None,
     on_case: Callable[[int, int], None] | None = None,
     quiet_from: float | None = None,
+    long_samples: int = 3,
 ) -> list[Measurement]:
     """:func:`check_then_time` for several ops of one implementation, timed together.
 
     Every op is prepared and checked first (``on_check(i, op)`` before each); those that
     passed are timed in interleaved rounds (:func:`roofprof.timing.interleave`), not
     before ``time.perf_counter()`` reaches ``quiet_from`` (another runtime's worker threads
-    go idle meanwhile: the checks take part of that pause), and all are released. With ``judge_rounds`` (a device sharing the host's cores), each round is
+    go idle meanwhile: the checks take part of that pause), and all are released.
+    ``long_samples``: clean samples enough for a call of 100 ms or more (``interleave``). With ``judge_rounds`` (a device sharing the host's cores), each round is
     judged by :class:`~roofprof.telemetry.Contention`: busy rounds are dropped and, while
     ``more_rounds`` agrees, replaced. Returns one Measurement per op, in order.
     """
@@ -373,7 +375,7 @@ def check_then_time_group(
             timings = interleave([case for *_, case in staged], clock=clock, rounds=rounds, budget_s=budget_s,
                                  warmup_s=warmup_s, judge_round=judge if judge_rounds else None,
                                  busy_above=CONTENDED_SHARE, more_rounds=more_rounds, max_repeats=max_repeats,
-                                 on_case=on_case)
+                                 on_case=on_case, long_samples=long_samples)
         base = telemetry_dict(watch.summary())
         for (i, prepared, checked, _), timing in zip(staged, timings, strict=True):
             timing = per_call_timing(timing, prepared)

@@ -24,6 +24,7 @@ Python API: :func:`profile`, :func:`measured_estimator`, :func:`estimators_for`,
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 import warnings as _warnings
@@ -337,16 +338,15 @@ class Profiler:
         return m
 
     def _measure_group(self, impl: OpImpl, ops: Sequence[Op], phase: str, *, done: int = 0, total: int = 0,
-                       budget_s: float | None = None) -> None:
+                       budget_s: float | None = None, long_samples: int = 3) -> None:
         """Measure ``ops`` with one implementation in interleaved rounds.
 
         Every op is checked first; then all are timed together
         (:func:`roofprof.measurement.check_then_time_group`: ``settings.rounds`` rounds
         visiting every op in turn). A slowdown of the machine lasting a second or two then
         touches one round of many ops instead of every sample of one, and the median shrugs
-        it off. On a device sharing the host's cores, rounds during which other processes
-        used the CPUs are dropped when enough samples remain, and replaced from the retry
-        budget.
+        it off. On a device sharing the host's cores, rounds during which other processes used
+        the CPUs are dropped when enough samples remain, and replaced from the retry budget.
         """
         todo = [op for op in ops if (op.shape_key, impl.name) not in self._measured]
         if not todo:
@@ -379,7 +379,7 @@ class Profiler:
             judge_rounds=info.shared_host,
             more_rounds=lambda round_s: self._retry.spend(round_s, pause_s=self.settings.busy_pause_s),
             host_issue=self._host_issue_s if info.asynchronous else None, warn=self.warnings.append,
-            on_check=on_check, on_case=on_case, quiet_from=quiet_from)
+            on_check=on_check, on_case=on_case, quiet_from=quiet_from, long_samples=long_samples)
         for op, m in zip(fresh, ms, strict=True):
             if m.ok:
                 self.cache.put(op, m, write=False)
@@ -387,21 +387,23 @@ class Profiler:
             self._measured[(op.shape_key, impl.name)] = m
         self.cache.save()
 
-    def prefetch(self, ops: Sequence[Op], label: str = "sweep", *, budget_s: float | None = None) -> None:
+    def prefetch(self, ops: Sequence[Op], label: str = "sweep", *, budget_s: float | None = None,
+                 long_samples: int = 3) -> None:
         """Measure every shape of ``ops`` not measured yet, as :meth:`op_time` will ask for them.
 
         One interleaved group per preferred implementation (as :meth:`profile` does)
         instead of one op at a time: the inputs of the shapes are drawn once and shared
         (the weights across batch sizes), each gets its samples spread over the rounds, and
         a busy machine costs dropped rounds rather than per-op retry pauses. ``budget_s``
-        (default the profiler's) is the timed seconds per shape.
+        (default the profiler's) is the timed seconds per shape; ``long_samples`` the clean
+        samples enough for a call of 100 ms or more.
         """
         shapes = list({op.shape_key: op for op in ops}.values())
         preferred = [i for i in self.ordered_impls() if i.name in self.prefer] or self.ordered_impls()
-        total = 2 * len(shapes) * len(preferred)
+        kw = dict(total=2 * len(shapes) * len(preferred), budget_s=budget_s, long_samples=long_samples)
         with self._threads():
             for i, impl in enumerate(preferred):
-                self._measure_group(impl, shapes, label, done=2 * i * len(shapes), total=total, budget_s=budget_s)
+                self._measure_group(impl, shapes, label, done=2 * i * len(shapes), **kw)
 
     def release_buffers(self) -> None:
         """Drop the inputs shared between measurements (before a memory-hungry step)."""
@@ -409,8 +411,6 @@ class Profiler:
             release = getattr(owner, "release_buffers", None)
             if release is not None:
                 release()
-        import gc
-
         gc.collect()
         trim = malloc_trimmer()
         if trim is not None:

@@ -277,11 +277,12 @@ def run(
             }
             # the sweeps' new decode shapes, measured together before the roll-ups ask; beyond
             # the validated point they are predictions, so a third of the budget each (still
-            # one sample per interleaved round at least)
+            # one sample per interleaved round at least) and two samples of a call of 100 ms or
+            # more (the batch-256 lm_head takes a second a call)
             sweep_points = [(b, context) for b in batches] + [(batch, c) for c in contexts]
             profiler.prefetch([op for b, c in sweep_points for op in models.ops(
                 scenario.replace(phase="decode", batch=b, context_tokens=c)).ops], "decode sweeps",
-                budget_s=budget_s / 3)
+                budget_s=budget_s / 3, long_samples=2)
             n = len(sweep_estimators) * (len(batches) + len(contexts))
             i = 0
             for label, est in sweep_estimators.items():

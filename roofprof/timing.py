@@ -349,6 +349,7 @@ def interleave(
     more_rounds: Callable[[float], bool] | None = None,
     max_repeats: int = 1000,
     on_case: Callable[[int, int], None] | None = None,
+    long_samples: int = 3,
 ) -> list[Timing]:
     """Time several cases in interleaved rounds; one :class:`Timing` per case, in order.
 
@@ -356,8 +357,8 @@ def interleave(
     ``warmup_s`` and given ``budget_s`` of timed calls (at least ``rounds``, at most
     ``max_repeats``), spread evenly over ``rounds`` rounds that visit every case in turn
     (reversed every other round). A case whose estimate (always a warm call) took
-    :data:`LONG_CALL_S` or more keeps it as its first sample and stops at three clean
-    samples, or at two that agree within :data:`LONG_CALL_AGREE`.
+    :data:`LONG_CALL_S` or more keeps it as its first sample and stops at ``long_samples``
+    clean samples (default three), or at two that agree within :data:`LONG_CALL_AGREE`.
 
     Args:
         judge_round: runs one round (the callable it is given) and returns how disturbed
@@ -399,7 +400,7 @@ def interleave(
             st.call()
         st.per_round = max(1, math.ceil(n / rounds))
         if st.estimate_s >= LONG_CALL_S and rounds > 3:
-            st.enough = 3  # a call of 100 ms or more: three clean samples, or two that agree, are enough
+            st.enough = max(2, long_samples)  # a call of 100 ms or more: few samples, or two that agree
     limit = max_rounds if max_rounds is not None else 2 * rounds
     shares: list[float | None] = []
     r = 0

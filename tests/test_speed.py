@@ -209,6 +209,10 @@ def test_long_calls_stop_at_three_clean_samples_or_two_that_agree():
     [agreeing] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=SpreadClock(0.5, 0.505),
                             rounds=5, budget_s=0.15, warmup_s=0.0)
     assert agreeing.n == 2 and len(n_calls) == 1 + 1 and agreeing.median_s == pytest.approx(0.5025)
+    n_calls.clear()  # the sweeps' shapes beyond the validated point: two samples of a long call
+    [two] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=SpreadClock(0.5, 0.55), rounds=5,
+                       budget_s=0.05, warmup_s=0.0, long_samples=2)
+    assert two.n == 2 and len(n_calls) == 1 + 1
     short = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.01), rounds=5, budget_s=0.05,
                        warmup_s=0.0)[0]
     assert short.n == 5

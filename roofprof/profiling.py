@@ -248,8 +248,7 @@ class Profiler:
         try:
             from roofprof.torch_ops import TorchOps
 
-            info = self.device.info
-            torch_impl = TorchOps(self.model, info.torch_device, cache_bytes=info.last_level_cache_bytes or (32 << 20))
+            torch_impl = TorchOps.for_device(self.model, self.device)
             if any(i.name == "torch" for i in impls):
                 torch_impl.name = "torch-eager"
             impls.append(torch_impl)

@@ -38,6 +38,7 @@ from roofprof.devices.pool import (  # malloc_trimmer: API here too
     InputPool,
     cold_copies,
     malloc_trimmer,
+    weight_key,
 )
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op
@@ -124,7 +125,8 @@ class TorchOps:
     name = "torch"
 
     def __init__(self, model: ModelSpec, device: str = "cpu", *, cache_bytes: int = 32 << 20,
-                 max_rotation: int = 16, memory_bytes: int | None = None, pool_bytes: int | None = None):
+                 max_rotation: int = 16, memory_bytes: int | None = None, pool_bytes: int | None = None,
+                 pool: InputPool | None = None):
         import torch
 
         self.torch = torch
@@ -134,13 +136,22 @@ class TorchOps:
         self.max_rotation = max_rotation
         self.memory_bytes = memory_bytes
         self.is_cuda = str(device).startswith("cuda")
-        #: weights and tables shared by the ops of one shape (batch sizes, sweep points)
-        self.inputs = InputPool(pool_bytes if pool_bytes is not None else 2 << 30)
+        #: weights and tables shared by the ops of one shape (batch sizes, sweep points); on the
+        #: CPU the device's pool, shared with numpy and numba (``pool``)
+        self.inputs = pool if pool is not None else InputPool(pool_bytes if pool_bytes is not None else 2 << 30)
         #: ``Op.fn`` -> preparer: the shared methods, then the model family's own (which win).
         self.preparers: dict[str, Callable[[Op], PreparedTorchOp]] = {
             fn: getattr(self, method) for fn, method in _PREPARE.items()}
         for fn, preparer in family_preparers(model.family).items():
             self.preparers[fn] = functools.partial(preparer, self)
+
+    @classmethod
+    def for_device(cls, model: ModelSpec, device: Any) -> TorchOps:
+        """TorchOps on a roofprof Device: its torch device, its last-level cache and, on the CPU,
+        its input pool (so numpy, numba and torch time the same weight buffers)."""
+        info = device.info
+        return cls(model, info.torch_device, cache_bytes=info.last_level_cache_bytes or (32 << 20),
+                   pool=getattr(device, "inputs", None) if info.torch_device == "cpu" else None)
 
     def release_buffers(self) -> None:
         """Drop the shared weights (ops that still hold one keep theirs)."""
@@ -217,6 +228,13 @@ class TorchOps:
             t.mul_(std)
         return t.to(dtype=self._dtype(op))
 
+    def _weight(self, n: int, k: int, op: Op, copy: int):
+        """Copy ``copy`` of the ``[n, k]`` weight in ``op``'s dtype, from the shared pool (drawn once;
+        numpy's array when numpy drew it first, viewed as a tensor without copying)."""
+        w = self.inputs.get(weight_key((), n, k, op.dtype, copy),
+                            lambda: self._randn((n, k), op, std=k ** -0.5, seed=1000 + copy))
+        return w if isinstance(w, self.torch.Tensor) else self.torch.from_numpy(w)
+
     def _sync(self) -> None:
         if self.is_cuda:
             self.torch.cuda.synchronize(self.device)
@@ -256,9 +274,7 @@ class TorchOps:
         x = self._randn((op.m, op.k), op)
         # the weights are shared with every other op of this shape and dtype (batch sizes,
         # sweep points): drawn once, their values do not matter to the timing
-        ws = [self.inputs.get(("linear-w", op.n, op.k, op.dtype, i),
-                              lambda i=i: self._randn((op.n, op.k), op, std=op.k ** -0.5, seed=1000 + i))
-              for i in range(copies)]
+        ws = [self._weight(op.n, op.k, op, i) for i in range(copies)]
         calls = [(lambda w=w: F.linear(x, w)) for w in ws]
         rows = self._rows(op.m)
         cols = self._rows(op.n, 256)
@@ -351,8 +367,7 @@ class TorchOps:
         self._check_memory(op, vocab * op.n * self._dtype(op).itemsize)
         # the lm_head's weight has the embedding table's shape (tied in Llama 3.2): one buffer
         # for both, drawn once (the gather's timing does not depend on the values)
-        table = self.inputs.get(("linear-w", vocab, op.n, op.dtype, 0),
-                                lambda: self._randn((vocab, op.n), op, std=op.n ** -0.5, seed=1000))
+        table = self._weight(vocab, op.n, op, 0)
         gen = torch.Generator(device="cpu").manual_seed(self._seed)
         ids = torch.randint(0, vocab, (op.m,), generator=gen).to(self.device)
         rows = self._rows(op.m)

@@ -137,6 +137,27 @@ def test_numpy_and_numba_share_one_weight_and_check_sampled_columns():
     assert dev.inputs.bytes == 0
 
 
+def test_torch_numpy_and_numba_time_one_weight_buffer_on_the_cpu():
+    pytest.importorskip("torch")
+    from roofprof.specs import ModelSpec
+    from roofprof.torch_ops import TorchOps
+
+    dev = CpuDevice()
+    torch_impl = TorchOps.for_device(ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256), dev)
+    assert torch_impl.inputs is dev.inputs
+    numpy_impl, numba_impl = dev.implementations()
+    rng = np.random.default_rng(0)
+    first_torch = torch_impl.prepare(_gemm(n=700, k=300), rng)
+    then_numpy = numpy_impl.prepare(_gemm(n=700, k=300), rng)
+    assert np.shares_memory(then_numpy.w, first_torch.buffers[1][0].numpy())  # a view, not a copy
+    first_numba = numba_impl.prepare(_gemm(n=500, k=300), rng)
+    then_torch = torch_impl.prepare(_gemm(m=8, n=500, k=300), rng)
+    assert np.shares_memory(then_torch.buffers[1][0].numpy(), first_numba.w)  # either order
+    assert all(p.check().ok for p in (first_torch, then_numpy, first_numba, then_torch))
+    dev.release_buffers()
+    assert dev.inputs.bytes == 0
+
+
 def test_torch_gemm_check_never_converts_the_whole_weight(monkeypatch):
     torch = pytest.importorskip("torch")
     from roofprof.specs import ModelSpec

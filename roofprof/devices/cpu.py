@@ -53,7 +53,7 @@ from roofprof.devices.cpu_probes import (  # the probes live there; re-exported 
     setup_read,
     setup_triad,
 )
-from roofprof.devices.pool import InputPool, cold_copies, small_pages, tiled_normal
+from roofprof.devices.pool import InputPool, cold_copies, small_pages, tiled_normal, weight_key
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.telemetry import CpuFreqSampler, NullSampler
 from roofprof.timing import PerfCounterClock
@@ -201,8 +201,8 @@ class CpuDevice:
         self._info = cpu_info()
         self._flush_buf: np.ndarray | None = None
         self._flush_out = np.zeros(1)
-        #: random GEMM inputs shared by the numpy and numba implementations (a quarter of
-        #: the memory available now at most)
+        #: random GEMM inputs shared by every implementation on the CPU: numpy, numba and torch
+        #: (a quarter of the memory available now at most)
         self.inputs = InputPool(min(4 << 30, self.free_memory_bytes() // 4))
 
     def release_buffers(self) -> None:
@@ -298,7 +298,7 @@ class _PreparedGemm:
     """Buffers for one GEMM op: a [b?,m,k], w [b?,n,k] (nn.Linear layout), out [b?,m,n].
 
     ``a`` and the weight copies come from the device's :class:`~roofprof.devices.pool.InputPool`
-    (shared by numpy and numba and across batch sizes); the weight is rotated over
+    (shared by numpy, numba and torch and across batch sizes); the weight is rotated over
     :func:`~roofprof.devices.pool.cold_copies` copies so each call finds it out of cache.
     """
 
@@ -317,9 +317,9 @@ class _PreparedGemm:
         dt = np.dtype(np_t).str
         self.a = device.inputs.get(("gemm-a", lead, op.m, op.k, dt),
                                    lambda: tiled_normal((*lead, op.m, op.k), np_t, seed=1))
-        self.ws = [device.inputs.get(("gemm-w", lead, op.n, op.k, dt, i),
-                                     lambda i=i: tiled_normal((*lead, op.n, op.k), np_t, seed=2 + i, std=op.k ** -0.5))
-                   for i in range(copies)]
+        # the weights may be torch's (the same pool): a view, not a copy
+        self.ws = [np.asarray(device.inputs.get(weight_key(lead, op.n, op.k, op.dtype, i), lambda i=i: tiled_normal(
+            (*lead, op.n, op.k), np_t, seed=2 + i, std=op.k ** -0.5))) for i in range(copies)]
         self.w = self.ws[0]
         with small_pages():
             self.out = np.empty((*lead, op.m, op.n), dtype=np_t)

@@ -27,11 +27,25 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK", "InputPool", "cold_copies", "malloc_trimmer", "small_pages", "stays_warm", "tiled_normal"]
+__all__ = ["BLOCK", "InputPool", "cold_copies", "malloc_trimmer", "small_pages", "stays_warm", "tiled_normal",
+           "weight_key"]
 
 #: Length of the random block tiled over big arrays: a prime, so a row of any length (a
 #: power of two, a model dimension) never starts at the same place in the block twice in a row.
 BLOCK = 1_000_003
+
+
+def weight_key(lead: tuple[int, ...], n: int, k: int, dtype: str, copy: int) -> tuple:
+    """The pool key of copy ``copy`` of a GEMM weight ``[*lead, n, k]`` in ``dtype`` (roofprof's name).
+
+    Every implementation sharing a pool uses it, so numpy, numba and torch on the CPU time
+    one buffer per weight (each views it as its own array type without copying:
+    ``np.asarray`` of a CPU tensor, ``torch.from_numpy`` of an array).
+
+    >>> weight_key((), 2048, 8192, "fp32", 0)
+    ('gemm-w', (), 2048, 8192, 'fp32', 0)
+    """
+    return ("gemm-w", tuple(lead), int(n), int(k), dtype, int(copy))
 
 
 def stays_warm(weight_bytes: float, cache_bytes: int) -> bool:

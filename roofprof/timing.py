@@ -241,8 +241,9 @@ def benchmark(
         min_repeats, max_repeats: bounds on the number of timed calls.
         estimate_runs: timed calls used to estimate the duration (not kept as samples).
         few_for_long: a call estimated at :data:`LONG_CALL_S` or more gets at most three
-            timed samples (its spread is already small next to its length; the profile's
-            interleaved rounds follow the same rule).
+            timed samples, two when they agree within :data:`LONG_CALL_AGREE` (its spread
+            is already small next to its length; the profile's interleaved rounds follow
+            the same rule).
 
     Returns:
         A :class:`Timing` recording the flush mode, warm-up count and estimate.
@@ -282,7 +283,13 @@ def benchmark(
     for _ in range(n_warmup):
         calls[turn % len(calls)]()
         turn += 1
-    samples = tuple(timed_call() for _ in range(n_repeat))
+    long = few_for_long and estimate >= LONG_CALL_S
+    taken: list[float] = []
+    for _ in range(n_repeat):
+        taken.append(timed_call())
+        if long and len(taken) == 2 and max(taken) - min(taken) <= LONG_CALL_AGREE * min(taken):
+            break  # two samples of a long call that agree are enough
+    samples = tuple(taken)
     return Timing(samples_s=samples, flush=mode, warmup_runs=n_warmup, estimate_s=estimate,
                   clock=getattr(clock, "name", type(clock).__name__))
 

@@ -246,8 +246,10 @@ def test_long_calls_stop_at_three_clean_samples_or_two_that_agree():
 def test_a_long_probe_call_gets_three_samples_a_short_one_its_minimum():
     from roofprof.timing import benchmark
 
-    assert benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5,
+    assert benchmark(lambda: None, clock=SpreadClock(0.2, 0.2, 0.22), budget_s=0.2, warmup_s=0.0, min_repeats=5,
                      few_for_long=True).n == 3
+    assert benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5,
+                     few_for_long=True).n == 2  # two that agree
     assert benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5).n == 5
     assert benchmark(lambda: None, clock=FakeClock(0.05), budget_s=0.2, warmup_s=0.0, min_repeats=5,
                      few_for_long=True).n == 5

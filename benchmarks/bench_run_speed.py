@@ -35,16 +35,13 @@ from pathlib import Path
 from bench_model import wait_quiet  # the same quiet-machine wait as the model benchmark
 
 
-def residuals(report: dict) -> dict[str, float | None]:
-    """The measured estimator's residuals (predicted / real - 1) from a run's report.json."""
-    out: dict[str, float | None] = {}
-    rows = (report.get("comparison") or {}).get("rows") or report.get("comparison") or []
-    if isinstance(rows, dict):
-        rows = list(rows.values())
-    for row in rows if isinstance(rows, list) else []:
-        if isinstance(row, dict) and row.get("estimator") == "measured":
-            out[f"{row.get('phase')}_residual"] = row.get("residual")
-    return out
+def residuals(comparison: list | None) -> tuple[float, float] | None:
+    """The measured estimator's (TTFT, decode) residuals in % (predicted / real - 1) from a
+    report's ``comparison`` rows; None when the run had no validation."""
+    for row in comparison or []:
+        if isinstance(row, dict) and row.get("estimator") == "measured" and "ttft_residual" in row:
+            return 100 * row["ttft_residual"], 100 * row["decode_residual"]
+    return None
 
 
 def one_run(exe: str, extra: list[str], cache: str, label: str, quiet_wait: float) -> dict:
@@ -136,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         walls = sorted(r["wall_s"] for r in records
                        if r["side"] == side and r["rc"] == 0 and not r.get("cold_numba_cache"))
         result[f"{side}_wall_s"] = walls
+        result[f"{side}_residuals_pct"] = [res for r in records if r["side"] == side
+                                           if (res := residuals(r.get("comparison"))) is not None]
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: result[k] for k in ("old_wall_s", "new_wall_s")}))
+    print(json.dumps({k: result[k] for k in ("old_wall_s", "new_wall_s", "old_residuals_pct", "new_residuals_pct")}))
     return 0
 
 

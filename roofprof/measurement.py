@@ -342,8 +342,9 @@ def check_then_time_group(
     passed are timed in interleaved rounds (:func:`roofprof.timing.interleave`), not
     before ``time.perf_counter()`` reaches ``quiet_from`` (another runtime's worker threads
     go idle meanwhile: the checks take part of that pause), and all are released.
-    ``long_samples``: clean samples enough for a call of 100 ms or more (``interleave``). With ``judge_rounds`` (a device sharing the host's cores), each round is
-    judged by :class:`~roofprof.telemetry.Contention`: busy rounds are dropped and, while
+    ``long_samples`` clean samples are enough for a call of 100 ms or more (``interleave``).
+    With ``judge_rounds`` (a device sharing the host's cores), each round is judged by
+    :class:`~roofprof.telemetry.Contention`: busy rounds are dropped and, while
     ``more_rounds`` agrees, replaced. Returns one Measurement per op, in order.
     """
     results: list[Measurement | None] = []

@@ -223,7 +223,7 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.d
 # --------------------------------------------------------------------------- weights
 
 
-_FILL_CHUNK: dict[tuple, torch.Tensor] = {}  # the one random chunk fill_random_ tiles (per dtype, std, device)
+_FILL_CHUNK: dict[tuple, torch.Tensor] = {}  # the one random chunk fill_random_ tiles (per dtype, device)
 
 
 def _fill_chunk(dtype, device, block: int) -> torch.Tensor:

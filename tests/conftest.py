@@ -60,6 +60,31 @@ def tiny_spec(**changes):
     return ModelSpec(**{**fields, **changes})
 
 
+def check_every_torch_op(spec, scenarios, **torch_ops_kwargs) -> list[str]:
+    """Prepare, run and check every distinct op shape of ``scenarios`` with TorchOps (each must be
+    supported and pass its correctness check); return the names of the ops checked."""
+    import numpy as np
+
+    from roofprof.models import ops
+    from roofprof.torch_ops import TorchOps
+
+    impl = TorchOps(spec, **torch_ops_kwargs)
+    seen, checked = set(), []
+    for scenario in scenarios:
+        for op in ops(scenario).ops:
+            if op.shape_key in seen:
+                continue
+            seen.add(op.shape_key)
+            assert impl.supports(op) is None, (scenario.phase, op.name)
+            prepared = impl.prepare(op, np.random.default_rng(0))
+            prepared.run()
+            result = prepared.check()
+            assert result.ok, (scenario.phase, op.name, result)
+            prepared.release()
+            checked.append(op.name)
+    return checked
+
+
 def write_config(folder: Path, name: str = "tiny.json", **changes) -> Path:
     """:data:`TINY_CFG` (with ``changes``) written as a config file; returns its path."""
     import json

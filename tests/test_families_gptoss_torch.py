@@ -12,6 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import check_every_torch_op  # noqa: E402
+
 from roofprof.cli import main  # noqa: E402
 from roofprof.models import MEASURABLE, ops  # noqa: E402
 from roofprof.models import gpt_oss_torch as g  # noqa: E402
@@ -59,21 +61,11 @@ def test_gpt_oss_is_measurable_and_the_layer_pattern_is_the_published_one():
 @pytest.mark.parametrize("attention", ["fused", "unfused"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_every_op_has_a_checked_torch_implementation(attention, dtype):
-    from roofprof.torch_ops import TorchOps
-
     spec = _tiny()
-    impl = TorchOps(spec, cache_bytes=1 << 16)
-    seen = set()
-    for phase, ctx in (("prefill", None), ("decode", 9)):  # prompt 8 > window 6; decode past it
-        for op in ops(Scenario(spec, phase, 1, 8, ctx, dtype, Counting(attention=attention))).ops:
-            if op.shape_key in seen:
-                continue
-            seen.add(op.shape_key)
-            assert impl.supports(op) is None, op.name
-            prepared = impl.prepare(op, np.random.default_rng(0))
-            prepared.run()
-            assert prepared.check().ok, (op.name, prepared.check())
-            prepared.release()
+    checked = check_every_torch_op(spec, [Scenario(spec, phase, 1, 8, ctx, dtype, Counting(attention=attention))
+                                          for phase, ctx in (("prefill", None), ("decode", 9))],  # prompt 8 > window 6
+                                   cache_bytes=1 << 16)
+    assert "lm_head" in checked
 
 
 def _broken_rope(q, k, cos, sin):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from roofprof.models import MEASURABLE, ops  # noqa: E402
+from conftest import check_every_torch_op  # noqa: E402
+
+from roofprof.models import MEASURABLE  # noqa: E402
 from roofprof.models.llama_torch import KVCache  # noqa: E402
 from roofprof.models.moe_config import MoeSpec  # noqa: E402
 from roofprof.models.moe_torch import moe_forward  # noqa: E402
@@ -22,18 +23,10 @@ TINY = ModelSpec("tiny-moe", 64, 32, 2, 4, 2, 16, 100, False, 256, family="mixtr
 def test_moe_family_is_measurable_and_every_op_has_a_checked_torch_implementation(family):
     import dataclasses
 
-    from roofprof.torch_ops import TorchOps
-
     spec = dataclasses.replace(TINY, family=family, qk_norm=family == "qwen3_moe")
     assert family in MEASURABLE
-    impl = TorchOps(spec)
-    for phase in ("prefill", "decode"):
-        for op in ops(Scenario(spec, phase, 1, 16, 16, "fp32")).ops:
-            assert impl.supports(op) is None, op.name
-            prepared = impl.prepare(op, np.random.default_rng(0))
-            prepared.run()
-            assert prepared.check().ok, (phase, op.name)
-            prepared.release()
+    checked = check_every_torch_op(spec, [Scenario(spec, phase, 1, 16, 16, "fp32") for phase in ("prefill", "decode")])
+    assert "lm_head" in checked
 
 
 def test_moe_forward_equals_a_dense_reference():

@@ -136,6 +136,7 @@ class TorchGemma(TorchLlama):
     """
 
     layer_class = GemmaLayer
+    final_norm = staticmethod(gemma_rms_norm)
 
     def __init__(self, spec: ModelSpec, **kwargs: Any):
         super().__init__(spec, **kwargs)
@@ -151,9 +152,7 @@ class TorchGemma(TorchLlama):
         return embed_scale(x, self.spec.hidden_size), positions, mask
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        x = gemma_rms_norm(x, self.norm, self.eps)
-        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(x[:, -1:, :], weight)
+        logits = super().head(x)
         cap = self.spec.gemma.final_logit_softcapping
         return logits if cap is None else softcap(logits, cap)
 

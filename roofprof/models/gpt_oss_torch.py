@@ -236,6 +236,7 @@ class TorchGptOss(TorchLlama):
     """
 
     layer_class = GptOssLayer
+    final_norm = staticmethod(gpt_oss_rms_norm)
 
     def __init__(self, spec: ModelSpec, **kwargs: Any):
         super().__init__(spec, **kwargs)
@@ -244,11 +245,6 @@ class TorchGptOss(TorchLlama):
         self.register_buffer("inv_freq", inv_freq.to(self.inv_freq.device), persistent=False)
         for layer, kind in zip(self.layers, layer_types(spec), strict=True):
             layer.window = spec.sliding_window if kind == "sliding_attention" else None
-
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        x = gpt_oss_rms_norm(x, self.norm, self.eps)
-        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x[:, -1:, :], weight)
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:

@@ -29,7 +29,7 @@ torch (it is only imported by code that checked for it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -388,6 +388,8 @@ class TorchLlama(nn.Module):
     """
 
     layer_class: type[nn.Module] = LlamaLayer
+    #: the final norm, ``norm(x, weight, eps)`` (a family with its own RMSNorm sets it)
+    final_norm: Callable[..., torch.Tensor] = staticmethod(rms_norm)
 
     def __init__(self, spec: ModelSpec, *, dtype=torch.float32, device="cpu", attention: str = "fused",
                  rope_theta: float = 500000.0, rope_scaling: Mapping[str, Any] | None = None,
@@ -421,7 +423,7 @@ class TorchLlama(nn.Module):
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """Final norm and lm_head on the last token."""
-        x = rms_norm(x, self.norm, self.eps)
+        x = self.final_norm(x, self.norm, self.eps)
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x[:, -1:, :], weight)
 

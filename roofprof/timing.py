@@ -40,6 +40,11 @@ LONG_CALL_S = 0.1
 LONG_CALL_AGREE = 0.02
 
 
+def _agree(samples: Sequence[float]) -> bool:
+    """Two or more samples within :data:`LONG_CALL_AGREE` of each other (relative to the fastest)."""
+    return len(samples) >= 2 and max(samples) - min(samples) <= LONG_CALL_AGREE * min(samples)
+
+
 @runtime_checkable
 class Clock(Protocol):
     """Times one interval on a device.
@@ -287,7 +292,7 @@ def benchmark(
     taken: list[float] = []
     for _ in range(n_repeat):
         taken.append(timed_call())
-        if long and len(taken) == 2 and max(taken) - min(taken) <= LONG_CALL_AGREE * min(taken):
+        if long and len(taken) == 2 and _agree(taken):
             break  # two samples of a long call that agree are enough
     samples = tuple(taken)
     return Timing(samples_s=samples, flush=mode, warmup_runs=n_warmup, estimate_s=estimate,
@@ -323,8 +328,7 @@ class _CaseState:
     def satisfied(self, clean: list[float]) -> bool:
         """True once ``clean`` (this case's samples from clean rounds) is enough: ``enough``
         of them, or two that agree within :data:`LONG_CALL_AGREE` (never, when ``enough`` is 0)."""
-        return bool(self.enough) and (len(clean) >= self.enough or (
-            len(clean) >= 2 and max(clean) - min(clean) <= LONG_CALL_AGREE * min(clean)))
+        return bool(self.enough) and (len(clean) >= self.enough or _agree(clean))
 
     def call(self) -> None:
         calls = self.case.calls
@@ -418,8 +422,8 @@ def interleave(
             for j, st in enumerate(order):
                 if on_case is not None:
                     on_case(r, j)
-                done = st.satisfied([x for s, sh in zip(st.rounds, shares, strict=False)
-                                     if sh is None or sh <= busy_above for x in s])
+                done = bool(st.enough) and st.satisfied([x for s, sh in zip(st.rounds, shares, strict=False)
+                                                         if sh is None or sh <= busy_above for x in s])
                 samples = [] if done else [st.timed(clock) for _ in range(st.per_round)]
                 if st.enough and r == 0:
                     # a long call's estimate ran warm (after its check): it counts as a sample,

@@ -30,7 +30,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="bench-gpu", help="output folder (selftest.json, selftest.md, ...)")
+    parser.add_argument(
+        "--out", default="bench-gpu", help="output folder (selftest.json, selftest.md, ...)"
+    )
     parser.add_argument("--quick", action="store_true", help="quick roofline plan, 8B shapes only")
     parser.add_argument("--budget", type=float, default=300.0, help="time budget in seconds")
     parser.add_argument("--device", default="cuda:0")
@@ -40,24 +42,41 @@ def main(argv: list[str] | None = None) -> int:
     from roofprof.selftest import run_selftest
 
     try:
-        res = run_selftest(args.out, quick=args.quick, budget_s=args.budget, device=args.device,
-                           sections=("roofline", "benchmarks"), progress=lambda m: print(m, file=sys.stderr))
+        res = run_selftest(
+            args.out,
+            quick=args.quick,
+            budget_s=args.budget,
+            device=args.device,
+            sections=("roofline", "benchmarks"),
+            progress=lambda m: print(m, file=sys.stderr),
+        )
     except RoofprofError as exc:
         print(f"bench_gpu_llama: {exc}", file=sys.stderr)
         return 2
-    print(f"{'model':<14} {'phase':<8} {'batch':>5} {'dtype':<5} {'impl':<8} {'GB/s':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9}")
+    print(
+        f"{'model':<14} {'phase':<8} {'batch':>5} {'dtype':<5} {'impl':<8} {'GB/s':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9}"
+    )
     for r in (res.get("benchmarks") or {}).get("summary", []):
         vs = f"{r['vs_cublas']:.2f}" if r.get("vs_cublas") else "-"
-        print(f"{r['model']:<14} {r['phase']:<8} {r['batch']:>5} {r['dtype']:<5} {r['impl']:<8} "
-              f"{r['bytes_per_s'] / 1e9:>8.0f} {r['flops_per_s'] / 1e12:>8.1f} {vs:>9}")
+        print(
+            f"{r['model']:<14} {r['phase']:<8} {r['batch']:>5} {r['dtype']:<5} {r['impl']:<8} "
+            f"{r['bytes_per_s'] / 1e9:>8.0f} {r['flops_per_s'] / 1e12:>8.1f} {vs:>9}"
+        )
     print()
     for t in res.get("targets", []):
         if t["id"] in ("counters", "pytest_gpu", "correctness"):
             continue
         value = "-" if t["value"] is None else f"{t['value']:.3f}"
         print(f"{t['status']:>12}  {value:>7}  {t['description']}")
-    return 1 if any(t.get("passed") is False for t in res.get("targets", [])
-                    if t["id"] not in ("counters", "pytest_gpu", "correctness")) else 0
+    return (
+        1
+        if any(
+            t.get("passed") is False
+            for t in res.get("targets", [])
+            if t["id"] not in ("counters", "pytest_gpu", "correctness")
+        )
+        else 0
+    )
 
 
 if __name__ == "__main__":

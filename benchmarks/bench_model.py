@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default="bench-model.json")
     parser.add_argument("--report", default="/tmp/roofprof-bench-report")
-    parser.add_argument("--repeats", type=int, default=1, help="whole runs (each with its own real run)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="whole runs (each with its own real run)"
+    )
     parser.add_argument("--wait-quiet", action="store_true")
     args = parser.parse_args(argv)
 
@@ -67,19 +69,36 @@ def main(argv: list[str] | None = None) -> int:
         result = run(args.model, device=args.device, out=f"{args.report}-{i}")
         wall = time.perf_counter() - t0
         rows = result.validation.comparison() if result.validation is not None else []
-        runs.append({"wall_s": wall, "step_seconds": result.step_seconds, "load_average_start": load_start,
-                     "load_average_end": os.getloadavg(), "load_after_wait": load_wait, "model": result.model,
-                     "dtype": result.dtype, "device": result.device.get("name"),
-                     "real": result.validation.real.to_dict() if result.validation else None,
-                     "backend": result.validation.backend if result.validation else None,
-                     "comparison": rows, "report": str(result.out / "index.html")})
+        runs.append(
+            {
+                "wall_s": wall,
+                "step_seconds": result.step_seconds,
+                "load_average_start": load_start,
+                "load_average_end": os.getloadavg(),
+                "load_after_wait": load_wait,
+                "model": result.model,
+                "dtype": result.dtype,
+                "device": result.device.get("name"),
+                "real": result.validation.real.to_dict() if result.validation else None,
+                "backend": result.validation.backend if result.validation else None,
+                "comparison": rows,
+                "report": str(result.out / "index.html"),
+            }
+        )
         print(f"run {i + 1}: {wall:.0f} s; load {load_start[0]:.2f} → {os.getloadavg()[0]:.2f}")
         for r in rows:
-            print(f"  {r['estimator']:20s} TTFT {r['ttft_s']:.3f} s ({r['ttft_residual']:+.1%})  "
-                  f"decode {r['decode_step_s'] * 1e3:.1f} ms ({r['decode_residual']:+.1%})")
-    payload = {"benchmark": "roofprof run + validation residuals", "machine": lscpu_model(), "cores": os.cpu_count(),
-               "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "runs": runs}
+            print(
+                f"  {r['estimator']:20s} TTFT {r['ttft_s']:.3f} s ({r['ttft_residual']:+.1%})  "
+                f"decode {r['decode_step_s'] * 1e3:.1f} ms ({r['decode_residual']:+.1%})"
+            )
+    payload = {
+        "benchmark": "roofprof run + validation residuals",
+        "machine": lscpu_model(),
+        "cores": os.cpu_count(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "runs": runs,
+    }
     Path(args.out).write_text(json.dumps(payload, indent=2, default=str) + "\n")
     print(f"written {args.out}")
     return 0

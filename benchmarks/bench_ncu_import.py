@@ -31,8 +31,10 @@ from pathlib import Path
 __all__ = ["make_csv", "measure"]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
-SOURCES = ("ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_saxpy.csv",
-           "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_gemm_tiled.csv")
+SOURCES = (
+    "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_saxpy.csv",
+    "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_gemm_tiled.csv",
+)
 
 
 def _kernel_rows(name: str) -> tuple[list[str], list[list[str]]]:
@@ -52,11 +54,12 @@ def _details_blocks() -> tuple[list[str], list[list[list[str]]]]:
     return header, blocks
 
 
-def _raw_page(header: list[str], blocks: list[list[list[str]]]) -> tuple[list[str], list[str],
-                                                                          list[list[str]]]:
+def _raw_page(
+    header: list[str], blocks: list[list[list[str]]]
+) -> tuple[list[str], list[str], list[list[str]]]:
     """The same kernels as a ``--page raw`` table: header, units row, one row per kernel."""
     col = {h: i for i, h in enumerate(header)}
-    identity = header[:col["Section Name"]]
+    identity = header[: col["Section Name"]]
     metrics: dict[str, str] = {}
     for rows in blocks:
         for r in rows:
@@ -65,7 +68,7 @@ def _raw_page(header: list[str], blocks: list[list[list[str]]]) -> tuple[list[st
     out = []
     for rows in blocks:
         values = {r[col["Metric Name"]]: r[col["Metric Value"]] for r in rows}
-        out.append(rows[0][:len(identity)] + [values.get(m, "n/a") for m in names])
+        out.append(rows[0][: len(identity)] + [values.get(m, "n/a") for m in names])
     units = [""] * len(identity) + [metrics[m] for m in names]
     return identity + names, units, out
 
@@ -114,21 +117,35 @@ def measure(path: Path, tree: Path | None = None) -> dict:
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False, env=env,
-                          cwd=tree or None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        env=env,
+        cwd=tree or None,
+    )
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("BENCH ")]
     if not line:
         raise RuntimeError(f"import failed: {proc.stderr[-2000:]}")
     _, rc, wall, cpu, rss_kib, module = line[-1].split(maxsplit=5)
-    return {"exit_code": int(rc), "wall_s": float(wall), "cpu_s": float(cpu),
-            "peak_rss_bytes": int(rss_kib) * 1024, "roofprof": module}
+    return {
+        "exit_code": int(rc),
+        "wall_s": float(wall),
+        "cpu_s": float(cpu),
+        "peak_rss_bytes": int(rss_kib) * 1024,
+        "roofprof": module,
+    }
 
 
 def _summary(runs: list[dict]) -> dict:
-    return {"runs": runs, "best_wall_s": min(r["wall_s"] for r in runs),
-            "best_cpu_s": min(r["cpu_s"] for r in runs),
-            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in runs)}
+    return {
+        "runs": runs,
+        "best_wall_s": min(r["wall_s"] for r in runs),
+        "best_cpu_s": min(r["cpu_s"] for r in runs),
+        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in runs),
+    }
 
 
 def main() -> None:
@@ -137,9 +154,12 @@ def main() -> None:
     ap.add_argument("--page", choices=("details", "raw"), default="details")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="write the generated CSV here and keep it")
-    ap.add_argument("--reference-tree", type=Path,
-                    help="also time this checkout's roofprof (e.g. the commit before), "
-                         "alternating runs with the current one")
+    ap.add_argument(
+        "--reference-tree",
+        type=Path,
+        help="also time this checkout's roofprof (e.g. the commit before), "
+        "alternating runs with the current one",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,9 +174,13 @@ def main() -> None:
     result = {
         "benchmark": "ncu_import",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
         "load_average": os.getloadavg(),
-        "page": args.page, "file_bytes": size, "kernels": kernels,
+        "page": args.page,
+        "file_bytes": size,
+        "kernels": kernels,
         "current": _summary(runs),
     }
     if reference:

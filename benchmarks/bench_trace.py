@@ -37,8 +37,12 @@ class CNN(torch.nn.Module):
         super().__init__()
         layers, c = [], 3
         for width in (32, 64, 128):
-            layers += [torch.nn.Conv2d(c, width, 3, padding=1), torch.nn.BatchNorm2d(width), torch.nn.ReLU(),
-                       torch.nn.MaxPool2d(2)]
+            layers += [
+                torch.nn.Conv2d(c, width, 3, padding=1),
+                torch.nn.BatchNorm2d(width),
+                torch.nn.ReLU(),
+                torch.nn.MaxPool2d(2),
+            ]
             c = width
         self.features = torch.nn.Sequential(*layers)
         self.head = torch.nn.Linear(128 * 8 * 8, 10)
@@ -69,7 +73,9 @@ class Block(torch.nn.Module):
 
     def forward(self, x):
         b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        )
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
         return x + self.down(F.gelu(self.up(self.ln2(x))))
@@ -135,36 +141,57 @@ def bench_model(name: str, steps: int, rounds: int) -> dict:
     expected_attention = None
     if attn:
         s = attn["seq"]
-        expected_attention = 4 * attn["batch"] * attn["heads"] * (s * (s + 1) // 2) * (attn["d"] // attn["heads"]) \
+        expected_attention = (
+            4
+            * attn["batch"]
+            * attn["heads"]
+            * (s * (s + 1) // 2)
+            * (attn["d"] // attn["heads"])
             * attn["layers"]
+        )
     op_time_step = statistics.median(op_times)
     uninstrumented = statistics.median(walls)
     row = {
-        "model": name, "input": list(shape), "steps": steps,
-        "flopcounter_flops": ref_flops, "traced_matmul_conv_flops": mm_conv,
+        "model": name,
+        "input": list(shape),
+        "steps": steps,
+        "flopcounter_flops": ref_flops,
+        "traced_matmul_conv_flops": mm_conv,
         "flops_equal": mm_conv == ref_flops,
-        "traced_attention_flops": attention, "expected_causal_attention_flops": expected_attention,
+        "traced_attention_flops": attention,
+        "expected_causal_attention_flops": expected_attention,
         "coverage": r.summary.coverage,
-        "uninstrumented_wall_per_step_s": uninstrumented, "op_time_per_step_s": op_time_step,
-        "op_time_vs_wall": statistics.median(ratios), "op_time_vs_wall_rounds": ratios,
+        "uninstrumented_wall_per_step_s": uninstrumented,
+        "op_time_per_step_s": op_time_step,
+        "op_time_vs_wall": statistics.median(ratios),
+        "op_time_vs_wall_rounds": ratios,
         "traced_wall_per_step_s": r.summary.wall_s / steps,
-        "trace_replay_report_s": traced_s, "op_calls_per_step": r.summary.calls / steps,
-        "unique_ops": r.summary.unique_ops, "mfu_measured": r.summary.mfu_measured,
-        "mbu_measured": r.summary.mbu_measured, "roofline": r.summary.roofline_source,
+        "trace_replay_report_s": traced_s,
+        "op_calls_per_step": r.summary.calls / steps,
+        "unique_ops": r.summary.unique_ops,
+        "mfu_measured": r.summary.mfu_measured,
+        "mbu_measured": r.summary.mbu_measured,
+        "roofline": r.summary.roofline_source,
     }
-    print(f"{name}: FLOPs {mm_conv:.4g} vs FlopCounterMode {ref_flops:.4g} (equal: {row['flops_equal']}); "
-          f"attention {attention:.4g} (expected {expected_attention}); coverage {100 * r.summary.coverage:.1f}%; "
-          f"op time/step {op_time_step * 1e3:.2f} ms vs uninstrumented wall {uninstrumented * 1e3:.2f} ms "
-          f"(median of rounds {100 * row['op_time_vs_wall']:+.1f}%: "
-          f"{', '.join(f'{100 * q:+.1f}%' for q in ratios)}); traced+replayed+reported in {traced_s:.1f} s")
+    print(
+        f"{name}: FLOPs {mm_conv:.4g} vs FlopCounterMode {ref_flops:.4g} (equal: {row['flops_equal']}); "
+        f"attention {attention:.4g} (expected {expected_attention}); coverage {100 * r.summary.coverage:.1f}%; "
+        f"op time/step {op_time_step * 1e3:.2f} ms vs uninstrumented wall {uninstrumented * 1e3:.2f} ms "
+        f"(median of rounds {100 * row['op_time_vs_wall']:+.1f}%: "
+        f"{', '.join(f'{100 * q:+.1f}%' for q in ratios)}); traced+replayed+reported in {traced_s:.1f} s"
+    )
     return row
 
 
 def bench_10k() -> dict:
     """50 layers of 50 different widths (150 unique signatures), run until 10,000 op calls."""
     widths = [32 + 8 * i for i in range(51)]
-    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.ReLU())
-                                  for a, b in zip(widths, widths[1:], strict=False)])
+    model = torch.nn.Sequential(
+        *[
+            torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.ReLU())
+            for a, b in zip(widths, widths[1:], strict=False)
+        ]
+    )
     x = torch.randn(8, widths[0])
     t0 = time.perf_counter()
     with torch.no_grad(), roofprof.trace(device="cpu") as t:
@@ -172,9 +199,16 @@ def bench_10k() -> dict:
             model(x)
     text = t.result.table()
     elapsed = time.perf_counter() - t0
-    print(f"10k-op window: {t.calls} op calls, {len(t.result.ops)} unique, traced+replayed+reported in "
-          f"{elapsed:.1f} s")
-    return {"op_calls": t.calls, "unique_ops": len(t.result.ops), "seconds": elapsed, "table_lines": len(text.splitlines())}
+    print(
+        f"10k-op window: {t.calls} op calls, {len(t.result.ops)} unique, traced+replayed+reported in "
+        f"{elapsed:.1f} s"
+    )
+    return {
+        "op_calls": t.calls,
+        "unique_ops": len(t.result.ops),
+        "seconds": elapsed,
+        "table_lines": len(text.splitlines()),
+    }
 
 
 def main() -> None:
@@ -187,10 +221,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     rows = [bench_model(name, args.steps, args.rounds) for name in MODELS]
     big = bench_10k()
-    payload = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-               "threads": args.threads, "rounds": args.rounds, "torch": torch.__version__, "load_average": os.getloadavg(),
-               "models": rows, "window_10k": big}
+    payload = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "torch": torch.__version__,
+        "load_average": os.getloadavg(),
+        "models": rows,
+        "window_10k": big,
+    }
     if args.out:
         with open(args.out, "w") as f:
             json.dump(payload, f, indent=1)

@@ -39,8 +39,7 @@ def main() -> None:
     dev = device(args.device)
     info = dev.info
 
-    result = measure_roofline(dev, plan="quick",
-                              progress=_progress)
+    result = measure_roofline(dev, plan="quick", progress=_progress)
     result.write(out / "roofline.json")
     roof = result.roofline
     print(f"\n{'ceiling':<40}{'value':>14}")
@@ -51,15 +50,19 @@ def main() -> None:
         print(f"warning: {warning}")
 
     spec = Roofline.from_spec(load_gpu(info.spec_id)) if info.spec_id else None
-    pngs = [plot_roofline(roof, (), out / "roofline.png", spec=spec, title=f"{info.name} (measured)"),
-            plot_staircase(result, out / "staircase.png"),
-            plot_intensity_sweep(result, out / "intensity.png")]
+    pngs = [
+        plot_roofline(roof, (), out / "roofline.png", spec=spec, title=f"{info.name} (measured)"),
+        plot_staircase(result, out / "staircase.png"),
+        plot_intensity_sweep(result, out / "intensity.png"),
+    ]
 
     dtype = info.default_dtype
     p = roofprof.predict(info.default_model, roofline=roof, prompt_tokens=128, dtype=dtype)
-    print(f"\n{info.default_model} {dtype} on the measured ceilings: TTFT {si(p.prefill.seconds, 's')} "
-          f"for 128 tokens ({p.prefill.bound}-bound), decode {p.tokens_per_second:.1f} tokens/s "
-          f"({p.decode.bound}-bound)")
+    print(
+        f"\n{info.default_model} {dtype} on the measured ceilings: TTFT {si(p.prefill.seconds, 's')} "
+        f"for 128 tokens ({p.prefill.bound}-bound), decode {p.tokens_per_second:.1f} tokens/s "
+        f"({p.decode.bound}-bound)"
+    )
     print("wrote " + ", ".join(str(x) for x in (out / "roofline.json", *pngs)))
 
 

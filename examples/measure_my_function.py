@@ -42,11 +42,15 @@ def cpu_candidates(dtype: np.dtype):
 
     def rows_dot():  # one dot product per row block: slower, same work
         for i in range(0, N, 256):
-            out[i:i + 256] = w[i:i + 256] @ x
+            out[i : i + 256] = w[i : i + 256] @ x
         return out
 
     for name, fn in (("np.matmul", matvec), ("np.einsum", einsum), ("blocked rows", rows_dot)):
-        yield name, fn, lambda fn=fn: np.allclose(fn(), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+        yield (
+            name,
+            fn,
+            lambda fn=fn: np.allclose(fn(), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max()),
+        )
 
 
 def gpu_candidates(label: str):
@@ -58,8 +62,13 @@ def gpu_candidates(label: str):
     w = torch.randn(N, K, device=label, dtype=torch.bfloat16)
     x = torch.randn(K, device=label, dtype=torch.bfloat16)
     ref = w.double() @ x.double()
-    yield "torch.mv bf16", lambda: torch.mv(w, x), \
-        lambda: torch.allclose(torch.mv(w, x).double(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max())
+    yield (
+        "torch.mv bf16",
+        lambda: torch.mv(w, x),
+        lambda: torch.allclose(
+            torch.mv(w, x).double(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max()
+        ),
+    )
 
 
 def main() -> None:
@@ -79,11 +88,22 @@ def main() -> None:
         if not check():  # correctness before timing: a wrong-but-fast kernel is never reported
             print(f"{name:<16} wrong result, not timed")
             continue
-        r = roofprof.measure(fn, flops=flops, bytes=bytes_, dtype=dtype, device=dev, roofline=roof,
-                             name=name, budget_s=0.2, flush=True)
+        r = roofprof.measure(
+            fn,
+            flops=flops,
+            bytes=bytes_,
+            dtype=dtype,
+            device=dev,
+            roofline=roof,
+            name=name,
+            budget_s=0.2,
+            flush=True,
+        )
         p = r.placement()
-        print(f"{name:<16}{si(r.seconds, 's'):>10}{si(r.bytes_per_s, 'B/s'):>14}{r.intensity:>8.2f}"
-              f"{p['percent_of_roof']:>7.0f}%  {p['bound']}")
+        print(
+            f"{name:<16}{si(r.seconds, 's'):>10}{si(r.bytes_per_s, 'B/s'):>14}{r.intensity:>8.2f}"
+            f"{p['percent_of_roof']:>7.0f}%  {p['bound']}"
+        )
 
 
 if __name__ == "__main__":

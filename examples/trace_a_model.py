@@ -42,7 +42,10 @@ def main() -> None:
     torch_device = dev.info.torch_device
     model = torch.nn.Sequential(*[Block() for _ in range(2)]).eval().to(torch_device)
     x = torch.randn(4, 128, 256, device=torch_device)
-    with torch.no_grad(), roofprof.trace(device=dev, roofline=args.roofline or "auto", warmup=1) as t:
+    with (
+        torch.no_grad(),
+        roofprof.trace(device=dev, roofline=args.roofline or "auto", warmup=1) as t,
+    ):
         for _ in range(3):  # step 0 warms up, steps 1 and 2 are measured
             model(x)
             t.step()
@@ -50,8 +53,10 @@ def main() -> None:
     print(result.table(top=12))
     attention = [o for o in result.ops if o.kind == "attention"]
     for o in attention:
-        print(f"attention {o.op}: {o.flops / 1e6:.1f} MFLOP per call ({o.note}), "
-              f"{o.bytes / 1e6:.2f} MB minimum (Q, K, V, O: never the 128x128 scores)")
+        print(
+            f"attention {o.op}: {o.flops / 1e6:.1f} MFLOP per call ({o.note}), "
+            f"{o.bytes / 1e6:.2f} MB minimum (Q, K, V, O: never the 128x128 scores)"
+        )
     written = result.save(args.out)
     print(f"wrote {', '.join(sorted(written))} to {args.out}")
 

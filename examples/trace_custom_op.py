@@ -41,18 +41,27 @@ def main() -> None:
     x = torch.randn(256, 512, device=dev.info.torch_device)
 
     before = run(model, x, dev, roofline)
-    print(f"before: {before.op} flops={before.flops} bytes={before.bytes} flags={list(before.flags)}")
+    print(
+        f"before: {before.op} flops={before.flops} bytes={before.bytes} flags={list(before.flags)}"
+    )
 
     @register_cost("demo::scaled_silu")
     def _cost(call: OpCall) -> Cost:
         x = call.tensors[0]  # sigmoid (1), two multiplies (2), the add inside sigmoid (1)
-        return Cost(flops=4 * x.numel, read_bytes=x.nbytes, write_bytes=x.nbytes, kind="custom",
-                    note="4 FLOPs/element")
+        return Cost(
+            flops=4 * x.numel,
+            read_bytes=x.nbytes,
+            write_bytes=x.nbytes,
+            kind="custom",
+            note="4 FLOPs/element",
+        )
 
     after = run(model, x, dev, roofline)
-    print(f"after:  {after.op} flops={after.flops} bytes={after.bytes} intensity={after.intensity:.2f} "
-          f"time/call={after.time_per_call_s * 1e6:.1f} us replay={(after.replay_s or 0) * 1e6:.1f} us "
-          f"roof={after.roof} {after.percent_of_roof or 0:.0f}% of roof ({after.bound} bound)")
+    print(
+        f"after:  {after.op} flops={after.flops} bytes={after.bytes} intensity={after.intensity:.2f} "
+        f"time/call={after.time_per_call_s * 1e6:.1f} us replay={(after.replay_s or 0) * 1e6:.1f} us "
+        f"roof={after.roof} {after.percent_of_roof or 0:.0f}% of roof ({after.bound} bound)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,19 +39,26 @@ def main() -> None:
 
     # 1. Ceilings: measured against the datasheet.
     if spec is None:
-        print(f"{info.name}: no datasheet row in data/gpus.json; comparing the roofline model "
-              "with measurements only")
+        print(
+            f"{info.name}: no datasheet row in data/gpus.json; comparing the roofline model "
+            "with measurements only"
+        )
     else:
         print(f"{'ceiling':<22}{'datasheet':>14}{'measured':>14}{'ratio':>8}")
         for c in spec.ceilings:
             try:
-                got = (measured.memory_bandwidth(c.level) if c.kind == "memory"
-                       else measured.compute_peak(c.dtype))
+                got = (
+                    measured.memory_bandwidth(c.level)
+                    if c.kind == "memory"
+                    else measured.compute_peak(c.dtype)
+                )
             except roofprof.RoofprofError:
                 continue  # this ceiling was not probed (e.g. fp8 without a library GEMM)
             unit = "B/s" if c.kind == "memory" else "FLOP/s"
-            print(f"{c.level or c.dtype:<22}{si(c.value, unit):>14}{si(got, unit):>14}"
-                  f"{got / c.value:>8.2f}")
+            print(
+                f"{c.level or c.dtype:<22}{si(c.value, unit):>14}{si(got, unit):>14}"
+                f"{got / c.value:>8.2f}"
+            )
 
     # 2. Predictions against a real run of the same pass.
     model, dtype = info.default_model, info.default_dtype
@@ -59,16 +66,27 @@ def main() -> None:
     if spec is not None:
         estimators = {"spec": RooflineEstimator(spec, "spec"), **estimators}
     estimators["measured"] = measured_estimator(model, dev, dtype, roofline=measured, budget_s=0.05)
-    result = roofprof.validate(model, device=dev, dtype=dtype, prompt_tokens=128, decode_steps=4,
-                               max_layers=None if info.asynchronous else 4, estimators=estimators)
+    result = roofprof.validate(
+        model,
+        device=dev,
+        dtype=dtype,
+        prompt_tokens=128,
+        decode_steps=4,
+        max_layers=None if info.asynchronous else 4,
+        estimators=estimators,
+    )
     real = result.real
-    print(f"\n{model} ({result.model.num_layers} layers) {dtype}, batch {real.batch}, "
-          f"{real.prompt_tokens}-token prompt, backend {result.backend}")
+    print(
+        f"\n{model} ({result.model.num_layers} layers) {dtype}, batch {real.batch}, "
+        f"{real.prompt_tokens}-token prompt, backend {result.backend}"
+    )
     print(f"{'estimator':<12}{'TTFT':>11}{'residual':>10}{'decode step':>13}{'residual':>10}")
     for row in result.comparison():
         tr, dr = row["ttft_residual"], row["decode_residual"]
-        print(f"{row['estimator']:<12}{si(row['ttft_s'], 's'):>11}{tr:>+10.1%}"
-              f"{si(row['decode_step_s'], 's'):>13}{dr:>+10.1%}")
+        print(
+            f"{row['estimator']:<12}{si(row['ttft_s'], 's'):>11}{tr:>+10.1%}"
+            f"{si(row['decode_step_s'], 's'):>13}{dr:>+10.1%}"
+        )
     for warning in result.warnings:
         print(f"warning: {warning}")
 

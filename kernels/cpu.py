@@ -184,7 +184,7 @@ def fma_chain(x, a, c, u, reps, block):
     """
     nb = x.shape[0] // block
     for b in prange(nb):
-        _chain_block(x[b * block:(b + 1) * block], a, c, u, reps)
+        _chain_block(x[b * block : (b + 1) * block], a, c, u, reps)
 
 
 def fma_chain_reference(x: np.ndarray, a: float, c: float, k: int) -> np.ndarray:
@@ -193,7 +193,7 @@ def fma_chain_reference(x: np.ndarray, a: float, c: float, k: int) -> np.ndarray
     Uses the closed form of the affine recurrence: ``x·aᵏ + c·(1 - aᵏ)/(1 - a)``.
     """
     a64, c64 = float(a), float(c)
-    ak = a64 ** k
+    ak = a64**k
     tail = c64 * k if a64 == 1.0 else c64 * (1.0 - ak) / (1.0 - a64)
     return x.astype(np.float64) * ak + tail
 

@@ -94,8 +94,9 @@ def cuda_include_dirs() -> tuple[Path, ...]:
     returns those that exist, in that order (possibly none). Loading a cubin built by nvcc
     (``RawModule(path=...)``) needs none of this.
     """
-    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_PATH", "CUDA_HOME")
-                  if os.environ.get(v)]
+    candidates = [
+        Path(os.environ[v]) / "include" for v in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(v)
+    ]
     candidates.append(Path("/usr/local/cuda/include"))
     try:
         import nvidia  # namespace package of the NVIDIA pip wheels
@@ -111,7 +112,9 @@ def cuda_include_dirs() -> tuple[Path, ...]:
     return tuple(seen)
 
 
-def nvrtc_options(arch: str | None = None, include_dir: Path | str | None = None) -> tuple[str, ...]:
+def nvrtc_options(
+    arch: str | None = None, include_dir: Path | str | None = None
+) -> tuple[str, ...]:
     """Compile options for these sources under NVRTC, e.g. for
     ``cupy.RawModule(code=src, options=nvrtc_options())``.
 
@@ -173,19 +176,46 @@ def _check_dtype(dtype: str, allowed: tuple[str, ...]) -> None:
 # --------------------------------------------------------------------------------- signatures
 _P = "const void*"  # any device pointer: 8 bytes
 _GEMV_SIG = (
-    ("const T*", "x"), ("const T*", "W"), ("T*", "y"),
-    ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldx"), ("int", "ldw"),
+    ("const T*", "x"),
+    ("const T*", "W"),
+    ("T*", "y"),
+    ("int", "M"),
+    ("int", "N"),
+    ("int", "K"),
+    ("int", "ldx"),
+    ("int", "ldw"),
 )
 _GEMV_SPLIT_SIG = (
-    ("const T*", "x"), ("const T*", "W"), ("float*", "ws"),
-    ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldx"), ("int", "ldw"), ("int", "k_chunk"),
+    ("const T*", "x"),
+    ("const T*", "W"),
+    ("float*", "ws"),
+    ("int", "M"),
+    ("int", "N"),
+    ("int", "K"),
+    ("int", "ldx"),
+    ("int", "ldw"),
+    ("int", "k_chunk"),
 )
-_GEMV_REDUCE_SIG = (("const float*", "ws"), ("T*", "y"), ("int", "M"), ("int", "N"), ("int", "splits"))
+_GEMV_REDUCE_SIG = (
+    ("const float*", "ws"),
+    ("T*", "y"),
+    ("int", "M"),
+    ("int", "N"),
+    ("int", "splits"),
+)
 _GEMM_SIG = (
-    ("const T*", "A"), ("const T*", "B"), ("TO*", "C"), ("int", "M"), ("int", "N"), ("int", "K"),
+    ("const T*", "A"),
+    ("const T*", "B"),
+    ("TO*", "C"),
+    ("int", "M"),
+    ("int", "N"),
+    ("int", "K"),
 )
 _COMPUTE_PROBE_SIG = (
-    ("int", "iters"), ("unsigned int", "seed"), ("unsigned int", "flag"), ("unsigned int*", "out"),
+    ("int", "iters"),
+    ("unsigned int", "seed"),
+    ("unsigned int", "flag"),
+    ("unsigned int*", "out"),
 )
 
 GEMV_M_TILES = (1, 2, 4, 8, 16)
@@ -206,27 +236,45 @@ def _build_signatures() -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
         for out in (dt, "f32"):
             sigs[f"gemm_mma_{dt}_{out}"] = ("gemm_mma.cu", _GEMM_SIG)
     read_sig = (
-        ("const uint4*", "src"), ("long long", "n_vec"), ("int", "passes"),
-        ("unsigned int", "flag"), ("unsigned int*", "out"),
+        ("const uint4*", "src"),
+        ("long long", "n_vec"),
+        ("int", "passes"),
+        ("unsigned int", "flag"),
+        ("unsigned int*", "out"),
     )
     sigs["probe_read_u4"] = ("probes.cu", read_sig)
     sigs["probe_read_l1_u4"] = ("probes.cu", read_sig)
-    sigs["probe_copy_u4"] = ("probes.cu", (
-        ("const uint4*", "src"), ("uint4*", "dst"), ("long long", "n_vec"),
-    ))
+    sigs["probe_copy_u4"] = (
+        "probes.cu",
+        (
+            ("const uint4*", "src"),
+            ("uint4*", "dst"),
+            ("long long", "n_vec"),
+        ),
+    )
     sigs["probe_smem_u4"] = ("probes.cu", _COMPUTE_PROBE_SIG)
     for dt in FMA_PROBE_DTYPES:
         sigs[f"probe_fma_{dt}"] = ("probes.cu", _COMPUTE_PROBE_SIG)
     for dt in MMA_PROBE_DTYPES:
         sigs[f"probe_mma_{dt}"] = ("probes.cu", _COMPUTE_PROBE_SIG)
     sigs["probe_empty"] = ("probes.cu", ())
-    sigs["probe_delay_ns"] = ("probes.cu", (
-        ("unsigned long long", "ns"), ("unsigned long long*", "out"),
-    ))
-    sigs["probe_intensity_fp32"] = ("probes.cu", (
-        ("const float4*", "src"), ("long long", "n_vec"), ("int", "nfma"),
-        ("unsigned int", "flag"), ("unsigned int*", "out"),
-    ))
+    sigs["probe_delay_ns"] = (
+        "probes.cu",
+        (
+            ("unsigned long long", "ns"),
+            ("unsigned long long*", "out"),
+        ),
+    )
+    sigs["probe_intensity_fp32"] = (
+        "probes.cu",
+        (
+            ("const float4*", "src"),
+            ("long long", "n_vec"),
+            ("int", "nfma"),
+            ("unsigned int", "flag"),
+            ("unsigned int*", "out"),
+        ),
+    )
     return sigs
 
 
@@ -324,11 +372,17 @@ def gemv_vec_ok(ldx: int, ldw: int, x_addr: int = 0, w_addr: int = 0) -> bool:
     True when both row strides are multiples of 8 elements and both base addresses are 16-byte
     aligned (CuPy/torch allocations are 256-byte aligned; views with an offset may not be).
     """
-    return (ldx % GEMV_VEC == 0) and (ldw % GEMV_VEC == 0) and (x_addr % 16 == 0) and (w_addr % 16 == 0)
+    return (
+        (ldx % GEMV_VEC == 0)
+        and (ldw % GEMV_VEC == 0)
+        and (x_addr % 16 == 0)
+        and (w_addr % 16 == 0)
+    )
 
 
-def gemv_splits(N: int, K: int, sm_count: int, *, target_blocks_per_sm: int = 2,
-                min_k_per_split: int = 512) -> tuple[int, int]:
+def gemv_splits(
+    N: int, K: int, sm_count: int, *, target_blocks_per_sm: int = 2, min_k_per_split: int = 512
+) -> tuple[int, int]:
     """Heuristic split-K factor: returns ``(splits, k_chunk)``.
 
     With ``ceil(N/8)`` blocks at or above ``target_blocks_per_sm * sm_count`` no split is used.
@@ -396,8 +450,17 @@ def gemv_bytes(M: int, N: int, K: int, dtype: str, splits: int = 1) -> int:
     return total
 
 
-def gemv_plan(M: int, N: int, K: int, dtype: str, sm_count: int, *, splits: int | None = None,
-              ldx: int | None = None, ldw: int | None = None) -> GemvPlan:
+def gemv_plan(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str,
+    sm_count: int,
+    *,
+    splits: int | None = None,
+    ldx: int | None = None,
+    ldw: int | None = None,
+) -> GemvPlan:
     """Launch plan for ``gemv.cu``: entry names, grids, workspace, FLOPs and bytes.
 
     ``splits=None`` uses :func:`gemv_splits`; ``ldx``/``ldw`` default to K (contiguous rows).
@@ -426,11 +489,29 @@ def gemv_plan(M: int, N: int, K: int, dtype: str, sm_count: int, *, splits: int 
         ws = 0
     else:
         main = Launch("gemv.cu", f"gemv_splitk_{dtype}_m{mt}", (grid_x, splits, 1), block)
-        reduce = Launch("gemv.cu", f"gemv_splitk_reduce_{dtype}",
-                        (_cdiv(M * N, GEMV_REDUCE_THREADS), 1, 1), (GEMV_REDUCE_THREADS, 1, 1))
+        reduce = Launch(
+            "gemv.cu",
+            f"gemv_splitk_reduce_{dtype}",
+            (_cdiv(M * N, GEMV_REDUCE_THREADS), 1, 1),
+            (GEMV_REDUCE_THREADS, 1, 1),
+        )
         ws = splits * M * N * 4
-    return GemvPlan(M, N, K, dtype, mt, splits, k_chunk, ldx, ldw, main, reduce, ws,
-                    gemv_flops(M, N, K), gemv_bytes(M, N, K, dtype, splits))
+    return GemvPlan(
+        M,
+        N,
+        K,
+        dtype,
+        mt,
+        splits,
+        k_chunk,
+        ldx,
+        ldw,
+        main,
+        reduce,
+        ws,
+        gemv_flops(M, N, K),
+        gemv_bytes(M, N, K, dtype, splits),
+    )
 
 
 @dataclass(frozen=True)
@@ -472,9 +553,16 @@ def gemv_lane_elements(split: GemvSplit, lane: int) -> np.ndarray:
     return np.concatenate([body, tail]).astype(np.int64)
 
 
-def gemv_model(x: np.ndarray, W: np.ndarray, *, splits: int = 1, k_chunk: int | None = None,
-               vec_ok: bool = True, m_tile: int | None = None,
-               coverage: np.ndarray | None = None) -> np.ndarray:
+def gemv_model(
+    x: np.ndarray,
+    W: np.ndarray,
+    *,
+    splits: int = 1,
+    k_chunk: int | None = None,
+    vec_ok: bool = True,
+    m_tile: int | None = None,
+    coverage: np.ndarray | None = None,
+) -> np.ndarray:
     """Numpy replay of ``gemv.cu``: y[M,N] = x[M,K] . W[N,K]^T in float64, returned unrounded.
 
     Follows the kernel's index arithmetic: per split the K range of :func:`gemv_partition`, per
@@ -568,9 +656,14 @@ def gemm_launch(M: int, N: int, K: int, dtype: str, out_dtype: str | None = None
     _check_positive(M=M, N=N, K=K)
     if K % 8:
         raise ValueError(f"gemm_mma needs K % 8 == 0 (16-byte cp.async rows), got K={K}")
-    return Launch("gemm_mma.cu", gemm_entry(dtype, out_dtype),
-                  (_cdiv(N, GEMM_BN), _cdiv(M, GEMM_BM), 1), (GEMM_THREADS, 1, 1),
-                  0, GEMM_STATIC_SMEM_BYTES)
+    return Launch(
+        "gemm_mma.cu",
+        gemm_entry(dtype, out_dtype),
+        (_cdiv(N, GEMM_BN), _cdiv(M, GEMM_BM), 1),
+        (GEMM_THREADS, 1, 1),
+        0,
+        GEMM_STATIC_SMEM_BYTES,
+    )
 
 
 def gemm_flops(M: int, N: int, K: int) -> int:
@@ -716,8 +809,9 @@ def round_to(a: np.ndarray, dtype: str | None) -> np.ndarray:
     raise ValueError(f"cannot round to {dtype!r}; valid: bf16, fp16, fp32, None")
 
 
-def gemm_mma_model(A: np.ndarray, B: np.ndarray, out_dtype: str | None = None,
-                   check_banks: bool = False) -> np.ndarray:
+def gemm_mma_model(
+    A: np.ndarray, B: np.ndarray, out_dtype: str | None = None, check_banks: bool = False
+) -> np.ndarray:
     """Numpy replay of ``gemm_mma.cu``: C[M,N] = A[M,K] . B[N,K]^T.
 
     Every block runs the kernel's loop: the prologue loads K tiles 0..STAGES-2, then per tile
@@ -752,7 +846,7 @@ def gemm_mma_model(A: np.ndarray, B: np.ndarray, out_dtype: str | None = None,
             valid = (gr < rows_total) & (gk < K)
             pc = gemm_swizzle(row, c)
             for r, p, g_r, g_k, v in zip(row, pc, gr, gk, valid, strict=True):
-                dst[r, p * 8:p * 8 + 8] = src[g_r, g_k:g_k + 8] if v else 0.0
+                dst[r, p * 8 : p * 8 + 8] = src[g_r, g_k : g_k + 8] if v else 0.0
 
     for bm in range(_cdiv(M, GEMM_BM)):
         for bn in range(_cdiv(N, GEMM_BN)):
@@ -762,8 +856,15 @@ def gemm_mma_model(A: np.ndarray, B: np.ndarray, out_dtype: str | None = None,
             resident = [-1] * GEMM_STAGES
             acc = np.zeros((GEMM_WARPS_M * GEMM_WARPS_N, GEMM_MT, GEMM_NT, 32, 4))
 
-            def load_tile(stage: int, kt: int, s_a=s_a, s_b=s_b, resident=resident,
-                          block_m=block_m, block_n=block_n) -> None:
+            def load_tile(
+                stage: int,
+                kt: int,
+                s_a=s_a,
+                s_b=s_b,
+                resident=resident,
+                block_m=block_m,
+                block_n=block_n,
+            ) -> None:
                 load(s_a[stage], A, M, block_m, kt)
                 load(s_b[stage], B, N, block_n, kt)
                 resident[stage] = kt
@@ -804,8 +905,9 @@ def gemm_mma_model(A: np.ndarray, B: np.ndarray, out_dtype: str | None = None,
                             b_frag.append(r[:, 2:4, :])
                         for mt in range(GEMM_MT):
                             for nt in range(GEMM_NT):
-                                acc[warp, mt, nt] = mma_m16n8k16(acc[warp, mt, nt], a_frag[mt],
-                                                                 b_frag[nt])
+                                acc[warp, mt, nt] = mma_m16n8k16(
+                                    acc[warp, mt, nt], a_frag[mt], b_frag[nt]
+                                )
             cr, cc = mma_c_coords()
             for warp in range(GEMM_WARPS_M * GEMM_WARPS_N):
                 wm, wn = warp // GEMM_WARPS_N, warp % GEMM_WARPS_N
@@ -824,7 +926,7 @@ def gemm_mma_model(A: np.ndarray, B: np.ndarray, out_dtype: str | None = None,
 def _assert_conflict_free(row: np.ndarray, phys_chunk: np.ndarray) -> None:
     addr = row * (GEMM_BK * 2) + phys_chunk * 16
     for j in range(4):  # one phase per 8x8 matrix
-        ways = bank_conflict_ways(addr[8 * j:8 * j + 8])
+        ways = bank_conflict_ways(addr[8 * j : 8 * j + 8])
         if ways != 1:
             raise AssertionError(f"ldmatrix phase {j} has a {ways}-way bank conflict")
 
@@ -838,8 +940,13 @@ PROBE_SMEM_VECS = 2048
 PROBE_SMEM_READS = 8
 PROBE_SMEM_STATIC_BYTES = PROBE_SMEM_VECS * 16
 
-MMA_SHAPES = {"bf16": (16, 8, 16), "fp16": (16, 8, 16), "tf32": (16, 8, 8),
-              "fp8": (16, 8, 32), "int8": (16, 8, 32)}
+MMA_SHAPES = {
+    "bf16": (16, 8, 16),
+    "fp16": (16, 8, 16),
+    "tf32": (16, 8, 8),
+    "fp8": (16, 8, 32),
+    "int8": (16, 8, 32),
+}
 """(m, n, k) of the mma.sync each tensor probe issues."""
 
 FMA_LANES = {"fp64": 1, "fp32": 1, "fp16x2": 2, "bf16x2": 2}
@@ -876,12 +983,15 @@ def _version_pair(value: object, what: str) -> tuple[int, int]:
     try:
         major, minor = (int(v) for v in value)  # type: ignore[union-attr]
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} must be a (major, minor) pair of integers, got {value!r}") from exc
+        raise ValueError(
+            f"{what} must be a (major, minor) pair of integers, got {value!r}"
+        ) from exc
     return major, minor
 
 
-def fp8_mma_probe_unavailable(nvrtc_version: tuple[int, int] | None,
-                              cc: tuple[int, int]) -> str | None:
+def fp8_mma_probe_unavailable(
+    nvrtc_version: tuple[int, int] | None, cc: tuple[int, int]
+) -> str | None:
     """Why ``probe_mma_fp8`` does no work when ``probes.cu`` is compiled by NVRTC
     ``nvrtc_version`` (e.g. CuPy's ``cupy.cuda.nvrtc.getVersion()``, ``(12, 1)``) for a GPU of
     compute capability ``cc`` (e.g. ``(9, 0)``); None when it is a real probe.
@@ -900,16 +1010,22 @@ def fp8_mma_probe_unavailable(nvrtc_version: tuple[int, int] | None,
     """
     major, minor = _version_pair(cc, "cc")
     if (major, minor) < FP8_MMA_MIN_CC:
-        return ("fp8 mma.sync needs compute capability 8.9 or newer (sm_89+); "
-                f"this GPU is sm_{major}{minor}")
+        return (
+            "fp8 mma.sync needs compute capability 8.9 or newer (sm_89+); "
+            f"this GPU is sm_{major}{minor}"
+        )
     if nvrtc_version is None:
-        return ("fp8 mma.sync needs NVRTC 12.4 or newer and the NVRTC version is unknown, so "
-                "probe_mma_fp8 may be an empty kernel")
+        return (
+            "fp8 mma.sync needs NVRTC 12.4 or newer and the NVRTC version is unknown, so "
+            "probe_mma_fp8 may be an empty kernel"
+        )
     nv = _version_pair(nvrtc_version, "nvrtc_version")
     if nv < FP8_MMA_MIN_NVRTC:
-        return ("fp8 mma.sync needs PTX ISA 8.4 (NVRTC 12.4 or newer); "
-                f"this NVRTC is {nv[0]}.{nv[1]}, so probes.cu compiles probe_mma_fp8 to an "
-                "empty kernel")
+        return (
+            "fp8 mma.sync needs PTX ISA 8.4 (NVRTC 12.4 or newer); "
+            f"this NVRTC is {nv[0]}.{nv[1]}, so probes.cu compiles probe_mma_fp8 to an "
+            "empty kernel"
+        )
     return None
 
 
@@ -937,8 +1053,9 @@ def probe_launch(entry: str, sm_count: int, blocks_per_sm: int = 4) -> Launch:
         return Launch("probes.cu", entry, (1, 1, 1), (32, 1, 1))
     _check_positive(sm_count=sm_count, blocks_per_sm=blocks_per_sm)
     smem = PROBE_SMEM_STATIC_BYTES if entry == "probe_smem_u4" else 0
-    return Launch("probes.cu", entry, (sm_count * blocks_per_sm, 1, 1), (PROBE_THREADS, 1, 1), 0,
-                  smem)
+    return Launch(
+        "probes.cu", entry, (sm_count * blocks_per_sm, 1, 1), (PROBE_THREADS, 1, 1), 0, smem
+    )
 
 
 def probe_out_words(launch: Launch) -> int:
@@ -1022,8 +1139,9 @@ def read_probe_sm_footprint_bytes(n_vec: int, launch: Launch, sm_count: int) -> 
     return blocks_per_sm * sum(per_thread) * 16
 
 
-def read_probe_n_vec_for_sm_footprint(sm_footprint_bytes: int, launch: Launch,
-                                      sm_count: int) -> int:
+def read_probe_n_vec_for_sm_footprint(
+    sm_footprint_bytes: int, launch: Launch, sm_count: int
+) -> int:
     """Largest ``n_vec`` (a multiple of the grid's thread count, so every thread reads the same
     number of vectors) whose :func:`read_probe_sm_footprint_bytes` is at most
     ``sm_footprint_bytes``, e.g. 64 KiB per SM for an L1 probe with ``probe_read_l1_u4``.
@@ -1154,8 +1272,15 @@ def smem_probe_fold(thread_in_block: np.ndarray | int, seed: int, iters: int) ->
     iteration ``it`` thread ``x`` adds ``buf[((x & 255) + 256 r) ^ ((it & 7) << 5)]`` for r < 8.
     """
     idx = np.arange(2048, dtype=np.uint64)
-    buf = np.stack([hash32(idx ^ np.uint64(seed)), hash32((idx + np.uint64(seed)) & np.uint64(MASK32)),
-                    idx.astype(np.uint32), np.full(2048, seed & MASK32, np.uint32)], axis=1).astype(np.uint64)
+    buf = np.stack(
+        [
+            hash32(idx ^ np.uint64(seed)),
+            hash32((idx + np.uint64(seed)) & np.uint64(MASK32)),
+            idx.astype(np.uint32),
+            np.full(2048, seed & MASK32, np.uint32),
+        ],
+        axis=1,
+    ).astype(np.uint64)
     x = np.atleast_1d(np.asarray(thread_in_block, dtype=np.int64)) & 255
     acc = np.zeros((x.size, 4), dtype=np.uint64)
     # iterations repeat with period 8: count how often each window offset occurs
@@ -1220,7 +1345,9 @@ def _bits_bf16(v: float) -> int:
     return int(np.array(v, dtype=np.float32).view(np.uint32)) >> 16
 
 
-def fma_probe_fold(dtype: str, seed: int, tid: int, iters: int, contracted_init: bool = True) -> int:
+def fma_probe_fold(
+    dtype: str, seed: int, tid: int, iters: int, contracted_init: bool = True
+) -> int:
     """Exact result word of thread ``tid`` of ``probe_fma_<dtype>`` (fp64, fp32, fp16x2, bf16x2).
 
     Replays ``fma_body``: 16 chains ``x = fma(x, y, z)`` for ``8·iters`` steps from
@@ -1258,7 +1385,12 @@ def fma_probe_fold(dtype: str, seed: int, tid: int, iters: int, contracted_init:
             lo = 1.0 + (hj & 0xF) * 0.0625
             hi = 1.0 + ((hj >> 4) & 0xF) * 0.0625
             if dtype == "fp16x2":
-                y, z, fma, bits = float(np.float16(_f32(0.99))), float(np.float16(_f32(0.01))), _fma_f16, _bits16
+                y, z, fma, bits = (
+                    float(np.float16(_f32(0.99))),
+                    float(np.float16(_f32(0.01))),
+                    _fma_f16,
+                    _bits16,
+                )
             else:
                 y, z = round_to_precision(_f32(0.99), 8), round_to_precision(_f32(0.01), 8)
                 fma, bits = _fma_bf16, _bits_bf16
@@ -1266,7 +1398,9 @@ def fma_probe_fold(dtype: str, seed: int, tid: int, iters: int, contracted_init:
                 lo, hi = fma(lo, y, z), fma(hi, y, z)
             v ^= bits(lo) | (bits(hi) << 16)
         else:
-            raise ValueError(f"unknown FMA probe dtype {dtype!r}; valid: fp64, fp32, fp16x2, bf16x2")
+            raise ValueError(
+                f"unknown FMA probe dtype {dtype!r}; valid: fp64, fp32, fp16x2, bf16x2"
+            )
     return v & MASK32
 
 

@@ -24,8 +24,13 @@ __all__ = ["RoofprofError", "__version__", "measure", "predict", "profile", "tra
 
 #: Facade name -> the module that defines it (imported on first use: `import roofprof` stays
 #: cheap, no numba or pandas, so `predict` stays fast).
-_LAZY = {"predict": "roofprof.rollup", "profile": "roofprof.profiling", "measure": "roofprof.profiling",
-         "validate": "roofprof.validation", "trace": "roofprof.tracing"}
+_LAZY = {
+    "predict": "roofprof.rollup",
+    "profile": "roofprof.profiling",
+    "measure": "roofprof.profiling",
+    "validate": "roofprof.validation",
+    "trace": "roofprof.tracing",
+}
 
 
 def __getattr__(name: str):

@@ -35,9 +35,18 @@ if TYPE_CHECKING:
     from roofprof.probes import RooflineResult
     from roofprof.workload import Op
 
-__all__ = ["MeasurementCache", "cache_dir", "cached_roofline", "device_fingerprint", "measure_roofline",
-           "minimal_roofline", "minimal_roofline_cache_path", "resolve_roofline", "roofline_cache_path",
-           "spec_roofline"]
+__all__ = [
+    "MeasurementCache",
+    "cache_dir",
+    "cached_roofline",
+    "device_fingerprint",
+    "measure_roofline",
+    "minimal_roofline",
+    "minimal_roofline_cache_path",
+    "resolve_roofline",
+    "roofline_cache_path",
+    "spec_roofline",
+]
 
 Progress = Callable[[str, int, int], None]
 
@@ -53,9 +62,17 @@ def device_fingerprint(device: Device, threads: int | None = None) -> str:
 
     info = device.info
     libs = library_versions()
-    key = json.dumps([info.kind, info.index, info.name, info.compute_units, threads,
-                      {k: libs.get(k) for k in ("torch", "numpy", "numba", "cupy-cuda12x", "cupy-cuda13x")}],
-                     sort_keys=True)
+    key = json.dumps(
+        [
+            info.kind,
+            info.index,
+            info.name,
+            info.compute_units,
+            threads,
+            {k: libs.get(k) for k in ("torch", "numpy", "numba", "cupy-cuda12x", "cupy-cuda13x")},
+        ],
+        sort_keys=True,
+    )
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -70,8 +87,13 @@ class MeasurementCache:
         model_key: what non-GEMM ops depend on beyond their shape (head counts, head size).
     """
 
-    def __init__(self, fingerprint: str, folder: Path | None = None, enabled: bool = True,
-                 model_key: Sequence[int | str] = ()):
+    def __init__(
+        self,
+        fingerprint: str,
+        folder: Path | None = None,
+        enabled: bool = True,
+        model_key: Sequence[int | str] = (),
+    ):
         self.path = (folder or cache_dir()) / f"measurements-{fingerprint}.json"
         self.enabled = enabled
         self.model_key = list(model_key)
@@ -81,7 +103,9 @@ class MeasurementCache:
         """Shape, implementation and what the op computes (``fn``); for non-GEMM ops also the
         model family and head layout (a Gemma norm is not a Llama norm of the same shape; RoPE
         and attention depend on heads and head size, which their shapes do not spell out)."""
-        return json.dumps([*op.shape_key, impl, op.fn, *(self.model_key if op.kind != "gemm" else [])])
+        return json.dumps(
+            [*op.shape_key, impl, op.fn, *(self.model_key if op.kind != "gemm" else [])]
+        )
 
     def _load(self) -> dict[str, Any]:
         if self._data is None:
@@ -133,8 +157,9 @@ class MeasurementCache:
 # --------------------------------------------------------------------------- rooflines
 
 
-def measure_roofline(device: Device, quick: bool = True, progress: Progress | None = None
-                     ) -> tuple[Roofline | None, str, RooflineResult | None]:
+def measure_roofline(
+    device: Device, quick: bool = True, progress: Progress | None = None
+) -> tuple[Roofline | None, str, RooflineResult | None]:
     """A measured roofline of ``device`` (:func:`roofprof.probes.measure_roofline`).
 
     Returns ``(roofline, source, result)``; ``result`` has the probes' details and writes
@@ -142,7 +167,11 @@ def measure_roofline(device: Device, quick: bool = True, progress: Progress | No
     """
     from roofprof.probes import measure_roofline as probe
 
-    hook = (lambda done, total, label: progress(f"roofline: {label}", done, total)) if progress else None
+    hook = (
+        (lambda done, total, label: progress(f"roofline: {label}", done, total))
+        if progress
+        else None
+    )
     result = probe(device, quick=quick, progress=hook)
     return result.roofline, "measured (quick probes)" if quick else "measured (probes)", result
 
@@ -198,8 +227,9 @@ def minimal_roofline_cache_path(device: Device) -> Path:
     return cache_dir() / f"roofline-minimal-{device_fingerprint(device)}.json"
 
 
-def minimal_roofline(device: Device, dtypes: Sequence[str], progress: Progress | None = None
-                     ) -> tuple[Roofline | None, str, RooflineResult | None]:
+def minimal_roofline(
+    device: Device, dtypes: Sequence[str], progress: Progress | None = None
+) -> tuple[Roofline | None, str, RooflineResult | None]:
     """The least of a roofline a measured prediction needs: the memory roof and ``dtypes``' peaks.
 
     One working set where the DRAM plateau starts (the quick plan's first size of at least
@@ -226,10 +256,21 @@ def minimal_roofline(device: Device, dtypes: Sequence[str], progress: Progress |
     quick = device.roofline_plan("quick")
     names = ["read", *(p.name for p in _peak_probes(device, dtypes))]
     llc = device.info.last_level_cache_bytes or max(quick.working_set_sizes) // 16
-    dram = min((s for s in quick.working_set_sizes if s >= DRAM_FACTOR * llc), default=max(quick.working_set_sizes))
-    plan = replace_plan(quick, name="minimal", working_set_sizes=(dram,),
-                        gemm_sizes=(min(quick.gemm_sizes),) if quick.gemm_sizes else ())
-    hook = (lambda done, total, label: progress(f"roofline: {label}", done, total)) if progress else None
+    dram = min(
+        (s for s in quick.working_set_sizes if s >= DRAM_FACTOR * llc),
+        default=max(quick.working_set_sizes),
+    )
+    plan = replace_plan(
+        quick,
+        name="minimal",
+        working_set_sizes=(dram,),
+        gemm_sizes=(min(quick.gemm_sizes),) if quick.gemm_sizes else (),
+    )
+    hook = (
+        (lambda done, total, label: progress(f"roofline: {label}", done, total))
+        if progress
+        else None
+    )
     result = probe(device, plan=plan, probes=names, progress=hook)
     source = f"measured (minimal probes: {', '.join(names)}; `roofprof roofline` measures the whole roofline)"
     return result.roofline, source, result
@@ -252,9 +293,15 @@ def _load_cached(path: Path, dtypes: Sequence[str] = ()) -> Roofline | None:
     return roof if roof is not None and set(dtypes) <= set(roof.dtypes) else None
 
 
-def resolve_roofline(roofline: Roofline | str | os.PathLike | None, device: Device, *, quick: bool = True,
-                     use_cache: bool = True, progress: Progress | None = None,
-                     minimal_dtypes: Sequence[str] | None = None) -> tuple[Roofline | None, str]:
+def resolve_roofline(
+    roofline: Roofline | str | os.PathLike | None,
+    device: Device,
+    *,
+    quick: bool = True,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+    minimal_dtypes: Sequence[str] | None = None,
+) -> tuple[Roofline | None, str]:
     """The measured roofline to place ops on, and where it came from.
 
     ``roofline``: a :class:`Roofline`, a ``roofline.json`` path, ``"none"`` (no placement),

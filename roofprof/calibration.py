@@ -66,8 +66,17 @@ from roofprof.rollup import OpEstimate
 from roofprof.roofline import Roofline
 from roofprof.workload import COLLECTIVE_FNS, Op
 
-__all__ = ["CUDA_GRAPHS", "ENGINES", "CalibratedEstimator", "EngineProfile", "calibrated_estimator", "fit",
-           "leave_one_out", "load_calibration", "write_calibration"]
+__all__ = [
+    "CUDA_GRAPHS",
+    "ENGINES",
+    "CalibratedEstimator",
+    "EngineProfile",
+    "calibrated_estimator",
+    "fit",
+    "leave_one_out",
+    "load_calibration",
+    "write_calibration",
+]
 
 #: Engine profile -> whether it replays CUDA graphs at decode (what the fixed cost is per).
 CUDA_GRAPHS = {
@@ -102,7 +111,10 @@ class EngineProfile:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["fitted_from"], d["rows"] = dict(self.fitted_from), {k: list(v) for k, v in self.rows.items()}
+        d["fitted_from"], d["rows"] = (
+            dict(self.fitted_from),
+            {k: list(v) for k, v in self.rows.items()},
+        )
         return d
 
     @classmethod
@@ -111,15 +123,25 @@ class EngineProfile:
         return cls(**{k: v for k, v in d.items() if k in keys})
 
 
-IDEAL = EngineProfile("ideal", fitted_from={"decode": "none: the roofline itself", "prefill": "none"})
+IDEAL = EngineProfile(
+    "ideal", fitted_from={"decode": "none: the roofline itself", "prefill": "none"}
+)
 
 
 class CalibratedEstimator:
     """A rollup :class:`~roofprof.rollup.Estimator`: a roofline plus an engine profile."""
 
-    def __init__(self, roofline: Roofline, profile: EngineProfile, *, source: str = "", level: str = "dram",
-                 provenance: Mapping[str, Any] | None = None, warnings: Sequence[str] = (),
-                 fp16_ratio: float = 1.0):
+    def __init__(
+        self,
+        roofline: Roofline,
+        profile: EngineProfile,
+        *,
+        source: str = "",
+        level: str = "dram",
+        provenance: Mapping[str, Any] | None = None,
+        warnings: Sequence[str] = (),
+        fp16_ratio: float = 1.0,
+    ):
         self.roofline = roofline
         self.profile = profile
         self.source = source
@@ -128,19 +150,25 @@ class CalibratedEstimator:
         self.provenance = dict(provenance or {})
         self.warnings = list(warnings)
         self.machine = roofline.device or None
-        self.collectives = None  # a CollectiveModel: rollup.estimate_phase prices collectives with it
+        self.collectives = (
+            None  # a CollectiveModel: rollup.estimate_phase prices collectives with it
+        )
         self.kernel_path = path_of(profile.engine)
         self.fp16_ratio = fp16_ratio
 
     def estimate(self, op: Op) -> OpEstimate:
         p = self.profile
         bw = self.roofline.memory_bandwidth(self.level) * p.memory_fraction
-        peak = self.roofline.compute_peak(op.dtype) * peak_scale(op, self.kernel_path, self.fp16_ratio)
+        peak = self.roofline.compute_peak(op.dtype) * peak_scale(
+            op, self.kernel_path, self.fp16_ratio
+        )
         compute_s = op.flops / (peak * p.compute_fraction)
         memory_s = op.bytes / bw
         seconds = max(compute_s, memory_s) + p.launch_s
         note = ""
-        if (dequant := dequantize_bytes(op, self.kernel_path)) > 0:  # the engine's dequantization kernel
+        if (
+            dequant := dequantize_bytes(op, self.kernel_path)
+        ) > 0:  # the engine's dequantization kernel
             seconds += dequant / bw + p.launch_s
             note = f"includes dequantizing the weights to fp16 ({dequant / 1e6:.1f} MB moved); "
         if op.fn in ("gather", "onehot_matmul"):  # the embedding, once per pass: the per-step cost
@@ -151,14 +179,21 @@ class CalibratedEstimator:
 
     def ridge(self, dtype: str) -> float:
         p = self.profile
-        return (self.roofline.compute_peak(dtype) * p.compute_fraction
-                / (self.roofline.memory_bandwidth(self.level) * p.memory_fraction))
+        return (
+            self.roofline.compute_peak(dtype)
+            * p.compute_fraction
+            / (self.roofline.memory_bandwidth(self.level) * p.memory_fraction)
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {"roofline_device": self.roofline.device, "roofline_source": self.source,
-                "ceilings": self.roofline.to_dict()["ceilings"], "engine_profile": self.profile.to_dict(),
-                "kernel_path": {**asdict(self.kernel_path), "fp16_accumulate_ratio": self.fp16_ratio},
-                "calibration": self.provenance}
+        return {
+            "roofline_device": self.roofline.device,
+            "roofline_source": self.source,
+            "ceilings": self.roofline.to_dict()["ceilings"],
+            "engine_profile": self.profile.to_dict(),
+            "kernel_path": {**asdict(self.kernel_path), "fp16_accumulate_ratio": self.fp16_ratio},
+            "calibration": self.provenance,
+        }
 
 
 # --------------------------------------------------------------------------- fitting
@@ -196,10 +231,14 @@ class _Prepared:
     phase: str
     published_s: float
     passes: list[_Pass]
-    anomalous: bool = False  # flagged by the corpus (e.g. ``anomalous_pp``): predicted, never fitted
+    anomalous: bool = (
+        False  # flagged by the corpus (e.g. ``anomalous_pp``): predicted, never fitted
+    )
     multi_gpu: bool = False  # tensor-parallel rows: predicted (leave-one-out), never fitted
     tokens: int = 1  # batched rows: the run's seconds per token (roofprof.serving)
-    run_cost: bool = False  # the run pays the profile's ``offline_run_s`` (offline ``vllm bench throughput``)
+    run_cost: bool = (
+        False  # the run pays the profile's ``offline_run_s`` (offline ``vllm bench throughput``)
+    )
 
 
 def _prepare(case) -> _Prepared:
@@ -216,18 +255,44 @@ def _prepare(case) -> _Prepared:
         every = workload(scenario).ops
         ops = [op for op in every if op.fn not in COLLECTIVE_FNS]
         comm = [op for op in every if op.fn in COLLECTIVE_FNS]
-        comm_s = sum(op.count * collectives(case.gpu).seconds(op.fn, op.bytes, op.batch) for op in comm)
-        compute = [op.flops / (roof.compute_peak(op.dtype) * peak_scale(op, path, ratio)) for op in ops]
+        comm_s = sum(
+            op.count * collectives(case.gpu).seconds(op.fn, op.bytes, op.batch) for op in comm
+        )
+        compute = [
+            op.flops / (roof.compute_peak(op.dtype) * peak_scale(op, path, ratio)) for op in ops
+        ]
         memory = [op.bytes / bw for op in ops]
         count = [float(op.count) for op in ops]
         for op in ops:  # the engine's dequantization passes: memory-bound kernels of their own
             if (moved := dequantize_bytes(op, path)) > 0:
-                compute, memory, count = [*compute, 0.0], [*memory, moved / bw], [*count, float(op.count)]
-        passes.append(_Pass(np.array(compute), np.array(memory), np.array(count), scenario.phase, times, comm_s))
-    anomalous = any(f == f"anomalous_{'pp' if case.phase == 'prefill' else 'tg'}" for f in case.row.flags)
-    run_cost = case.phase == "offline" or (case.phase == "batched" and "offline_batched" in case.row.flags)
-    return _Prepared(case.label, case.row.id, case.engine, case.phase, case.published_s, passes, anomalous,
-                     case.row.tp > 1, case.tokens, run_cost)
+                compute, memory, count = (
+                    [*compute, 0.0],
+                    [*memory, moved / bw],
+                    [*count, float(op.count)],
+                )
+        passes.append(
+            _Pass(
+                np.array(compute), np.array(memory), np.array(count), scenario.phase, times, comm_s
+            )
+        )
+    anomalous = any(
+        f == f"anomalous_{'pp' if case.phase == 'prefill' else 'tg'}" for f in case.row.flags
+    )
+    run_cost = case.phase == "offline" or (
+        case.phase == "batched" and "offline_batched" in case.row.flags
+    )
+    return _Prepared(
+        case.label,
+        case.row.id,
+        case.engine,
+        case.phase,
+        case.published_s,
+        passes,
+        anomalous,
+        case.row.tp > 1,
+        case.tokens,
+        run_cost,
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -241,13 +306,18 @@ def _predict(p: _Prepared, prof: EngineProfile) -> float:
     total = prof.offline_run_s if p.run_cost else 0.0
     for ps in p.passes:
         step = prof.prefill_step_s if ps.phase == "prefill" else prof.decode_step_s
-        total += ps.times * (float(ps.roof(prof.memory_fraction, prof.compute_fraction)[0]) + step
-                             + prof.launch_s * ps.kernels + ps.comm_s)
+        total += ps.times * (
+            float(ps.roof(prof.memory_fraction, prof.compute_fraction)[0])
+            + step
+            + prof.launch_s * ps.kernels
+            + ps.comm_s
+        )
     return total / p.tokens
 
 
-def _fit_pair(preps: Sequence[_Prepared], prof: EngineProfile, which: str, *,
-              fit_fraction: bool = True) -> EngineProfile:
+def _fit_pair(
+    preps: Sequence[_Prepared], prof: EngineProfile, which: str, *, fit_fraction: bool = True
+) -> EngineProfile:
     """Grid over one fraction, closed-form overhead; ``which`` is ``decode``, ``prefill`` or
     ``offline`` (compute fraction and the per-run cost of offline batch runs).
 
@@ -258,8 +328,11 @@ def _fit_pair(preps: Sequence[_Prepared], prof: EngineProfile, which: str, *,
     y = np.array([p.published_s for p in preps])
     base = np.zeros((len(grid), len(preps)))  # time without the fitted overhead
     reg = np.zeros(len(preps))  # regressor of the fitted overhead
-    current = {"decode": prof.launch_s if not prof.cuda_graphs else prof.decode_step_s,
-               "prefill": prof.prefill_step_s, "offline": prof.offline_run_s}[which]
+    current = {
+        "decode": prof.launch_s if not prof.cuda_graphs else prof.decode_step_s,
+        "prefill": prof.prefill_step_s,
+        "offline": prof.offline_run_s,
+    }[which]
     fitted = "decode" if which == "decode" else "prefill"
     for j, p in enumerate(preps):
         if which == "offline":
@@ -301,13 +374,18 @@ def _fit_pair(preps: Sequence[_Prepared], prof: EngineProfile, which: str, *,
     return replace(prof, compute_fraction=f, prefill_step_s=overhead)
 
 
-def fit(preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = None) -> dict[str, EngineProfile]:
+def fit(
+    preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = None
+) -> dict[str, EngineProfile]:
     """Fit every engine profile on the corpus (optionally without the row ``exclude_row``).
 
     Returns engine -> :class:`EngineProfile` (``ideal`` included, unfitted).
     """
-    preps = [p for p in (preps if preps is not None else _prepared_corpus())
-             if p.row != exclude_row and not p.anomalous and not p.multi_gpu]
+    preps = [
+        p
+        for p in (preps if preps is not None else _prepared_corpus())
+        if p.row != exclude_row and not p.anomalous and not p.multi_gpu
+    ]
 
     def rows_of(engines: Sequence[str], phases: Sequence[str]) -> list[_Prepared]:
         return [p for p in preps if p.engine in engines and p.phase in phases]
@@ -330,8 +408,15 @@ def fit(preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = N
     for graphs in (True, False):
         engines = [e for e, g in CUDA_GRAPHS.items() if g == graphs and e != "ideal"]
         dec, pre, off = (rows_of(engines, (ph,)) for ph in ("decode", "prefill", "offline"))
-        prof = run(EngineProfile(f"pooled-{'graphs' if graphs else 'no-graphs'}", cuda_graphs=graphs), dec, pre, off)
-        pooled[graphs] = replace(prof, rows={"decode": labels(dec), "prefill": labels(pre), "offline": labels(off)})
+        prof = run(
+            EngineProfile(f"pooled-{'graphs' if graphs else 'no-graphs'}", cuda_graphs=graphs),
+            dec,
+            pre,
+            off,
+        )
+        pooled[graphs] = replace(
+            prof, rows={"decode": labels(dec), "prefill": labels(pre), "offline": labels(off)}
+        )
     for engine in ENGINES:
         if engine == "ideal":
             continue
@@ -339,11 +424,15 @@ def fit(preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = N
         dec, pre, off = (rows_of([engine], (ph,)) for ph in ("decode", "prefill", "offline"))
         source = {}
         for phase, own in (("decode", dec), ("prefill", pre), ("offline", off)):
-            source[phase] = (f"own rows ({len(own)})" if own
-                             else f"{pool.engine} ({len(pool.rows[phase])} rows)")
+            source[phase] = (
+                f"own rows ({len(own)})" if own else f"{pool.engine} ({len(pool.rows[phase])} rows)"
+            )
         prof = run(replace(pool, engine=engine), dec, pre, off)
-        profiles[engine] = replace(prof, fitted_from=source,
-                                   rows={"decode": labels(dec), "prefill": labels(pre), "offline": labels(off)})
+        profiles[engine] = replace(
+            prof,
+            fitted_from=source,
+            rows={"decode": labels(dec), "prefill": labels(pre), "offline": labels(off)},
+        )
     return profiles
 
 
@@ -385,26 +474,51 @@ def write_calibration(path: str | Path | None = None) -> dict[str, Any]:
     residuals = []
     for p in preps:
         pred = _predict(p, profiles[p.engine])
-        residuals.append({"case": p.label, "engine": p.engine, "phase": p.phase, "published_s": p.published_s,
-                          "fit_s": pred, "fit_residual_in_sample": pred / p.published_s - 1,
-                          "leave_one_out_s": loo[p.label], "leave_one_out_residual": loo[p.label] / p.published_s - 1})
+        residuals.append(
+            {
+                "case": p.label,
+                "engine": p.engine,
+                "phase": p.phase,
+                "published_s": p.published_s,
+                "fit_s": pred,
+                "fit_residual_in_sample": pred / p.published_s - 1,
+                "leave_one_out_s": loo[p.label],
+                "leave_one_out_residual": loo[p.label] / p.published_s - 1,
+            }
+        )
     summary = []
     for phase in (*_FITTED_PHASES, "batched"):
         vals = [abs(r["leave_one_out_residual"]) for r in residuals if r["phase"] == phase]
         if vals:
-            worst = max((r for r in residuals if r["phase"] == phase), key=lambda r: abs(r["leave_one_out_residual"]))
-            summary.append({"phase": phase, "n": len(vals), "median_abs_residual": statistics.median(vals),
-                            "worst_abs_residual": max(vals), "worst_case": worst["case"]})
+            worst = max(
+                (r for r in residuals if r["phase"] == phase),
+                key=lambda r: abs(r["leave_one_out_residual"]),
+            )
+            summary.append(
+                {
+                    "phase": phase,
+                    "n": len(vals),
+                    "median_abs_residual": statistics.median(vals),
+                    "worst_abs_residual": max(vals),
+                    "worst_case": worst["case"],
+                }
+            )
             if phase not in _FITTED_PHASES:
-                summary[-1]["note"] = "never fitted: predicted by the fit on the whole corpus (out of sample)"
+                summary[-1]["note"] = (
+                    "never fitted: predicted by the fit on the whole corpus (out of sample)"
+                )
     payload = {
-        "schema_version": 1, "generated_by": "roofprof calibrate",
-        "corpus": {"rows": len(load_end_to_end()), "cases": len(preps),
-                   "files": ["data/published/end_to_end.json", "data/published/microbenchmarks.json"]},
+        "schema_version": 1,
+        "generated_by": "roofprof calibrate",
+        "corpus": {
+            "rows": len(load_end_to_end()),
+            "cases": len(preps),
+            "files": ["data/published/end_to_end.json", "data/published/microbenchmarks.json"],
+        },
         "model": __doc__.split("**Fitting**")[0].strip(),
         "procedure": "**Fitting**" + __doc__.split("**Fitting**")[1].split(">>>")[0].rstrip(),
         "base_roofline": "published ceilings of the row's GPU (roofprof roofline --published), datasheet where "
-                         "a ceiling is missing",
+        "a ceiling is missing",
         "profiles": {e: p.to_dict() for e, p in profiles.items()},
         "fit_residuals": residuals,
         "leave_one_out_summary": summary,
@@ -429,8 +543,13 @@ def load_calibration(path: str | None = None) -> Mapping[str, Any]:
         raise ConfigError(f"{target}: no calibration ({exc}); run `roofprof calibrate`") from exc
 
 
-def calibrated_estimator(gpu: str | None, *, engine: str = "ideal", roofline: Roofline | None = None,
-                         calibration: str | None = None) -> CalibratedEstimator:
+def calibrated_estimator(
+    gpu: str | None,
+    *,
+    engine: str = "ideal",
+    roofline: Roofline | None = None,
+    calibration: str | None = None,
+) -> CalibratedEstimator:
     """The calibrated estimator for ``gpu`` and an engine profile.
 
     The base roofline is ``roofline`` (a measured one) if given, else the GPU's published
@@ -452,12 +571,18 @@ def calibrated_estimator(gpu: str | None, *, engine: str = "ideal", roofline: Ro
     else:
         data = load_calibration(calibration)
         profile = EngineProfile.from_dict(data["profiles"][engine])
-        provenance = {"file": str(calibration or "data/calibration.json"), "generated_by": data.get("generated_by"),
-                      "corpus": data.get("corpus"), "leave_one_out_summary": data.get("leave_one_out_summary")}
+        provenance = {
+            "file": str(calibration or "data/calibration.json"),
+            "generated_by": data.get("generated_by"),
+            "corpus": data.get("corpus"),
+            "leave_one_out_summary": data.get("leave_one_out_summary"),
+        }
         for phase, src in profile.fitted_from.items():
             if src.startswith("pooled") and phase in ("decode", "prefill"):
-                warnings.append(f"calibrated {engine}: no published {phase} rows for this engine; "
-                                f"{phase} parameters borrowed from the fit of {src}")
+                warnings.append(
+                    f"calibrated {engine}: no published {phase} rows for this engine; "
+                    f"{phase} parameters borrowed from the fit of {src}"
+                )
     if roofline is not None:
         roof, source = roofline, "measured roofline"
     elif gpu is None:
@@ -465,7 +590,12 @@ def calibrated_estimator(gpu: str | None, *, engine: str = "ideal", roofline: Ro
     else:
         roof, source = base_roofline(load_gpu(gpu).id)
         if source.startswith("datasheet"):
-            warnings.append(f"calibrated: {gpu} has no published ceilings; starting from its datasheet")
-    ratio = fp16_accumulate_ratio(gpu) if gpu is not None and path_of(engine).fp16_accumulate else 1.0
-    return CalibratedEstimator(roof, profile, source=source, provenance=provenance, warnings=warnings,
-                               fp16_ratio=ratio)
+            warnings.append(
+                f"calibrated: {gpu} has no published ceilings; starting from its datasheet"
+            )
+    ratio = (
+        fp16_accumulate_ratio(gpu) if gpu is not None and path_of(engine).fp16_accumulate else 1.0
+    )
+    return CalibratedEstimator(
+        roof, profile, source=source, provenance=provenance, warnings=warnings, fp16_ratio=ratio
+    )

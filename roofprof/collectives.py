@@ -31,13 +31,25 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.specs import GpuSpec, load_gpu
 
-__all__ = ["COLLECTIVES", "CollectiveModel", "CollectiveTable", "algbw", "busbw", "busbw_factor",
-           "load_collectives", "published_collectives"]
+__all__ = [
+    "COLLECTIVES",
+    "CollectiveModel",
+    "CollectiveTable",
+    "algbw",
+    "busbw",
+    "busbw_factor",
+    "load_collectives",
+    "published_collectives",
+]
 
 #: nccl-tests collective names; op ``fn`` values map onto them.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send", "broadcast", "reduce")
-_FN = {"allreduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-       "send": "send"}
+_FN = {
+    "allreduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "send": "send",
+}
 
 
 def busbw_factor(op: str, ranks: int) -> float:
@@ -124,9 +136,16 @@ def load_collectives(path: str | Path, *, execution: str = "eager") -> Collectiv
     seen_paths: set[str] = set()
     for i, row in enumerate(rows):
         try:
-            op, size, ranks, t = str(row["op"]), float(row["bytes"]), int(row["ranks"]), float(row["seconds"])
+            op, size, ranks, t = (
+                str(row["op"]),
+                float(row["bytes"]),
+                int(row["ranks"]),
+                float(row["seconds"]),
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"--collectives {path}: record {i} needs op, bytes, ranks, seconds ({exc})") from exc
+            raise ConfigError(
+                f"--collectives {path}: record {i} needs op, bytes, ranks, seconds ({exc})"
+            ) from exc
         busbw_factor(op, max(ranks, 1))
         if not (size > 0 and t > 0 and math.isfinite(size) and math.isfinite(t)):
             raise ConfigError(f"--collectives {path}: record {i} has a non-positive size or time")
@@ -137,10 +156,17 @@ def load_collectives(path: str | Path, *, execution: str = "eager") -> Collectiv
                 continue
         points.setdefault((op, ranks), {}).setdefault(size, []).append(t)
     if not points:
-        raise ConfigError(f"--collectives {path}: no {execution!r} measurements; paths there: "
-                          f"{', '.join(sorted(seen_paths))}")
-    return CollectiveTable({k: tuple(sorted((s, sum(ts) / len(ts)) for s, ts in v.items()))
-                            for k, v in points.items()}, str(path))
+        raise ConfigError(
+            f"--collectives {path}: no {execution!r} measurements; paths there: "
+            f"{', '.join(sorted(seen_paths))}"
+        )
+    return CollectiveTable(
+        {
+            k: tuple(sorted((s, sum(ts) / len(ts)) for s, ts in v.items()))
+            for k, v in points.items()
+        },
+        str(path),
+    )
 
 
 @dataclass(frozen=True)
@@ -162,8 +188,9 @@ class CollectiveModel:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
-    def for_gpu(cls, gpu: str | GpuSpec, *, table: CollectiveTable | None = None,
-                graphs: bool = False) -> CollectiveModel:
+    def for_gpu(
+        cls, gpu: str | GpuSpec, *, table: CollectiveTable | None = None, graphs: bool = False
+    ) -> CollectiveModel:
         """The α-β priors of ``gpu`` from ``data/gpus.json`` (``graphs``: CUDA-graph α).
 
         Raises:
@@ -175,22 +202,43 @@ class CollectiveModel:
         ic, defaults = dict(spec.interconnect), gpu_interconnect_defaults()
         eff = float(defaults["link_efficiency"])
         lanes = defaults["pcie_bytes_per_s_per_lane"]
-        pcie = float(lanes.get(str(ic.get("pcie_generation") or 4), lanes["4"])) * int(ic.get("pcie_lanes") or 16)
+        pcie = float(lanes.get(str(ic.get("pcie_generation") or 4), lanes["4"])) * int(
+            ic.get("pcie_lanes") or 16
+        )
         link = ic.get("nvlink_bytes_per_s_per_direction") or pcie
         ring = ic.get("ring_busbw_bytes_per_s")
-        notes = [] if ring else [f"{spec.id}: no published collective bandwidth; busbw = {eff:g} × the "
-                                 f"{'NVLink' if ic.get('nvlink_bytes_per_s_per_direction') else 'PCIe'} rate"]
-        alpha = float(defaults["alpha_graph_s"]) if graphs else float(ic.get("alpha_eager_s") or 20e-6)
-        return cls(float(ring or eff * link), alpha, eff * float(link),
-                   ic.get("nvls_allreduce_busbw_bytes_per_s"), ic.get("nvls_min_gpus"), table,
-                   f"data/gpus.json:{spec.id}" + (f" + {table.source}" if table else ""), tuple(notes))
+        notes = (
+            []
+            if ring
+            else [
+                f"{spec.id}: no published collective bandwidth; busbw = {eff:g} × the "
+                f"{'NVLink' if ic.get('nvlink_bytes_per_s_per_direction') else 'PCIe'} rate"
+            ]
+        )
+        alpha = (
+            float(defaults["alpha_graph_s"]) if graphs else float(ic.get("alpha_eager_s") or 20e-6)
+        )
+        return cls(
+            float(ring or eff * link),
+            alpha,
+            eff * float(link),
+            ic.get("nvls_allreduce_busbw_bytes_per_s"),
+            ic.get("nvls_min_gpus"),
+            table,
+            f"data/gpus.json:{spec.id}" + (f" + {table.source}" if table else ""),
+            tuple(notes),
+        )
 
     def bus_bytes_per_s(self, op: str, ranks: int) -> float:
         """The bus bandwidth the model uses for ``op`` at ``ranks`` GPUs (bytes/s)."""
         if op == "send":
             return self.p2p_bytes_per_s
-        if (op == "all_reduce" and self.nvls_busbw_bytes_per_s and self.nvls_min_gpus
-                and ranks >= self.nvls_min_gpus):
+        if (
+            op == "all_reduce"
+            and self.nvls_busbw_bytes_per_s
+            and self.nvls_min_gpus
+            and ranks >= self.nvls_min_gpus
+        ):
             return float(self.nvls_busbw_bytes_per_s)
         return self.ring_busbw_bytes_per_s
 
@@ -207,9 +255,15 @@ class CollectiveModel:
 
     def describe(self) -> dict[str, Any]:
         """The inputs, for ``estimator_inputs``."""
-        return {"ring_busbw_bytes_per_s": self.ring_busbw_bytes_per_s, "alpha_s": self.alpha_s,
-                "nvls_busbw_bytes_per_s": self.nvls_busbw_bytes_per_s, "nvls_min_gpus": self.nvls_min_gpus,
-                "p2p_bytes_per_s": self.p2p_bytes_per_s, "source": self.source, "notes": list(self.notes)}
+        return {
+            "ring_busbw_bytes_per_s": self.ring_busbw_bytes_per_s,
+            "alpha_s": self.alpha_s,
+            "nvls_busbw_bytes_per_s": self.nvls_busbw_bytes_per_s,
+            "nvls_min_gpus": self.nvls_min_gpus,
+            "p2p_bytes_per_s": self.p2p_bytes_per_s,
+            "source": self.source,
+            "notes": list(self.notes),
+        }
 
 
 def published_collectives(gpu: str | None = None) -> Sequence[Mapping[str, Any]]:

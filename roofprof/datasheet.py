@@ -52,8 +52,21 @@ def spec_comparison(info: DeviceInfo, ceilings: Sequence[Mapping[str, Any]]) -> 
             tensor = c.get("probe_kind") == "gemm" or "mma" in str(c.get("probe", ""))
             spec_clock = spec.tensor_clock_mhz if tensor else spec.vector_clock_mhz
             clock_ratio = c["clock_mhz"] / spec_clock if spec_clock else None
-        rows.append({"ceiling": c["name"], "measured": c["value"], "spec": ref, "spec_field": what,
-                     "percent_of_spec": 100.0 * c["value"] / ref, "clock_mhz": c.get("clock_mhz"),
-                     "clock_ratio_to_spec": clock_ratio})
-    return {"available": True, "spec_id": spec.id, "spec_name": spec.name, "rows": rows,
-            "note": "datasheet values from data/gpus.json; percent = measured / datasheet"}
+        rows.append(
+            {
+                "ceiling": c["name"],
+                "measured": c["value"],
+                "spec": ref,
+                "spec_field": what,
+                "percent_of_spec": 100.0 * c["value"] / ref,
+                "clock_mhz": c.get("clock_mhz"),
+                "clock_ratio_to_spec": clock_ratio,
+            }
+        )
+    return {
+        "available": True,
+        "spec_id": spec.id,
+        "spec_name": spec.name,
+        "rows": rows,
+        "note": "datasheet values from data/gpus.json; percent = measured / datasheet",
+    }

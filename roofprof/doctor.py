@@ -61,9 +61,14 @@ def _cuda_int(value: Any) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def cuda_stack_versions(*, cupy: Any = _MISSING, numba_cuda: Any = _MISSING,
-                        torch: Any = _MISSING, nvml: Any = _MISSING,
-                        ncu: tuple[bool, str] | None = None) -> dict[str, str]:
+def cuda_stack_versions(
+    *,
+    cupy: Any = _MISSING,
+    numba_cuda: Any = _MISSING,
+    torch: Any = _MISSING,
+    nvml: Any = _MISSING,
+    ncu: tuple[bool, str] | None = None,
+) -> dict[str, str]:
     """The CUDA stack roofprof runs on, one string per component, in this order: ``driver``
     (NVML's driver version and the CUDA version it supports), ``cuda runtime`` (CuPy's),
     ``nvrtc`` (the NVRTC CuPy compiles ``kernels/cuda`` with — a ``libnvrtc`` torch loaded
@@ -104,8 +109,11 @@ def cuda_stack_versions(*, cupy: Any = _MISSING, numba_cuda: Any = _MISSING,
             driver = f"unavailable ({getattr(exc, 'reason', None) or exc})"
     if cp is not None:
         api = ask(lambda: _cuda_int(cp.cuda.runtime.driverGetVersion()))
-        driver = f"{driver}; supports CUDA {api}" if not api.startswith("unavailable") else (
-            f"{driver}; CUDA driver API {api}")
+        driver = (
+            f"{driver}; supports CUDA {api}"
+            if not api.startswith("unavailable")
+            else (f"{driver}; CUDA driver API {api}")
+        )
     out["driver"] = driver or "unavailable"
     if cp is None:
         out["cuda runtime"] = out["nvrtc"] = "not installed (no CuPy)"
@@ -121,27 +129,37 @@ def cuda_stack_versions(*, cupy: Any = _MISSING, numba_cuda: Any = _MISSING,
             from roofprof._resources import kernels_module
 
             cm = kernels_module("cuda_models")
-            fp8 = ("fp8 mma.sync compiles" if tuple(nvrtc) >= cm.FP8_MMA_MIN_NVRTC else
-                   f"fp8 mma.sync needs {cm.FP8_MMA_MIN_NVRTC[0]}.{cm.FP8_MMA_MIN_NVRTC[1]}+: "
-                   "that probe is skipped")
+            fp8 = (
+                "fp8 mma.sync compiles"
+                if tuple(nvrtc) >= cm.FP8_MMA_MIN_NVRTC
+                else f"fp8 mma.sync needs {cm.FP8_MMA_MIN_NVRTC[0]}.{cm.FP8_MMA_MIN_NVRTC[1]}+: "
+                "that probe is skipped"
+            )
             out["nvrtc"] = f"{nvrtc[0]}.{nvrtc[1]} (the one CuPy uses; {fp8})"
         out["cupy"] = str(getattr(cp, "__version__", "?"))
     if numba_cuda is _MISSING:
         found = importlib.util.find_spec("numba") is not None and _version("numba-cuda")
         out["numba-cuda"] = str(found) if found else "not installed"
     else:
-        out["numba-cuda"] = "not installed" if numba_cuda is None else str(
-            getattr(numba_cuda, "__version__", "?"))
+        out["numba-cuda"] = (
+            "not installed" if numba_cuda is None else str(getattr(numba_cuda, "__version__", "?"))
+        )
     th = _import("torch", torch)
     if th is None:
         out["torch"] = "not installed"
     else:
         built = getattr(getattr(th, "version", None), "cuda", None)
-        out["torch"] = f"{getattr(th, '__version__', '?')} (CUDA {built})" if built else (
-            f"{getattr(th, '__version__', '?')} (CPU-only build)")
+        out["torch"] = (
+            f"{getattr(th, '__version__', '?')} (CUDA {built})"
+            if built
+            else (f"{getattr(th, '__version__', '?')} (CPU-only build)")
+        )
     ok, detail = ncu if ncu is not None else _tool("ncu", ["--version"])
-    out["ncu"] = detail if ok else (f"not installed ({detail})" if "not on PATH" in detail
-                                    else f"unavailable ({detail})")
+    out["ncu"] = (
+        detail
+        if ok
+        else (f"not installed ({detail})" if "not on PATH" in detail else f"unavailable ({detail})")
+    )
     return out
 
 
@@ -163,10 +181,16 @@ def doctor_report(*, for_run: bool = False) -> list[dict[str, Any]]:
     from roofprof.devices.cpu import cpu_info
 
     info = cpu_info()
-    caches = (", ".join(f"{k.upper()} {v // 1024} KiB" for k, v in info.cache_bytes.items())
-              or "cache sizes unknown")
-    add("cpu", True, f"{info.name}: {info.compute_units} cores, {caches}, "
-                     f"{info.memory_bytes / 2**30:.1f} GiB RAM, ISA {info.extra.get('isa', '?')}")
+    caches = (
+        ", ".join(f"{k.upper()} {v // 1024} KiB" for k, v in info.cache_bytes.items())
+        or "cache sizes unknown"
+    )
+    add(
+        "cpu",
+        True,
+        f"{info.name}: {info.compute_units} cores, {caches}, "
+        f"{info.memory_bytes / 2**30:.1f} GiB RAM, ISA {info.extra.get('isa', '?')}",
+    )
     try:
         import numba
 
@@ -176,8 +200,12 @@ def doctor_report(*, for_run: bool = False) -> list[dict[str, Any]]:
     names, reason = cuda_devices()
     nvml_version = _version("nvidia-ml-py")
     if names:
-        add("nvml", True, f"nvidia-ml-py {nvml_version}; GPUs: "
-                          + "; ".join(f"cuda:{i} {n}" for i, n in enumerate(names)))
+        add(
+            "nvml",
+            True,
+            f"nvidia-ml-py {nvml_version}; GPUs: "
+            + "; ".join(f"cuda:{i} {n}" for i, n in enumerate(names)),
+        )
     else:
         add("nvml", False, f"nvidia-ml-py {nvml_version or 'not installed'}: {reason}")
     try:
@@ -186,43 +214,65 @@ def doctor_report(*, for_run: bool = False) -> list[dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001
         add("auto device", False, str(exc))
     has_cuda = importlib.util.find_spec("roofprof.devices.cuda") is not None
-    add("cuda device support", has_cuda,
-        "roofprof.devices.cuda present" if has_cuda
-        else "roofprof.devices.cuda missing: only the CPU device can be measured")
+    add(
+        "cuda device support",
+        has_cuda,
+        "roofprof.devices.cuda present"
+        if has_cuda
+        else "roofprof.devices.cuda missing: only the CPU device can be measured",
+    )
     ok, detail = _tool("nvcc", ["--version"])
     add("nvcc", ok, detail)
     ncu = _tool("ncu", ["--version"])
     add("ncu", *ncu)
     stack = cuda_stack_versions(ncu=ncu)
-    add("cuda stack", not stack["cupy"].startswith(("not installed", "unavailable")),
-        "; ".join(f"{k} {v}" for k, v in stack.items()))
+    add(
+        "cuda stack",
+        not stack["cupy"].startswith(("not installed", "unavailable")),
+        "; ".join(f"{k} {v}" for k, v in stack.items()),
+    )
     try:
         import torch
 
         cuda = torch.cuda.is_available()
-        add("torch", True, f"{torch.__version__}; CUDA {'available' if cuda else 'not available'}"
-                           + (f" ({torch.cuda.get_device_name(0)})" if cuda else ""))
+        add(
+            "torch",
+            True,
+            f"{torch.__version__}; CUDA {'available' if cuda else 'not available'}"
+            + (f" ({torch.cuda.get_device_name(0)})" if cuda else ""),
+        )
     except Exception as exc:  # noqa: BLE001
         add("torch", False, f"not importable: {exc}")
     try:
         import cupy
 
         avail = cupy.is_available()
-        add("cupy", bool(avail), f"{cupy.__version__}; "
-                                 + ("GPU available" if avail else "no usable GPU/driver"))
+        add(
+            "cupy",
+            bool(avail),
+            f"{cupy.__version__}; " + ("GPU available" if avail else "no usable GPU/driver"),
+        )
     except Exception as exc:  # noqa: BLE001
         add("cupy", False, f"not importable: {type(exc).__name__}: {exc}")
     try:
         from numba import cuda as ncuda
 
-        sim = (bool(getattr(ncuda, "simulator_enabled", False))
-               or "simulator" in type(ncuda).__module__)
+        sim = (
+            bool(getattr(ncuda, "simulator_enabled", False))
+            or "simulator" in type(ncuda).__module__
+        )
         avail = ncuda.is_available()
         version = _version("numba-cuda")
-        state = ("simulator (NUMBA_ENABLE_CUDASIM=1)" if sim
-                 else ("GPU available" if avail else "no usable GPU/driver"))
-        add("numba-cuda", bool(avail) and not sim,
-            f"numba-cuda {version or '(built-in numba.cuda)'}; {state}")
+        state = (
+            "simulator (NUMBA_ENABLE_CUDASIM=1)"
+            if sim
+            else ("GPU available" if avail else "no usable GPU/driver")
+        )
+        add(
+            "numba-cuda",
+            bool(avail) and not sim,
+            f"numba-cuda {version or '(built-in numba.cuda)'}; {state}",
+        )
     except Exception as exc:  # noqa: BLE001
         add("numba-cuda", False, f"not importable: {exc}")
     if for_run:
@@ -234,15 +284,26 @@ def _run_rows() -> list[dict[str, Any]]:
     """What ``roofprof run`` needs beyond the doctor: transformers, torch threads, load."""
     rows: list[dict[str, Any]] = []
     has_tf = importlib.util.find_spec("transformers") is not None
-    rows.append({"component": "transformers", "ok": has_tf,
-                 "detail": "installed: validate runs LlamaForCausalLM" if has_tf
-                 else "not installed: validate runs the plain-torch Llama "
-                      "(pip install 'roofprof[hf]' for HF)"})
+    rows.append(
+        {
+            "component": "transformers",
+            "ok": has_tf,
+            "detail": "installed: validate runs LlamaForCausalLM"
+            if has_tf
+            else "not installed: validate runs the plain-torch Llama "
+            "(pip install 'roofprof[hf]' for HF)",
+        }
+    )
     try:
         import torch
 
-        rows.append({"component": "torch threads", "ok": True,
-                     "detail": f"{torch.get_num_threads()} intra-op threads"})
+        rows.append(
+            {
+                "component": "torch threads",
+                "ok": True,
+                "detail": f"{torch.get_num_threads()} intra-op threads",
+            }
+        )
     except ImportError:  # the doctor's own "torch" row already says so
         pass
     from roofprof.telemetry import loadavg
@@ -251,8 +312,16 @@ def _run_rows() -> list[dict[str, Any]]:
     if load is not None:
         cpus = os.cpu_count() or 1
         busy = load[0] > 0.5 * cpus
-        rows.append({"component": "load average", "ok": not busy,
-                     "detail": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpus} CPUs"
-                     + (": other processes compete for the cores; measurements will be noisy"
-                        if busy else "")})
+        rows.append(
+            {
+                "component": "load average",
+                "ok": not busy,
+                "detail": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpus} CPUs"
+                + (
+                    ": other processes compete for the cores; measurements will be noisy"
+                    if busy
+                    else ""
+                ),
+            }
+        )
     return rows

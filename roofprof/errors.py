@@ -11,8 +11,13 @@ import difflib
 import os
 from collections.abc import Iterable
 
-__all__ = ["ConfigError", "DeviceUnavailableError", "RoofprofError", "UnknownNameError",
-           "ordered_choices"]
+__all__ = [
+    "ConfigError",
+    "DeviceUnavailableError",
+    "RoofprofError",
+    "UnknownNameError",
+    "ordered_choices",
+]
 
 
 class RoofprofError(Exception):

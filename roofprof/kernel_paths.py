@@ -37,7 +37,14 @@ from dataclasses import dataclass
 
 from roofprof.workload import Op
 
-__all__ = ["KERNEL_PATHS", "KernelPath", "dequantize_bytes", "fp16_accumulate_ratio", "path_of", "peak_scale"]
+__all__ = [
+    "KERNEL_PATHS",
+    "KernelPath",
+    "dequantize_bytes",
+    "fp16_accumulate_ratio",
+    "path_of",
+    "peak_scale",
+]
 
 
 @dataclass(frozen=True)
@@ -59,11 +66,15 @@ class KernelPath:
 
 KERNEL_PATHS: dict[str, KernelPath] = {
     "llama.cpp": KernelPath(
-        fp16_accumulate=True, dequantize_to_fp16=True, ubatch_tokens=512, flash_attention=False,
+        fp16_accumulate=True,
+        dequantize_to_fp16=True,
+        ubatch_tokens=512,
+        flash_attention=False,
         citation="llama.cpp of May 2024 (S13 llama-bench, LLAMA_CUBLAS=1): ggml-cuda.cu "
-                 "ggml_cuda_op_mul_mat_cublas converts src0 to fp16 and calls cublasGemmEx with "
-                 "CUBLAS_COMPUTE_16F on Volta+; MMQ default only from ggml-org/llama.cpp#8075 (June 2024); "
-                 "llama-bench defaults n_ubatch=512, flash_attn=0"),
+        "ggml_cuda_op_mul_mat_cublas converts src0 to fp16 and calls cublasGemmEx with "
+        "CUBLAS_COMPUTE_16F on Volta+; MMQ default only from ggml-org/llama.cpp#8075 (June 2024); "
+        "llama-bench defaults n_ubatch=512, flash_attn=0",
+    ),
 }
 
 
@@ -104,6 +115,11 @@ def peak_scale(op: Op, path: KernelPath, fp16_ratio: float) -> float:
     """Factor on the compute peak ``op`` runs at under ``path``: ``fp16_ratio``
     (:func:`fp16_accumulate_ratio`) for an fp16 prefill GEMM or attention matmul of an engine
     that accumulates in fp16; 1 otherwise."""
-    if path.fp16_accumulate and op.phase == "prefill" and op.dtype == "fp16" and op.kind in ("gemm", "attention"):
+    if (
+        path.fp16_accumulate
+        and op.phase == "prefill"
+        and op.dtype == "fp16"
+        and op.kind in ("gemm", "attention")
+    ):
         return fp16_ratio
     return 1.0

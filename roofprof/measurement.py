@@ -47,9 +47,18 @@ if TYPE_CHECKING:
     from roofprof.timing import Clock
     from roofprof.workload import Op
 
-__all__ = ["STATUSES", "MeasureSettings", "Measurement", "RetryBudget", "calls_and_flush", "check_then_time",
-           "check_then_time_group", "prepare_checked",
-           "shares_telemetry", "telemetry_dict"]
+__all__ = [
+    "STATUSES",
+    "MeasureSettings",
+    "Measurement",
+    "RetryBudget",
+    "calls_and_flush",
+    "check_then_time",
+    "check_then_time_group",
+    "prepare_checked",
+    "shares_telemetry",
+    "telemetry_dict",
+]
 
 #: ``ok`` checked and timed; ``failed`` wrong result (excluded); ``unsupported`` not covered;
 #: ``error`` raised.
@@ -103,8 +112,14 @@ class Measurement:
         reasons = []
         if self.contended:
             share = self.telemetry.get("other_cpu_share")
-            reasons.append("contended" + (f" (other processes used {share:.0%} of the CPUs)"
-                                          if isinstance(share, (int, float)) else ""))
+            reasons.append(
+                "contended"
+                + (
+                    f" (other processes used {share:.0%} of the CPUs)"
+                    if isinstance(share, (int, float))
+                    else ""
+                )
+            )
         if self.timing.noisy:
             reasons.append(f"noisy (CV {self.timing.cv:.0%})")
         return "; ".join(reasons)
@@ -115,16 +130,36 @@ class Measurement:
 
         t = self.timing
         note = (t.flush if t.flush != "none" else "") + ("; noisy (CV > 5%)" if t.noisy else "")
-        return OpTime(self.seconds, self.impl, self.kernels, t.iqr_s, note.strip("; "), self.host_s,
-                      contended=self.contended)
+        return OpTime(
+            self.seconds,
+            self.impl,
+            self.kernels,
+            t.iqr_s,
+            note.strip("; "),
+            self.host_s,
+            contended=self.contended,
+        )
 
     def to_dict(self, op: Op | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {"impl": self.impl, "status": self.status, "note": self.note, "kernels": self.kernels,
-                             "host_s": self.host_s}
+        d: dict[str, Any] = {
+            "impl": self.impl,
+            "status": self.status,
+            "note": self.note,
+            "kernels": self.kernels,
+            "host_s": self.host_s,
+        }
         if self.timing is not None:
             t = self.timing
-            d.update({"median_s": t.median_s, "min_s": t.min_s, "iqr_s": t.iqr_s, "cv": t.cv, "noisy": t.noisy,
-                      "timing": t.to_dict()})
+            d.update(
+                {
+                    "median_s": t.median_s,
+                    "min_s": t.min_s,
+                    "iqr_s": t.iqr_s,
+                    "cv": t.cv,
+                    "noisy": t.noisy,
+                    "timing": t.to_dict(),
+                }
+            )
             if op is not None:
                 d["flops_per_s"] = op.flops / t.median_s if t.median_s > 0 else None
                 d["bytes_per_s"] = op.bytes / t.median_s if t.median_s > 0 else None
@@ -139,8 +174,16 @@ class Measurement:
 
         timing = Timing.from_dict(d["timing"]) if d.get("timing") else None
         check = CheckResult(**d["check"]) if d.get("check") else None
-        return cls(d["impl"], d["status"], d.get("note", ""), timing, check, int(d.get("kernels", 1)),
-                   d.get("telemetry", {}), float(d.get("host_s") or 0.0))
+        return cls(
+            d["impl"],
+            d["status"],
+            d.get("note", ""),
+            timing,
+            check,
+            int(d.get("kernels", 1)),
+            d.get("telemetry", {}),
+            float(d.get("host_s") or 0.0),
+        )
 
 
 @dataclass(frozen=True)
@@ -189,8 +232,9 @@ def telemetry_dict(summary: TelemetrySummary) -> dict[str, Any]:
     return d
 
 
-def prepare_checked(impl: OpImpl, op: Op, rng: np.random.Generator, *,
-                    warn: Callable[[str], None] | None = None) -> tuple[PreparedOp | None, Measurement | None]:
+def prepare_checked(
+    impl: OpImpl, op: Op, rng: np.random.Generator, *, warn: Callable[[str], None] | None = None
+) -> tuple[PreparedOp | None, Measurement | None]:
     """``(prepared, checked)`` for an op that passed its check, else ``(None, Measurement)``.
 
     ``checked`` is the ``ok`` Measurement of the check, not timed yet (note, check,
@@ -205,16 +249,24 @@ def prepare_checked(impl: OpImpl, op: Op, rng: np.random.Generator, *,
         prepared = impl.prepare(op, rng)
         check = prepared.check()
         if not check.ok:
-            msg = (f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}) with {impl.name}: failed its correctness "
-                   f"check (relative error {check.max_rel_error:.2e} > {check.tolerance:.2e}); excluded")
+            msg = (
+                f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}) with {impl.name}: failed its correctness "
+                f"check (relative error {check.max_rel_error:.2e} > {check.tolerance:.2e}); excluded"
+            )
             if warn is not None:
                 warn(msg)
             _warnings.warn(msg, stacklevel=3)
             kernels = int(getattr(prepared, "kernels", 1))
             prepared.release()
             return None, Measurement(impl.name, "failed", check.note, None, check, kernels)
-        return prepared, Measurement(impl.name, "ok", getattr(prepared, "note", "") or check.note, None, check,
-                                     int(getattr(prepared, "kernels", 1)))
+        return prepared, Measurement(
+            impl.name,
+            "ok",
+            getattr(prepared, "note", "") or check.note,
+            None,
+            check,
+            int(getattr(prepared, "kernels", 1)),
+        )
     except ConfigError as exc:
         result = Measurement(impl.name, "unsupported", str(exc))
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is reported, never fatal
@@ -227,8 +279,9 @@ def prepare_checked(impl: OpImpl, op: Op, rng: np.random.Generator, *,
     return None, result
 
 
-def calls_and_flush(prepared: PreparedOp, flush: Callable[[], Any] | None
-                    ) -> tuple[list[Callable[[], Any]], Callable[[], Any] | None]:
+def calls_and_flush(
+    prepared: PreparedOp, flush: Callable[[], Any] | None
+) -> tuple[list[Callable[[], Any]], Callable[[], Any] | None]:
     """The equivalent calls to rotate over, and what to run before each timed call.
 
     ``flush`` (the device's cache flush) is used only when the prepared op does not
@@ -236,7 +289,11 @@ def calls_and_flush(prepared: PreparedOp, flush: Callable[[], Any] | None
     ``batched_calls`` (N calls per timed call, ``calls_per_sample`` = N) is timed through them;
     :func:`~roofprof.devices.base.per_call_timing` then divides its samples by N.
     """
-    calls = list(getattr(prepared, "batched_calls", None) or getattr(prepared, "calls", None) or [prepared.run])
+    calls = list(
+        getattr(prepared, "batched_calls", None)
+        or getattr(prepared, "calls", None)
+        or [prepared.run]
+    )
     before = getattr(prepared, "before_call", None)
     chosen = flush if len(calls) == 1 else None
     if before is not None:
@@ -290,13 +347,23 @@ def check_then_time(
             watch = sampler() if sampler is not None else NullSampler("not sampled")
             meter = Contention()
             with watch, meter:
-                timing = benchmark(calls, clock=clock, budget_s=budget_s, warmup_s=warmup_s, flush=flush_fn,
-                                   max_repeats=max_repeats, estimate_runs=1)
+                timing = benchmark(
+                    calls,
+                    clock=clock,
+                    budget_s=budget_s,
+                    warmup_s=warmup_s,
+                    flush=flush_fn,
+                    max_repeats=max_repeats,
+                    estimate_runs=1,
+                )
             timing = per_call_timing(timing, prepared)  # batched small ops: N calls per interval
             if best is None or meter.share < best[2].share:
                 best = (timing, watch, meter)
-            if (meter.share <= CONTENDED_SHARE or attempt == attempts - 1
-                    or (retry is not None and not retry.spend(meter.wall_s))):
+            if (
+                meter.share <= CONTENDED_SHARE
+                or attempt == attempts - 1
+                or (retry is not None and not retry.spend(meter.wall_s))
+            ):
                 break
         timing, watch, meter = best
         telemetry = telemetry_dict(watch.summary())
@@ -305,7 +372,9 @@ def check_then_time(
         if meter.available and meter.share > CONTENDED_SHARE:
             telemetry["contended"] = True
         host_s = host_issue(prepared, timing) if host_issue is not None else 0.0
-        return Measurement(impl.name, "ok", result.note, timing, result.check, result.kernels, telemetry, host_s)
+        return Measurement(
+            impl.name, "ok", result.note, timing, result.check, result.kernels, telemetry, host_s
+        )
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is reported, never fatal
         msg = f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__}: {exc}"
         if warn is not None:
@@ -373,20 +442,41 @@ def check_then_time_group(
     try:
         watch = sampler() if sampler is not None else NullSampler("not sampled")
         with watch:
-            timings = interleave([case for *_, case in staged], clock=clock, rounds=rounds, budget_s=budget_s,
-                                 warmup_s=warmup_s, judge_round=judge if judge_rounds else None,
-                                 busy_above=CONTENDED_SHARE, more_rounds=more_rounds, max_repeats=max_repeats,
-                                 on_case=on_case, long_samples=long_samples)
+            timings = interleave(
+                [case for *_, case in staged],
+                clock=clock,
+                rounds=rounds,
+                budget_s=budget_s,
+                warmup_s=warmup_s,
+                judge_round=judge if judge_rounds else None,
+                busy_above=CONTENDED_SHARE,
+                more_rounds=more_rounds,
+                max_repeats=max_repeats,
+                on_case=on_case,
+                long_samples=long_samples,
+            )
         base = telemetry_dict(watch.summary())
         for (i, prepared, checked, _), timing in zip(staged, timings, strict=True):
             timing = per_call_timing(timing, prepared)
-            telemetry = {**base, "rounds": timing.rounds, "rounds_kept": timing.rounds_kept,
-                         **shares_telemetry(shares)}
+            telemetry = {
+                **base,
+                "rounds": timing.rounds,
+                "rounds_kept": timing.rounds_kept,
+                **shares_telemetry(shares),
+            }
             if any(s is not None for s in shares) and timing.rounds_kept < timing.rounds:
                 telemetry["rounds_dropped_busy"] = timing.rounds - timing.rounds_kept
             host_s = host_issue(prepared, timing) if host_issue is not None else 0.0
-            results[i] = Measurement(impl.name, "ok", checked.note, timing, checked.check, checked.kernels,
-                                     telemetry, host_s)
+            results[i] = Measurement(
+                impl.name,
+                "ok",
+                checked.note,
+                timing,
+                checked.check,
+                checked.kernels,
+                telemetry,
+                host_s,
+            )
     except Exception as exc:  # noqa: BLE001 - a kernel that raises while timed is reported, never fatal
         for i, *_ in staged:
             if results[i] is None:

@@ -54,10 +54,16 @@ class MemoryFit:
         return max(int(room // self.kv_bytes_per_sequence), 0) if self.kv_bytes_per_sequence else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"per_gpu_bytes": self.per_gpu_bytes, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
-                "max_batch": self.max_batch, "weights_bytes": self.weights_bytes,
-                "kv_cache_bytes": self.kv_cache_bytes, "allowance_bytes": self.allowance_bytes,
-                "allowance": f"{ACTIVATION_ALLOWANCE:.0%} of capacity for activations and workspace"}
+        return {
+            "per_gpu_bytes": self.per_gpu_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "fits": self.fits,
+            "max_batch": self.max_batch,
+            "weights_bytes": self.weights_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "allowance_bytes": self.allowance_bytes,
+            "allowance": f"{ACTIVATION_ALLOWANCE:.0%} of capacity for activations and workspace",
+        }
 
 
 def fit(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
@@ -71,7 +77,9 @@ def fit(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
     stage_layers = -(-m.num_layers // par.pp)
     table = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
     kv_heads = max(m.num_kv_heads // par.tp, 1)
-    seq_tokens = scenario.prompt_tokens if scenario.phase == "prefill" else scenario.context_tokens + 1
+    seq_tokens = (
+        scenario.prompt_tokens if scenario.phase == "prefill" else scenario.context_tokens + 1
+    )
     if m.moe is None and m.mla is None and m.pattern is None:
         per_layer_w = m.layer_param_count()  # attention, MLP, norms
         weights = (per_layer_w * stage_layers + table) / par.tp * scenario.weight_bytes_per_element
@@ -83,17 +91,26 @@ def fit(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
         layer_w = (m.param_count() - table - m.hidden_size) * stage_layers / m.num_layers
         weights = (layer_w + table) / par.tp * scenario.weight_bytes_per_element
         elements, _ = kv_elements_per_token(m, seq_tokens)
-        share = 1.0 if m.mla is not None else kv_heads / m.num_kv_heads  # MLA's latent: on every rank
+        share = (
+            1.0 if m.mla is not None else kv_heads / m.num_kv_heads
+        )  # MLA's latent: on every rank
         kv_seq = elements * share * stage_layers / m.num_layers * scenario.kv_bytes_per_element
-    return MemoryFit(weights, kv_seq * scenario.batch, ACTIVATION_ALLOWANCE * spec.memory_bytes,
-                     spec.memory_bytes, kv_seq)
+    return MemoryFit(
+        weights,
+        kv_seq * scenario.batch,
+        ACTIVATION_ALLOWANCE * spec.memory_bytes,
+        spec.memory_bytes,
+        kv_seq,
+    )
 
 
 def smallest_tp(scenario: Scenario, gpu: str | GpuSpec, limit: int = 64) -> int | None:
     """The smallest TP (at the scenario's PP) that fits and splits the model, or None."""
     for tp in range(1, limit + 1):
         try:
-            s = scenario.replace(parallel=Parallel(tp, scenario.parallel.pp, scenario.parallel.sequence_parallel))
+            s = scenario.replace(
+                parallel=Parallel(tp, scenario.parallel.pp, scenario.parallel.sequence_parallel)
+            )
         except ConfigError:
             continue
         if fit(s, gpu).fits:

@@ -37,11 +37,16 @@ def pipeline(phase: Any, parallel: Parallel) -> dict[str, Any]:
     model_ops = sum(o.seconds for o in phase.ops if o.op.scope == "model" and o.op.fn != "send")
     bottleneck = stage_layers * phase.layer_seconds + model_ops + (send if p > 1 else 0.0)
     tokens = phase.workload.tokens
-    return {"stages": p, "layers_per_stage": stage_layers, "latency_seconds": phase.seconds,
-            "bottleneck_stage_seconds": bottleneck,
-            "steady_state_tokens_per_second": tokens / bottleneck if bottleneck else 0.0,
-            "batches_in_flight": p, "bubble_fraction_batch1": (p - 1) / p,
-            "bubble": "(p-1)/(m+p-1) for m batches in flight; batch-1 latency is every stage in turn"}
+    return {
+        "stages": p,
+        "layers_per_stage": stage_layers,
+        "latency_seconds": phase.seconds,
+        "bottleneck_stage_seconds": bottleneck,
+        "steady_state_tokens_per_second": tokens / bottleneck if bottleneck else 0.0,
+        "batches_in_flight": p,
+        "bubble_fraction_batch1": (p - 1) / p,
+        "bubble": "(p-1)/(m+p-1) for m batches in flight; batch-1 latency is every stage in turn",
+    }
 
 
 def extras(prediction: Any, gpu: str | None) -> dict[str, Any]:
@@ -50,10 +55,19 @@ def extras(prediction: Any, gpu: str | None) -> dict[str, Any]:
 
     scenario = prediction.decode.workload.scenario
     par = scenario.parallel
-    out: dict[str, Any] = {"parallel": {"tp": par.tp, "pp": par.pp, "sequence_parallel": par.sequence_parallel,
-                                        "gpus": par.devices}}
+    out: dict[str, Any] = {
+        "parallel": {
+            "tp": par.tp,
+            "pp": par.pp,
+            "sequence_parallel": par.sequence_parallel,
+            "gpus": par.devices,
+        }
+    }
     if gpu is not None:
         out["memory"] = fit(scenario, gpu).to_dict()
     if par.pp > 1:
-        out["pipeline"] = {"prefill": pipeline(prediction.prefill, par), "decode": pipeline(prediction.decode, par)}
+        out["pipeline"] = {
+            "prefill": pipeline(prediction.prefill, par),
+            "decode": pipeline(prediction.decode, par),
+        }
     return out

@@ -50,8 +50,14 @@ def level_windows(cache_bytes: Mapping[str, int]) -> list[tuple[str, float, floa
     >>> level_windows({"l1": 64 * 1024, "l2": 2 * 1024**2})
     [('l1', 8192.0, 32768.0), ('l2', 262144.0, 1048576.0), ('dram', 16777216.0, inf)]
     """
-    levels = sorted(((lvl, int(size)) for lvl, size in cache_bytes.items()
-                     if lvl in ("l1", "l2", "l3") and size and size > 0), key=lambda t: t[1])
+    levels = sorted(
+        (
+            (lvl, int(size))
+            for lvl, size in cache_bytes.items()
+            if lvl in ("l1", "l2", "l3") and size and size > 0
+        ),
+        key=lambda t: t[1],
+    )
     out: list[tuple[str, float, float]] = []
     prev = 0
     for lvl, size in levels:
@@ -65,8 +71,14 @@ def level_windows(cache_bytes: Mapping[str, int]) -> list[tuple[str, float, floa
     return out
 
 
-def find_plateaus(sizes: Sequence[float], values: Sequence[float], cache_bytes: Mapping[str, int] | None = None,
-                  *, rel_step: float = 0.15, min_points: int = 2) -> list[Plateau]:
+def find_plateaus(
+    sizes: Sequence[float],
+    values: Sequence[float],
+    cache_bytes: Mapping[str, int] | None = None,
+    *,
+    rel_step: float = 0.15,
+    min_points: int = 2,
+) -> list[Plateau]:
     """Plateaus of a bandwidth-vs-working-set staircase.
 
     With ``cache_bytes``, each level takes the points inside its :func:`level_windows`
@@ -80,7 +92,11 @@ def find_plateaus(sizes: Sequence[float], values: Sequence[float], cache_bytes: 
     >>> [(p.level, round(p.value / 1e9)) for p in find_plateaus(s, v)]
     [('l1', 305), ('l2', 202), ('dram', 30)]
     """
-    pts = sorted((float(s), float(v)) for s, v in zip(sizes, values, strict=True) if v > 0 and math.isfinite(v))
+    pts = sorted(
+        (float(s), float(v))
+        for s, v in zip(sizes, values, strict=True)
+        if v > 0 and math.isfinite(v)
+    )
     if not pts:
         return []
     if cache_bytes:
@@ -116,5 +132,12 @@ def find_plateaus(sizes: Sequence[float], values: Sequence[float], cache_bytes: 
 def _plateau(level: str, pts: list[tuple[float, float]], method: str) -> Plateau:
     vals = [v for _, v in pts]
     med = float(statistics.median(vals))
-    return Plateau(level=level, value=med, min_bytes=int(pts[0][0]), max_bytes=int(pts[-1][0]), points=len(pts),
-                   spread=(max(vals) - min(vals)) / med if med > 0 else 0.0, method=method)
+    return Plateau(
+        level=level,
+        value=med,
+        min_bytes=int(pts[0][0]),
+        max_bytes=int(pts[-1][0]),
+        points=len(pts),
+        spread=(max(vals) - min(vals)) / med if med > 0 else 0.0,
+        method=method,
+    )

@@ -27,8 +27,16 @@ from dataclasses import dataclass, field
 
 from roofprof.errors import ConfigError, UnknownNameError
 
-__all__ = ["KV_DTYPES", "KV_BYTES", "WEIGHT_FORMATS", "WeightFormat", "check_compute", "kv_bytes", "weight_bits",
-           "weight_format"]
+__all__ = [
+    "KV_DTYPES",
+    "KV_BYTES",
+    "WEIGHT_FORMATS",
+    "WeightFormat",
+    "check_compute",
+    "kv_bytes",
+    "weight_bits",
+    "weight_format",
+]
 
 #: KV-cache element types and their bytes per element.
 KV_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
@@ -61,45 +69,95 @@ class WeightFormat:
 
 _Q4K = 4.5  # 144-byte super-block of 256 weights
 _Q6K = 6.5625  # 210-byte super-block of 256 weights
-WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
-    WeightFormat("fp32", 32.0, ("fp32",), False, "IEEE 754 binary32", "32 bits, no scale"),
-    WeightFormat("bf16", 16.0, ("bf16",), False,
-                 "https://pytorch.org/docs/stable/tensor_attributes.html (torch.bfloat16: 1 sign, 8 exponent, "
-                 "7 mantissa bits)", "16 bits, no scale"),
-    WeightFormat("fp16", 16.0, ("fp16", "bf16"), False, "IEEE 754 binary16", "16 bits, no scale"),
-    WeightFormat("fp8", 8.0, ("fp8", "bf16", "fp16"), False,
-                 "https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html "
-                 "(E4M3 values with a per-tensor scaling factor)",
-                 "8 bits per weight; one fp32 scale per tensor (or per row): < 0.01 bit per weight, not counted"),
-    WeightFormat("int8", 8.0, ("bf16", "fp16", "int8"), True,
-                 "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py (WeightOnlyInt8QuantHandler: "
-                 "int8 weights, one scale per output channel)",
-                 "8 bits per weight; one 16-bit scale per output channel of k inputs (16/k bits, < 0.01 for "
-                 "k >= 2048), not counted"),
-    WeightFormat("int4", 4.25, ("bf16", "fp16"), True,
-                 "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py (WeightOnlyInt4QuantHandler: "
-                 "groupsize 128, bf16 scales_and_zeros)",
-                 "4 bits + (16-bit scale + 16-bit zero point) per group of 128 = 4 + 32/128 = 4.25"),
-    WeightFormat("nvfp4", 4.5, ("fp4", "bf16"), False,
-                 "https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-"
-                 "inference/ (E2M1 values, one FP8 E4M3 scale per 16-value block, plus an FP32 tensor scale)",
-                 "4 bits + 8-bit scale per 16 values = 4 + 8/16 = 4.5"),
-    WeightFormat("mxfp4", 4.25, ("fp4", "bf16"), False,
-                 "https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf "
-                 "(OCP MX v1.0: E2M1 elements, one E8M0 scale per block of 32)",
-                 "4 bits + 8-bit scale per 32 values = 4 + 8/32 = 4.25"),
-    WeightFormat("q8_0", 8.5, ("fp16", "bf16"), True,
-                 "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-common.h (block_q8_0: one "
-                 "ggml_half scale d and 32 int8 qs)",
-                 "(2 + 32) bytes per 32 weights = 8.5 bits"),
-    WeightFormat("q4_k_m", _Q4K, ("fp16", "bf16"), True,
-                 "https://github.com/ggml-org/llama.cpp/pull/1684 (k-quants: Q4_K \"ends up effectively using "
-                 "4.5 bpw\", Q6_K \"6.5625 bpw\"); Q4_K_M mix from llama.cpp's quantize rules "
-                 "(src/llama-quant.cpp: Q6_K for output.weight and for attn_v / ffn_down on about half the layers)",
-                 "Q4_K 4.5 bpw; lm_head in Q6_K (6.5625); v_proj and down_proj half Q6_K, half Q4_K: "
-                 "(4.5 + 6.5625) / 2 = 5.53 bpw (derived)",
-                 per_op_bits={"lm_head": _Q6K, "v_proj": (_Q4K + _Q6K) / 2, "down_proj": (_Q4K + _Q6K) / 2}),
-)}
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    f.name: f
+    for f in (
+        WeightFormat("fp32", 32.0, ("fp32",), False, "IEEE 754 binary32", "32 bits, no scale"),
+        WeightFormat(
+            "bf16",
+            16.0,
+            ("bf16",),
+            False,
+            "https://pytorch.org/docs/stable/tensor_attributes.html (torch.bfloat16: 1 sign, 8 exponent, "
+            "7 mantissa bits)",
+            "16 bits, no scale",
+        ),
+        WeightFormat(
+            "fp16", 16.0, ("fp16", "bf16"), False, "IEEE 754 binary16", "16 bits, no scale"
+        ),
+        WeightFormat(
+            "fp8",
+            8.0,
+            ("fp8", "bf16", "fp16"),
+            False,
+            "https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html "
+            "(E4M3 values with a per-tensor scaling factor)",
+            "8 bits per weight; one fp32 scale per tensor (or per row): < 0.01 bit per weight, not counted",
+        ),
+        WeightFormat(
+            "int8",
+            8.0,
+            ("bf16", "fp16", "int8"),
+            True,
+            "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py (WeightOnlyInt8QuantHandler: "
+            "int8 weights, one scale per output channel)",
+            "8 bits per weight; one 16-bit scale per output channel of k inputs (16/k bits, < 0.01 for "
+            "k >= 2048), not counted",
+        ),
+        WeightFormat(
+            "int4",
+            4.25,
+            ("bf16", "fp16"),
+            True,
+            "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py (WeightOnlyInt4QuantHandler: "
+            "groupsize 128, bf16 scales_and_zeros)",
+            "4 bits + (16-bit scale + 16-bit zero point) per group of 128 = 4 + 32/128 = 4.25",
+        ),
+        WeightFormat(
+            "nvfp4",
+            4.5,
+            ("fp4", "bf16"),
+            False,
+            "https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-"
+            "inference/ (E2M1 values, one FP8 E4M3 scale per 16-value block, plus an FP32 tensor scale)",
+            "4 bits + 8-bit scale per 16 values = 4 + 8/16 = 4.5",
+        ),
+        WeightFormat(
+            "mxfp4",
+            4.25,
+            ("fp4", "bf16"),
+            False,
+            "https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf "
+            "(OCP MX v1.0: E2M1 elements, one E8M0 scale per block of 32)",
+            "4 bits + 8-bit scale per 32 values = 4 + 8/32 = 4.25",
+        ),
+        WeightFormat(
+            "q8_0",
+            8.5,
+            ("fp16", "bf16"),
+            True,
+            "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-common.h (block_q8_0: one "
+            "ggml_half scale d and 32 int8 qs)",
+            "(2 + 32) bytes per 32 weights = 8.5 bits",
+        ),
+        WeightFormat(
+            "q4_k_m",
+            _Q4K,
+            ("fp16", "bf16"),
+            True,
+            'https://github.com/ggml-org/llama.cpp/pull/1684 (k-quants: Q4_K "ends up effectively using '
+            '4.5 bpw", Q6_K "6.5625 bpw"); Q4_K_M mix from llama.cpp\'s quantize rules '
+            "(src/llama-quant.cpp: Q6_K for output.weight and for attn_v / ffn_down on about half the layers)",
+            "Q4_K 4.5 bpw; lm_head in Q6_K (6.5625); v_proj and down_proj half Q6_K, half Q4_K: "
+            "(4.5 + 6.5625) / 2 = 5.53 bpw (derived)",
+            per_op_bits={
+                "lm_head": _Q6K,
+                "v_proj": (_Q4K + _Q6K) / 2,
+                "down_proj": (_Q4K + _Q6K) / 2,
+            },
+        ),
+    )
+}
 
 
 def weight_format(name: str) -> WeightFormat:
@@ -134,7 +192,9 @@ def kv_bytes(dtype: str) -> float:
     return KV_BYTES[dtype]
 
 
-def check_compute(dtype: str, available: Iterable[str], machine: str, weights: str | None = None) -> None:
+def check_compute(
+    dtype: str, available: Iterable[str], machine: str, weights: str | None = None
+) -> None:
     """Raise when the machine has no ``dtype`` compute peak, naming what it has.
 
     The message suggests the weight-only form (``--dtype bf16 --weights fp8``) when the

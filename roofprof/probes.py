@@ -58,9 +58,25 @@ from roofprof.units import fmt_bytes
 
 # The plan, the plateaus and the datasheet comparison live in their own modules; this face
 # re-exports them so `from roofprof.probes import RooflinePlan` keeps working.
-__all__ = ["DRAM_FACTOR", "PLANS", "PROBE_FAILURES", "SCHEMA", "Plateau", "ProbeCheckError", "Progress",
-           "RooflineFailed", "RooflineInterrupted", "RooflinePlan", "RooflineResult", "find_plateaus",
-           "level_windows", "load_result", "measure_roofline", "replace_plan", "spec_comparison"]
+__all__ = [
+    "DRAM_FACTOR",
+    "PLANS",
+    "PROBE_FAILURES",
+    "SCHEMA",
+    "Plateau",
+    "ProbeCheckError",
+    "Progress",
+    "RooflineFailed",
+    "RooflineInterrupted",
+    "RooflinePlan",
+    "RooflineResult",
+    "find_plateaus",
+    "level_windows",
+    "load_result",
+    "measure_roofline",
+    "replace_plan",
+    "spec_comparison",
+]
 
 SCHEMA = "roofprof.roofline/1"
 _LEVEL_LABEL = {"l1": "L1", "l2": "L2", "l3": "L3", "dram": "DRAM", "smem": "shared memory"}
@@ -172,16 +188,26 @@ class RooflineResult:
             dev = dict(d["device"])
             dev.pop("label", None)
             info = DeviceInfo(**dev)
-            return cls(roofline=Roofline.from_dict(d["roofline"]), device=info,
-                       ceilings=tuple(d.get("ceilings", ())), sweeps=d.get("sweeps", {}),
-                       plateaus=d.get("plateaus", {}), probes=tuple(d.get("probes", ())),
-                       spec_comparison=d.get("spec_comparison", {}), plan=d.get("plan", {}),
-                       provenance=d.get("provenance", {}), warnings=tuple(d.get("warnings", ())),
-                       complete=bool(d.get("complete", True)), interrupted_during=d.get("interrupted_during"),
-                       elapsed_s=float(d.get("elapsed_s", 0.0)),
-                       failed_probes=tuple(d.get("failed_probes", ())))
+            return cls(
+                roofline=Roofline.from_dict(d["roofline"]),
+                device=info,
+                ceilings=tuple(d.get("ceilings", ())),
+                sweeps=d.get("sweeps", {}),
+                plateaus=d.get("plateaus", {}),
+                probes=tuple(d.get("probes", ())),
+                spec_comparison=d.get("spec_comparison", {}),
+                plan=d.get("plan", {}),
+                provenance=d.get("provenance", {}),
+                warnings=tuple(d.get("warnings", ())),
+                complete=bool(d.get("complete", True)),
+                interrupted_during=d.get("interrupted_during"),
+                elapsed_s=float(d.get("elapsed_s", 0.0)),
+                failed_probes=tuple(d.get("failed_probes", ())),
+            )
         except (KeyError, TypeError) as exc:
-            raise ConfigError(f"not a roofprof roofline result: missing or malformed {exc}") from exc
+            raise ConfigError(
+                f"not a roofprof roofline result: missing or malformed {exc}"
+            ) from exc
 
 
 def load_result(path: str | os.PathLike) -> RooflineResult:
@@ -198,12 +224,17 @@ def load_result(path: str | os.PathLike) -> RooflineResult:
 # --------------------------------------------------------------------------- measurement
 
 
-def measure_roofline(device: Device, quick: bool = False, progress: Progress | None = None, *,
-                     plan: RooflinePlan | str | None = None,
-                     checkpoint: Callable[[RooflineResult], Any] | None = None,
-                     probes: Sequence[str] | None = None,
-                     should_stop: Callable[[], bool] | None = None,
-                     deadline_s: float | None = None) -> RooflineResult:
+def measure_roofline(
+    device: Device,
+    quick: bool = False,
+    progress: Progress | None = None,
+    *,
+    plan: RooflinePlan | str | None = None,
+    checkpoint: Callable[[RooflineResult], Any] | None = None,
+    probes: Sequence[str] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    deadline_s: float | None = None,
+) -> RooflineResult:
     """Measure the roofline of ``device``.
 
     Args:
@@ -243,33 +274,52 @@ def measure_roofline(device: Device, quick: bool = False, progress: Progress | N
     if probes is not None:
         unknown = sorted(set(probes) - {p.name for p in catalogue})
         if unknown:
-            raise ConfigError(f"unknown probe(s) {', '.join(unknown)}; valid: {', '.join(p.name for p in catalogue)}")
+            raise ConfigError(
+                f"unknown probe(s) {', '.join(unknown)}; valid: {', '.join(p.name for p in catalogue)}"
+            )
         catalogue = tuple(p for p in catalogue if p.name in set(probes))
-    catalogue = tuple(p for p in catalogue if p.kind != "intensity" or p.dtype in plan.intensity_dtypes)
+    catalogue = tuple(
+        p for p in catalogue if p.kind != "intensity" or p.dtype in plan.intensity_dtypes
+    )
 
     need = plan.memory_needed_bytes(info, catalogue)
     free = device.free_memory_bytes()
     total_need = sum(need.values())
     if total_need > 0.8 * free:
         parts = ", ".join(f"{k} {v / MiB:.0f} MiB" for k, v in need.items())
-        raise ConfigError(f"the {plan.name} roofline plan needs {total_need / MiB:.0f} MiB ({parts}) but only "
-                          f"{free / MiB:.0f} MiB of {info.label} memory is free (at most 80% is used); "
-                          "free some memory or use --quick")
+        raise ConfigError(
+            f"the {plan.name} roofline plan needs {total_need / MiB:.0f} MiB ({parts}) but only "
+            f"{free / MiB:.0f} MiB of {info.label} memory is free (at most 80% is used); "
+            "free some memory or use --quick"
+        )
 
     stops: list[Callable[[], bool]] = [should_stop] if should_stop is not None else []
     if deadline_s is not None:
         end = time.perf_counter() + float(deadline_s)
         stops.append(lambda: time.perf_counter() > end)
-    run = _Run(device, plan, catalogue, progress, checkpoint, stop=(lambda: any(f() for f in stops)) if stops else None)
+    run = _Run(
+        device,
+        plan,
+        catalogue,
+        progress,
+        checkpoint,
+        stop=(lambda: any(f() for f in stops)) if stops else None,
+    )
     return run.execute()
 
 
 class _Run:
     """State of one measure_roofline call (so a partial result can be built at any time)."""
 
-    def __init__(self, device: Device, plan: RooflinePlan, catalogue: tuple[Probe, ...],
-                 progress: Progress | None, checkpoint: Callable[[RooflineResult], Any] | None,
-                 stop: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        device: Device,
+        plan: RooflinePlan,
+        catalogue: tuple[Probe, ...],
+        progress: Progress | None,
+        checkpoint: Callable[[RooflineResult], Any] | None,
+        stop: Callable[[], bool] | None = None,
+    ):
         self.device, self.plan, self.catalogue = device, plan, catalogue
         self.progress, self.checkpoint, self.stop = progress, checkpoint, stop
         self.failed: list[dict[str, Any]] = []
@@ -328,14 +378,18 @@ class _Run:
         except _Stop:
             return self._result(complete=False, during=current)
         except KeyboardInterrupt as exc:
-            raise RooflineInterrupted(self._result(complete=False, during=current), current) from exc
+            raise RooflineInterrupted(
+                self._result(complete=False, during=current), current
+            ) from exc
         self._require_ceilings()
         return self._result(complete=True, during=None)
 
     def _skip(self, probe: Probe, exc: BaseException) -> None:
         """Record a probe that failed and drop whatever it left half-done."""
         message = str(exc).strip() or type(exc).__name__
-        self.failed.append({"probe": probe.name, "kind": probe.kind, "type": type(exc).__name__, "error": message})
+        self.failed.append(
+            {"probe": probe.name, "kind": probe.kind, "type": type(exc).__name__, "error": message}
+        )
         self.warnings.append(f"probe {probe.name!r} skipped: {type(exc).__name__}: {message}")
         for group in ("bandwidth", "intensity", "gemm"):
             self.sweeps.get(group, {}).pop(probe.name, None)
@@ -351,16 +405,21 @@ class _Run:
         if not self.failed:
             return
         missing = []
-        if any(p.kind == "bandwidth" for p in self.catalogue) and not any(c.kind == "memory" for c in self.ceilings):
+        if any(p.kind == "bandwidth" for p in self.catalogue) and not any(
+            c.kind == "memory" for c in self.ceilings
+        ):
             missing.append("memory")
-        if any(p.kind in ("compute", "gemm") and not p.diagnostic for p in self.catalogue) and not any(
-                c.kind == "compute" for c in self.ceilings):
+        if any(
+            p.kind in ("compute", "gemm") and not p.diagnostic for p in self.catalogue
+        ) and not any(c.kind == "compute" for c in self.ceilings):
             missing.append("compute")
         if missing:
             failed = "; ".join(f"{f['probe']} ({f['type']}: {f['error']})" for f in self.failed)
-            raise RooflineFailed(f"no {' and no '.join(missing)} ceiling could be measured on "
-                                 f"{self.device.info.label}: the probe(s) failed: {failed}",
-                                 self._result(complete=False, during=None))
+            raise RooflineFailed(
+                f"no {' and no '.join(missing)} ceiling could be measured on "
+                f"{self.device.info.label}: the probe(s) failed: {failed}",
+                self._result(complete=False, during=None),
+            )
 
     def _checked(self, probe: Probe, run: ProbeRun, where: str) -> dict[str, Any]:
         res = run.check()
@@ -369,20 +428,39 @@ class _Run:
         if not res.ok:
             raise ProbeCheckError(
                 f"probe {probe.name!r} failed its correctness check at {where}: relative error "
-                f"{res.max_rel_error:.3g} > tolerance {res.tolerance:.3g} ({res.note}); not timing it")
+                f"{res.max_rel_error:.3g} > tolerance {res.tolerance:.3g} ({res.note}); not timing it"
+            )
         return record
 
-    def _time(self, fn: Callable[[], Any], *, budget_s: float, flush: Callable[[], Any] | None = None,
-              min_repeats: int | None = None, estimate_runs: int = 2) -> tuple[Timing, dict[str, Any]]:
+    def _time(
+        self,
+        fn: Callable[[], Any],
+        *,
+        budget_s: float,
+        flush: Callable[[], Any] | None = None,
+        min_repeats: int | None = None,
+        estimate_runs: int = 2,
+    ) -> tuple[Timing, dict[str, Any]]:
         with self.sampler as s:
-            timing = benchmark(fn, clock=self.clock, budget_s=budget_s, warmup_s=self.plan.warmup_s, flush=flush,
-                               min_repeats=min_repeats or self.plan.min_repeats, max_repeats=10_000,
-                               estimate_runs=estimate_runs, few_for_long=True)
+            timing = benchmark(
+                fn,
+                clock=self.clock,
+                budget_s=budget_s,
+                warmup_s=self.plan.warmup_s,
+                flush=flush,
+                min_repeats=min_repeats or self.plan.min_repeats,
+                max_repeats=10_000,
+                estimate_runs=estimate_runs,
+                few_for_long=True,
+            )
         summary = s.summary()
         if summary.reason and self.telemetry_reason is None:
             self.telemetry_reason = summary.reason
-            self.warnings.append(f"telemetry {summary.reason}" if not summary.available
-                                 else f"telemetry ({summary.source}): {summary.reason}")
+            self.warnings.append(
+                f"telemetry {summary.reason}"
+                if not summary.available
+                else f"telemetry ({summary.source}): {summary.reason}"
+            )
         return timing, summary.to_dict()
 
     def _calibrate(self, run: ProbeRun, target_s: float) -> int:
@@ -432,11 +510,17 @@ class _Run:
 
     # -- probe kinds -------------------------------------------------------------------
     def _run_bandwidth(self, probe: Probe) -> None:
-        sizes = self.plan.working_set_sizes if probe.level is None else (self.plan.working_set_sizes[-1],)
+        sizes = (
+            self.plan.working_set_sizes
+            if probe.level is None
+            else (self.plan.working_set_sizes[-1],)
+        )
         points: list[dict[str, Any]] = []
         self.sweeps["bandwidth"][probe.name] = points
         previous: tuple[int, int] | None = None  # (reps, working set) of the last size
-        if len(sizes) > 1:  # buffers the sizes share are allocated (and first-touched) once, at the largest
+        if (
+            len(sizes) > 1
+        ):  # buffers the sizes share are allocated (and first-touched) once, at the largest
             probe.setup(working_set_bytes=int(sizes[-1])).release()
         for i, ws in enumerate(sizes):
             run = probe.setup(working_set_bytes=int(ws))
@@ -444,16 +528,27 @@ class _Run:
                 self._checked(probe, run, f"working set {run.working_set_bytes} B")
             reps = self._recalibrate(run, self.plan.target_call_s, previous)
             previous = (reps, run.working_set_bytes)
-            timing, tele = self._time(lambda run=run, reps=reps: run.run(reps), budget_s=self.plan.point_budget_s)
+            timing, tele = self._time(
+                lambda run=run, reps=reps: run.run(reps), budget_s=self.plan.point_budget_s
+            )
             nbytes = run.bytes_per_rep * reps
-            points.append({
-                "working_set_bytes": run.working_set_bytes, "reps": reps, "bytes_per_call": nbytes,
-                "flops_per_call": run.flops_per_rep * reps,
-                "best_bytes_per_s": nbytes / timing.min_s, "median_bytes_per_s": nbytes / timing.median_s,
-                "cv": timing.cv, "noisy": timing.noisy, "clock_mhz": tele.get("sm_clock_mhz_median")
-                or tele.get("cpu_clock_mhz_median"), "params": run.params,
-                "timing": timing.to_dict(), "telemetry": _short_telemetry(tele),
-            })
+            points.append(
+                {
+                    "working_set_bytes": run.working_set_bytes,
+                    "reps": reps,
+                    "bytes_per_call": nbytes,
+                    "flops_per_call": run.flops_per_rep * reps,
+                    "best_bytes_per_s": nbytes / timing.min_s,
+                    "median_bytes_per_s": nbytes / timing.median_s,
+                    "cv": timing.cv,
+                    "noisy": timing.noisy,
+                    "clock_mhz": tele.get("sm_clock_mhz_median")
+                    or tele.get("cpu_clock_mhz_median"),
+                    "params": run.params,
+                    "timing": timing.to_dict(),
+                    "telemetry": _short_telemetry(tele),
+                }
+            )
             run.release()
             self._step(f"{probe.name} {_fmt_bytes(run.working_set_bytes)}")
         self._bandwidth_ceilings(probe, points)
@@ -462,16 +557,30 @@ class _Run:
         info = self.device.info
         if probe.level is not None:
             p = points[0]
-            plats = [Plateau(probe.level, p["best_bytes_per_s"], p["working_set_bytes"], p["working_set_bytes"],
-                             1, 0.0, "fixed level")]
+            plats = [
+                Plateau(
+                    probe.level,
+                    p["best_bytes_per_s"],
+                    p["working_set_bytes"],
+                    p["working_set_bytes"],
+                    1,
+                    0.0,
+                    "fixed level",
+                )
+            ]
         else:
-            plats = find_plateaus([p["working_set_bytes"] for p in points], [p["best_bytes_per_s"] for p in points],
-                                  info.cache_bytes or None)
+            plats = find_plateaus(
+                [p["working_set_bytes"] for p in points],
+                [p["best_bytes_per_s"] for p in points],
+                info.cache_bytes or None,
+            )
         self.plateaus[probe.name] = [pl.to_dict() for pl in plats]
         found = {pl.level for pl in plats}
         if probe.level is None and "dram" not in found:
-            self.warnings.append(f"{probe.name}: no DRAM plateau (largest working set "
-                                 f"{_fmt_bytes(max(p['working_set_bytes'] for p in points))} too small?)")
+            self.warnings.append(
+                f"{probe.name}: no DRAM plateau (largest working set "
+                f"{_fmt_bytes(max(p['working_set_bytes'] for p in points))} too small?)"
+            )
         for pl in plats:
             used = [p for p in points if pl.min_bytes <= p["working_set_bytes"] <= pl.max_bytes]
             for p in used:
@@ -480,18 +589,41 @@ class _Run:
             clock = float(statistics.median(clocks)) if clocks else None
             noisy = any(p["noisy"] for p in used)
             name = f"{_LEVEL_LABEL.get(pl.level, pl.level)} {probe.name}"
-            note = (f"median of {pl.points} working sets {_fmt_bytes(pl.min_bytes)}–{_fmt_bytes(pl.max_bytes)} "
-                    f"(best of each); {probe.accounting}")
-            self.ceilings.append(Ceiling(name=name, kind="memory", value=pl.value, level=pl.level, source="measured",
-                                         clock_mhz=clock, note=note))
-            self.details.append({
-                "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": "memory", "level": pl.level,
-                "dtype": None, "value": pl.value, "unit": "bytes/s", "clock_mhz": clock, "source": "measured",
-                "points": pl.points, "spread": pl.spread, "noisy": noisy,
-                "median_value": _median_or_none([p["median_bytes_per_s"] for p in used]),
-                "method": pl.method, "note": note,
-            })
-
+            note = (
+                f"median of {pl.points} working sets {_fmt_bytes(pl.min_bytes)}–{_fmt_bytes(pl.max_bytes)} "
+                f"(best of each); {probe.accounting}"
+            )
+            self.ceilings.append(
+                Ceiling(
+                    name=name,
+                    kind="memory",
+                    value=pl.value,
+                    level=pl.level,
+                    source="measured",
+                    clock_mhz=clock,
+                    note=note,
+                )
+            )
+            self.details.append(
+                {
+                    "name": name,
+                    "probe": probe.name,
+                    "probe_kind": probe.kind,
+                    "kind": "memory",
+                    "level": pl.level,
+                    "dtype": None,
+                    "value": pl.value,
+                    "unit": "bytes/s",
+                    "clock_mhz": clock,
+                    "source": "measured",
+                    "points": pl.points,
+                    "spread": pl.spread,
+                    "noisy": noisy,
+                    "median_value": _median_or_none([p["median_bytes_per_s"] for p in used]),
+                    "method": pl.method,
+                    "note": note,
+                }
+            )
 
     def _run_compute(self, probe: Probe) -> None:
         run = probe.setup()
@@ -499,8 +631,15 @@ class _Run:
         reps = self._calibrate(run, self.plan.compute_call_s)
         timing, tele = self._time(lambda: run.run(reps), budget_s=self.plan.compute_budget_s)
         flops = run.flops_per_rep * reps
-        self._compute_ceiling(probe, flops / timing.min_s, flops / timing.median_s, timing, tele,
-                              f"{probe.accounting}; best of {timing.n} calls", {"reps": reps, **run.params})
+        self._compute_ceiling(
+            probe,
+            flops / timing.min_s,
+            flops / timing.median_s,
+            timing,
+            tele,
+            f"{probe.accounting}; best of {timing.n} calls",
+            {"reps": reps, **run.params},
+        )
         run.release()
         self._step(probe.name)
 
@@ -511,11 +650,21 @@ class _Run:
             run = probe.setup(size=int(n))
             if i == 0:
                 self._checked(probe, run, f"n={n}")
-            timing, tele = self._time(lambda run=run: run.run(1), budget_s=self.plan.gemm_budget_s,
-                                      min_repeats=min(self.plan.min_repeats, 3), estimate_runs=1)
+            timing, tele = self._time(
+                lambda run=run: run.run(1),
+                budget_s=self.plan.gemm_budget_s,
+                min_repeats=min(self.plan.min_repeats, 3),
+                estimate_runs=1,
+            )
             rate = run.flops_per_rep / timing.min_s
-            tried.append({"n": n, "best_flops_per_s": rate, "median_flops_per_s": run.flops_per_rep / timing.median_s,
-                          "timing": timing.to_dict()})
+            tried.append(
+                {
+                    "n": n,
+                    "best_flops_per_s": rate,
+                    "median_flops_per_s": run.flops_per_rep / timing.median_s,
+                    "timing": timing.to_dict(),
+                }
+            )
             if best is None or rate > best[0]:
                 best = (rate, run.flops_per_rep / timing.median_s, timing, tele, n)
             run.release()
@@ -524,14 +673,34 @@ class _Run:
             return
         rate, med, timing, tele, n = best
         self.sweeps.setdefault("gemm", {})[probe.name] = tried
-        self._compute_ceiling(probe, rate, med, timing, tele, f"best over n = {list(self.plan.gemm_sizes)} "
-                              f"(n={n}); {probe.accounting}; {probe.note}".rstrip("; "), {"n": n})
+        self._compute_ceiling(
+            probe,
+            rate,
+            med,
+            timing,
+            tele,
+            f"best over n = {list(self.plan.gemm_sizes)} "
+            f"(n={n}); {probe.accounting}; {probe.note}".rstrip("; "),
+            {"n": n},
+        )
 
-    def _compute_ceiling(self, probe: Probe, rate: float, median_rate: float, timing: Timing,
-                         tele: dict[str, Any], note: str, params: dict[str, Any]) -> None:
+    def _compute_ceiling(
+        self,
+        probe: Probe,
+        rate: float,
+        median_rate: float,
+        timing: Timing,
+        tele: dict[str, Any],
+        note: str,
+        params: dict[str, Any],
+    ) -> None:
         clock = tele.get("sm_clock_mhz_median") or tele.get("cpu_clock_mhz_median")
         # GEMM (library), tensor-core mma.sync throughput, or CUDA-core/SIMD FMA chains
-        kind_label = "GEMM" if probe.kind == "gemm" else ("tensor mma.sync" if "mma" in probe.name else "FMA")
+        kind_label = (
+            "GEMM"
+            if probe.kind == "gemm"
+            else ("tensor mma.sync" if "mma" in probe.name else "FMA")
+        )
         name = f"{probe.dtype} {kind_label} ({probe.name})"
         kind = "compute"
         if probe.diagnostic:
@@ -539,50 +708,96 @@ class _Run:
             name, kind = f"{name}: diagnostic, not the {probe.dtype} ceiling", "diagnostic"
             note = f"{note}; {probe.note}".rstrip("; ")
         else:
-            self.ceilings.append(Ceiling(name=name, kind="compute", value=rate, dtype=probe.dtype,
-                                         source="measured", clock_mhz=clock, note=note))
-        self.details.append({
-            "name": name, "probe": probe.name, "probe_kind": probe.kind, "kind": kind, "level": None,
-            "dtype": probe.dtype, "value": rate, "unit": "FLOP/s", "clock_mhz": clock, "source": "measured",
-            "median_value": median_rate, "cv": timing.cv, "noisy": timing.noisy, "params": params,
-            "timing": timing.to_dict(), "telemetry": _short_telemetry(tele), "note": note,
-        })
-
+            self.ceilings.append(
+                Ceiling(
+                    name=name,
+                    kind="compute",
+                    value=rate,
+                    dtype=probe.dtype,
+                    source="measured",
+                    clock_mhz=clock,
+                    note=note,
+                )
+            )
+        self.details.append(
+            {
+                "name": name,
+                "probe": probe.name,
+                "probe_kind": probe.kind,
+                "kind": kind,
+                "level": None,
+                "dtype": probe.dtype,
+                "value": rate,
+                "unit": "FLOP/s",
+                "clock_mhz": clock,
+                "source": "measured",
+                "median_value": median_rate,
+                "cv": timing.cv,
+                "noisy": timing.noisy,
+                "params": params,
+                "timing": timing.to_dict(),
+                "telemetry": _short_telemetry(tele),
+                "note": note,
+            }
+        )
 
     def _run_intensity(self, probe: Probe) -> None:
         dtype = probe.dtype or "fp32"
         pairs = self.plan.fmas_per_element(dtype)
         points: list[dict[str, Any]] = []
-        self.sweeps["intensity"][probe.name] = {"dtype": dtype, "working_set_bytes": self.plan.intensity_working_set_bytes,
-                                                "flush": "flush" if self.plan.flush_intensity else "none",
-                                                "accounting": probe.accounting, "points": points}
+        self.sweeps["intensity"][probe.name] = {
+            "dtype": dtype,
+            "working_set_bytes": self.plan.intensity_working_set_bytes,
+            "flush": "flush" if self.plan.flush_intensity else "none",
+            "accounting": probe.accounting,
+            "points": points,
+        }
         flush = self.device.flush if self.plan.flush_intensity else None
         llc = self.device.info.last_level_cache_bytes
         for target, k in pairs:
             ws = self.plan.intensity_working_set(target)
             run = probe.setup(working_set_bytes=ws, fmas_per_element=k)
             self._checked(probe, run, f"k={k}")
-            timing, tele = self._time(lambda run=run: run.run(1), budget_s=self.plan.intensity_budget_s, flush=flush,
-                                      min_repeats=min(self.plan.min_repeats, 3), estimate_runs=1)
+            timing, tele = self._time(
+                lambda run=run: run.run(1),
+                budget_s=self.plan.intensity_budget_s,
+                flush=flush,
+                min_repeats=min(self.plan.min_repeats, 3),
+                estimate_runs=1,
+            )
             flops, nbytes = run.flops_per_rep, run.bytes_per_rep
-            points.append({
-                "fmas_per_element": k, "target_intensity": target, "intensity": flops / nbytes,
-                "working_set_bytes": run.working_set_bytes,
-                "resident": "dram" if not llc or run.working_set_bytes >= 4 * llc else "cache",
-                "flops_per_call": flops, "bytes_per_call": nbytes,
-                "best_flops_per_s": flops / timing.min_s, "median_flops_per_s": flops / timing.median_s,
-                "best_bytes_per_s": nbytes / timing.min_s, "cv": timing.cv, "noisy": timing.noisy,
-                "clock_mhz": tele.get("sm_clock_mhz_median") or tele.get("cpu_clock_mhz_median"),
-                "timing": timing.to_dict(), "telemetry": _short_telemetry(tele), "params": run.params,
-            })
+            points.append(
+                {
+                    "fmas_per_element": k,
+                    "target_intensity": target,
+                    "intensity": flops / nbytes,
+                    "working_set_bytes": run.working_set_bytes,
+                    "resident": "dram" if not llc or run.working_set_bytes >= 4 * llc else "cache",
+                    "flops_per_call": flops,
+                    "bytes_per_call": nbytes,
+                    "best_flops_per_s": flops / timing.min_s,
+                    "median_flops_per_s": flops / timing.median_s,
+                    "best_bytes_per_s": nbytes / timing.min_s,
+                    "cv": timing.cv,
+                    "noisy": timing.noisy,
+                    "clock_mhz": tele.get("sm_clock_mhz_median")
+                    or tele.get("cpu_clock_mhz_median"),
+                    "timing": timing.to_dict(),
+                    "telemetry": _short_telemetry(tele),
+                    "params": run.params,
+                }
+            )
             run.release()
             self._step(f"{probe.name} {flops / nbytes:g} FLOP/B")
-        low = sorted((p for p in points if p["resident"] == "dram"), key=lambda p: p["intensity"])[:3]
+        low = sorted((p for p in points if p["resident"] == "dram"), key=lambda p: p["intensity"])[
+            :3
+        ]
         if low:
             # The in-place update (read + write of the same line, no write-allocate) streams
             # more than the read-only / STREAM-counted ceilings: keep its own bandwidth.
             self.sweeps["intensity"][probe.name]["memory_bound_bytes_per_s"] = float(
-                statistics.median(p["best_bytes_per_s"] for p in low))
+                statistics.median(p["best_bytes_per_s"] for p in low)
+            )
 
     # -- assembly ----------------------------------------------------------------------
     def _result(self, *, complete: bool, during: str | None) -> RooflineResult:
@@ -593,25 +808,41 @@ class _Run:
         warnings = list(self.warnings)
         noisy = [d["name"] for d in self.details if d.get("noisy")]
         if noisy:
-            warnings.append("timing spread (CV) above 5% in some calls of: " + ", ".join(noisy)
-                            + " (ceilings use the fastest call; medians are in the result)")
+            warnings.append(
+                "timing spread (CV) above 5% in some calls of: "
+                + ", ".join(noisy)
+                + " (ceilings use the fastest call; medians are in the result)"
+            )
         load_end = loadavg()
         share = self.contention.read(min_wall_s=0.0)
         others = 100.0 * share if share is not None else None
         if others is not None and others > 5.0:
-            warnings.append(f"other processes used {others:.0f}% of the machine's CPU time during the measurement: "
-                            "the ceilings are likely low; rerun on a quiet machine")
-        prov = provenance(device=info.to_dict(), plan=self.plan.name,
-                          load_average_start=list(self.load_at_start) if self.load_at_start else None,
-                          load_average_end=list(load_end) if load_end else None,
-                          other_processes_cpu_percent=others)
+            warnings.append(
+                f"other processes used {others:.0f}% of the machine's CPU time during the measurement: "
+                "the ceilings are likely low; rerun on a quiet machine"
+            )
+        prov = provenance(
+            device=info.to_dict(),
+            plan=self.plan.name,
+            load_average_start=list(self.load_at_start) if self.load_at_start else None,
+            load_average_end=list(load_end) if load_end else None,
+            other_processes_cpu_percent=others,
+        )
         return RooflineResult(
-            roofline=roofline, device=info, ceilings=tuple(dict(d) for d in self.details),
+            roofline=roofline,
+            device=info,
+            ceilings=tuple(dict(d) for d in self.details),
             sweeps={k: (dict(v) if isinstance(v, dict) else v) for k, v in self.sweeps.items()},
-            plateaus=dict(self.plateaus), probes=tuple(self.probe_records),
-            spec_comparison=spec_comparison(info, self.details), plan=self.plan.to_dict(), provenance=prov,
-            warnings=tuple(dict.fromkeys(warnings)), complete=complete, interrupted_during=during,
-            elapsed_s=time.perf_counter() - self.t0, failed_probes=tuple(dict(f) for f in self.failed),
+            plateaus=dict(self.plateaus),
+            probes=tuple(self.probe_records),
+            spec_comparison=spec_comparison(info, self.details),
+            plan=self.plan.to_dict(),
+            provenance=prov,
+            warnings=tuple(dict.fromkeys(warnings)),
+            complete=complete,
+            interrupted_during=during,
+            elapsed_s=time.perf_counter() - self.t0,
+            failed_probes=tuple(dict(f) for f in self.failed),
         )
 
 
@@ -628,9 +859,22 @@ def _median_or_none(values: Sequence[float]) -> float | None:
 
 
 def _short_telemetry(tele: Mapping[str, Any]) -> dict[str, Any]:
-    keep = ("available", "reason", "source", "samples", "sm_clock_mhz_median", "sm_clock_mhz_min",
-            "mem_clock_mhz_median", "power_w_median", "temperature_c_max", "utilisation",
-            "clocks_event_reasons", "throttled", "cpu_clock_mhz_median", "cpu_clock_mhz_min")
+    keep = (
+        "available",
+        "reason",
+        "source",
+        "samples",
+        "sm_clock_mhz_median",
+        "sm_clock_mhz_min",
+        "mem_clock_mhz_median",
+        "power_w_median",
+        "temperature_c_max",
+        "utilisation",
+        "clocks_event_reasons",
+        "throttled",
+        "cpu_clock_mhz_median",
+        "cpu_clock_mhz_min",
+    )
     return {k: tele[k] for k in keep if k in tele and tele[k] not in (None, "", [], ())}
 
 

@@ -58,15 +58,28 @@ from roofprof.workload import Counting, Op, Scenario, Workload
 if TYPE_CHECKING:
     from roofprof.devices.base import Device, OpImpl, PreparedOp
 
-__all__ = ["DEFAULT_PREFER", "MeasureResult", "MeasureSettings", "OpResult", "ProfileResult", "Profiler",
-           "estimators_for", "measure", "measured_estimator", "profile", "select_device"]
+__all__ = [
+    "DEFAULT_PREFER",
+    "MeasureResult",
+    "MeasureSettings",
+    "OpResult",
+    "ProfileResult",
+    "Profiler",
+    "estimators_for",
+    "measure",
+    "measured_estimator",
+    "profile",
+    "select_device",
+]
 
 Progress = Callable[[str, int, int], None]
 #: The roll-up prefers the implementation of :mod:`roofprof.torch_ops` (what the validated model runs),
 #: whatever name it carries on the device ("torch", or "torch-eager" next to a device's own "torch" GEMM).
 DEFAULT_PREFER = ("reference",)
 #: How to refresh measurements taken on a busy machine (said in every such warning).
-REMEASURE_HINT = "rerun on a quiet machine with `roofprof profile --remeasure` (or `predict --remeasure`)"
+REMEASURE_HINT = (
+    "rerun on a quiet machine with `roofprof profile --remeasure` (or `predict --remeasure`)"
+)
 
 
 # --------------------------------------------------------------------------- records
@@ -75,19 +88,29 @@ REMEASURE_HINT = "rerun on a quiet machine with `roofprof profile --remeasure` (
 def _placement(point: Point, roofline: Roofline | None) -> dict[str, Any]:
     """Achieved rates, the attainable roof, percent of roof and bound of one point."""
     s = point.seconds
-    d: dict[str, Any] = {"intensity": point.intensity if point.bytes else None,
-                         "flops_per_s": point.flops / s if s > 0 else None,
-                         "bytes_per_s": point.bytes / s if s > 0 else None,
-                         "attainable_flops_per_s": None, "percent_of_roof": None, "bound": None,
-                         "roof_time_s": None, "percent_of_roof_time": None}
+    d: dict[str, Any] = {
+        "intensity": point.intensity if point.bytes else None,
+        "flops_per_s": point.flops / s if s > 0 else None,
+        "bytes_per_s": point.bytes / s if s > 0 else None,
+        "attainable_flops_per_s": None,
+        "percent_of_roof": None,
+        "bound": None,
+        "roof_time_s": None,
+        "percent_of_roof_time": None,
+    }
     if roofline is None or not point.bytes:
         return d
     try:
         pl = place(point, roofline)
     except ConfigError:
         return d
-    d.update(attainable_flops_per_s=pl.attainable_flops_per_s, bound=pl.bound, roof_time_s=pl.roof_time_s,
-             percent_of_roof=pl.percent_of_roof, percent_of_roof_time=pl.percent_of_roof_time)
+    d.update(
+        attainable_flops_per_s=pl.attainable_flops_per_s,
+        bound=pl.bound,
+        roof_time_s=pl.roof_time_s,
+        percent_of_roof=pl.percent_of_roof,
+        percent_of_roof_time=pl.percent_of_roof_time,
+    )
     return d
 
 
@@ -116,14 +139,19 @@ class OpResult:
 
     def to_dict(self) -> dict[str, Any]:
         op, chosen = self.op, self.chosen
-        return {**op.to_dict(), "flops": op.flops, "bytes": op.bytes, "note": op.note,
-                "impl": chosen.impl if chosen else None,
-                "seconds_per_call": self.seconds if chosen else None,
-                "seconds": self.seconds * op.count if chosen else None,
-                "cv": chosen.timing.cv if chosen else None,
-                "clock_mhz": (chosen.telemetry or {}).get("clock_mhz") if chosen else None,
-                **self.placement(),
-                "implementations": [m.to_dict(op) for m in self.measurements]}
+        return {
+            **op.to_dict(),
+            "flops": op.flops,
+            "bytes": op.bytes,
+            "note": op.note,
+            "impl": chosen.impl if chosen else None,
+            "seconds_per_call": self.seconds if chosen else None,
+            "seconds": self.seconds * op.count if chosen else None,
+            "cv": chosen.timing.cv if chosen else None,
+            "clock_mhz": (chosen.telemetry or {}).get("clock_mhz") if chosen else None,
+            **self.placement(),
+            "implementations": [m.to_dict(op) for m in self.measurements],
+        }
 
 
 @dataclass(frozen=True)
@@ -151,13 +179,25 @@ class ProfileResult:
 
     def to_dict(self) -> dict[str, Any]:
         w = self.workload
-        return {"model": w.model.id, "phase": w.phase, "batch": w.batch, "prompt_tokens": w.prompt_tokens,
-                "context_tokens": w.context_tokens, "dtype": w.dtype, "counting": w.counting.describe(),
-                "num_layers": w.model.num_layers, "device": dict(self.device), "threads": self.threads,
-                "launch_overhead_s": self.launch_s, "roofline_source": self.roofline_source,
-                "roofline": self.roofline.to_dict() if self.roofline else None,
-                "measured_seconds": self.seconds, "ops": [o.to_dict() for o in self.ops],
-                "warnings": list(self.warnings), "provenance": dict(self.provenance)}
+        return {
+            "model": w.model.id,
+            "phase": w.phase,
+            "batch": w.batch,
+            "prompt_tokens": w.prompt_tokens,
+            "context_tokens": w.context_tokens,
+            "dtype": w.dtype,
+            "counting": w.counting.describe(),
+            "num_layers": w.model.num_layers,
+            "device": dict(self.device),
+            "threads": self.threads,
+            "launch_overhead_s": self.launch_s,
+            "roofline_source": self.roofline_source,
+            "roofline": self.roofline.to_dict() if self.roofline else None,
+            "measured_seconds": self.seconds,
+            "ops": [o.to_dict() for o in self.ops],
+            "warnings": list(self.warnings),
+            "provenance": dict(self.provenance),
+        }
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` as JSON (whole or not at all)."""
@@ -206,11 +246,24 @@ class Profiler:
         RoofprofError: no such device, unknown implementation, unreadable roofline, bad threads.
     """
 
-    def __init__(self, model: ModelSpec, device: Device | str = "auto", *, impls: Sequence[str] | None = None,
-                 prefer: Sequence[str] = DEFAULT_PREFER, budget_s: float = 0.2, warmup_s: float = 0.05,
-                 threads: int | None = None, roofline: Roofline | str | os.PathLike | None = "auto",
-                 use_cache: bool = False, progress: Progress | None = None, seed: int = 0, max_repeats: int = 100,
-                 settings: MeasureSettings | None = None, roofline_dtypes: Sequence[str] | None = None):
+    def __init__(
+        self,
+        model: ModelSpec,
+        device: Device | str = "auto",
+        *,
+        impls: Sequence[str] | None = None,
+        prefer: Sequence[str] = DEFAULT_PREFER,
+        budget_s: float = 0.2,
+        warmup_s: float = 0.05,
+        threads: int | None = None,
+        roofline: Roofline | str | os.PathLike | None = "auto",
+        use_cache: bool = False,
+        progress: Progress | None = None,
+        seed: int = 0,
+        max_repeats: int = 100,
+        settings: MeasureSettings | None = None,
+        roofline_dtypes: Sequence[str] | None = None,
+    ):
         from roofprof.models import require_measurable
 
         require_measurable(model, "profile")
@@ -226,21 +279,33 @@ class Profiler:
         self.rng = np.random.default_rng(seed)
         self.reference_impl: str | None = None
         self.impls = self._implementations(impls)
-        self.prefer = tuple(n for name in prefer
-                            for n in ((self.reference_impl,) if name == "reference" else (name,)) if n)
-        self.roofline, self.roofline_source = resolve_roofline(roofline, self.device, progress=progress,
-                                                               minimal_dtypes=roofline_dtypes)
-        self.cache = MeasurementCache(device_fingerprint(self.device, self.threads), enabled=use_cache,
-                                      model_key=(model.family, model.num_heads, model.num_kv_heads, model.head_dim))
+        self.prefer = tuple(
+            n
+            for name in prefer
+            for n in ((self.reference_impl,) if name == "reference" else (name,))
+            if n
+        )
+        self.roofline, self.roofline_source = resolve_roofline(
+            roofline, self.device, progress=progress, minimal_dtypes=roofline_dtypes
+        )
+        self.cache = MeasurementCache(
+            device_fingerprint(self.device, self.threads),
+            enabled=use_cache,
+            model_key=(model.family, model.num_heads, model.num_kv_heads, model.head_dim),
+        )
         self._measured: dict[tuple, Measurement] = {}
         self._last_impl: str | None = None
         self._launch_s: float | None = None
         self._retry = RetryBudget(self.settings.retry_budget_s)
         self.warnings: list[str] = []
-        if self.openmp == "already omp" and any(i.name in ("torch", "torch-eager") for i in self.impls):
-            self.warnings.append("numba's OpenMP threads were started before profiling (omp layer): two OpenMP "
-                                 "runtimes share the cores and torch timings may be inflated; run profile in a "
-                                 "fresh process (roofprof run does) or set NUMBA_THREADING_LAYER=workqueue")
+        if self.openmp == "already omp" and any(
+            i.name in ("torch", "torch-eager") for i in self.impls
+        ):
+            self.warnings.append(
+                "numba's OpenMP threads were started before profiling (omp layer): two OpenMP "
+                "runtimes share the cores and torch timings may be inflated; run profile in a "
+                "fresh process (roofprof run does) or set NUMBA_THREADING_LAYER=workqueue"
+            )
 
     # -- setup ---------------------------------------------------------------------------
     def _implementations(self, names: Sequence[str] | None) -> list[OpImpl]:
@@ -281,10 +346,15 @@ class Profiler:
         rank = {name: i for i, name in enumerate(self.prefer)}
         return sorted(self.impls, key=lambda impl: rank.get(impl.name, len(rank)))
 
-    def measure_shape(self, op: Op, impls: Sequence[OpImpl] | None = None) -> tuple[Measurement, ...]:
+    def measure_shape(
+        self, op: Op, impls: Sequence[OpImpl] | None = None
+    ) -> tuple[Measurement, ...]:
         """``op``'s shape with every implementation (or ``impls``), each measured once per shape."""
         with self._threads():
-            return tuple(self._get(impl, op) for impl in (impls if impls is not None else self.ordered_impls()))
+            return tuple(
+                self._get(impl, op)
+                for impl in (impls if impls is not None else self.ordered_impls())
+            )
 
     def _get(self, impl: OpImpl, op: Op) -> Measurement:
         key = (op.shape_key, impl.name)
@@ -312,11 +382,19 @@ class Profiler:
         in a real pass; GEMM weights rotate over copies instead (the flush then only
         applies to a single copy larger than the caches).
         """
-        if (self.roofline is None or not op.bytes or not op.weight_bytes
-                or stays_warm(op.weight_bytes, self.device.info.last_level_cache_bytes or (32 << 20))):
+        if (
+            self.roofline is None
+            or not op.bytes
+            or not op.weight_bytes
+            or stays_warm(op.weight_bytes, self.device.info.last_level_cache_bytes or (32 << 20))
+        ):
             return None
         try:
-            return self.device.flush if self.roofline.bound(op.intensity, op.dtype) == "memory" else None
+            return (
+                self.device.flush
+                if self.roofline.bound(op.intensity, op.dtype) == "memory"
+                else None
+            )
         except ConfigError:
             return None
 
@@ -326,18 +404,36 @@ class Profiler:
         if cached is not None:
             return cached
         info = self.device.info
-        m = check_then_time(impl, op, self.rng, clock=self.device.clock(), flush=self._flush_for(op),
-                            budget_s=self.budget_s, warmup_s=self.warmup_s, max_repeats=self.max_repeats,
-                            sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
-                            retries=self.settings.retries if info.shared_host else 0, retry=self._retry,
-                            host_issue=self._host_issue_s if info.asynchronous else None,
-                            warn=self.warnings.append)
+        m = check_then_time(
+            impl,
+            op,
+            self.rng,
+            clock=self.device.clock(),
+            flush=self._flush_for(op),
+            budget_s=self.budget_s,
+            warmup_s=self.warmup_s,
+            max_repeats=self.max_repeats,
+            sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
+            retries=self.settings.retries if info.shared_host else 0,
+            retry=self._retry,
+            host_issue=self._host_issue_s if info.asynchronous else None,
+            warn=self.warnings.append,
+        )
         if m.ok:
             self.cache.put(op, m)
         return m
 
-    def _measure_group(self, impl: OpImpl, ops: Sequence[Op], phase: str, *, done: int = 0, total: int = 0,
-                       budget_s: float | None = None, long_samples: int = 3) -> None:
+    def _measure_group(
+        self,
+        impl: OpImpl,
+        ops: Sequence[Op],
+        phase: str,
+        *,
+        done: int = 0,
+        total: int = 0,
+        budget_s: float | None = None,
+        long_samples: int = 3,
+    ) -> None:
         """Measure ``ops`` with one implementation in interleaved rounds.
 
         Every op is checked first; then all are timed together
@@ -363,22 +459,40 @@ class Profiler:
 
         def on_check(i: int, op: Op) -> None:
             if self.progress:
-                self.progress(f"{phase} {op.name} {op.m}×{op.n}×{op.k} [{impl.name}]: check", done + i, total)
+                self.progress(
+                    f"{phase} {op.name} {op.m}×{op.n}×{op.k} [{impl.name}]: check", done + i, total
+                )
 
         def on_case(r: int, j: int) -> None:
             if self.progress:
-                self.progress(f"{phase} timing round {r + 1}/{rounds} [{impl.name}]",
-                              done + n + min(r, rounds - 1) * n // rounds + j * n // (rounds * len(fresh)), total)
+                self.progress(
+                    f"{phase} timing round {r + 1}/{rounds} [{impl.name}]",
+                    done + n + min(r, rounds - 1) * n // rounds + j * n // (rounds * len(fresh)),
+                    total,
+                )
 
         ms = check_then_time_group(
-            impl, fresh, self.rng, clock=self.device.clock(), flush_for=self._flush_for,
+            impl,
+            fresh,
+            self.rng,
+            clock=self.device.clock(),
+            flush_for=self._flush_for,
             budget_s=self.budget_s if budget_s is None else budget_s,
-            warmup_s=self.warmup_s if budget_s is None else min(self.warmup_s, budget_s / 3), max_repeats=self.max_repeats, rounds=rounds,
+            warmup_s=self.warmup_s if budget_s is None else min(self.warmup_s, budget_s / 3),
+            max_repeats=self.max_repeats,
+            rounds=rounds,
             sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
             judge_rounds=info.shared_host,
-            more_rounds=lambda round_s: self._retry.spend(round_s, pause_s=self.settings.busy_pause_s),
-            host_issue=self._host_issue_s if info.asynchronous else None, warn=self.warnings.append,
-            on_check=on_check, on_case=on_case, quiet_from=quiet_from, long_samples=long_samples)
+            more_rounds=lambda round_s: self._retry.spend(
+                round_s, pause_s=self.settings.busy_pause_s
+            ),
+            host_issue=self._host_issue_s if info.asynchronous else None,
+            warn=self.warnings.append,
+            on_check=on_check,
+            on_case=on_case,
+            quiet_from=quiet_from,
+            long_samples=long_samples,
+        )
         for op, m in zip(fresh, ms, strict=True):
             if m.ok:
                 self.cache.put(op, m, write=False)
@@ -386,8 +500,14 @@ class Profiler:
             self._measured[(op.shape_key, impl.name)] = m
         self.cache.save()
 
-    def prefetch(self, ops: Sequence[Op], label: str = "sweep", *, budget_s: float | None = None,
-                 long_samples: int = 3) -> None:
+    def prefetch(
+        self,
+        ops: Sequence[Op],
+        label: str = "sweep",
+        *,
+        budget_s: float | None = None,
+        long_samples: int = 3,
+    ) -> None:
         """Measure every shape of ``ops`` not measured yet, as :meth:`op_time` will ask for them.
 
         One interleaved group per preferred implementation (as :meth:`profile` does)
@@ -398,8 +518,12 @@ class Profiler:
         samples enough for a call of 100 ms or more.
         """
         shapes = list({op.shape_key: op for op in ops}.values())
-        preferred = [i for i in self.ordered_impls() if i.name in self.prefer] or self.ordered_impls()
-        kw = dict(total=2 * len(shapes) * len(preferred), budget_s=budget_s, long_samples=long_samples)
+        preferred = [
+            i for i in self.ordered_impls() if i.name in self.prefer
+        ] or self.ordered_impls()
+        kw = dict(
+            total=2 * len(shapes) * len(preferred), budget_s=budget_s, long_samples=long_samples
+        )
         with self._threads():
             for i, impl in enumerate(preferred):
                 self._measure_group(impl, shapes, label, done=2 * i * len(shapes), **kw)
@@ -456,8 +580,14 @@ class Profiler:
             ms = self.measure_shape(op, ordered)
             chosen = self.choose(ms)
         if chosen is None:
-            reasons = "; ".join(f"{m.impl}: {m.status}" + (f" ({m.note})" if m.status != "ok" and m.note else "")
-                                for m in ms) or "no implementation"
+            reasons = (
+                "; ".join(
+                    f"{m.impl}: {m.status}"
+                    + (f" ({m.note})" if m.status != "ok" and m.note else "")
+                    for m in ms
+                )
+                or "no implementation"
+            )
             return None, reasons
         return chosen.op_time(), ""
 
@@ -477,38 +607,60 @@ class Profiler:
         total = len(impls) * len(shapes) * 2  # checks, then interleaved timing rounds
         with self._threads():
             for i, impl in enumerate(impls):
-                self._measure_group(impl, shapes, workload.phase, done=i * len(shapes) * 2, total=total)
+                self._measure_group(
+                    impl, shapes, workload.phase, done=i * len(shapes) * 2, total=total
+                )
         contended = []
         for op in ops:
             ms = self.measure_shape(op)
             chosen = self.choose(ms)
             if chosen is None:
-                msg = (f"{op.phase} {op.name}: no implementation measured it "
-                       f"({'; '.join(f'{m.impl}: {m.status}' for m in ms) or 'none available'}); "
-                       "the roll-up counts it from the empirical roofline")
+                msg = (
+                    f"{op.phase} {op.name}: no implementation measured it "
+                    f"({'; '.join(f'{m.impl}: {m.status}' for m in ms) or 'none available'}); "
+                    "the roll-up counts it from the empirical roofline"
+                )
                 self.warnings.append(msg)
                 _warnings.warn(msg, stacklevel=2)
             elif chosen.contended:
                 contended.append(op.name)
             results.append(OpResult(op, ms, chosen, self.roofline))
         if contended:
-            self.warnings.append(f"{workload.phase}: {len(contended)} op(s) measured while other processes used the "
-                                 f"CPUs in every round ({', '.join(contended)}): their times are likely inflated; "
-                                 + REMEASURE_HINT)
+            self.warnings.append(
+                f"{workload.phase}: {len(contended)} op(s) measured while other processes used the "
+                f"CPUs in every round ({', '.join(contended)}): their times are likely inflated; "
+                + REMEASURE_HINT
+            )
         if self.progress:
             self.progress(f"{workload.phase} done", total, total)
         info = self.device.info
-        return ProfileResult(workload, tuple(results), info.to_dict(), self.roofline, self.launch_s, self.threads,
-                             tuple(self.warnings[before:]),
-                             provenance(device=info.to_dict(), threads=self.threads,
-                                        implementations=[i.name for i in self.impls],
-                                        budget_s=self.budget_s, numba_threading_layer=self.openmp),
-                             self.roofline_source)
+        return ProfileResult(
+            workload,
+            tuple(results),
+            info.to_dict(),
+            self.roofline,
+            self.launch_s,
+            self.threads,
+            tuple(self.warnings[before:]),
+            provenance(
+                device=info.to_dict(),
+                threads=self.threads,
+                implementations=[i.name for i in self.impls],
+                budget_s=self.budget_s,
+                numba_threading_layer=self.openmp,
+            ),
+            self.roofline_source,
+        )
 
-    def estimator(self, *, include_launch: bool = True, inputs: Mapping[str, Any] | None = None) -> MeasuredEstimator:
+    def estimator(
+        self, *, include_launch: bool = True, inputs: Mapping[str, Any] | None = None
+    ) -> MeasuredEstimator:
         """A ``measured`` estimator over this profiler (measures unseen shapes on demand)."""
-        fallback = RooflineEstimator(self.roofline, name="empirical", source=self.roofline_source) \
-            if self.roofline is not None else None
+        fallback = (
+            RooflineEstimator(self.roofline, name="empirical", source=self.roofline_source)
+            if self.roofline is not None
+            else None
+        )
 
         def classify(op: Op) -> str:
             if self.roofline is None or not op.bytes:
@@ -518,20 +670,36 @@ class Profiler:
             except ConfigError:
                 return "measured"
 
-        d = {"device": self.device.info.to_dict(), "threads": self.threads, "roofline_source": self.roofline_source,
-             "implementations": [i.name for i in self.impls], "prefer": list(self.prefer),
-             "cache": str(self.cache.path) if self.cache.enabled else None, **(inputs or {})}
-        return MeasuredEstimator(launch_s=self.launch_s, include_launch=include_launch, fallback=fallback,
-                                 measure=self.op_time, classify=classify, inputs=d,
-                                 measure_many=lambda ops: self.prefetch(ops, "on-demand shapes"))
+        d = {
+            "device": self.device.info.to_dict(),
+            "threads": self.threads,
+            "roofline_source": self.roofline_source,
+            "implementations": [i.name for i in self.impls],
+            "prefer": list(self.prefer),
+            "cache": str(self.cache.path) if self.cache.enabled else None,
+            **(inputs or {}),
+        }
+        return MeasuredEstimator(
+            launch_s=self.launch_s,
+            include_launch=include_launch,
+            fallback=fallback,
+            measure=self.op_time,
+            classify=classify,
+            inputs=d,
+            measure_many=lambda ops: self.prefetch(ops, "on-demand shapes"),
+        )
 
 
 # --------------------------------------------------------------------------- API
 
 
-def estimators_for(device: Device, profiler: Profiler | None, *,
-                   wanted: Sequence[str] = ("spec", "empirical", "measured"),
-                   roofline_source: str | None = None) -> tuple[dict[str, Estimator], dict[str, str]]:
+def estimators_for(
+    device: Device,
+    profiler: Profiler | None,
+    *,
+    wanted: Sequence[str] = ("spec", "empirical", "measured"),
+    roofline_source: str | None = None,
+) -> tuple[dict[str, Estimator], dict[str, str]]:
     """The estimators this device supports: label → estimator, and label → why not.
 
     ``spec`` needs a datasheet row (``device.info.spec_id``); ``empirical`` the
@@ -545,13 +713,18 @@ def estimators_for(device: Device, profiler: Profiler | None, *,
     if "spec" in wanted:
         spec = spec_roofline(device)
         if spec is not None:
-            ests["spec"] = RooflineEstimator(spec, name="spec", source=f"data/gpus.json:{info.spec_id}")
+            ests["spec"] = RooflineEstimator(
+                spec, name="spec", source=f"data/gpus.json:{info.spec_id}"
+            )
         else:
             missing["spec"] = f"no datasheet row in data/gpus.json for {info.name}"
     if "empirical" in wanted:
         if profiler is not None and profiler.roofline is not None:
-            ests["empirical"] = RooflineEstimator(profiler.roofline, name="empirical",
-                                                  source=roofline_source or profiler.roofline_source)
+            ests["empirical"] = RooflineEstimator(
+                profiler.roofline,
+                name="empirical",
+                source=roofline_source or profiler.roofline_source,
+            )
         else:
             missing["empirical"] = "no measured roofline"
     if "measured" in wanted and profiler is not None:
@@ -613,19 +786,47 @@ def profile(
     >>> [o.chosen.impl for o in r.ops][:3], r.seconds > 0
     (['torch', 'torch', 'torch'], True)
     """
-    scenario = model if isinstance(model, Scenario) else Scenario.of(
-        model, phase, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens, dtype=dtype,
-        convention=convention)
-    prof = profiler or Profiler(scenario.model, device, impls=impls, prefer=prefer, budget_s=budget_s,
-                                threads=threads, roofline=roofline, use_cache=use_cache, progress=progress)
+    scenario = (
+        model
+        if isinstance(model, Scenario)
+        else Scenario.of(
+            model,
+            phase,
+            batch=batch,
+            prompt_tokens=prompt_tokens,
+            context_tokens=context_tokens,
+            dtype=dtype,
+            convention=convention,
+        )
+    )
+    prof = profiler or Profiler(
+        scenario.model,
+        device,
+        impls=impls,
+        prefer=prefer,
+        budget_s=budget_s,
+        threads=threads,
+        roofline=roofline,
+        use_cache=use_cache,
+        progress=progress,
+    )
     return prof.profile(scenario)
 
 
-def measured_estimator(model: str | ModelSpec, device: Device | str = "auto", dtype: str = "fp32",
-                       roofline: Roofline | str | os.PathLike | None = None, *, include_launch: bool = True,
-                       threads: int | None = None, budget_s: float = 0.15, use_cache: bool = True,
-                       impls: Sequence[str] | None = None, prefer: Sequence[str] = DEFAULT_PREFER,
-                       progress: Progress | None = None) -> MeasuredEstimator:
+def measured_estimator(
+    model: str | ModelSpec,
+    device: Device | str = "auto",
+    dtype: str = "fp32",
+    roofline: Roofline | str | os.PathLike | None = None,
+    *,
+    include_launch: bool = True,
+    threads: int | None = None,
+    budget_s: float = 0.15,
+    use_cache: bool = True,
+    impls: Sequence[str] | None = None,
+    prefer: Sequence[str] = DEFAULT_PREFER,
+    progress: Progress | None = None,
+) -> MeasuredEstimator:
     """The ``measured`` estimator for ``predict``: per-op times of this device, profiled on demand.
 
     ``budget_s`` (timed seconds per shape) is ``run``'s. Ops with a cached measurement (same
@@ -642,8 +843,19 @@ def measured_estimator(model: str | ModelSpec, device: Device | str = "auto", dt
     if dtype not in DTYPES:
         raise UnknownNameError("dtype", dtype, DTYPES)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    prof = Profiler(spec, device, impls=impls, prefer=prefer, budget_s=budget_s, threads=threads,
-                    roofline=roofline if roofline is not None else "auto", use_cache=use_cache, progress=progress,
-                    roofline_dtypes=(dtype,))
-    roofline_file = str(roofline) if roofline is not None and not isinstance(roofline, Roofline) else None
+    prof = Profiler(
+        spec,
+        device,
+        impls=impls,
+        prefer=prefer,
+        budget_s=budget_s,
+        threads=threads,
+        roofline=roofline if roofline is not None else "auto",
+        use_cache=use_cache,
+        progress=progress,
+        roofline_dtypes=(dtype,),
+    )
+    roofline_file = (
+        str(roofline) if roofline is not None and not isinstance(roofline, Roofline) else None
+    )
     return prof.estimator(include_launch=include_launch, inputs={"roofline_file": roofline_file})

@@ -23,12 +23,30 @@ from roofprof.errors import ConfigError
 from roofprof.units import dumps_strict
 
 __all__ = [
-    "check_output_file", "check_writable_dir", "library_versions", "loads_json", "provenance",
-    "read_json", "read_text", "write_bytes_atomic", "write_json_atomic", "write_text_atomic",
+    "check_output_file",
+    "check_writable_dir",
+    "library_versions",
+    "loads_json",
+    "provenance",
+    "read_json",
+    "read_text",
+    "write_bytes_atomic",
+    "write_json_atomic",
+    "write_text_atomic",
 ]
 
-_LIBRARIES = ("numpy", "numba", "numba-cuda", "cupy-cuda12x", "cupy-cuda13x", "torch",
-              "transformers", "nvidia-ml-py", "pandas", "matplotlib")
+_LIBRARIES = (
+    "numpy",
+    "numba",
+    "numba-cuda",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "torch",
+    "transformers",
+    "nvidia-ml-py",
+    "pandas",
+    "matplotlib",
+)
 
 
 def library_versions() -> dict[str, str]:
@@ -111,8 +129,10 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except FileExistsError as exc:  # the folder to write in is a file
-        raise ConfigError(f"cannot write {str(path)!r}: {str(exc.filename or path.parent)!r} is "
-                          "a file, not a folder") from exc
+        raise ConfigError(
+            f"cannot write {str(path)!r}: {str(exc.filename or path.parent)!r} is "
+            "a file, not a folder"
+        ) from exc
     except OSError as exc:
         raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:  # a NUL in the name
@@ -131,8 +151,9 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
-def check_output_file(path: str | os.PathLike, *, suffixes: tuple[str, ...] | None = None,
-                      what: str = "output file") -> Path:
+def check_output_file(
+    path: str | os.PathLike, *, suffixes: tuple[str, ...] | None = None, what: str = "output file"
+) -> Path:
     """Check, before any work, that a result file can be written at ``path``.
 
     Refuses an existing folder at ``path``, a path under a file, a folder that exists but
@@ -156,8 +177,10 @@ def check_output_file(path: str | os.PathLike, *, suffixes: tuple[str, ...] | No
         if p.is_dir():
             raise ConfigError(f"{what} {shown} is a folder; give a file name")
         if suffixes is not None and p.suffix.lower() not in suffixes:
-            raise ConfigError(f"{what} {shown}: unsupported extension "
-                              f"{p.suffix or '(none)'!r}; use one of {', '.join(suffixes)}")
+            raise ConfigError(
+                f"{what} {shown}: unsupported extension "
+                f"{p.suffix or '(none)'!r}; use one of {', '.join(suffixes)}"
+            )
         ancestor = p.parent
         while not ancestor.exists() and ancestor != ancestor.parent:
             if ancestor.is_symlink():  # a dangling or looping link
@@ -196,8 +219,13 @@ def _os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def read_text(path: str | os.PathLike, *, what: str = "file", encoding: str = "utf-8",
-              max_bytes: int | None = None) -> str:
+def read_text(
+    path: str | os.PathLike,
+    *,
+    what: str = "file",
+    encoding: str = "utf-8",
+    max_bytes: int | None = None,
+) -> str:
     """The text of ``path``, every failure a one-line :class:`ConfigError` naming the file.
 
     Guards a missing file, a directory, an unreadable file, a symlink loop, a path under a
@@ -234,8 +262,9 @@ def read_text(path: str | os.PathLike, *, what: str = "file", encoding: str = "u
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {shown} is not UTF-8 text (byte {exc.start}: "
-                          f"{exc.reason})") from exc
+        raise ConfigError(
+            f"{what} {shown} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from exc
 
 
 #: Deepest JSON nesting :func:`loads_json` accepts (real configs and results nest < 10 deep).
@@ -285,8 +314,9 @@ def loads_json(text: str, label: str) -> Any:
     {'a': [1, 2.5]}
     """
     if not _depth_ok(text, MAX_JSON_DEPTH):
-        raise ConfigError(f"{label} is not usable JSON "
-                          f"(nested deeper than {MAX_JSON_DEPTH} levels)")
+        raise ConfigError(
+            f"{label} is not usable JSON (nested deeper than {MAX_JSON_DEPTH} levels)"
+        )
     try:
         return json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as exc:

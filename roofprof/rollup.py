@@ -35,9 +35,25 @@ from roofprof.specs import GpuSpec, ModelSpec, load_gpu
 from roofprof.units import finite_or_none
 from roofprof.workload import COLLECTIVE_FNS, Counting, Op, Parallel, Scenario, Workload
 
-__all__ = ["Estimator", "MeasuredEstimator", "OpEstimate", "OpPrediction", "OpTime", "PhasePrediction",
-           "Prediction", "RealRun", "RooflineEstimator", "compare", "decode_turning_point", "estimate_phase",
-           "finite_or_none", "phase_sweep", "predict", "residual", "sweep"]
+__all__ = [
+    "Estimator",
+    "MeasuredEstimator",
+    "OpEstimate",
+    "OpPrediction",
+    "OpTime",
+    "PhasePrediction",
+    "Prediction",
+    "RealRun",
+    "RooflineEstimator",
+    "compare",
+    "decode_turning_point",
+    "estimate_phase",
+    "finite_or_none",
+    "phase_sweep",
+    "predict",
+    "residual",
+    "sweep",
+]
 
 
 @dataclass(frozen=True)
@@ -86,14 +102,19 @@ class RooflineEstimator:
     def estimate(self, op: Op) -> OpEstimate:
         compute_s = op.flops / self.roofline.compute_peak(op.dtype)
         memory_s = op.bytes / self.roofline.memory_bandwidth(self.level)
-        return OpEstimate(max(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory")
+        return OpEstimate(
+            max(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory"
+        )
 
     def ridge(self, dtype: str) -> float:
         return self.roofline.ridge(dtype, self.level)
 
     def describe(self) -> dict[str, Any]:
-        return {"roofline_device": self.roofline.device, "roofline_source": self.source or self.name,
-                "ceilings": self.roofline.to_dict()["ceilings"]}
+        return {
+            "roofline_device": self.roofline.device,
+            "roofline_source": self.source or self.name,
+            "ceilings": self.roofline.to_dict()["ceilings"],
+        }
 
 
 @dataclass(frozen=True)
@@ -108,9 +129,16 @@ class OpPrediction:
 
     def to_dict(self) -> dict[str, Any]:
         op = self.op
-        return {**op.to_dict(), "flops": op.total_flops, "bytes": op.total_bytes, "intensity": op.intensity,
-                "seconds": self.seconds, "seconds_per_call": self.estimate.seconds,
-                "bound": self.estimate.bound, "note": "; ".join(n for n in (op.note, self.estimate.note) if n)}
+        return {
+            **op.to_dict(),
+            "flops": op.total_flops,
+            "bytes": op.total_bytes,
+            "intensity": op.intensity,
+            "seconds": self.seconds,
+            "seconds_per_call": self.estimate.seconds,
+            "bound": self.estimate.bound,
+            "note": "; ".join(n for n in (op.note, self.estimate.note) if n),
+        }
 
 
 @dataclass(frozen=True)
@@ -157,10 +185,13 @@ class PhasePrediction:
 
     def breakdown(self) -> dict[str, Any]:
         layer = self.layer_seconds
-        out = {"num_layers": self.workload.model.num_layers, "per_layer_seconds": layer,
-               "layers_seconds": layer * self.workload.model.num_layers,
-               "model_ops_seconds": sum(o.seconds for o in self.ops if o.op.scope == "model"),
-               "by_kind_seconds": self.by_kind()}
+        out = {
+            "num_layers": self.workload.model.num_layers,
+            "per_layer_seconds": layer,
+            "layers_seconds": layer * self.workload.model.num_layers,
+            "model_ops_seconds": sum(o.seconds for o in self.ops if o.op.scope == "model"),
+            "by_kind_seconds": self.by_kind(),
+        }
         if "communication" in out["by_kind_seconds"]:
             out["communication_share"] = out["by_kind_seconds"]["communication"] / self.seconds
         return out
@@ -189,24 +220,41 @@ class Prediction:
         """The JSON schema documented in the README (SI units)."""
         pf, dc = self.prefill, self.decode
         return {
-            "model": self.model.id, "gpu": self.machine, "dtype": pf.workload.dtype,
+            "model": self.model.id,
+            "gpu": self.machine,
+            "dtype": pf.workload.dtype,
             "weights": pf.workload.weights or pf.workload.dtype,
             "kv_dtype": pf.workload.kv_dtype or pf.workload.dtype,
-            "batch": pf.workload.batch, "prompt_tokens": pf.workload.prompt_tokens,
-            "context_tokens": dc.workload.context_tokens, "estimator": self.estimator,
+            "batch": pf.workload.batch,
+            "prompt_tokens": pf.workload.prompt_tokens,
+            "context_tokens": dc.workload.context_tokens,
+            "estimator": self.estimator,
             "counting": pf.workload.counting.describe(),
             "ridge_flops_per_byte": self.ridge_flops_per_byte,
-            "prefill": {"seconds": pf.seconds, "flops": pf.flops, "bytes": pf.bytes,
-                        "attention_flops": pf.workload.attention_flops,
-                        "attention_seconds": pf.attention_seconds,
-                        "attention_share": pf.attention_seconds / pf.seconds if pf.seconds else 0.0,
-                        "intensity": pf.flops / pf.bytes, "bound": pf.bound, "breakdown": pf.breakdown()},
-            "decode": {"seconds_per_token": dc.seconds, "tokens_per_second": self.tokens_per_second,
-                       "tokens_per_second_per_sequence": 1.0 / dc.seconds,
-                       "flops": dc.flops, "bytes": dc.bytes, "weight_bytes": dc.workload.weight_bytes,
-                       "kv_cache_bytes": dc.workload.kv_bytes, "intensity": dc.flops / dc.bytes,
-                       "attention_share": dc.attention_seconds / dc.seconds if dc.seconds else 0.0,
-                       "bound": dc.bound, "breakdown": dc.breakdown()},
+            "prefill": {
+                "seconds": pf.seconds,
+                "flops": pf.flops,
+                "bytes": pf.bytes,
+                "attention_flops": pf.workload.attention_flops,
+                "attention_seconds": pf.attention_seconds,
+                "attention_share": pf.attention_seconds / pf.seconds if pf.seconds else 0.0,
+                "intensity": pf.flops / pf.bytes,
+                "bound": pf.bound,
+                "breakdown": pf.breakdown(),
+            },
+            "decode": {
+                "seconds_per_token": dc.seconds,
+                "tokens_per_second": self.tokens_per_second,
+                "tokens_per_second_per_sequence": 1.0 / dc.seconds,
+                "flops": dc.flops,
+                "bytes": dc.bytes,
+                "weight_bytes": dc.workload.weight_bytes,
+                "kv_cache_bytes": dc.workload.kv_bytes,
+                "intensity": dc.flops / dc.bytes,
+                "attention_share": dc.attention_seconds / dc.seconds if dc.seconds else 0.0,
+                "bound": dc.bound,
+                "breakdown": dc.breakdown(),
+            },
             "ops": [o.to_dict() for o in (*pf.ops, *dc.ops)],
             "estimator_inputs": dict(self.estimator_inputs),
             "warnings": list(self.warnings),
@@ -214,13 +262,22 @@ class Prediction:
         }
 
 
-def estimate_phase(workload: Workload, estimator: Estimator, collectives: Any = None) -> PhasePrediction:
+def estimate_phase(
+    workload: Workload, estimator: Estimator, collectives: Any = None
+) -> PhasePrediction:
     """Every op of ``workload`` through ``estimator``; collectives (``op.fn`` in
     ``COLLECTIVE_FNS``) through ``collectives`` or the estimator's own ``collectives`` model
     (a :class:`~roofprof.collectives.CollectiveModel`; none: 0 s, noted)."""
     comm = collectives or getattr(estimator, "collectives", None)
-    return PhasePrediction(workload, tuple(OpPrediction(op, _collective(comm, op) if op.fn in COLLECTIVE_FNS
-                                                        else estimator.estimate(op)) for op in workload.ops))
+    return PhasePrediction(
+        workload,
+        tuple(
+            OpPrediction(
+                op, _collective(comm, op) if op.fn in COLLECTIVE_FNS else estimator.estimate(op)
+            )
+            for op in workload.ops
+        ),
+    )
 
 
 def _collective(model: Any, op: Op) -> OpEstimate:
@@ -269,8 +326,16 @@ def predict(
     >>> predict(s, gpu="h100-sxm").decode.seconds == p.decode.seconds
     True
     """
-    scenario = _scenario(model, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens,
-                         dtype=dtype, convention=convention, weights=weights, kv_dtype=kv_dtype)
+    scenario = _scenario(
+        model,
+        batch=batch,
+        prompt_tokens=prompt_tokens,
+        context_tokens=context_tokens,
+        dtype=dtype,
+        convention=convention,
+        weights=weights,
+        kv_dtype=kv_dtype,
+    )
     if parallel is not None:
         scenario = scenario.replace(parallel=parallel)
     if collectives is None and scenario.parallel.devices > 1 and gpu is not None:
@@ -282,7 +347,9 @@ def predict(
             estimator = RooflineEstimator(roofline, name="empirical", source="measured roofline")
         else:
             spec = load_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
-            estimator = RooflineEstimator(Roofline.from_spec(spec), name="spec", source=f"data/gpus.json:{spec.id}")
+            estimator = RooflineEstimator(
+                Roofline.from_spec(spec), name="spec", source=f"data/gpus.json:{spec.id}"
+            )
     roof = getattr(estimator, "roofline", None)
     if isinstance(roof, Roofline):
         check_compute(scenario.dtype, roof.dtypes, roof.device or str(gpu), scenario.weights)
@@ -290,11 +357,15 @@ def predict(
     notes = []
     longest = max(prompt, context + 1)
     if longest > spec_model.max_position_embeddings:
-        notes.append(f"{longest} tokens exceed {spec_model.id}'s max_position_embeddings "
-                     f"({spec_model.max_position_embeddings}); the prediction extrapolates")
+        notes.append(
+            f"{longest} tokens exceed {spec_model.id}'s max_position_embeddings "
+            f"({spec_model.max_position_embeddings}); the prediction extrapolates"
+        )
         _warnings.warn(notes[-1], stacklevel=2)
-    passes = (models.ops(scenario.replace(phase="prefill", context_tokens=prompt)),
-              models.ops(scenario.replace(phase="decode")))
+    passes = (
+        models.ops(scenario.replace(phase="prefill", context_tokens=prompt)),
+        models.ops(scenario.replace(phase="decode")),
+    )
     _prefetch(estimator, [op for w in passes for op in w.ops])
     prefill, decode = (estimate_phase(w, estimator, collectives) for w in passes)
     notes.extend(w for w in estimator.warnings if w not in notes)
@@ -303,8 +374,16 @@ def predict(
     machine = estimator.machine or str(gpu)
     if isinstance(gpu, str) or isinstance(gpu, GpuSpec):
         machine = (gpu if isinstance(gpu, GpuSpec) else load_gpu(gpu)).id
-    return Prediction(spec_model, machine, estimator.name, estimator.describe(), prefill, decode, ridge,
-                      tuple(notes))
+    return Prediction(
+        spec_model,
+        machine,
+        estimator.name,
+        estimator.describe(),
+        prefill,
+        decode,
+        ridge,
+        tuple(notes),
+    )
 
 
 def _prefetch(estimator: Estimator, ops: Sequence[Op]) -> None:
@@ -314,18 +393,40 @@ def _prefetch(estimator: Estimator, ops: Sequence[Op]) -> None:
         prefetch(ops)
 
 
-def _scenario(model: str | ModelSpec | Scenario, *, phase: str = "decode", batch: int = 1, prompt_tokens: int = 0,
-              context_tokens: int | None = None, dtype: str = "bf16",
-              convention: str | Counting = "engine", weights: str | None = None,
-              kv_dtype: str | None = None) -> Scenario:
+def _scenario(
+    model: str | ModelSpec | Scenario,
+    *,
+    phase: str = "decode",
+    batch: int = 1,
+    prompt_tokens: int = 0,
+    context_tokens: int | None = None,
+    dtype: str = "bf16",
+    convention: str | Counting = "engine",
+    weights: str | None = None,
+    kv_dtype: str | None = None,
+) -> Scenario:
     if isinstance(model, Scenario):
         return model
-    return Scenario.of(model, phase, batch=batch, prompt_tokens=prompt_tokens, context_tokens=context_tokens,
-                       dtype=dtype, convention=convention, weights=weights, kv_dtype=kv_dtype)
+    return Scenario.of(
+        model,
+        phase,
+        batch=batch,
+        prompt_tokens=prompt_tokens,
+        context_tokens=context_tokens,
+        dtype=dtype,
+        convention=convention,
+        weights=weights,
+        kv_dtype=kv_dtype,
+    )
 
 
-def sweep(model: str | ModelSpec | Scenario | Sequence[Scenario], *, batches: Sequence[int] = (1,),
-          contexts: Sequence[int | None] = (None,), **kwargs: Any) -> list[Prediction]:
+def sweep(
+    model: str | ModelSpec | Scenario | Sequence[Scenario],
+    *,
+    batches: Sequence[int] = (1,),
+    contexts: Sequence[int | None] = (None,),
+    **kwargs: Any,
+) -> list[Prediction]:
     """Predictions over a grid of batch sizes and decode contexts (same other arguments).
 
     ``model`` may also be a sequence of scenarios: one prediction each (``batches`` and
@@ -339,8 +440,14 @@ def sweep(model: str | ModelSpec | Scenario | Sequence[Scenario], *, batches: Se
     if isinstance(model, Sequence) and not isinstance(model, str):
         return [predict(s, **kwargs) for s in model]
     if isinstance(model, Scenario):
-        return [predict(model.replace(batch=b, context_tokens=model.prompt_tokens if c is None else c), **kwargs)
-                for b in batches for c in contexts]
+        return [
+            predict(
+                model.replace(batch=b, context_tokens=model.prompt_tokens if c is None else c),
+                **kwargs,
+            )
+            for b in batches
+            for c in contexts
+        ]
     return [predict(model, batch=b, context_tokens=c, **kwargs) for b in batches for c in contexts]
 
 
@@ -404,12 +511,19 @@ class MeasuredEstimator:
     2e-06
     """
 
-    def __init__(self, times: Mapping[tuple, OpTime] | None = None, *, launch_s: float = 0.0,
-                 include_launch: bool = True, fallback: Estimator | None = None,
-                 measure: Callable[[Op], tuple[OpTime | None, str]] | None = None,
-                 classify: Callable[[Op], str] | None = None, name: str | None = None,
-                 inputs: Mapping[str, Any] | None = None,
-                 measure_many: Callable[[Sequence[Op]], None] | None = None):
+    def __init__(
+        self,
+        times: Mapping[tuple, OpTime] | None = None,
+        *,
+        launch_s: float = 0.0,
+        include_launch: bool = True,
+        fallback: Estimator | None = None,
+        measure: Callable[[Op], tuple[OpTime | None, str]] | None = None,
+        classify: Callable[[Op], str] | None = None,
+        name: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        measure_many: Callable[[Sequence[Op]], None] | None = None,
+    ):
         self.measure_many = measure_many
         self.times: dict[tuple, OpTime] = dict(times or {})
         self.launch_s = float(launch_s)
@@ -426,14 +540,25 @@ class MeasuredEstimator:
         self._contended_at: list[int] = []
         self.warnings: list[str] = []
         device = self.inputs.get("device") or {}
-        self.machine = (f"{device.get('name')} ({device.get('label')})" if isinstance(device, Mapping) and device
-                        else None)
+        self.machine = (
+            f"{device.get('name')} ({device.get('label')})"
+            if isinstance(device, Mapping) and device
+            else None
+        )
 
     def with_launch(self, include_launch: bool, name: str | None = None) -> MeasuredEstimator:
         """The same measurements with the launch overhead counted or not (shares the table)."""
-        other = MeasuredEstimator(self.times, launch_s=self.launch_s, include_launch=include_launch,
-                                  fallback=self.fallback, measure=self.measure, classify=self.classify,
-                                  name=name, inputs=self.inputs, measure_many=self.measure_many)
+        other = MeasuredEstimator(
+            self.times,
+            launch_s=self.launch_s,
+            include_launch=include_launch,
+            fallback=self.fallback,
+            measure=self.measure,
+            classify=self.classify,
+            name=name,
+            inputs=self.inputs,
+            measure_many=self.measure_many,
+        )
         other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
         other.contended = self.contended
         other._contended_labels, other._contended_at = self._contended_labels, self._contended_at
@@ -448,7 +573,9 @@ class MeasuredEstimator:
         """
         if self.measure_many is None:
             return
-        todo = [op for op in ops if op.shape_key not in self.times and op.shape_key not in self.missing]
+        todo = [
+            op for op in ops if op.shape_key not in self.times and op.shape_key not in self.missing
+        ]
         if todo:
             self.measure_many(todo)
 
@@ -470,8 +597,10 @@ class MeasuredEstimator:
         else:
             reason = "no measurement of this shape"
         self.missing[key] = reason
-        self.warnings.append(f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}): not measured ({reason}); "
-                             f"counted from {self.fallback.name if self.fallback else 'nothing (0 s)'}")
+        self.warnings.append(
+            f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}): not measured ({reason}); "
+            f"counted from {self.fallback.name if self.fallback else 'nothing (0 s)'}"
+        )
         _warnings.warn(self.warnings[-1], stacklevel=3)
         return None
 
@@ -483,10 +612,12 @@ class MeasuredEstimator:
         self._contended_labels.append(f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k})")
         labels = self._contended_labels
         shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
-        text = (f"{len(labels)} op shape{'s' if len(labels) > 1 else ''} measured while other processes "
-                f"used the CPUs (contended even after retries): {shown}; their times are likely "
-                "inflated; re-measure on a quiet machine with `roofprof predict --estimator measured "
-                "--remeasure`")
+        text = (
+            f"{len(labels)} op shape{'s' if len(labels) > 1 else ''} measured while other processes "
+            f"used the CPUs (contended even after retries): {shown}; their times are likely "
+            "inflated; re-measure on a quiet machine with `roofprof predict --estimator measured "
+            "--remeasure`"
+        )
         if self._contended_at:
             self.warnings[self._contended_at[0]] = text
         else:
@@ -501,14 +632,19 @@ class MeasuredEstimator:
             if self.fallback is None:
                 return OpEstimate(0.0, "unmeasured", f"not measured: {self.missing[op.shape_key]}")
             est = self.fallback.estimate(op)
-            return OpEstimate(est.seconds, est.bound,
-                              f"not measured ({self.missing[op.shape_key]}): {self.fallback.name} roofline")
+            return OpEstimate(
+                est.seconds,
+                est.bound,
+                f"not measured ({self.missing[op.shape_key]}): {self.fallback.name} roofline",
+            )
         launch = max(found.kernels * self.launch_s, found.host_s)
         bound = self.classify(op) if self.classify else "measured"
         seconds = found.seconds
         if self.include_launch and launch > seconds:
             seconds, bound = launch, "launch"
-        return OpEstimate(seconds, bound, f"{found.impl}" + (f"; {found.note}" if found.note else ""))
+        return OpEstimate(
+            seconds, bound, f"{found.impl}" + (f"; {found.note}" if found.note else "")
+        )
 
     def ridge(self, dtype: str) -> float:
         """The fallback roofline's ridge for ``dtype`` (FLOP/byte); NaN without one, or when
@@ -522,11 +658,17 @@ class MeasuredEstimator:
             return float("nan")
 
     def describe(self) -> dict[str, Any]:
-        d = {"launch_overhead_s": self.launch_s, "launch_overhead_counted": self.include_launch,
-             "launch_model": "each op takes max(measured time, kernels x launch overhead, host issue time)",
-             "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
-             "unmeasured_ops": [{"shape_key": list(k), "reason": r} for k, r in self.missing.items()],
-             "fallback": self.fallback.name if self.fallback else None, **self.inputs}
+        d = {
+            "launch_overhead_s": self.launch_s,
+            "launch_overhead_counted": self.include_launch,
+            "launch_model": "each op takes max(measured time, kernels x launch overhead, host issue time)",
+            "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
+            "unmeasured_ops": [
+                {"shape_key": list(k), "reason": r} for k, r in self.missing.items()
+            ],
+            "fallback": self.fallback.name if self.fallback else None,
+            **self.inputs,
+        }
         if self.fallback is not None:
             d["ceilings"] = self.fallback.describe().get("ceilings", [])
         return d
@@ -590,15 +732,35 @@ def compare(predictions: Mapping[str, Prediction], real: RealRun | None) -> list
     """
     rows = []
     for label, p in predictions.items():
-        rows.append({"estimator": label, "ttft_s": p.prefill.seconds, "decode_step_s": p.decode.seconds,
-                     "tokens_per_second": p.tokens_per_second, "prefill_bound": p.prefill.bound,
-                     "decode_bound": p.decode.bound,
-                     "ttft_residual": residual(p.prefill.seconds, real.prefill_s) if real else float("nan"),
-                     "decode_residual": residual(p.decode.seconds, real.decode_s) if real else float("nan")})
+        rows.append(
+            {
+                "estimator": label,
+                "ttft_s": p.prefill.seconds,
+                "decode_step_s": p.decode.seconds,
+                "tokens_per_second": p.tokens_per_second,
+                "prefill_bound": p.prefill.bound,
+                "decode_bound": p.decode.bound,
+                "ttft_residual": residual(p.prefill.seconds, real.prefill_s)
+                if real
+                else float("nan"),
+                "decode_residual": residual(p.decode.seconds, real.decode_s)
+                if real
+                else float("nan"),
+            }
+        )
     if real is not None:
-        rows.append({"estimator": "real", "ttft_s": real.prefill_s, "decode_step_s": real.decode_s,
-                     "tokens_per_second": real.tokens_per_second, "prefill_bound": "", "decode_bound": "",
-                     "ttft_residual": 0.0, "decode_residual": 0.0})
+        rows.append(
+            {
+                "estimator": "real",
+                "ttft_s": real.prefill_s,
+                "decode_step_s": real.decode_s,
+                "tokens_per_second": real.tokens_per_second,
+                "prefill_bound": "",
+                "decode_bound": "",
+                "ttft_residual": 0.0,
+                "decode_residual": 0.0,
+            }
+        )
     return rows
 
 
@@ -615,13 +777,24 @@ def decode_turning_point(predictions: Sequence[Prediction]) -> dict[str, Any] | 
     ordered = sorted(predictions, key=lambda p: p.decode.workload.batch)
     for prev, cur in zip(ordered, ordered[1:], strict=False):
         if prev.decode.bound != "compute" and cur.decode.bound == "compute":
-            return {"batch": cur.decode.workload.batch, "previous_batch": prev.decode.workload.batch}
+            return {
+                "batch": cur.decode.workload.batch,
+                "previous_batch": prev.decode.workload.batch,
+            }
     return None
 
 
-def phase_sweep(model: str | ModelSpec | Scenario, estimator: Estimator, *, phase: str = "decode",
-                batches: Sequence[int] = (1,), contexts: Sequence[int | None] = (None,), prompt_tokens: int = 128,
-                dtype: str = "bf16", convention: str | Counting = "engine") -> list[PhasePrediction]:
+def phase_sweep(
+    model: str | ModelSpec | Scenario,
+    estimator: Estimator,
+    *,
+    phase: str = "decode",
+    batches: Sequence[int] = (1,),
+    contexts: Sequence[int | None] = (None,),
+    prompt_tokens: int = 128,
+    dtype: str = "bf16",
+    convention: str | Counting = "engine",
+) -> list[PhasePrediction]:
     """One phase only (default: the decode step) over a grid of batches and contexts.
 
     Cheaper than :func:`sweep` when only decode matters (a measured estimator would
@@ -632,8 +805,17 @@ def phase_sweep(model: str | ModelSpec | Scenario, estimator: Estimator, *, phas
     >>> [p.bound for p in phase_sweep("llama-3.1-8b", est, batches=(1, 512), contexts=(128,))]
     ['memory', 'compute']
     """
-    base = _scenario(model, phase=phase, prompt_tokens=prompt_tokens, dtype=dtype, convention=convention)
-    passes = [models.ops(base.replace(phase=phase, batch=b, context_tokens=base.prompt_tokens if c is None else c))
-              for b in batches for c in contexts]
+    base = _scenario(
+        model, phase=phase, prompt_tokens=prompt_tokens, dtype=dtype, convention=convention
+    )
+    passes = [
+        models.ops(
+            base.replace(
+                phase=phase, batch=b, context_tokens=base.prompt_tokens if c is None else c
+            )
+        )
+        for b in batches
+        for c in contexts
+    ]
     _prefetch(estimator, [op for w in passes for op in w.ops])
     return [estimate_phase(w, estimator) for w in passes]

@@ -26,8 +26,18 @@ from roofprof.errors import ConfigError
 if TYPE_CHECKING:
     from roofprof.specs import GpuSpec
 
-__all__ = ["KINDS", "MEMORY_LEVELS", "SOURCES", "Ceiling", "Placement", "Point", "Roofline",
-           "load_roofline", "merge", "place"]
+__all__ = [
+    "KINDS",
+    "MEMORY_LEVELS",
+    "SOURCES",
+    "Ceiling",
+    "Placement",
+    "Point",
+    "Roofline",
+    "load_roofline",
+    "merge",
+    "place",
+]
 
 MEMORY_LEVELS = ("dram", "l3", "l2", "l1", "smem")
 KINDS = ("compute", "memory")
@@ -63,13 +73,19 @@ class Ceiling:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ConfigError(f"ceiling {self.name!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+            raise ConfigError(
+                f"ceiling {self.name!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}"
+            )
         if self.kind == "compute" and not self.dtype:
             raise ConfigError(f"compute ceiling {self.name!r} needs a dtype")
         if self.kind == "memory" and self.level not in MEMORY_LEVELS:
-            raise ConfigError(f"memory ceiling {self.name!r}: level must be one of {', '.join(MEMORY_LEVELS)}")
+            raise ConfigError(
+                f"memory ceiling {self.name!r}: level must be one of {', '.join(MEMORY_LEVELS)}"
+            )
         if not (self.value > 0 and math.isfinite(self.value)):
-            raise ConfigError(f"ceiling {self.name!r}: value must be a positive finite number, got {self.value!r}")
+            raise ConfigError(
+                f"ceiling {self.name!r}: value must be a positive finite number, got {self.value!r}"
+            )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
@@ -88,23 +104,32 @@ class Ceiling:
         for key in ("name", "kind", "dtype", "level", "source", "note"):
             v = d.get(key)
             if v is not None and not isinstance(v, str):
-                raise ConfigError(f"ceiling {_short(name)}: field {key!r} must be a string, "
-                                  f"got {_short(v)}")
+                raise ConfigError(
+                    f"ceiling {_short(name)}: field {key!r} must be a string, got {_short(v)}"
+                )
         for key in ("value", "clock_mhz"):
             v = d.get(key)
             if v is None and key == "clock_mhz":
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ConfigError(f"ceiling {_short(name)}: field {key!r} must be a number, "
-                                  f"got {_short(v)}")
+                raise ConfigError(
+                    f"ceiling {_short(name)}: field {key!r} must be a number, got {_short(v)}"
+                )
             if not (math.isfinite(v) and v > 0):
-                raise ConfigError(f"ceiling {_short(name)}: field {key!r} must be a positive "
-                                  f"finite number, got {_short(v)}")
+                raise ConfigError(
+                    f"ceiling {_short(name)}: field {key!r} must be a positive "
+                    f"finite number, got {_short(v)}"
+                )
         if d.get("source") is not None and d["source"] not in SOURCES:
-            raise ConfigError(f"ceiling {_short(name)}: source must be one of "
-                              f"{', '.join(SOURCES)}, got {_short(d['source'])}")
-        fields = {k: d[k] for k in ("name", "kind", "value", "dtype", "level", "source", "clock_mhz", "note")
-                  if k in d and d[k] is not None}
+            raise ConfigError(
+                f"ceiling {_short(name)}: source must be one of "
+                f"{', '.join(SOURCES)}, got {_short(d['source'])}"
+            )
+        fields = {
+            k: d[k]
+            for k in ("name", "kind", "value", "dtype", "level", "source", "clock_mhz", "note")
+            if k in d and d[k] is not None
+        }
         fields["value"] = float(fields["value"])
         return cls(**fields)
 
@@ -159,14 +184,18 @@ class Roofline:
         """
         found = [c for c in self.ceilings if c.kind == "compute" and c.dtype == dtype]
         if not found:
-            raise ConfigError(f"{self.device} has no {dtype} compute ceiling; dtypes: {', '.join(self.dtypes) or 'none'}")
+            raise ConfigError(
+                f"{self.device} has no {dtype} compute ceiling; dtypes: {', '.join(self.dtypes) or 'none'}"
+            )
         return max(found, key=lambda c: c.value)
 
     def memory_ceiling(self, level: str = "dram") -> Ceiling:
         """The highest bandwidth ceiling at ``level``; raises ConfigError if there is none."""
         found = [c for c in self.ceilings if c.kind == "memory" and c.level == level]
         if not found:
-            raise ConfigError(f"{self.device} has no {level} bandwidth ceiling; levels: {', '.join(self.levels) or 'none'}")
+            raise ConfigError(
+                f"{self.device} has no {level} bandwidth ceiling; levels: {', '.join(self.levels) or 'none'}"
+            )
         return max(found, key=lambda c: c.value)
 
     def compute_peak(self, dtype: str) -> float:
@@ -210,12 +239,25 @@ class Roofline:
         for key, value in gpu.peak_flops_per_s.items():
             tensor = key not in ("fp64", "fp32")
             dtype = "fp64" if key == "fp64_tensor" else key
-            ceilings.append(Ceiling(
-                name=f"{key.replace('_tensor', '')} {'tensor' if tensor else 'CUDA cores'} (datasheet)",
-                kind="compute", value=value, dtype=dtype, source="spec",
-                clock_mhz=gpu.tensor_clock_mhz if tensor else gpu.vector_clock_mhz))
-        ceilings.append(Ceiling(name=f"{gpu.memory_type} (datasheet)", kind="memory",
-                                value=gpu.memory_bytes_per_s, level="dram", source="spec"))
+            ceilings.append(
+                Ceiling(
+                    name=f"{key.replace('_tensor', '')} {'tensor' if tensor else 'CUDA cores'} (datasheet)",
+                    kind="compute",
+                    value=value,
+                    dtype=dtype,
+                    source="spec",
+                    clock_mhz=gpu.tensor_clock_mhz if tensor else gpu.vector_clock_mhz,
+                )
+            )
+        ceilings.append(
+            Ceiling(
+                name=f"{gpu.memory_type} (datasheet)",
+                kind="memory",
+                value=gpu.memory_bytes_per_s,
+                level="dram",
+                source="spec",
+            )
+        )
         return cls(device=gpu.name, ceilings=tuple(ceilings))
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,7 +272,9 @@ class Roofline:
             if key not in d:
                 raise ConfigError(f"not a roofline: missing {key!r}")
         if not isinstance(d["device"], str):
-            raise ConfigError(f"not a roofline: 'device' must be a string, got {_short(d['device'])}")
+            raise ConfigError(
+                f"not a roofline: 'device' must be a string, got {_short(d['device'])}"
+            )
         if not isinstance(d["ceilings"], list):
             raise ConfigError("not a roofline: 'ceilings' must be a list")
         return cls(device=d["device"], ceilings=tuple(Ceiling.from_dict(c) for c in d["ceilings"]))
@@ -260,16 +304,23 @@ def load_roofline(path) -> Roofline:
     except ConfigError as exc:
         raise ConfigError(f"{str(path)!r}: {exc}") from exc
     if complete is not True:
-        warnings.warn(f"{str(path)!r} is an interrupted roofline (complete: {complete!r}); "
-                      "its ceilings may be missing or low: re-run `roofprof roofline`",
-                      RooflineWarning, stacklevel=2)
+        warnings.warn(
+            f"{str(path)!r} is an interrupted roofline (complete: {complete!r}); "
+            "its ceilings may be missing or low: re-run `roofprof roofline`",
+            RooflineWarning,
+            stacklevel=2,
+        )
     for c in roofline.ceilings:
         low, high = PLAUSIBLE[c.kind]
         if not low <= c.value <= high:
             unit = "FLOP/s" if c.kind == "compute" else "B/s"
-            warnings.warn(f"{str(path)!r}: ceiling {c.name!r} = {c.value:.3g} {unit} is outside "
-                          f"the plausible range {low:.0e}..{high:.0e} {unit}; predictions "
-                          "from it will be off", RooflineWarning, stacklevel=2)
+            warnings.warn(
+                f"{str(path)!r}: ceiling {c.name!r} = {c.value:.3g} {unit} is outside "
+                f"the plausible range {low:.0e}..{high:.0e} {unit}; predictions "
+                "from it will be off",
+                RooflineWarning,
+                stacklevel=2,
+            )
     return roofline
 
 
@@ -298,7 +349,11 @@ class Placement:
     @property
     def percent_of_roof(self) -> float | None:
         p = self.point
-        return 100.0 * p.flops_per_s / self.attainable_flops_per_s if p.flops > 0 and p.seconds > 0 else None
+        return (
+            100.0 * p.flops_per_s / self.attainable_flops_per_s
+            if p.flops > 0 and p.seconds > 0
+            else None
+        )
 
     @property
     def percent_of_roof_time(self) -> float | None:
@@ -306,11 +361,19 @@ class Placement:
 
     def to_dict(self) -> dict[str, Any]:
         p = self.point
-        return {"name": p.name, "intensity": p.intensity, "flops_per_s": p.flops_per_s,
-                "attainable_flops_per_s": self.attainable_flops_per_s, "percent_of_roof": self.percent_of_roof,
-                "bound": self.bound, "roof_time_s": self.roof_time_s,
-                "percent_of_roof_time": self.percent_of_roof_time, "dtype": p.dtype, "level": p.level,
-                "source": p.source}
+        return {
+            "name": p.name,
+            "intensity": p.intensity,
+            "flops_per_s": p.flops_per_s,
+            "attainable_flops_per_s": self.attainable_flops_per_s,
+            "percent_of_roof": self.percent_of_roof,
+            "bound": self.bound,
+            "roof_time_s": self.roof_time_s,
+            "percent_of_roof_time": self.percent_of_roof_time,
+            "dtype": p.dtype,
+            "level": p.level,
+            "source": p.source,
+        }
 
 
 def place(point: Point, roofline: Roofline) -> Placement:
@@ -326,5 +389,9 @@ def place(point: Point, roofline: Roofline) -> Placement:
     (59.7, 'memory')
     """
     p = point
-    return Placement(p, roofline.attainable(p.intensity, p.dtype, p.level),
-                     roofline.bound(p.intensity, p.dtype, p.level), roofline.time_s(p.flops, p.bytes, p.dtype, p.level))
+    return Placement(
+        p,
+        roofline.attainable(p.intensity, p.dtype, p.level),
+        roofline.bound(p.intensity, p.dtype, p.level),
+        roofline.time_s(p.flops, p.bytes, p.dtype, p.level),
+    )

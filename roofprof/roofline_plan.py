@@ -68,8 +68,9 @@ class RooflinePlan:
         return backend(info.kind).roofline_plan(info, name)
 
     @classmethod
-    def sized(cls, info: DeviceInfo, name: str, *, min_intensity_working_set_bytes: int = 0,
-              **knobs: Any) -> RooflinePlan:
+    def sized(
+        cls, info: DeviceInfo, name: str, *, min_intensity_working_set_bytes: int = 0, **knobs: Any
+    ) -> RooflinePlan:
         """The ``full``, ``quick`` or ``test`` plan sized from the device's caches.
 
         Working sets run from ``2 KiB × compute units`` (at least 4 KiB) to
@@ -95,11 +96,21 @@ class RooflinePlan:
             sizes = tuple(hi for _, _, hi in windows if math.isfinite(hi)) + (DRAM_FACTOR * llc,)
             if len(sizes) < 2:
                 sizes = (lo, 16 * lo, max(2 * MiB, llc // 2), DRAM_FACTOR * llc)
-            return cls(name=name, working_set_sizes=tuple(sorted(set(_round_kib(s) for s in sizes))),
-                       point_budget_s=0.004, target_call_s=0.001, compute_budget_s=0.01, compute_call_s=0.002,
-                       gemm_sizes=(128,), gemm_budget_s=0.01, intensity_working_set_bytes=1 * MiB,
-                       intensities=(0.125, 1.0, 8.0), intensity_budget_s=0.005, min_repeats=2,
-                       warmup_s=0.0)
+            return cls(
+                name=name,
+                working_set_sizes=tuple(sorted(set(_round_kib(s) for s in sizes))),
+                point_budget_s=0.004,
+                target_call_s=0.001,
+                compute_budget_s=0.01,
+                compute_call_s=0.002,
+                gemm_sizes=(128,),
+                gemm_budget_s=0.01,
+                intensity_working_set_bytes=1 * MiB,
+                intensities=(0.125, 1.0, 8.0),
+                intensity_budget_s=0.005,
+                min_repeats=2,
+                warmup_s=0.0,
+            )
         step = 2.0 if name == "quick" else math.sqrt(2.0)
         sizes = _geometric(lo, SWEEP_MAX_FACTOR * llc, step)
         return cls(name=name, working_set_sizes=sizes, intensity_working_set_bytes=ws_int, **knobs)

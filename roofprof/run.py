@@ -215,8 +215,10 @@ def run(
         elif cached is not None:
             rr, age_s = cached
             measured = rr.roofline
-            source = (f"cached quick measurement, {age_s / 60:.0f} min old "
-                      f"({roofline_cache_path(dev)}; --fresh-roofline measures anew)")
+            source = (
+                f"cached quick measurement, {age_s / 60:.0f} min old "
+                f"({roofline_cache_path(dev)}; --fresh-roofline measures anew)"
+            )
             result.roofline_result = rr
             rr.write(folder / "roofline.json")
             result.files["roofline"] = "roofline.json"
@@ -280,9 +282,18 @@ def run(
             # one sample per interleaved round at least) and two samples of a call of 100 ms or
             # more (the batch-256 lm_head takes a second a call)
             sweep_points = [(b, context) for b in batches] + [(batch, c) for c in contexts]
-            profiler.prefetch([op for b, c in sweep_points for op in models.ops(
-                scenario.replace(phase="decode", batch=b, context_tokens=c)).ops], "decode sweeps",
-                budget_s=budget_s / 3, long_samples=2)
+            profiler.prefetch(
+                [
+                    op
+                    for b, c in sweep_points
+                    for op in models.ops(
+                        scenario.replace(phase="decode", batch=b, context_tokens=c)
+                    ).ops
+                ],
+                "decode sweeps",
+                budget_s=budget_s / 3,
+                long_samples=2,
+            )
             n = len(sweep_estimators) * (len(batches) + len(contexts))
             i = 0
             for label, est in sweep_estimators.items():

@@ -45,8 +45,15 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.workload import Scenario
 
-__all__ = ["BATCHING", "MAX_BATCH", "BatchedRun", "BatchedPrediction", "batched_run", "predict_batched",
-           "saturation_batch"]
+__all__ = [
+    "BATCHING",
+    "MAX_BATCH",
+    "BatchedRun",
+    "BatchedPrediction",
+    "batched_run",
+    "predict_batched",
+    "saturation_batch",
+]
 
 #: How the requests share the GPU (see the module docstring).
 BATCHING = ("static", "continuous")
@@ -74,34 +81,58 @@ class BatchedRun:
     def passes(self, segments: int = 4) -> tuple[tuple[Scenario, int], ...]:
         """(scenario, times it runs): one prefill of the batch, then the decode steps in
         ``segments`` groups at their midpoint context."""
-        out: list[tuple[Scenario, int]] = [(self.base.replace(
-            phase="prefill", batch=self.batch, prompt_tokens=self.prompt_tokens,
-            context_tokens=self.prompt_tokens), 1)]
+        out: list[tuple[Scenario, int]] = [
+            (
+                self.base.replace(
+                    phase="prefill",
+                    batch=self.batch,
+                    prompt_tokens=self.prompt_tokens,
+                    context_tokens=self.prompt_tokens,
+                ),
+                1,
+            )
+        ]
         n = max(1, min(segments, self.output_tokens))
         edges = [round(i * self.output_tokens / n) for i in range(n + 1)]
         for a, b in zip(edges, edges[1:], strict=False):
             if b > a:
                 ctx = self.prompt_tokens + (a + b - 1) // 2
-                out.append((self.base.replace(phase="decode", batch=self.batch, prompt_tokens=self.prompt_tokens,
-                                              context_tokens=ctx), b - a))
+                out.append(
+                    (
+                        self.base.replace(
+                            phase="decode",
+                            batch=self.batch,
+                            prompt_tokens=self.prompt_tokens,
+                            context_tokens=ctx,
+                        ),
+                        b - a,
+                    )
+                )
         return tuple(out)
 
     def tokens(self, counts: str = "output") -> int:
         """Tokens the run produces (``output``) or processes (``total``: input + output)."""
         if counts not in _COUNTS:
-            raise ConfigError(f"unknown token count {counts!r}; valid choices: {', '.join(_COUNTS)}")
+            raise ConfigError(
+                f"unknown token count {counts!r}; valid choices: {', '.join(_COUNTS)}"
+            )
         return self.batch * (self.output_tokens + (self.prompt_tokens if counts == "total" else 0))
 
     def describe(self) -> str:
         """One line stating the model of the run."""
-        how = {"static": "a static batch",
-               "continuous": "continuous batching at steady state (prefill chunks priced as separate passes)"}
-        return (f"{self.batch} requests x ({self.prompt_tokens} in, {self.output_tokens} out), {how[self.batching]}; "
-                f"concurrency {self.concurrency}")
+        how = {
+            "static": "a static batch",
+            "continuous": "continuous batching at steady state (prefill chunks priced as separate passes)",
+        }
+        return (
+            f"{self.batch} requests x ({self.prompt_tokens} in, {self.output_tokens} out), {how[self.batching]}; "
+            f"concurrency {self.concurrency}"
+        )
 
 
-def saturation_batch(base: Scenario, gpu: str, prompt_tokens: int, output_tokens: int,
-                     cap: int = MAX_BATCH) -> int:
+def saturation_batch(
+    base: Scenario, gpu: str, prompt_tokens: int, output_tokens: int, cap: int = MAX_BATCH
+) -> int:
     """The concurrency of a server fed at an infinite rate: the most sequences of
     ``prompt_tokens + output_tokens`` whose KV cache fits beside the weights on ``gpu``
     (per GPU of ``base``'s layout), at most ``cap``.
@@ -111,17 +142,30 @@ def saturation_batch(base: Scenario, gpu: str, prompt_tokens: int, output_tokens
     """
     from roofprof.memory_fit import fit
 
-    probe = base.replace(phase="decode", batch=1, prompt_tokens=prompt_tokens,
-                         context_tokens=prompt_tokens + output_tokens - 1)
+    probe = base.replace(
+        phase="decode",
+        batch=1,
+        prompt_tokens=prompt_tokens,
+        context_tokens=prompt_tokens + output_tokens - 1,
+    )
     most = fit(probe, gpu).max_batch
     if most < 1:
-        raise ConfigError(f"{base.model.id}: not one sequence of {prompt_tokens + output_tokens} tokens fits "
-                          f"beside the weights on {gpu} (tp={base.parallel.tp})")
+        raise ConfigError(
+            f"{base.model.id}: not one sequence of {prompt_tokens + output_tokens} tokens fits "
+            f"beside the weights on {gpu} (tp={base.parallel.tp})"
+        )
     return min(most, cap)
 
 
-def batched_run(base: Scenario, *, batch: int | None = None, prompt_tokens: int, output_tokens: int,
-                batching: str = "static", gpu: str | None = None) -> BatchedRun:
+def batched_run(
+    base: Scenario,
+    *,
+    batch: int | None = None,
+    prompt_tokens: int,
+    output_tokens: int,
+    batching: str = "static",
+    gpu: str | None = None,
+) -> BatchedRun:
     """A :class:`BatchedRun`; with ``batch=None`` the KV-capacity batch on ``gpu``.
 
     Raises:
@@ -130,13 +174,20 @@ def batched_run(base: Scenario, *, batch: int | None = None, prompt_tokens: int,
     if batching not in BATCHING:
         raise ConfigError(f"unknown batching {batching!r}; valid choices: {', '.join(BATCHING)}")
     if prompt_tokens < 1 or output_tokens < 1:
-        raise ConfigError(f"a batched run needs at least one prompt and one output token, got "
-                          f"{prompt_tokens} and {output_tokens}")
+        raise ConfigError(
+            f"a batched run needs at least one prompt and one output token, got "
+            f"{prompt_tokens} and {output_tokens}"
+        )
     concurrency = "stated"
     if batch is None:
         if gpu is None:
-            raise ConfigError("a batched run with no stated batch needs a GPU (its KV capacity sets the batch)")
-        batch, concurrency = saturation_batch(base, gpu, prompt_tokens, output_tokens), "kv-capacity"
+            raise ConfigError(
+                "a batched run with no stated batch needs a GPU (its KV capacity sets the batch)"
+            )
+        batch, concurrency = (
+            saturation_batch(base, gpu, prompt_tokens, output_tokens),
+            "kv-capacity",
+        )
     if batch < 1:
         raise ConfigError(f"batch must be at least 1, got {batch}")
     return BatchedRun(base, batch, prompt_tokens, output_tokens, batching, concurrency)
@@ -159,15 +210,26 @@ class BatchedPrediction:
         return self.seconds / self.run.tokens(self.counts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"batch": self.run.batch, "prompt_tokens": self.run.prompt_tokens,
-                "output_tokens": self.run.output_tokens, "batching": self.run.batching,
-                "concurrency": self.run.concurrency, "seconds": self.seconds, "counts": self.counts,
-                "tokens_per_s": self.tokens_per_s, "seconds_per_token": self.seconds_per_token,
-                "model": self.run.describe()}
+        return {
+            "batch": self.run.batch,
+            "prompt_tokens": self.run.prompt_tokens,
+            "output_tokens": self.run.output_tokens,
+            "batching": self.run.batching,
+            "concurrency": self.run.concurrency,
+            "seconds": self.seconds,
+            "counts": self.counts,
+            "tokens_per_s": self.tokens_per_s,
+            "seconds_per_token": self.seconds_per_token,
+            "model": self.run.describe(),
+        }
 
 
-def predict_batched(run: BatchedRun, pass_seconds: Callable[[Scenario], float], counts: str = "output",
-                    segments: int = 4) -> BatchedPrediction:
+def predict_batched(
+    run: BatchedRun,
+    pass_seconds: Callable[[Scenario], float],
+    counts: str = "output",
+    segments: int = 4,
+) -> BatchedPrediction:
     """Time ``run`` with ``pass_seconds`` (scenario → seconds of one pass, e.g. a roll-up
     estimator's phase estimate) and state its throughput.
 

@@ -27,14 +27,35 @@ from roofprof.errors import ConfigError, UnknownNameError
 if TYPE_CHECKING:
     from roofprof.models.moe_config import AttentionPattern, MlaSpec, MoeSpec
 
-__all__ = ["BYTES_PER_ELEMENT", "DTYPES", "GemmaFeatures", "GpuSpec", "ModelSpec", "gpu_collective_figures",
-           "gpu_interconnect_defaults", "gpu_sources", "list_gpus",
-           "list_models", "load_gpu", "load_model", "match_gpu"]
+__all__ = [
+    "BYTES_PER_ELEMENT",
+    "DTYPES",
+    "GemmaFeatures",
+    "GpuSpec",
+    "ModelSpec",
+    "gpu_collective_figures",
+    "gpu_interconnect_defaults",
+    "gpu_sources",
+    "list_gpus",
+    "list_models",
+    "load_gpu",
+    "load_model",
+    "match_gpu",
+]
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 #: Bytes per element of each compute dtype (fp4: Blackwell's E2M1, half a byte; its block scales
 #: belong to the weight format, see :mod:`roofprof.precision`).
-BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5}
+BYTES_PER_ELEMENT = {
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "fp4": 0.5,
+}
 
 
 def _data_root():
@@ -86,7 +107,9 @@ class GpuSpec:
             return max(rates["fp64_tensor"], rates.get("fp64", 0.0))
         if dtype not in rates:
             have = sorted(k for k in rates if k in DTYPES)
-            raise ConfigError(f"{self.id} has no {dtype} rate in its datasheet; dtypes it has: {', '.join(have)}")
+            raise ConfigError(
+                f"{self.id} has no {dtype} rate in its datasheet; dtypes it has: {', '.join(have)}"
+            )
         return rates[dtype]
 
     def ridge_flops_per_byte(self, dtype: str) -> float:
@@ -114,7 +137,9 @@ def _gpu_catalogue() -> tuple[dict[str, Any], tuple[GpuSpec, ...]]:
                 memory_bytes_per_s=float(row["memory_bytes_per_s"]),
                 l2_bytes=_opt_float(row.get("l2_bytes")),
                 tdp_w=_opt_float(row.get("tdp_w")),
-                peak_flops_per_s={k: float(v) for k, v in row["peak_flops_per_s"].items() if v is not None},
+                peak_flops_per_s={
+                    k: float(v) for k, v in row["peak_flops_per_s"].items() if v is not None
+                },
                 nvlink_bytes_per_s=_opt_float(row.get("nvlink_bytes_per_s")),
                 interconnect=row.get("interconnect") or {},
                 alternatives=row.get("alternatives") or {},
@@ -330,7 +355,13 @@ class ModelSpec:
         return 2 * self.num_layers * self.kv_size * BYTES_PER_ELEMENT[dtype]
 
 
-_REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+_REQUIRED_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+)
 
 
 def list_models() -> tuple[str, ...]:
@@ -365,11 +396,18 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     if text in list_models():
         path, label = _data_root() / "models" / f"{text}.json", text
     elif _is_file(text):
-        path, label = Path(text), Path(text).stem if Path(text).name != "config.json" else Path(text).parent.name or "config"
+        path, label = (
+            Path(text),
+            Path(text).stem
+            if Path(text).name != "config.json"
+            else Path(text).parent.name or "config",
+        )
     elif _exists(text):  # a folder, a socket, ...: say what is wrong with the path
         raise ConfigError(f"model config {text!r} is not a file")
     else:
-        raise UnknownNameError("model", text if len(text) <= 200 else text[:200] + "...", list_models())
+        raise UnknownNameError(
+            "model", text if len(text) <= 200 else text[:200] + "...", list_models()
+        )
     from roofprof.results import loads_json, read_text
 
     cfg = loads_json(read_text(path, what="model config", max_bytes=_MAX_CONFIG_BYTES), text)
@@ -379,12 +417,16 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         if cfg.get(key) is not None and not isinstance(cfg[key], str):
             raise ConfigError(f"{text}: field {key!r} must be a string, got {cfg[key]!r}")
     archs = cfg.get("architectures")
-    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+    if archs is not None and not (
+        isinstance(archs, list) and all(isinstance(a, str) for a in archs)
+    ):
         raise ConfigError(f"{text}: field 'architectures' must be a list of strings")
     from roofprof.models.families import family_of
 
     family = family_of(cfg)
-    if isinstance(cfg.get("text_config"), dict):  # a multimodal wrapper (Gemma 3): its language model
+    if isinstance(
+        cfg.get("text_config"), dict
+    ):  # a multimodal wrapper (Gemma 3): its language model
         outer = {k: cfg[k] for k in ("_roofprof_id", "_name_or_path") if k in cfg}
         cfg = {**cfg["text_config"], **outer}
     if family.startswith("gemma"):  # transformers' Gemma configs tie the embeddings by default
@@ -395,7 +437,9 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     heads = _positive_int(cfg, "num_attention_heads", text)
     hidden = _positive_int(cfg, "hidden_size", text)
     if cfg.get("head_dim") is None and hidden % heads:
-        raise ConfigError(f"{text}: hidden_size {hidden} is not divisible by num_attention_heads {heads} and head_dim is absent")
+        raise ConfigError(
+            f"{text}: hidden_size {hidden} is not divisible by num_attention_heads {heads} and head_dim is absent"
+        )
     cfg.setdefault("num_key_value_heads", heads)
     if cfg.get("num_key_value_heads") is None:
         cfg["num_key_value_heads"] = heads
@@ -403,7 +447,9 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         cfg["head_dim"] = hidden // heads
     kv_heads = _positive_int(cfg, "num_key_value_heads", text)
     if heads % kv_heads:
-        raise ConfigError(f"{text}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+        raise ConfigError(
+            f"{text}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+        )
     fields: dict[str, Any] = dict(
         id=cfg.get("_roofprof_id") or label,
         hidden_size=hidden,
@@ -414,22 +460,31 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         head_dim=_positive_int(cfg, "head_dim", text),
         vocab_size=_positive_int(cfg, "vocab_size", text),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False, text),
-        max_position_embeddings=(_positive_int(cfg, "max_position_embeddings", text)
-                                 if cfg.get("max_position_embeddings") not in (None, 0) else 2**31 - 1),
+        max_position_embeddings=(
+            _positive_int(cfg, "max_position_embeddings", text)
+            if cfg.get("max_position_embeddings") not in (None, 0)
+            else 2**31 - 1
+        ),
         source=str(cfg.get("_name_or_path") or path),
         family=family,
         rope_theta=_positive_float(cfg, "rope_theta", 10000.0, text),
-        rope_scaling=_frozen_items(_mapping_or_none(cfg, "rope_scaling", text)
-                                   or _mapping_or_none(cfg, "rope_parameters", text)),
+        rope_scaling=_frozen_items(
+            _mapping_or_none(cfg, "rope_scaling", text)
+            or _mapping_or_none(cfg, "rope_parameters", text)
+        ),
         rms_norm_eps=_positive_float(cfg, "rms_norm_eps", 1e-6, text, maximum=1.0),
         ignored_fields=ignored_fields(family, cfg),
     )
     from roofprof.models.moe_config import family_fields
 
-    spec = ModelSpec(**{**fields, **_family_fields(family, cfg, text), **family_fields(family, cfg, text)})
+    spec = ModelSpec(
+        **{**fields, **_family_fields(family, cfg, text), **family_fields(family, cfg, text)}
+    )
     if spec.param_count() > _MAX_PARAMS:
-        raise ConfigError(f"{text}: the sizes give {spec.param_count():.3g} parameters, more than "
-                          f"{_MAX_PARAMS:.0e}; not a plausible model config")
+        raise ConfigError(
+            f"{text}: the sizes give {spec.param_count():.3g} parameters, more than "
+            f"{_MAX_PARAMS:.0e}; not a plausible model config"
+        )
     return spec
 
 
@@ -447,7 +502,14 @@ def ignored_fields(family: str, cfg: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 #: Config keys that say what a config is rather than what the model computes.
-_BOOKKEEPING = ("architectures", "model_type", "text_config", "transformers_version", "torch_dtype", "dtype")
+_BOOKKEEPING = (
+    "architectures",
+    "model_type",
+    "text_config",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+)
 
 
 def _family_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
@@ -459,31 +521,50 @@ def _family_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str,
     ``use_sliding_window`` true, which no shipped Qwen config sets: refused rather than
     modelled wrong (its ``max_window_layers`` split is not modelled).
     """
-    for key, want in (("hidden_act", ("silu",) if not family.startswith("gemma") else None),
-                      ("hidden_activation", ("gelu_pytorch_tanh", "gelu_tanh"))):
+    for key, want in (
+        ("hidden_act", ("silu",) if not family.startswith("gemma") else None),
+        ("hidden_activation", ("gelu_pytorch_tanh", "gelu_tanh")),
+    ):
         if want and cfg.get(key) is not None and cfg[key] not in want:
-            raise ConfigError(f"{label}: field {key!r} {cfg[key]!r} is not modelled for {family} "
-                              f"(it models {want[0]})")
-    for key in ("mlp_bias", *(("attention_bias",) if family not in ("qwen3", "qwen3_moe", "gpt_oss") else ()),
-                "use_bidirectional_attention"):
+            raise ConfigError(
+                f"{label}: field {key!r} {cfg[key]!r} is not modelled for {family} "
+                f"(it models {want[0]})"
+            )
+    for key in (
+        "mlp_bias",
+        *(("attention_bias",) if family not in ("qwen3", "qwen3_moe", "gpt_oss") else ()),
+        "use_bidirectional_attention",
+    ):
         if _bool(cfg, key, False, label):
             raise ConfigError(f"{label}: field {key!r} true is not modelled for {family}")
-    if family in ("qwen2", "phi3") and cfg["head_dim"] * cfg["num_attention_heads"] != cfg["hidden_size"]:
-        raise ConfigError(f"{label}: head_dim {cfg['head_dim']} × num_attention_heads {cfg['num_attention_heads']} "
-                          f"contradicts hidden_size {cfg['hidden_size']} ({family} requires them equal)")
+    if (
+        family in ("qwen2", "phi3")
+        and cfg["head_dim"] * cfg["num_attention_heads"] != cfg["hidden_size"]
+    ):
+        raise ConfigError(
+            f"{label}: head_dim {cfg['head_dim']} × num_attention_heads {cfg['num_attention_heads']} "
+            f"contradicts hidden_size {cfg['hidden_size']} ({family} requires them equal)"
+        )
     if family in ("qwen2", "qwen3") and _bool(cfg, "use_sliding_window", False, label):
-        raise ConfigError(f"{label}: field 'use_sliding_window' true is not modelled for {family} "
-                          "(per-layer windows); set it false")
+        raise ConfigError(
+            f"{label}: field 'use_sliding_window' true is not modelled for {family} "
+            "(per-layer windows); set it false"
+        )
     if family == "qwen2":
         return {"attention_bias": True}
     if family == "qwen3":
         return {"attention_bias": _bool(cfg, "attention_bias", False, label), "qk_norm": True}
     if family in ("mistral", "phi3"):
         if family == "phi3" and cfg.get("partial_rotary_factor") not in (None, 1, 1.0):
-            raise ConfigError(f"{label}: field 'partial_rotary_factor' {cfg['partial_rotary_factor']!r} "
-                              "(partial RoPE) is not modelled for phi3")
-        window = (None if cfg.get("sliding_window") is None
-                  else _positive_int(cfg, "sliding_window", label))
+            raise ConfigError(
+                f"{label}: field 'partial_rotary_factor' {cfg['partial_rotary_factor']!r} "
+                "(partial RoPE) is not modelled for phi3"
+            )
+        window = (
+            None
+            if cfg.get("sliding_window") is None
+            else _positive_int(cfg, "sliding_window", label)
+        )
         return {"sliding_window": window}
     if family.startswith("gemma"):
         return _gemma_fields(family, cfg, label)
@@ -496,10 +577,15 @@ def _gemma_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str, 
     layers = _positive_int(cfg, "num_hidden_layers", label)
     types = cfg.get("layer_types")
     if types is not None:
-        if (not isinstance(types, list) or len(types) != layers
-                or any(t not in ("sliding_attention", "full_attention") for t in types)):
-            raise ConfigError(f"{label}: field 'layer_types' must list 'sliding_attention' or "
-                              f"'full_attention' for each of the {layers} layers")
+        if (
+            not isinstance(types, list)
+            or len(types) != layers
+            or any(t not in ("sliding_attention", "full_attention") for t in types)
+        ):
+            raise ConfigError(
+                f"{label}: field 'layer_types' must list 'sliding_attention' or "
+                f"'full_attention' for each of the {layers} layers"
+            )
         local = tuple(t == "sliding_attention" for t in types)
     else:
         pattern = 2 if family == "gemma2" else 6  # transformers' defaults
@@ -512,13 +598,22 @@ def _gemma_fields(family: str, cfg: Mapping[str, Any], label: str) -> dict[str, 
     if "query_pre_attn_scalar" not in cfg:
         raise ConfigError(f"{label}: missing field 'query_pre_attn_scalar'")
     features = GemmaFeatures(
-        query_pre_attn_scalar=float(_positive_int(cfg, "query_pre_attn_scalar", label)), local_layers=local,
-        rope_local_theta=(_positive_float(cfg, "rope_local_base_freq", 10000.0, label)
-                          if family == "gemma3" else None), **caps)
+        query_pre_attn_scalar=float(_positive_int(cfg, "query_pre_attn_scalar", label)),
+        local_layers=local,
+        rope_local_theta=(
+            _positive_float(cfg, "rope_local_base_freq", 10000.0, label)
+            if family == "gemma3"
+            else None
+        ),
+        **caps,
+    )
     if "sliding_window" not in cfg:
         raise ConfigError(f"{label}: missing field 'sliding_window'")
-    return {"gemma": features, "sliding_window": _positive_int(cfg, "sliding_window", label),
-            "qk_norm": family == "gemma3"}
+    return {
+        "gemma": features,
+        "sliding_window": _positive_int(cfg, "sliding_window", label),
+        "qk_norm": family == "gemma3",
+    }
 
 
 #: A config file larger than this is not a config (real ones are a few KiB).
@@ -554,16 +649,22 @@ def _bool(cfg: Mapping[str, Any], key: str, default: bool, label: str) -> bool:
     return value
 
 
-def _positive_float(cfg: Mapping[str, Any], key: str, default: float, label: str,
-                    maximum: float = 1e300) -> float:
+def _positive_float(
+    cfg: Mapping[str, Any], key: str, default: float, label: str, maximum: float = 1e300
+) -> float:
     """A positive finite number field (``default`` when absent, null or 0)."""
     value = cfg.get(key)
     if value is None or (not isinstance(value, bool) and value == 0):
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and 0 < value <= maximum):
-        raise ConfigError(f"{label}: field {key!r} must be a positive finite number"
-                          f"{'' if maximum >= 1e300 else f' up to {maximum:g}'}, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and 0 < value <= maximum)
+    ):
+        raise ConfigError(
+            f"{label}: field {key!r} must be a positive finite number"
+            f"{'' if maximum >= 1e300 else f' up to {maximum:g}'}, got {value!r}"
+        )
     return float(value)
 
 
@@ -590,9 +691,13 @@ def _frozen_items(value: Any) -> tuple[tuple[str, Any], ...] | None:
 def _positive_int(cfg: Mapping[str, Any], key: str, label: str) -> int:
     """A whole number in ``1 .. 2**31-1`` (``4096`` or ``4096.0``; not true, NaN, inf, 1e308)."""
     value = cfg.get(key)
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))
-            or not 0 < value <= _MAX_SIZE):
-        raise ConfigError(f"{label}: field {key!r} must be a positive integer up to {_MAX_SIZE}, "
-                          f"got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))
+        or not 0 < value <= _MAX_SIZE
+    ):
+        raise ConfigError(
+            f"{label}: field {key!r} must be a positive integer up to {_MAX_SIZE}, got {value!r}"
+        )
     return int(value)

@@ -32,9 +32,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CLOCKS_EVENT_REASONS", "CONTENDED_SHARE", "DEFAULT_INTERVAL_S", "THROTTLE_REASONS",
-           "Contention", "CpuFreqSampler", "NullSampler", "NvmlSampler", "Sampler",
-           "TelemetrySummary", "loadavg", "reason_names"]
+__all__ = [
+    "CLOCKS_EVENT_REASONS",
+    "CONTENDED_SHARE",
+    "DEFAULT_INTERVAL_S",
+    "THROTTLE_REASONS",
+    "Contention",
+    "CpuFreqSampler",
+    "NullSampler",
+    "NvmlSampler",
+    "Sampler",
+    "TelemetrySummary",
+    "loadavg",
+    "reason_names",
+]
 
 DEFAULT_INTERVAL_S = 0.01
 #: Share of all CPUs used by other processes above which a CPU measurement counts as contended.
@@ -53,8 +64,9 @@ CLOCKS_EVENT_REASONS: Mapping[int, str] = {
     0x100: "DisplayClockSetting",
 }
 #: Reasons that mean the clock was held below what the workload asked for.
-THROTTLE_REASONS = frozenset({"SwPowerCap", "HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown",
-                              "HwPowerBrakeSlowdown"})
+THROTTLE_REASONS = frozenset(
+    {"SwPowerCap", "HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown"}
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,11 @@ class TelemetrySummary:
     @property
     def clock_mhz(self) -> float | None:
         """Median compute clock seen: SM clock on a GPU, core clock on a CPU."""
-        return self.sm_clock_mhz_median if self.sm_clock_mhz_median is not None else self.cpu_clock_mhz_median
+        return (
+            self.sm_clock_mhz_median
+            if self.sm_clock_mhz_median is not None
+            else self.cpu_clock_mhz_median
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -174,8 +190,9 @@ class _ThreadSampler:
                 pass
             return self
         self._safe_sample()
-        self._thread = threading.Thread(target=self._run, name=f"roofprof-{self.source}-sampler",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"roofprof-{self.source}-sampler", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -233,7 +250,9 @@ class NvmlSampler(_ThreadSampler):
 
     source = "nvml"
 
-    def __init__(self, handle_index: int = 0, interval_s: float = DEFAULT_INTERVAL_S, nvml: Any = None):
+    def __init__(
+        self, handle_index: int = 0, interval_s: float = DEFAULT_INTERVAL_S, nvml: Any = None
+    ):
         super().__init__(interval_s)
         self.handle_index = handle_index
         self._nvml = nvml
@@ -266,6 +285,7 @@ class NvmlSampler(_ThreadSampler):
                 if fn is None:
                     raise _FunctionMissing(name)
                 return fn(h, *args)
+
             f.__name__ = name
             return f
 
@@ -273,11 +293,15 @@ class NvmlSampler(_ThreadSampler):
             "sm_clock_mhz": [call("nvmlDeviceGetClockInfo", clock_sm)],
             "mem_clock_mhz": [call("nvmlDeviceGetClockInfo", clock_mem)],
             "power_mw": [call("nvmlDeviceGetPowerUsage")],
-            "temperature_c": [call("nvmlDeviceGetTemperatureV", temp_gpu),
-                              call("nvmlDeviceGetTemperature", temp_gpu)],
+            "temperature_c": [
+                call("nvmlDeviceGetTemperatureV", temp_gpu),
+                call("nvmlDeviceGetTemperature", temp_gpu),
+            ],
             "utilisation": [call("nvmlDeviceGetUtilizationRates")],
-            "reasons": [call("nvmlDeviceGetCurrentClocksEventReasons"),
-                        call("nvmlDeviceGetCurrentClocksThrottleReasons")],
+            "reasons": [
+                call("nvmlDeviceGetCurrentClocksEventReasons"),
+                call("nvmlDeviceGetCurrentClocksThrottleReasons"),
+            ],
         }
         self._missing = {}
 
@@ -324,8 +348,13 @@ class NvmlSampler(_ThreadSampler):
             if isinstance(r.get("reasons"), int):
                 mask |= r["reasons"]
         return TelemetrySummary(
-            available=True, reason="", source="nvml", samples=len(records), interval_s=self.interval_s,
-            sm_clock_mhz_median=_median(sm), sm_clock_mhz_min=min(sm) if sm else None,
+            available=True,
+            reason="",
+            source="nvml",
+            samples=len(records),
+            interval_s=self.interval_s,
+            sm_clock_mhz_median=_median(sm),
+            sm_clock_mhz_min=min(sm) if sm else None,
             mem_clock_mhz_median=_median(mem),
             power_w_median=_median(power) / 1000.0 if power else None,
             temperature_c_max=max(temp) if temp else None,
@@ -371,8 +400,13 @@ class CpuFreqSampler(_ThreadSampler):
 
     source = "cpufreq"
 
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, cpus: list[int] | None = None,
-                 sysfs: str | Path = "/sys/devices/system/cpu", cpuinfo: str | Path = "/proc/cpuinfo"):
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        cpus: list[int] | None = None,
+        sysfs: str | Path = "/sys/devices/system/cpu",
+        cpuinfo: str | Path = "/proc/cpuinfo",
+    ):
         super().__init__(interval_s)
         self.cpus = cpus
         self.sysfs = Path(sysfs)
@@ -391,7 +425,9 @@ class CpuFreqSampler(_ThreadSampler):
             self._mode = "cpuinfo"
             self.source = "cpuinfo"
             return
-        raise RuntimeError("the OS exposes no CPU frequency (no cpufreq in sysfs, no 'cpu MHz' in cpuinfo)")
+        raise RuntimeError(
+            "the OS exposes no CPU frequency (no cpufreq in sysfs, no 'cpu MHz' in cpuinfo)"
+        )
 
     def _sample(self) -> dict[str, Any]:
         if self._mode == "sysfs":
@@ -400,11 +436,18 @@ class CpuFreqSampler(_ThreadSampler):
 
     def _summarise(self, records: list[dict[str, Any]]) -> TelemetrySummary:
         mhz = [v for r in records for v in r.get("mhz", [])]
-        reason = "" if self._mode == "sysfs" else (
-            "frequency from /proc/cpuinfo; a hypervisor may report a fixed nominal value")
+        reason = (
+            ""
+            if self._mode == "sysfs"
+            else ("frequency from /proc/cpuinfo; a hypervisor may report a fixed nominal value")
+        )
         return TelemetrySummary(
-            available=bool(mhz), reason=reason, source=self.source, samples=len(records),
-            interval_s=self.interval_s, cpu_clock_mhz_median=_median(mhz),
+            available=bool(mhz),
+            reason=reason,
+            source=self.source,
+            samples=len(records),
+            interval_s=self.interval_s,
+            cpu_clock_mhz_median=_median(mhz),
             cpu_clock_mhz_min=min(mhz) if mhz else None,
         )
 

@@ -28,7 +28,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["LONG_CALL_AGREE", "LONG_CALL_S", "NOISY_CV", "Case", "Clock", "PerfCounterClock", "Timing", "benchmark", "interleave", "repeat_counts"]
+__all__ = [
+    "LONG_CALL_AGREE",
+    "LONG_CALL_S",
+    "NOISY_CV",
+    "Case",
+    "Clock",
+    "PerfCounterClock",
+    "Timing",
+    "benchmark",
+    "interleave",
+    "repeat_counts",
+]
 
 #: A coefficient of variation above this marks a timing as noisy.
 NOISY_CV = 0.05
@@ -180,9 +191,17 @@ class Timing:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         """Statistics (and, by default, the raw samples) as a JSON-ready dict."""
         d: dict[str, Any] = {
-            "n": self.n, "min_s": self.min_s, "median_s": self.median_s, "mean_s": self.mean_s,
-            "iqr_s": self.iqr_s, "cv": self.cv, "noisy": self.noisy, "flush": self.flush,
-            "warmup_runs": self.warmup_runs, "estimate_s": self.estimate_s, "clock": self.clock,
+            "n": self.n,
+            "min_s": self.min_s,
+            "median_s": self.median_s,
+            "mean_s": self.mean_s,
+            "iqr_s": self.iqr_s,
+            "cv": self.cv,
+            "noisy": self.noisy,
+            "flush": self.flush,
+            "warmup_runs": self.warmup_runs,
+            "estimate_s": self.estimate_s,
+            "clock": self.clock,
         }
         if self.rounds:
             d.update(rounds=self.rounds, rounds_kept=self.rounds_kept)
@@ -192,14 +211,20 @@ class Timing:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Timing:
-        return cls(samples_s=tuple(d["samples_s"]), flush=d.get("flush", "none"),
-                   warmup_runs=int(d.get("warmup_runs", 0)), estimate_s=float(d.get("estimate_s", 0.0)),
-                   clock=d.get("clock", "perf_counter"), rounds=int(d.get("rounds", 0)),
-                   rounds_kept=int(d.get("rounds_kept", 0)))
+        return cls(
+            samples_s=tuple(d["samples_s"]),
+            flush=d.get("flush", "none"),
+            warmup_runs=int(d.get("warmup_runs", 0)),
+            estimate_s=float(d.get("estimate_s", 0.0)),
+            clock=d.get("clock", "perf_counter"),
+            rounds=int(d.get("rounds", 0)),
+            rounds_kept=int(d.get("rounds_kept", 0)),
+        )
 
 
-def repeat_counts(estimate_s: float, *, budget_s: float, warmup_s: float, min_repeats: int,
-                  max_repeats: int) -> tuple[int, int]:
+def repeat_counts(
+    estimate_s: float, *, budget_s: float, warmup_s: float, min_repeats: int, max_repeats: int
+) -> tuple[int, int]:
     """``(warm-up calls, timed calls)`` for a call estimated at ``estimate_s`` seconds.
 
     Like ``do_bench``: warm-up fills ``warmup_s`` (0 when one call already exceeds it: the
@@ -283,8 +308,13 @@ def benchmark(
     estimate = float(statistics.median(estimates))
     if few_for_long and estimate >= LONG_CALL_S:
         min_repeats = min(min_repeats, 3)
-    n_warmup, n_repeat = repeat_counts(estimate, budget_s=budget_s, warmup_s=warmup_s,
-                                       min_repeats=min_repeats, max_repeats=max_repeats)
+    n_warmup, n_repeat = repeat_counts(
+        estimate,
+        budget_s=budget_s,
+        warmup_s=warmup_s,
+        min_repeats=min_repeats,
+        max_repeats=max_repeats,
+    )
     for _ in range(n_warmup):
         calls[turn % len(calls)]()
         turn += 1
@@ -295,8 +325,13 @@ def benchmark(
         if long and len(taken) == 2 and _agree(taken):
             break  # two samples of a long call that agree are enough
     samples = tuple(taken)
-    return Timing(samples_s=samples, flush=mode, warmup_runs=n_warmup, estimate_s=estimate,
-                  clock=getattr(clock, "name", type(clock).__name__))
+    return Timing(
+        samples_s=samples,
+        flush=mode,
+        warmup_runs=n_warmup,
+        estimate_s=estimate,
+        clock=getattr(clock, "name", type(clock).__name__),
+    )
 
 
 @dataclass
@@ -405,13 +440,20 @@ def interleave(
         if not st.case.warm:
             st.case.calls[0]()
         st.estimate_s = st.timed(clock)
-        st.warmup, n = repeat_counts(st.estimate_s, budget_s=budget_s, warmup_s=warmup_s,
-                                     min_repeats=rounds, max_repeats=max_repeats)
+        st.warmup, n = repeat_counts(
+            st.estimate_s,
+            budget_s=budget_s,
+            warmup_s=warmup_s,
+            min_repeats=rounds,
+            max_repeats=max_repeats,
+        )
         for _ in range(st.warmup):
             st.call()
         st.per_round = max(1, math.ceil(n / rounds))
         if st.estimate_s >= LONG_CALL_S and rounds > 3:
-            st.enough = max(2, long_samples)  # a call of 100 ms or more: few samples, or two that agree
+            st.enough = max(
+                2, long_samples
+            )  # a call of 100 ms or more: few samples, or two that agree
     limit = max_rounds if max_rounds is not None else 2 * rounds
     shares: list[float | None] = []
     r = 0
@@ -422,8 +464,14 @@ def interleave(
             for j, st in enumerate(order):
                 if on_case is not None:
                     on_case(r, j)
-                done = bool(st.enough) and st.satisfied([x for s, sh in zip(st.rounds, shares, strict=False)
-                                                         if sh is None or sh <= busy_above for x in s])
+                done = bool(st.enough) and st.satisfied(
+                    [
+                        x
+                        for s, sh in zip(st.rounds, shares, strict=False)
+                        if sh is None or sh <= busy_above
+                        for x in s
+                    ]
+                )
                 samples = [] if done else [st.timed(clock) for _ in range(st.per_round)]
                 if st.enough and r == 0:
                     # a long call's estimate ran warm (after its check): it counts as a sample,
@@ -438,17 +486,34 @@ def interleave(
         clean = sum(1 for sh in shares if sh is None or sh <= busy_above)
         if r >= rounds and (clean >= min_clean_rounds or r >= limit):
             break
-        if r >= rounds and more_rounds is not None and not more_rounds(time.perf_counter() - t_round):
+        if (
+            r >= rounds
+            and more_rounds is not None
+            and not more_rounds(time.perf_counter() - t_round)
+        ):
             break
     out = []
     for st in states:
-        clean_rounds = [s for s, sh in zip(st.rounds, shares, strict=True) if sh is None or sh <= busy_above]
+        clean_rounds = [
+            s for s, sh in zip(st.rounds, shares, strict=True) if sh is None or sh <= busy_above
+        ]
         clean = [x for s in clean_rounds for x in s]
         kept = clean_rounds if len(clean) >= 3 or st.satisfied(clean) else st.rounds
         calls = st.case.calls
-        mode = "interleaved" + (f"+rotate:{len(calls)}" if len(calls) > 1 else "") + \
-            ("+flush" if st.case.flush is not None else "")
-        out.append(Timing(samples_s=tuple(x for s in kept for x in s), flush=mode, warmup_runs=st.warmup,
-                          estimate_s=st.estimate_s, clock=getattr(clock, "name", type(clock).__name__),
-                          rounds=len(st.rounds), rounds_kept=len(kept)))
+        mode = (
+            "interleaved"
+            + (f"+rotate:{len(calls)}" if len(calls) > 1 else "")
+            + ("+flush" if st.case.flush is not None else "")
+        )
+        out.append(
+            Timing(
+                samples_s=tuple(x for s in kept for x in s),
+                flush=mode,
+                warmup_runs=st.warmup,
+                estimate_s=st.estimate_s,
+                clock=getattr(clock, "name", type(clock).__name__),
+                rounds=len(st.rounds),
+                rounds_kept=len(kept),
+            )
+        )
     return out

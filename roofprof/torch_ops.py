@@ -43,14 +43,31 @@ from roofprof.devices.pool import (  # malloc_trimmer: API here too
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op
 
-__all__ = ["SUPPORTED_FNS", "PreparedTorchOp", "TorchOps", "family_preparers", "malloc_trimmer", "tolerance"]
+__all__ = [
+    "SUPPORTED_FNS",
+    "PreparedTorchOp",
+    "TorchOps",
+    "family_preparers",
+    "malloc_trimmer",
+    "tolerance",
+]
 
 #: What each op computes (``Op.fn``) -> the TorchOps method that prepares it (the fns every
 #: family shares; a family adds its own through the ``PREPARERS`` of its torch module,
 #: :class:`roofprof.models.families.TorchSide`).
-_PREPARE = {"linear": "_gemm", "rmsnorm": "_norm", "add": "_residual", "silu_mul": "_silu_mul", "rope": "_rope",
-            "gather": "_embedding", "onehot_matmul": "_embedding", "sdpa": "_attention_fused",
-            "qk_matmul": "_attention_eager", "softmax": "_attention_eager", "pv_matmul": "_attention_eager"}
+_PREPARE = {
+    "linear": "_gemm",
+    "rmsnorm": "_norm",
+    "add": "_residual",
+    "silu_mul": "_silu_mul",
+    "rope": "_rope",
+    "gather": "_embedding",
+    "onehot_matmul": "_embedding",
+    "sdpa": "_attention_fused",
+    "qk_matmul": "_attention_eager",
+    "softmax": "_attention_eager",
+    "pv_matmul": "_attention_eager",
+}
 #: The ``Op.fn`` values TorchOps implements for every family.
 SUPPORTED_FNS = tuple(_PREPARE)
 
@@ -124,9 +141,17 @@ class TorchOps:
 
     name = "torch"
 
-    def __init__(self, model: ModelSpec, device: str = "cpu", *, cache_bytes: int = 32 << 20,
-                 max_rotation: int = 16, memory_bytes: int | None = None, pool_bytes: int | None = None,
-                 pool: InputPool | None = None):
+    def __init__(
+        self,
+        model: ModelSpec,
+        device: str = "cpu",
+        *,
+        cache_bytes: int = 32 << 20,
+        max_rotation: int = 16,
+        memory_bytes: int | None = None,
+        pool_bytes: int | None = None,
+        pool: InputPool | None = None,
+    ):
         import torch
 
         self.torch = torch
@@ -138,10 +163,15 @@ class TorchOps:
         self.is_cuda = str(device).startswith("cuda")
         #: weights and tables shared by the ops of one shape (batch sizes, sweep points); on the
         #: CPU the device's pool, shared with numpy and numba (``pool``)
-        self.inputs = pool if pool is not None else InputPool(pool_bytes if pool_bytes is not None else 2 << 30)
+        self.inputs = (
+            pool
+            if pool is not None
+            else InputPool(pool_bytes if pool_bytes is not None else 2 << 30)
+        )
         #: ``Op.fn`` -> preparer: the shared methods, then the model family's own (which win).
         self.preparers: dict[str, Callable[[Op], PreparedTorchOp]] = {
-            fn: getattr(self, method) for fn, method in _PREPARE.items()}
+            fn: getattr(self, method) for fn, method in _PREPARE.items()
+        }
         for fn, preparer in family_preparers(model.family).items():
             self.preparers[fn] = functools.partial(preparer, self)
 
@@ -150,8 +180,12 @@ class TorchOps:
         """TorchOps on a roofprof Device: its torch device, its last-level cache and, on the CPU,
         its input pool (so numpy, numba and torch time the same weight buffers)."""
         info = device.info
-        return cls(model, info.torch_device, cache_bytes=info.last_level_cache_bytes or (32 << 20),
-                   pool=getattr(device, "inputs", None) if info.torch_device == "cpu" else None)
+        return cls(
+            model,
+            info.torch_device,
+            cache_bytes=info.last_level_cache_bytes or (32 << 20),
+            pool=getattr(device, "inputs", None) if info.torch_device == "cpu" else None,
+        )
 
     def release_buffers(self) -> None:
         """Drop the shared weights (ops that still hold one keep theirs)."""
@@ -196,8 +230,9 @@ class TorchOps:
         """A tensor as a float64 numpy array on the host."""
         return self._np(t)
 
-    def prepared(self, op: Op, calls, reference, reduction: int, kernels: int, note: str = "",
-                 buffers=()) -> PreparedTorchOp:
+    def prepared(
+        self, op: Op, calls, reference, reduction: int, kernels: int, note: str = "", buffers=()
+    ) -> PreparedTorchOp:
         """A :class:`PreparedTorchOp` (fresh output pages on the CPU for large non-GEMM outputs)."""
         return self._prepared(op, calls, reference, reduction, kernels, note, buffers)
 
@@ -231,8 +266,10 @@ class TorchOps:
     def _weight(self, n: int, k: int, op: Op, copy: int):
         """Copy ``copy`` of the ``[n, k]`` weight in ``op``'s dtype, from the shared pool (drawn once;
         numpy's array when numpy drew it first, viewed as a tensor without copying)."""
-        w = self.inputs.get(weight_key((), n, k, op.dtype, copy),
-                            lambda: self._randn((n, k), op, std=k ** -0.5, seed=1000 + copy))
+        w = self.inputs.get(
+            weight_key((), n, k, op.dtype, copy),
+            lambda: self._randn((n, k), op, std=k**-0.5, seed=1000 + copy),
+        )
         return w if isinstance(w, self.torch.Tensor) else self.torch.from_numpy(w)
 
     def _sync(self) -> None:
@@ -243,8 +280,10 @@ class TorchOps:
         if self.memory_bytes is not None and nbytes > self.memory_bytes:
             from roofprof.errors import ConfigError
 
-            raise ConfigError(f"op {op.name}: buffers need {nbytes / 1e9:.2f} GB, "
-                              f"{self.memory_bytes / 1e9:.2f} GB free")
+            raise ConfigError(
+                f"op {op.name}: buffers need {nbytes / 1e9:.2f} GB, "
+                f"{self.memory_bytes / 1e9:.2f} GB free"
+            )
 
     @staticmethod
     def _rows(n: int, limit: int = 8) -> list[int]:
@@ -255,13 +294,21 @@ class TorchOps:
 
     def _prepared(self, op, calls, reference, reduction, kernels, note="", buffers=()):
         before = None
-        out_bytes = op.m * op.n * max(op.batch if op.kind == "attention" and op.fn != "softmax" else 1, 1) \
+        out_bytes = (
+            op.m
+            * op.n
+            * max(op.batch if op.kind == "attention" and op.fn != "softmax" else 1, 1)
             * self._dtype(op).itemsize
+        )
         if not self.is_cuda and op.kind != "gemm" and out_bytes >= FRESH_OUTPUT_BYTES:
             before = malloc_trimmer()
             if before is not None:
-                note = (note + "; " if note else "") + "outputs in fresh pages (freed memory returned to the OS between calls)"
-        return PreparedTorchOp(op, tuple(calls), reference, reduction, kernels, self._sync, note, list(buffers), before)
+                note = (
+                    note + "; " if note else ""
+                ) + "outputs in fresh pages (freed memory returned to the OS between calls)"
+        return PreparedTorchOp(
+            op, tuple(calls), reference, reduction, kernels, self._sync, note, list(buffers), before
+        )
 
     # -- ops -----------------------------------------------------------------------------
     def _gemm(self, op: Op) -> PreparedTorchOp:
@@ -284,9 +331,18 @@ class TorchOps:
             ref = self._np(x[rows]) @ self._np(ws[0][cols]).T
             return out, ref
 
-        cold = f"weights rotated over {copies} copies (cold)" if copies > 1 else \
-            ("weights warm (small)" if weight_bytes < (1 << 20) else "one weight copy (larger than the caches)")
-        return self._prepared(op, calls, reference, op.k, 1, f"F.linear, {cold}, input warm", [x, ws])
+        cold = (
+            f"weights rotated over {copies} copies (cold)"
+            if copies > 1
+            else (
+                "weights warm (small)"
+                if weight_bytes < (1 << 20)
+                else "one weight copy (larger than the caches)"
+            )
+        )
+        return self._prepared(
+            op, calls, reference, op.k, 1, f"F.linear, {cold}, input warm", [x, ws]
+        )
 
     def _norm(self, op: Op) -> PreparedTorchOp:
         from roofprof.models.llama_torch import rms_norm
@@ -298,12 +354,19 @@ class TorchOps:
         def reference():
             out = self._np(rms_norm(x, w)[rows])
             xr = self._np(x[rows])
-            ref = self._np(w) * xr / np.sqrt((xr ** 2).mean(-1, keepdims=True) + 1e-5)
+            ref = self._np(w) * xr / np.sqrt((xr**2).mean(-1, keepdims=True) + 1e-5)
             return out, ref
 
         kernels = 6 + (2 if op.dtype != "fp32" else 0)  # to, pow, mean, add, rsqrt, mul, to, mul
-        return self._prepared(op, [lambda: rms_norm(x, w)], reference, op.n, kernels,
-                              "RMSNorm as transformers (float32 inside)", [x, w])
+        return self._prepared(
+            op,
+            [lambda: rms_norm(x, w)],
+            reference,
+            op.n,
+            kernels,
+            "RMSNorm as transformers (float32 inside)",
+            [x, w],
+        )
 
     def _residual(self, op: Op) -> PreparedTorchOp:
         a, b = self._randn((op.m, op.n), op), self._randn((op.m, op.n), op)
@@ -324,7 +387,9 @@ class TorchOps:
             gr, ur = self._np(g[rows]), self._np(u[rows])
             return self._np(silu_mul(g, u)[rows]), gr / (1 + np.exp(-gr)) * ur
 
-        return self._prepared(op, [lambda: silu_mul(g, u)], reference, 1, 2, "F.silu(gate) * up", [g, u])
+        return self._prepared(
+            op, [lambda: silu_mul(g, u)], reference, 1, 2, "F.silu(gate) * up", [g, u]
+        )
 
     def _split_rows(self, op: Op) -> tuple[int, int]:
         """(batch, tokens per sequence) of an op's activation rows (phase-dependent)."""
@@ -353,11 +418,18 @@ class TorchOps:
             q, _ = call()
             qn = self._np(ql).reshape(b, s, -1, d).transpose(0, 2, 1, 3)
             c, sn = self._np(cos)[:, None], self._np(sin)[:, None]
-            rot = np.concatenate([-qn[..., d // 2:], qn[..., : d // 2]], axis=-1)
+            rot = np.concatenate([-qn[..., d // 2 :], qn[..., : d // 2]], axis=-1)
             return self._np(q), qn * c + rot * sn
 
-        return self._prepared(op, [call], reference, 1, 10, "apply_rotary_pos_emb on q and k (views of the projections)",
-                              [ql, kl, cos, sin])
+        return self._prepared(
+            op,
+            [call],
+            reference,
+            1,
+            10,
+            "apply_rotary_pos_emb on q and k (views of the projections)",
+            [ql, kl, cos, sin],
+        )
 
     def _embedding(self, op: Op) -> PreparedTorchOp:
         import torch.nn.functional as F
@@ -376,8 +448,15 @@ class TorchOps:
             out = self._np(F.embedding(ids, table)[rows])
             return out, self._np(table[ids[rows]])  # the gathered rows, read back independently
 
-        return self._prepared(op, [lambda: F.embedding(ids, table)], reference, 1, 1, "F.embedding gather",
-                              [table, ids])
+        return self._prepared(
+            op,
+            [lambda: F.embedding(ids, table)],
+            reference,
+            1,
+            1,
+            "F.embedding gather",
+            [table, ids],
+        )
 
     def _attention_inputs(self, op: Op):
         """q [b,h,s,d], the cache K/V [b,kvh,ctx,d] (decode) and new K/V [b,kvh,s,d]."""
@@ -386,7 +465,9 @@ class TorchOps:
         b = max(1, op.batch // heads)
         s = op.m
         keys = op.k if op.fn == "pv_matmul" else op.n  # PV is [tq, keys]·[keys, d]: keys are its K
-        q = self._randn((b, s, heads, d), op).transpose(1, 2)  # a transposed view, as after q_proj + RoPE
+        q = self._randn((b, s, heads, d), op).transpose(
+            1, 2
+        )  # a transposed view, as after q_proj + RoPE
         k_new = self._randn((b, s, kvh, d), op).transpose(1, 2)
         v_new = self._randn((b, s, kvh, d), op).transpose(1, 2)
         ctx = keys - s if op.phase == "decode" else 0
@@ -416,12 +497,19 @@ class TorchOps:
         def reference():
             out = self._np(call()).reshape(b, s, q.shape[1], -1)
             k, v = kv()
-            ref = _attention_reference(self._np(q[:, hs]), self._np(k[:, kvs]), self._np(v[:, kvs]), causal=s > 1)
+            ref = _attention_reference(
+                self._np(q[:, hs]), self._np(k[:, kvs]), self._np(v[:, kvs]), causal=s > 1
+            )
             return out[:, :, hs], ref.transpose(0, 2, 1, 3)
 
-        note = ("SDPA " + ("causal over the prompt" if s > 1 else f"over a KV cache of {keys} tokens")
-                + ", cache append by concatenation (as transformers' DynamicCache)")
-        return self._prepared(op, [call], reference, keys, 4, note, [q, k_new, v_new, k_cache, v_cache])
+        note = (
+            "SDPA "
+            + ("causal over the prompt" if s > 1 else f"over a KV cache of {keys} tokens")
+            + ", cache append by concatenation (as transformers' DynamicCache)"
+        )
+        return self._prepared(
+            op, [call], reference, keys, 4, note, [q, k_new, v_new, k_cache, v_cache]
+        )
 
     def _attention_eager(self, op: Op) -> PreparedTorchOp:
         from roofprof.models.llama_torch import (
@@ -449,8 +537,15 @@ class TorchOps:
                 x = np.exp(x - x.max(-1, keepdims=True))
                 return out[:, :2], (x / x.sum(-1, keepdims=True))[:, :2]
 
-            return self._prepared(op, [lambda: attention_softmax(scores)], reference, keys, 2,
-                                  "softmax in float32 (eager)", [scores])
+            return self._prepared(
+                op,
+                [lambda: attention_softmax(scores)],
+                reference,
+                keys,
+                2,
+                "softmax in float32 (eager)",
+                [scores],
+            )
         b, s, keys, q, k_new, v_new, k_cache, v_cache = self._attention_inputs(op)
         k = torch.cat([k_cache, k_new], dim=-2) if k_cache is not None else k_new.contiguous()
         v = torch.cat([v_cache, v_new], dim=-2) if v_cache is not None else v_new.contiguous()
@@ -472,9 +567,18 @@ class TorchOps:
                     finite = np.broadcast_to(finite, ref.shape)
                 return np.where(finite, out, 0.0), np.where(finite, ref, 0.0)
 
-            return self._prepared(op, [call], reference, op.k, 3 + (mask is not None),
-                                  "QKᵀ·scale + mask, K repeated for GQA (eager)", [q, k])
-        p = torch.softmax(self._randn((b, q.shape[1], s, keys), op).float(), dim=-1).to(self._dtype(op))
+            return self._prepared(
+                op,
+                [call],
+                reference,
+                op.k,
+                3 + (mask is not None),
+                "QKᵀ·scale + mask, K repeated for GQA (eager)",
+                [q, k],
+            )
+        p = torch.softmax(self._randn((b, q.shape[1], s, keys), op).float(), dim=-1).to(
+            self._dtype(op)
+        )
 
         def call_pv():
             return attention_pv(p, v)
@@ -485,7 +589,9 @@ class TorchOps:
             ref = self._np(p) @ np.repeat(self._np(v), rep, axis=1)
             return out, ref
 
-        return self._prepared(op, [call_pv], reference_pv, keys, 3, "P·V, V repeated for GQA (eager)", [p, v])
+        return self._prepared(
+            op, [call_pv], reference_pv, keys, 3, "P·V, V repeated for GQA (eager)", [p, v]
+        )
 
 
 #: Outputs at least this large get fresh pages before each timed call (see :func:`malloc_trimmer`).

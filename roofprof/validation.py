@@ -49,13 +49,24 @@ from roofprof.workload import Counting, Scenario
 if TYPE_CHECKING:
     from roofprof.devices.base import Device
 
-__all__ = ["BACKENDS", "MemoryPlan", "ValidationResult", "build_hf_model", "build_torch_model", "memory_plan",
-           "predict_for", "validate", "validation_context"]
+__all__ = [
+    "BACKENDS",
+    "MemoryPlan",
+    "ValidationResult",
+    "build_hf_model",
+    "build_torch_model",
+    "memory_plan",
+    "predict_for",
+    "validate",
+    "validation_context",
+]
 
 Progress = Callable[[str, int, int], None]
 BACKENDS = ("auto", "hf", "torch")
-TORCH_MISSING = ("roofprof validate runs a real model and needs torch: pip install 'roofprof[torch]' "
-                 "(CPU only: pip install torch==2.13.0 first); transformers is optional: 'roofprof[hf]'")
+TORCH_MISSING = (
+    "roofprof validate runs a real model and needs torch: pip install 'roofprof[torch]' "
+    "(CPU only: pip install torch==2.13.0 first); transformers is optional: 'roofprof[hf]'"
+)
 
 
 @dataclass(frozen=True)
@@ -76,11 +87,15 @@ class MemoryPlan:
     def describe(self) -> str:
         """One line for the output."""
         if not self.scaled:
-            return (f"all {self.original_layers} layers fit ({self.needed_bytes / 1e9:.2f} GB needed, "
-                    f"{self.available_bytes / 1e9:.2f} GB usable)")
-        return (f"scaled from {self.original_layers} to {self.num_layers} layers to fit: the full model needs "
-                f"{self.needed_bytes / 1e9:.2f} GB, {self.available_bytes / 1e9:.2f} GB usable; predictions are "
-                f"made for the same {self.num_layers}-layer model")
+            return (
+                f"all {self.original_layers} layers fit ({self.needed_bytes / 1e9:.2f} GB needed, "
+                f"{self.available_bytes / 1e9:.2f} GB usable)"
+            )
+        return (
+            f"scaled from {self.original_layers} to {self.num_layers} layers to fit: the full model needs "
+            f"{self.needed_bytes / 1e9:.2f} GB, {self.available_bytes / 1e9:.2f} GB usable; predictions are "
+            f"made for the same {self.num_layers}-layer model"
+        )
 
 
 @dataclass(frozen=True)
@@ -115,25 +130,48 @@ class ValidationResult:
         from roofprof.results import provenance
 
         return {
-            "real": self.real.to_dict(), "model": self.model.id, "num_layers": self.model.num_layers,
-            "dtype": self.dtype, "backend": self.backend, "attention": self.attention,
-            "counting": self.counting.describe(), "device": dict(self.device), "threads": self.threads,
-            "clock": self.clock, "prefill_samples_s": list(self.prefill_samples_s),
+            "real": self.real.to_dict(),
+            "model": self.model.id,
+            "num_layers": self.model.num_layers,
+            "dtype": self.dtype,
+            "backend": self.backend,
+            "attention": self.attention,
+            "counting": self.counting.describe(),
+            "device": dict(self.device),
+            "threads": self.threads,
+            "clock": self.clock,
+            "prefill_samples_s": list(self.prefill_samples_s),
             "decode_samples_s": list(self.decode_samples_s),
-            "memory": {**dataclasses.asdict(self.memory), "scaled": self.memory.scaled,
-                       "note": self.memory.describe()},
-            "telemetry": dict(self.telemetry), "build_s": self.build_s,
-            "comparison": [{k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
-                           for row in self.comparison()],
-            "warnings": list(self.warnings), "provenance": provenance(device=dict(self.device)),
+            "memory": {
+                **dataclasses.asdict(self.memory),
+                "scaled": self.memory.scaled,
+                "note": self.memory.describe(),
+            },
+            "telemetry": dict(self.telemetry),
+            "build_s": self.build_s,
+            "comparison": [
+                {k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
+                for row in self.comparison()
+            ],
+            "warnings": list(self.warnings),
+            "provenance": provenance(device=dict(self.device)),
         }
 
 
 # --------------------------------------------------------------------------- memory
 
 
-def memory_plan(spec: ModelSpec, dtype: str, *, batch: int, prompt_tokens: int, total_tokens: int,
-                available_bytes: float, attention: str = "fused", max_layers: int | None = None) -> MemoryPlan:
+def memory_plan(
+    spec: ModelSpec,
+    dtype: str,
+    *,
+    batch: int,
+    prompt_tokens: int,
+    total_tokens: int,
+    available_bytes: float,
+    attention: str = "fused",
+    max_layers: int | None = None,
+) -> MemoryPlan:
     """Layers that fit in ``available_bytes`` for a run of ``total_tokens`` per sequence.
 
     Needs: weights (tied embeddings once), the KV cache of ``total_tokens``, and prefill
@@ -152,20 +190,28 @@ def memory_plan(spec: ModelSpec, dtype: str, *, batch: int, prompt_tokens: int, 
     rows = batch * prompt_tokens
     embed = spec.vocab_size * spec.hidden_size * e
     head = 0 if spec.tie_word_embeddings else embed
-    acts = rows * (6 * spec.hidden_size + 3 * spec.intermediate_size + spec.q_size + 2 * spec.kv_size) * e
+    acts = (
+        rows
+        * (6 * spec.hidden_size + 3 * spec.intermediate_size + spec.q_size + 2 * spec.kv_size)
+        * e
+    )
     if attention != "fused":
         acts += 2 * batch * spec.num_heads * prompt_tokens * prompt_tokens * max(e, 4)
     acts += batch * spec.vocab_size * 4
-    per_layer = (spec.layer_param_count() * e + batch * total_tokens * 2 * spec.kv_size * e * 2) * 1.1
+    per_layer = (
+        spec.layer_param_count() * e + batch * total_tokens * 2 * spec.kv_size * e * 2
+    ) * 1.1
     fixed = (embed + head + spec.hidden_size * e + acts) * 1.1
     needed = fixed + per_layer * spec.num_layers
     fit = int((available_bytes - fixed) // per_layer) if available_bytes > fixed else 0
     layers = min(spec.num_layers, fit, max_layers or spec.num_layers)
     if layers < 1:
         one = fixed + per_layer
-        raise ConfigError(f"{spec.id} in {dtype} cannot fit on this device even scaled to one layer: it needs "
-                          f"{one / 1e9:.2f} GB with 1 of {spec.num_layers} layers ({needed / 1e9:.2f} GB whole) "
-                          f"and {available_bytes / 1e9:.2f} GB is available")
+        raise ConfigError(
+            f"{spec.id} in {dtype} cannot fit on this device even scaled to one layer: it needs "
+            f"{one / 1e9:.2f} GB with 1 of {spec.num_layers} layers ({needed / 1e9:.2f} GB whole) "
+            f"and {available_bytes / 1e9:.2f} GB is available"
+        )
     return MemoryPlan(needed, available_bytes, layers, spec.num_layers, per_layer, fixed)
 
 
@@ -175,7 +221,9 @@ def memory_plan(spec: ModelSpec, dtype: str, *, batch: int, prompt_tokens: int, 
 def _scaled(spec: ModelSpec, layers: int) -> ModelSpec:
     if layers == spec.num_layers:
         return spec
-    return dataclasses.replace(spec, num_layers=layers, id=f"{spec.id} ({layers} of {spec.num_layers} layers)")
+    return dataclasses.replace(
+        spec, num_layers=layers, id=f"{spec.id} ({layers} of {spec.num_layers} layers)"
+    )
 
 
 def has_transformers() -> bool:
@@ -216,7 +264,10 @@ def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
     from roofprof.models.llama_torch import fill_weights_, torch_dtype
 
     side, module = _torch_module(spec)
-    config_class, model_class = getattr(transformers, side.hf_config_class), getattr(transformers, side.hf_class)
+    config_class, model_class = (
+        getattr(transformers, side.hf_config_class),
+        getattr(transformers, side.hf_class),
+    )
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
         config = config_class(**module.hf_config(spec))
@@ -228,7 +279,10 @@ def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
     model.to_empty(device=device)
     fill_weights_(model)
     with torch.no_grad():
-        for name, buf in model.named_buffers():  # bias buffers (DeepSeek's score correction) start at 0
+        for (
+            name,
+            buf,
+        ) in model.named_buffers():  # bias buffers (DeepSeek's score correction) start at 0
             if name.endswith("_bias") and buf.is_floating_point():
                 buf.zero_()
     if spec.tie_word_embeddings:
@@ -245,9 +299,14 @@ def _restore_buffers(model, config, device: str) -> None:
     for parent in model.modules():
         for child_name, child in list(parent.named_children()):
             if any(name.endswith("inv_freq") for name, _ in child.named_buffers(recurse=False)):
-                setattr(parent, child_name, type(child)(config=getattr(child, "config", config)).to(device))
-            elif hasattr(child, "scalar_embed_scale") and isinstance(getattr(child, "embed_scale", None),
-                                                                     torch.Tensor):
+                setattr(
+                    parent,
+                    child_name,
+                    type(child)(config=getattr(child, "config", config)).to(device),
+                )
+            elif hasattr(child, "scalar_embed_scale") and isinstance(
+                getattr(child, "embed_scale", None), torch.Tensor
+            ):
                 with torch.no_grad():
                     child.embed_scale.fill_(child.scalar_embed_scale)
 
@@ -270,8 +329,13 @@ class _Runner:
         if backend == "hf":
             params = inspect.signature(model.forward).parameters
             self.cache_kw = "cache" if "cache" in params else "past_key_values"
-            self.keep_kw = ("logits_to_keep" if "logits_to_keep" in params else
-                            "num_logits_to_keep" if "num_logits_to_keep" in params else None)
+            self.keep_kw = (
+                "logits_to_keep"
+                if "logits_to_keep" in params
+                else "num_logits_to_keep"
+                if "num_logits_to_keep" in params
+                else None
+            )
 
     def prefill(self, ids):
         if self.backend == "torch":
@@ -347,19 +411,31 @@ def validate(
     """
     if isinstance(model, Scenario):
         s = model
-        model, dtype, batch, prompt_tokens, attention = s.model, s.dtype, s.batch, s.prompt_tokens, s.counting.attention
+        model, dtype, batch, prompt_tokens, attention = (
+            s.model,
+            s.dtype,
+            s.batch,
+            s.prompt_tokens,
+            s.counting.attention,
+        )
     if importlib.util.find_spec("torch") is None:
         raise DeviceUnavailableError(TORCH_MISSING)
     if backend not in BACKENDS:
         raise UnknownNameError("backend", backend, BACKENDS)
     if backend == "hf" and not has_transformers():
-        raise DeviceUnavailableError("backend 'hf' needs transformers: pip install 'roofprof[hf]' (or use --backend torch)")
+        raise DeviceUnavailableError(
+            "backend 'hf' needs transformers: pip install 'roofprof[hf]' (or use --backend torch)"
+        )
     if attention not in ("fused", "unfused"):
         raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
-    for name, value, low in (("batch", batch, 1), ("prompt tokens", prompt_tokens, 1),
-                             ("decode steps", decode_steps, 1), ("warm-up steps", warmup_steps, 0),
-                             ("prefill repeats", prefill_repeats, 1),
-                             ("warm-up tokens", prompt_tokens if warmup_tokens is None else warmup_tokens, 1)):
+    for name, value, low in (
+        ("batch", batch, 1),
+        ("prompt tokens", prompt_tokens, 1),
+        ("decode steps", decode_steps, 1),
+        ("warm-up steps", warmup_steps, 0),
+        ("prefill repeats", prefill_repeats, 1),
+        ("warm-up tokens", prompt_tokens if warmup_tokens is None else warmup_tokens, 1),
+    ):
         if value < low:
             raise ConfigError(f"{name} must be at least {low}, got {value}")
     import torch  # noqa: F401 - torch (and its OpenMP runtime) loads before numba, as before
@@ -380,25 +456,60 @@ def validate(
     require_measurable(spec_full, "validate")
     chosen = _auto_backend(spec_full) if backend == "auto" else backend
     with cpu_threads(threads) as count:
-        return _validate(dev, spec_full, dtype, chosen, count, batch=batch, prompt_tokens=prompt_tokens,
-                         decode_steps=decode_steps, warmup_steps=warmup_steps, prefill_repeats=prefill_repeats,
-                         warmup_tokens=min(prompt_tokens, warmup_tokens or prompt_tokens), attention=attention, max_layers=max_layers, memory_fraction=memory_fraction,
-                         estimators=estimators, progress=progress)
+        return _validate(
+            dev,
+            spec_full,
+            dtype,
+            chosen,
+            count,
+            batch=batch,
+            prompt_tokens=prompt_tokens,
+            decode_steps=decode_steps,
+            warmup_steps=warmup_steps,
+            prefill_repeats=prefill_repeats,
+            warmup_tokens=min(prompt_tokens, warmup_tokens or prompt_tokens),
+            attention=attention,
+            max_layers=max_layers,
+            memory_fraction=memory_fraction,
+            estimators=estimators,
+            progress=progress,
+        )
 
 
-def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, threads: int | None, *, batch: int,
-              prompt_tokens: int, decode_steps: int, warmup_steps: int, prefill_repeats: int, warmup_tokens: int,
-              attention: str,
-              max_layers: int | None, memory_fraction: float, estimators: Mapping[str, Estimator] | None,
-              progress: Progress | None) -> ValidationResult:
+def _validate(
+    dev: Device,
+    spec_full: ModelSpec,
+    dtype: str,
+    chosen: str,
+    threads: int | None,
+    *,
+    batch: int,
+    prompt_tokens: int,
+    decode_steps: int,
+    warmup_steps: int,
+    prefill_repeats: int,
+    warmup_tokens: int,
+    attention: str,
+    max_layers: int | None,
+    memory_fraction: float,
+    estimators: Mapping[str, Estimator] | None,
+    progress: Progress | None,
+) -> ValidationResult:
     """:func:`validate` once the device, model, dtype, backend and threads are settled."""
     import torch
 
     info = dev.info
     total = prompt_tokens + warmup_steps + decode_steps + 1
-    plan = memory_plan(spec_full, dtype, batch=batch, prompt_tokens=prompt_tokens, total_tokens=total,
-                       available_bytes=dev.free_memory_bytes() * memory_fraction, attention=attention,
-                       max_layers=max_layers)
+    plan = memory_plan(
+        spec_full,
+        dtype,
+        batch=batch,
+        prompt_tokens=prompt_tokens,
+        total_tokens=total,
+        available_bytes=dev.free_memory_bytes() * memory_fraction,
+        attention=attention,
+        max_layers=max_layers,
+    )
     spec = _scaled(spec_full, plan.num_layers)
     notes = [plan.describe()] if plan.scaled else []
     tdev = dev.info.torch_device
@@ -419,8 +530,11 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     build_s = time.perf_counter() - t0
     side, module = _torch_module(spec)
     notes.extend(n for n in [getattr(module, "BACKEND_NOTES", {}).get(chosen)] if n)
-    backend_label = (f"transformers {_version('transformers')} {side.hf_class}" if chosen == "hf"
-                     else f"plain torch ({side.module}.{type(net).__name__})")
+    backend_label = (
+        f"transformers {_version('transformers')} {side.hf_class}"
+        if chosen == "hf"
+        else f"plain torch ({side.module}.{type(net).__name__})"
+    )
     runner = _Runner(net, chosen)
     attention_ran = _attention_run(net, attention)
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -454,24 +568,35 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
         rep = 0
         while True:
             cache = None  # free the previous repetition's KV cache first
-            tick(f"repetition {rep + 1}/{prefill_repeats}: prefill ({batch}×{prompt_tokens} tokens)"
-                 + (" (again: machine busy)" if rep >= prefill_repeats else ""))
+            tick(
+                f"repetition {rep + 1}/{prefill_repeats}: prefill ({batch}×{prompt_tokens} tokens)"
+                + (" (again: machine busy)" if rep >= prefill_repeats else "")
+            )
             (logits, cache), elapsed = timed(lambda: runner.prefill(ids), prefill_share)
             prefill_s.append(elapsed)
             nxt = logits[:, -1:].argmax(-1)
             for i in range(warmup_steps + steps_per_rep):
-                tick(f"repetition {rep + 1}/{prefill_repeats}: decode step {i + 1}/{warmup_steps + steps_per_rep}"
-                     + (" (warm-up)" if i < warmup_steps else ""))
-                logits, elapsed = timed(lambda nxt=nxt, cache=cache: runner.step(nxt, cache),
-                                        decode_share if i >= warmup_steps else [])
+                tick(
+                    f"repetition {rep + 1}/{prefill_repeats}: decode step {i + 1}/{warmup_steps + steps_per_rep}"
+                    + (" (warm-up)" if i < warmup_steps else "")
+                )
+                logits, elapsed = timed(
+                    lambda nxt=nxt, cache=cache: runner.step(nxt, cache),
+                    decode_share if i >= warmup_steps else [],
+                )
                 if i >= warmup_steps:
                     decode_s.append(elapsed)
                 nxt = logits[:, -1:].argmax(-1)
             rep += 1
             if rep >= prefill_repeats and (
-                    not shared_host or rep >= prefill_repeats + 2
-                    or (_clean_count(prefill_share) >= min(2, prefill_repeats)
-                        and _clean_count(decode_share) >= min(decode_steps, len(decode_s)) - steps_per_rep)):
+                not shared_host
+                or rep >= prefill_repeats + 2
+                or (
+                    _clean_count(prefill_share) >= min(2, prefill_repeats)
+                    and _clean_count(decode_share)
+                    >= min(decode_steps, len(decode_s)) - steps_per_rep
+                )
+            ):
                 break
         finite = bool(torch.isfinite(logits).all())
     summary = sampler.summary()
@@ -482,18 +607,44 @@ def _validate(dev: Device, spec_full: ModelSpec, dtype: str, chosen: str, thread
     if tdev.startswith("cuda"):
         torch.cuda.empty_cache()
     if not finite:
-        notes.append("the real model produced non-finite logits (random weights); timings are still valid")
+        notes.append(
+            "the real model produced non-finite logits (random weights); timings are still valid"
+        )
     notes.extend(n for n in (prefill_note, decode_note) if n)
     telemetry["other_cpu_share"] = {"prefill": prefill_share, "decode": decode_share}
     context = validation_context(prompt_tokens, warmup_steps, decode_steps, prefill_repeats)
-    real = RealRun(spec_full.id, batch, prompt_tokens, context, statistics.median(prefill_used),
-                   statistics.median(decode_used), spec.num_layers, spec_full.num_layers if plan.scaled else None,
-                   f"{backend_label}, attention {attention_ran}, {dtype}, "
-                   f"{getattr(clock, 'name', 'clock')}", _iqr(prefill_used), _iqr(decode_used))
+    real = RealRun(
+        spec_full.id,
+        batch,
+        prompt_tokens,
+        context,
+        statistics.median(prefill_used),
+        statistics.median(decode_used),
+        spec.num_layers,
+        spec_full.num_layers if plan.scaled else None,
+        f"{backend_label}, attention {attention_ran}, {dtype}, {getattr(clock, 'name', 'clock')}",
+        _iqr(prefill_used),
+        _iqr(decode_used),
+    )
     counting = Counting(attention=attention)
-    result = ValidationResult(real, spec, dtype, backend_label, attention, info.to_dict(), threads,
-                              getattr(clock, "name", type(clock).__name__), tuple(prefill_s), tuple(decode_s),
-                              plan, counting, telemetry, {}, tuple(notes), build_s)
+    result = ValidationResult(
+        real,
+        spec,
+        dtype,
+        backend_label,
+        attention,
+        info.to_dict(),
+        threads,
+        getattr(clock, "name", type(clock).__name__),
+        tuple(prefill_s),
+        tuple(decode_s),
+        plan,
+        counting,
+        telemetry,
+        {},
+        tuple(notes),
+        build_s,
+    )
     tick("done")
     if estimators:
         result = result.with_predictions(predict_for(result, estimators))
@@ -508,8 +659,9 @@ def _attention_run(net, attention: str) -> str:
     return str(ran)
 
 
-def validation_context(prompt_tokens: int, warmup_steps: int = 2, decode_steps: int = 8,
-                       prefill_repeats: int = 3) -> int:
+def validation_context(
+    prompt_tokens: int, warmup_steps: int = 2, decode_steps: int = 8, prefill_repeats: int = 3
+) -> int:
     """Cached tokens at the median timed decode step of :func:`validate` (what predictions use).
 
     Each repetition prefills ``prompt_tokens``, takes ``warmup_steps`` untimed steps, then
@@ -522,11 +674,20 @@ def validation_context(prompt_tokens: int, warmup_steps: int = 2, decode_steps: 
     return prompt_tokens + warmup_steps + per_rep // 2
 
 
-def predict_for(result: ValidationResult, estimators: Mapping[str, Estimator]) -> dict[str, Prediction]:
+def predict_for(
+    result: ValidationResult, estimators: Mapping[str, Estimator]
+) -> dict[str, Prediction]:
     """Each estimator's prediction for exactly what ``result`` ran (model as scaled, shapes, context)."""
     r = result.real
-    scenario = Scenario(result.model, "decode", r.batch, r.prompt_tokens, r.context_tokens, result.dtype,
-                        result.counting)
+    scenario = Scenario(
+        result.model,
+        "decode",
+        r.batch,
+        r.prompt_tokens,
+        r.context_tokens,
+        result.dtype,
+        result.counting,
+    )
     out = {}
     for label, est in estimators.items():
         with _warnings.catch_warnings():
@@ -550,10 +711,14 @@ def _uncontended(samples: list[float], shares: list[float], keep: int) -> tuple[
         return samples, ""
     worst = max(shares, default=0.0)
     if len(clean) >= keep:
-        return clean, (f"{len(samples) - len(clean)} of {len(samples)} samples dropped: other processes used "
-                       f"the CPUs meanwhile (up to {worst:.0%})")
-    return samples, (f"machine busy: other processes used up to {worst:.0%} of the CPUs during the real run; "
-                     "its timings are inflated")
+        return clean, (
+            f"{len(samples) - len(clean)} of {len(samples)} samples dropped: other processes used "
+            f"the CPUs meanwhile (up to {worst:.0%})"
+        )
+    return samples, (
+        f"machine busy: other processes used up to {worst:.0%} of the CPUs during the real run; "
+        "its timings are inflated"
+    )
 
 
 def _iqr(values: list[float]) -> float:

@@ -44,8 +44,20 @@ from typing import Any, Literal
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
 
-__all__ = ["COLLECTIVE_FNS", "CONVENTIONS", "OP_FNS", "OP_GROUPS", "OP_KINDS", "PHASES", "Counting", "Op", "Parallel",
-           "Scenario", "Workload", "counting_of"]
+__all__ = [
+    "COLLECTIVE_FNS",
+    "CONVENTIONS",
+    "OP_FNS",
+    "OP_GROUPS",
+    "OP_KINDS",
+    "PHASES",
+    "Counting",
+    "Op",
+    "Parallel",
+    "Scenario",
+    "Workload",
+    "counting_of",
+]
 
 PHASES = ("prefill", "decode")
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "communication")
@@ -55,13 +67,34 @@ OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "communicat
 #: ``add`` residual add; ``silu_mul`` SiLU(gate)·up; ``sdpa`` fused attention;
 #: ``qk_matmul``/``softmax``/``pv_matmul`` the eager attention steps; ``allreduce``,
 #: ``reduce_scatter``, ``all_gather``, ``send`` collectives between ranks (``COLLECTIVE_FNS``).
-OP_FNS = ("linear", "onehot_matmul", "gather", "rmsnorm", "rope", "add", "silu_mul", "sdpa",
-          "qk_matmul", "softmax", "pv_matmul", "allreduce", "reduce_scatter", "all_gather", "send")
+OP_FNS = (
+    "linear",
+    "onehot_matmul",
+    "gather",
+    "rmsnorm",
+    "rope",
+    "add",
+    "silu_mul",
+    "sdpa",
+    "qk_matmul",
+    "softmax",
+    "pv_matmul",
+    "allreduce",
+    "reduce_scatter",
+    "all_gather",
+    "send",
+)
 #: The fns that move data between ranks (priced on the interconnect, :mod:`roofprof.collectives`).
 COLLECTIVE_FNS = ("allreduce", "reduce_scatter", "all_gather", "send")
 #: Chart groups, in display order.
-OP_GROUPS = ("attention", "q/k/v/o projections", "MLP GEMMs", "lm_head + embedding",
-             "norms + elementwise", "communication")
+OP_GROUPS = (
+    "attention",
+    "q/k/v/o projections",
+    "MLP GEMMs",
+    "lm_head + embedding",
+    "norms + elementwise",
+    "communication",
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +111,11 @@ class Counting:
         return (
             f"lm_head on {self.lm_head} tokens; embedding as {self.embedding}; "
             f"elementwise ops {self.elementwise}; attention {self.attention}"
-            + (" (causal pairs only in prefill)" if self.attention == "fused" else " (full masked square)")
+            + (
+                " (causal pairs only in prefill)"
+                if self.attention == "fused"
+                else " (full masked square)"
+            )
         )
 
 
@@ -124,7 +161,15 @@ class Op:
     @property
     def shape_key(self) -> tuple:
         """What makes two ops the same kernel call (measure once, reuse)."""
-        return (self.kind, self.name if self.kind != "gemm" else "gemm", self.m, self.n, self.k, self.batch, self.dtype)
+        return (
+            self.kind,
+            self.name if self.kind != "gemm" else "gemm",
+            self.m,
+            self.n,
+            self.k,
+            self.batch,
+            self.dtype,
+        )
 
     @property
     def total_flops(self) -> float:
@@ -136,8 +181,18 @@ class Op:
 
     def to_dict(self) -> dict[str, Any]:
         """The op's identity and per-call counts, as every result record spells them."""
-        return {"name": self.name, "kind": self.kind, "phase": self.phase, "scope": self.scope, "m": self.m,
-                "n": self.n, "k": self.k, "batch": self.batch, "count": self.count, "dtype": self.dtype}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "phase": self.phase,
+            "scope": self.scope,
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "batch": self.batch,
+            "count": self.count,
+            "dtype": self.dtype,
+        }
 
 
 @dataclass(frozen=True)
@@ -206,7 +261,9 @@ class Scenario:
         if self.context_tokens is None:
             object.__setattr__(self, "context_tokens", self.prompt_tokens)
         if self.phase == "prefill" and self.prompt_tokens < 1:
-            raise ConfigError(f"prompt tokens must be at least 1 for prefill, got {self.prompt_tokens}")
+            raise ConfigError(
+                f"prompt tokens must be at least 1 for prefill, got {self.prompt_tokens}"
+            )
         if self.context_tokens < 0:
             raise ConfigError(f"context tokens must be 0 or more, got {self.context_tokens}")
         _check_layout(self.model, self.parallel)
@@ -235,16 +292,35 @@ class Scenario:
         """Bytes per KV-cache element."""
         from roofprof.precision import kv_bytes
 
-        return float(BYTES_PER_ELEMENT[self.dtype]) if self.kv_dtype is None else kv_bytes(self.kv_dtype)
+        return (
+            float(BYTES_PER_ELEMENT[self.dtype])
+            if self.kv_dtype is None
+            else kv_bytes(self.kv_dtype)
+        )
 
     def precisions(self) -> dict[str, str]:
         """``{"dtype", "weights", "kv_dtype"}`` as used (defaults resolved), for every output."""
-        return {"dtype": self.dtype, "weights": self.weight_precision, "kv_dtype": self.kv_precision}
+        return {
+            "dtype": self.dtype,
+            "weights": self.weight_precision,
+            "kv_dtype": self.kv_precision,
+        }
 
     @classmethod
-    def of(cls, model: str | ModelSpec, phase: str, *, batch: int = 1, prompt_tokens: int = 0,
-           context_tokens: int | None = None, dtype: str = "bf16", convention: str | Counting = "engine",
-           parallel: Parallel | None = None, weights: str | None = None, kv_dtype: str | None = None) -> Scenario:
+    def of(
+        cls,
+        model: str | ModelSpec,
+        phase: str,
+        *,
+        batch: int = 1,
+        prompt_tokens: int = 0,
+        context_tokens: int | None = None,
+        dtype: str = "bf16",
+        convention: str | Counting = "engine",
+        parallel: Parallel | None = None,
+        weights: str | None = None,
+        kv_dtype: str | None = None,
+    ) -> Scenario:
         """A scenario from loose arguments (a model id/path or spec, a convention name).
 
         ``weights`` and ``kv_dtype`` default to ``None``: the same as ``dtype``.
@@ -256,8 +332,18 @@ class Scenario:
         from roofprof.specs import load_model
 
         spec = model if isinstance(model, ModelSpec) else load_model(model)
-        return cls(spec, phase, batch, prompt_tokens, context_tokens, dtype, counting_of(convention),
-                   parallel or Parallel(), weights, kv_dtype)
+        return cls(
+            spec,
+            phase,
+            batch,
+            prompt_tokens,
+            context_tokens,
+            dtype,
+            counting_of(convention),
+            parallel or Parallel(),
+            weights,
+            kv_dtype,
+        )
 
     def replace(self, **changes) -> Scenario:
         """A copy with some fields changed (``phase``, ``batch``, ``context_tokens``...)."""
@@ -308,8 +394,18 @@ class Workload:
     @property
     def scenario(self) -> Scenario:
         """The scenario these ops were built for."""
-        return Scenario(self.model, self.phase, self.batch, self.prompt_tokens, self.context_tokens, self.dtype,
-                        self.counting, self.parallel, weights=self.weights, kv_dtype=self.kv_dtype)
+        return Scenario(
+            self.model,
+            self.phase,
+            self.batch,
+            self.prompt_tokens,
+            self.context_tokens,
+            self.dtype,
+            self.counting,
+            self.parallel,
+            weights=self.weights,
+            kv_dtype=self.kv_dtype,
+        )
 
 
 def counting_of(convention: str | Counting) -> Counting:
@@ -329,12 +425,17 @@ def _check_layout(model: ModelSpec, parallel: Parallel) -> None:
     """Raise ConfigError (one line) when ``parallel`` cannot split ``model``."""
     tp, pp = parallel.tp, parallel.pp
     if tp > 1:
-        for what, value in (("attention heads", model.num_heads), ("hidden size", model.hidden_size),
-                            ("intermediate size", model.intermediate_size)):
+        for what, value in (
+            ("attention heads", model.num_heads),
+            ("hidden size", model.hidden_size),
+            ("intermediate size", model.intermediate_size),
+        ):
             if value % tp:
                 raise ConfigError(f"--tp {tp} does not divide {model.id}'s {what} ({value})")
         kv = model.num_kv_heads
         if (kv % tp) if tp <= kv else (tp % kv):
-            raise ConfigError(f"--tp {tp} does not split {model.id}'s {kv} KV heads (nor replicate them evenly)")
+            raise ConfigError(
+                f"--tp {tp} does not split {model.id}'s {kv} KV heads (nor replicate them evenly)"
+            )
     if pp > model.num_layers:
         raise ConfigError(f"--pp {pp} is more than {model.id}'s {model.num_layers} layers")

@@ -46,17 +46,37 @@ def repo_root() -> Path:
 # --------------------------------------------------------------------------- shared fixtures
 
 #: A tiny Llama config (HF config.json fields): 2 layers, 4 heads of 16, GQA 2 KV heads.
-TINY_CFG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
-            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "vocab_size": 100, "tie_word_embeddings": True, "max_position_embeddings": 256, "rope_theta": 10000.0}
+TINY_CFG = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 100,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 256,
+    "rope_theta": 10000.0,
+}
 
 
 def tiny_spec(**changes):
     """The tiny model as a ModelSpec (keywords, no positional literal)."""
     from roofprof.specs import ModelSpec
 
-    fields = dict(id="tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                  head_dim=16, vocab_size=100, tie_word_embeddings=True, max_position_embeddings=256)
+    fields = dict(
+        id="tiny",
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        vocab_size=100,
+        tie_word_embeddings=True,
+        max_position_embeddings=256,
+    )
     return ModelSpec(**{**fields, **changes})
 
 

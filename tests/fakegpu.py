@@ -77,25 +77,60 @@ class _RandomState:
         return self._r.uniform(low, high, size).astype(dtype)
 
 
-def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int = 8 << 30, total: int = 16 << 30,
-              clock_khz: int | None = 1_980_000, device_count: int = 1, pci_bus_ids: tuple[str, ...] = (),
-              nvrtc: tuple[int, int] | None = (12, 9)):
+def fake_cupy(
+    *,
+    name_cc: str = "90",
+    sm: int = 4,
+    l2: int = 1 << 20,
+    free: int = 8 << 30,
+    total: int = 16 << 30,
+    clock_khz: int | None = 1_980_000,
+    device_count: int = 1,
+    pci_bus_ids: tuple[str, ...] = (),
+    nvrtc: tuple[int, int] | None = (12, 9),
+):
     """A CuPy stand-in: numpy arrays as device arrays, perf_counter events, fixed attributes.
 
     ``pci_bus_ids[i]`` is the PCI bus id of device ``i`` (default ``0000:1B:00.0`` for all);
     ``nvrtc`` what ``cupy.cuda.nvrtc.getVersion()`` returns (None: it raises, as when CuPy
     cannot load libnvrtc)."""
     cp = types.SimpleNamespace()
-    for n in ("empty", "full", "zeros", "asarray", "count_nonzero", "isfinite", "matmul", "exp", "sqrt",
-              "concatenate", "take", "triu", "array_equal", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-              "float64", "int64", "inf"):
+    for n in (
+        "empty",
+        "full",
+        "zeros",
+        "asarray",
+        "count_nonzero",
+        "isfinite",
+        "matmul",
+        "exp",
+        "sqrt",
+        "concatenate",
+        "take",
+        "triu",
+        "array_equal",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "int64",
+        "inf",
+    ):
         setattr(cp, n, getattr(np, n))
     cp.__version__ = "fake"
     cp.asnumpy = lambda a: np.array(a)
     cp.random = types.SimpleNamespace(RandomState=_RandomState)
-    attrs = {"cudaDevAttrMultiProcessorCount": (16, sm), "cudaDevAttrL2CacheSize": (38, l2),
-             "cudaDevAttrClockRate": (13, clock_khz), "cudaDevAttrMemoryClockRate": (36, 2_619_000),
-             "cudaDevAttrGlobalMemoryBusWidth": (37, 5120), "cudaDevAttrMaxSharedMemoryPerMultiprocessor": (81, 233472)}
+    attrs = {
+        "cudaDevAttrMultiProcessorCount": (16, sm),
+        "cudaDevAttrL2CacheSize": (38, l2),
+        "cudaDevAttrClockRate": (13, clock_khz),
+        "cudaDevAttrMemoryClockRate": (36, 2_619_000),
+        "cudaDevAttrGlobalMemoryBusWidth": (37, 5120),
+        "cudaDevAttrMaxSharedMemoryPerMultiprocessor": (81, 233472),
+    }
     values = {code: v for code, v in attrs.values()}
 
     def get_attr(code, index):
@@ -111,12 +146,18 @@ def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int 
             raise FakeCudaError(state["sync_error"])
 
     runtime = types.SimpleNamespace(
-        CUDARuntimeError=FakeCudaError, getDeviceCount=lambda: device_count, deviceGetAttribute=get_attr,
-        memGetInfo=lambda: (state["free"], total), getDeviceProperties=lambda i: {"name": b"Fake GPU"},
-        runtimeGetVersion=lambda: 12090, driverGetVersion=lambda: 12090, deviceSynchronize=sync,
+        CUDARuntimeError=FakeCudaError,
+        getDeviceCount=lambda: device_count,
+        deviceGetAttribute=get_attr,
+        memGetInfo=lambda: (state["free"], total),
+        getDeviceProperties=lambda i: {"name": b"Fake GPU"},
+        runtimeGetVersion=lambda: 12090,
+        driverGetVersion=lambda: 12090,
+        deviceSynchronize=sync,
         memsetAsync=lambda ptr, v, n, s: state.__setitem__("memsets", state["memsets"] + 1),
         memcpyAsync=lambda d, s, n, kind, st: state.__setitem__("memcpys", state["memcpys"] + 1),
-        **{k: code for k, (code, _) in attrs.items()})
+        **{k: code for k, (code, _) in attrs.items()},
+    )
     pool = _Pool()
 
     def elapsed(a, b):
@@ -129,11 +170,15 @@ def fake_cupy(*, name_cc: str = "90", sm: int = 4, l2: int = 1 << 20, free: int 
             raise FakeCudaError("CuPy failed to load libnvrtc.so")
         return tuple(nvrtc)
 
-    cp.cuda = types.SimpleNamespace(runtime=runtime, Event=_Event, get_elapsed_time=elapsed,
-                                    nvrtc=types.SimpleNamespace(getVersion=nvrtc_get_version),
-                                    Device=lambda i=0: _Device(i, name_cc, *pci_bus_ids[i:i + 1]),
-                                    get_current_stream=lambda: types.SimpleNamespace(ptr=0),
-                                    driver=types.SimpleNamespace())
+    cp.cuda = types.SimpleNamespace(
+        runtime=runtime,
+        Event=_Event,
+        get_elapsed_time=elapsed,
+        nvrtc=types.SimpleNamespace(getVersion=nvrtc_get_version),
+        Device=lambda i=0: _Device(i, name_cc, *pci_bus_ids[i : i + 1]),
+        get_current_stream=lambda: types.SimpleNamespace(ptr=0),
+        driver=types.SimpleNamespace(),
+    )
     cp.get_default_memory_pool = lambda: pool
     cp.state = state
     return cp
@@ -143,15 +188,19 @@ class NVMLError(Exception):
     """Stands for pynvml.NVMLError."""
 
 
-def fake_nvml(name: str = "NVIDIA H100 80GB HBM3", fail_init: bool = False,
-              gpus: tuple[tuple[str, str], ...] | None = None):
+def fake_nvml(
+    name: str = "NVIDIA H100 80GB HBM3",
+    fail_init: bool = False,
+    gpus: tuple[tuple[str, str], ...] | None = None,
+):
     """An NVML with one GPU named ``name`` (``fail_init``: nvmlInit raises NVMLError), or the
     GPUs ``gpus`` given as ``(name, NVML PCI bus id)`` pairs in NVML index order.
 
     ``nv.calls`` counts ``nvmlInit``/``nvmlShutdown``."""
     gpus = tuple(gpus) if gpus is not None else ((name, "00000000:1B:00.0"),)
-    nv = types.SimpleNamespace(NVMLError=NVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
-                               calls={"init": 0, "shutdown": 0})
+    nv = types.SimpleNamespace(
+        NVMLError=NVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, calls={"init": 0, "shutdown": 0}
+    )
 
     def init():
         nv.calls["init"] += 1
@@ -262,7 +311,7 @@ class FakeKernels:
         elif entry.startswith("probe_fma_"):
             iters, seed, flag, out = args
             if int(flag) != cpb.NEVER and self.bug != "fma_never" and int(iters) <= 4:
-                dt = entry[len("probe_fma_"):]
+                dt = entry[len("probe_fma_") :]
                 for t in (0, threads - 1):
                     fold = cpb.fma_probe_fold(dt, int(seed), t, int(iters), contracted_init=False)
                     if fold == int(flag):
@@ -274,7 +323,9 @@ class FakeKernels:
         elif entry == "probe_intensity_fp32":
             src, n_vec, nfma, flag, out = args
             if int(flag) != cpb.NEVER:
-                folds = cpb.intensity_probe_folds(src.reshape(-1, 4)[: int(n_vec)], threads, int(nfma))
+                folds = cpb.intensity_probe_folds(
+                    src.reshape(-1, 4)[: int(n_vec)], threads, int(nfma)
+                )
                 out[folds == flag] = flag
         elif entry == "probe_empty":
             pass
@@ -286,7 +337,9 @@ class FakeKernels:
             raise KeyError(entry)
 
 
-def fake_device(*, cc: str = "90", name: str = "NVIDIA H100 80GB HBM3", bug: str | None = None, **kw):
+def fake_device(
+    *, cc: str = "90", name: str = "NVIDIA H100 80GB HBM3", bug: str | None = None, **kw
+):
     """A ``CudaDevice`` on the fake CuPy/NVML whose launches run :class:`FakeKernels`."""
     from roofprof.devices.cuda import CudaDevice
 
@@ -299,7 +352,9 @@ def fake_device(*, cc: str = "90", name: str = "NVIDIA H100 80GB HBM3", bug: str
         kernels(entry, grid, block, args, shared_mem)
 
     def memset_async(array, value, what="cudaMemsetAsync"):
-        dev.last_kernel = what  # the bytes are not written: a 64 MiB fill per timed call is slow in numpy
+        dev.last_kernel = (
+            what  # the bytes are not written: a 64 MiB fill per timed call is slow in numpy
+        )
         cp.state["memsets"] += 1
         kernels.launches.append(f"memset {int(array.nbytes)}")
 
@@ -348,16 +403,30 @@ class _FakeTensor:
 def fake_torch(*, scaled_mm: bool = True, cuda: bool = True, version: str = "2.11.0+cu130"):
     """A torch with CUDA (``cuda``) and ``_scaled_mm`` (``scaled_mm``): enough for
     ``gemm-fp8-torch``. ``t.scaled_mm_calls`` counts the GEMMs, with their dtypes and scales."""
-    t = types.SimpleNamespace(__version__=version, float32="float32", bfloat16="bfloat16",
-                              float8_e4m3fn="float8_e4m3fn", scaled_mm_calls=[])
+    t = types.SimpleNamespace(
+        __version__=version,
+        float32="float32",
+        bfloat16="bfloat16",
+        float8_e4m3fn="float8_e4m3fn",
+        scaled_mm_calls=[],
+    )
     t.version = types.SimpleNamespace(cuda="13.0" if cuda else None)
     t.cuda = types.SimpleNamespace(is_available=lambda: cuda, is_initialized=lambda: False)
     t.from_numpy = lambda a: _FakeTensor(a)
-    t.ones = lambda shape, dtype=None, device=None: _FakeTensor(np.ones(shape, dtype=np.float32), dtype)
+    t.ones = lambda shape, dtype=None, device=None: _FakeTensor(
+        np.ones(shape, dtype=np.float32), dtype
+    )
     if scaled_mm:
+
         def _scaled_mm(a, b, *, scale_a, scale_b, out_dtype):
-            t.scaled_mm_calls.append((a.dtype, b.dtype, float(scale_a.a), float(scale_b.a), out_dtype))
-            prod = (a.a.astype(np.float64) @ b.a.astype(np.float64)) * float(scale_a.a) * float(scale_b.a)
+            t.scaled_mm_calls.append(
+                (a.dtype, b.dtype, float(scale_a.a), float(scale_b.a), out_dtype)
+            )
+            prod = (
+                (a.a.astype(np.float64) @ b.a.astype(np.float64))
+                * float(scale_a.a)
+                * float(scale_b.a)
+            )
             return _FakeTensor(bf16_to_f32(bf16_bits(prod.astype(np.float32))), out_dtype)
 
         t._scaled_mm = _scaled_mm
@@ -400,6 +469,7 @@ def fake_numba_kernels(cuda):
         def __getitem__(self, config):
             def launch(*args):
                 cuda.log.append(("launch", cuda.current[-1]))
+
             return launch
 
     class _Spec:
@@ -413,5 +483,6 @@ def fake_numba_kernels(cuda):
         def call_args(self, views, out):
             return (views["x"], views["w"], out)
 
-    return types.SimpleNamespace(KERNELS={f"{k}_{d}": _Spec() for k in ("gemv", "gemm_tiled")
-                                          for d in ("fp32", "fp16")})
+    return types.SimpleNamespace(
+        KERNELS={f"{k}_{d}": _Spec() for k in ("gemv", "gemm_tiled") for d in ("fp32", "fp16")}
+    )

@@ -46,11 +46,18 @@ def time_bound() -> Any:
 
 def examples(n: int) -> settings:
     """Hypothesis settings for ``n`` examples in CI (``n × SCALE`` under ``ROOFPROF_FUZZ=long``)."""
-    return settings(max_examples=n * SCALE, deadline=None, derandomize=not LONG,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.function_scoped_fixture,
-                                           HealthCheck.filter_too_much],
-                    database=None)
+    return settings(
+        max_examples=n * SCALE,
+        deadline=None,
+        derandomize=not LONG,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.filter_too_much,
+        ],
+        database=None,
+    )
 
 
 def _no_constants(name: str) -> Any:

@@ -73,8 +73,9 @@ def _split_row(line: str) -> list[str]:
 PROGRESS_EVERY = 20_000
 
 
-def parse_ncu_csv(text: str, *, source: str = "<text>",
-                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
+def parse_ncu_csv(
+    text: str, *, source: str = "<text>", progress: Callable[[int, int], None] | None = None
+) -> list[KernelCounters]:
     """Parse Nsight Compute CSV output (details page or ``--page raw``) into records.
 
     Lines before the header (``==PROF==`` lines, the program's own output, a BOM) are
@@ -118,12 +119,12 @@ def parse_ncu_csv(text: str, *, source: str = "<text>",
         if first_bad is None:
             raise NotNcuOutputError(
                 f"{source} is not Nsight Compute CSV output: line {len(lines) or 1}: no CSV "
-                "header (expected a line starting with \"ID\",\"Process ID\" from `ncu --csv`)"
+                'header (expected a line starting with "ID","Process ID" from `ncu --csv`)'
             )
         n, bad = first_bad
         raise NotNcuOutputError(
             f"{source} is not Nsight Compute CSV output: line {n}: {bad[:120]!r}; expected a "
-            "header starting with \"ID\",\"Process ID\" (from `ncu --csv`)"
+            'header starting with "ID","Process ID" (from `ncu --csv`)'
         )
     header = _split_row(lines[header_at].strip())
     rows: list[tuple[int, list[str]]] = []
@@ -137,9 +138,11 @@ def parse_ncu_csv(text: str, *, source: str = "<text>",
         try:
             cells = _split_row(line)
         except csv.Error as exc:
-            raise NotNcuOutputError(f"{source}: line {i + 1}: not a CSV row ({exc}): {line[:120]!r}") from exc
+            raise NotNcuOutputError(
+                f"{source}: line {i + 1}: not a CSV row ({exc}): {line[:120]!r}"
+            ) from exc
         short = len(header) - len(cells)
-        if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells):]):
+        if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells) :]):
             cells += [""] * short  # older ncu ends metric rows before the Rule columns
         if len(cells) != len(header):
             raise NotNcuOutputError(
@@ -157,7 +160,9 @@ def parse_ncu_csv(text: str, *, source: str = "<text>",
             )
         return _parse_details(header, rows, source)
     if "Kernel Name" not in header:
-        raise NotNcuOutputError(f"{source}: line {header_at + 1}: header has no \"Kernel Name\" column")
+        raise NotNcuOutputError(
+            f'{source}: line {header_at + 1}: header has no "Kernel Name" column'
+        )
     return _parse_raw(header, rows, source)
 
 
@@ -184,7 +189,9 @@ def _kernel_info(header: list[str], cells: list[str]) -> dict[str, Any]:
     }
 
 
-def _metric_value(text: str, metric: str, line_no: int, source: str, na: list[str]) -> float | str | None:
+def _metric_value(
+    text: str, metric: str, line_no: int, source: str, na: list[str]
+) -> float | str | None:
     try:
         value = parse_number(text)
     except ValueError:
@@ -207,8 +214,9 @@ def _kernel_id(text: str, line_no: int, source: str) -> int:
     """The kernel ID of a row: ASCII digits only (``"²"`` passes ``isdigit()``, not this)."""
     kid = text.strip()
     if not re.fullmatch(r"[0-9]{1,18}", kid):
-        raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid[:40]!r} is not a "
-                                "non-negative integer")
+        raise NotNcuOutputError(
+            f"{source}: line {line_no}: kernel ID {kid[:40]!r} is not a non-negative integer"
+        )
     return int(kid)
 
 
@@ -217,8 +225,9 @@ def _unit(metric: str, unit: str, line_no: int, source: str, missing: list[str])
     (noted in ``missing`` for one warning); a unit that does not fit is an error."""
     problem = unit_problem(metric, unit)
     if problem:
-        raise NotNcuOutputError(f"{source}: line {line_no}: {metric} is {problem}; values would "
-                                "be rescaled wrongly")
+        raise NotNcuOutputError(
+            f"{source}: line {line_no}: {metric} is {problem}; values would be rescaled wrongly"
+        )
     kind = metric_kind(metric)
     if not unit.strip() and kind in ("time", "bytes"):
         missing.append(metric)
@@ -249,7 +258,9 @@ def _warn_na(na: list[str], source: str) -> None:
         )
 
 
-def _parse_details(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
+def _parse_details(
+    header: list[str], rows: list[tuple[int, list[str]]], source: str
+) -> list[KernelCounters]:
     col = {h: i for i, h in enumerate(header)}
     kernels: dict[int, dict[str, Any]] = {}
     na: list[str] = []
@@ -281,15 +292,19 @@ def _parse_details(header: list[str], rows: list[tuple[int, list[str]]], source:
     ]
 
 
-def _parse_raw(header: list[str], rows: list[tuple[int, list[str]]], source: str) -> list[KernelCounters]:
+def _parse_raw(
+    header: list[str], rows: list[tuple[int, list[str]]], source: str
+) -> list[KernelCounters]:
     col = {h: i for i, h in enumerate(header)}
     metric_cols = [(i, h) for i, h in enumerate(header) if _METRIC_NAME.match(h)]
     units = [""] * len(header)
     if "ID" not in col:
-        raise NotNcuOutputError(f"{source}: raw-page header has no \"ID\" column")
+        raise NotNcuOutputError(f'{source}: raw-page header has no "ID" column')
     if not metric_cols:
-        raise NotNcuOutputError(f"{source}: the header has no metric columns (names such as "
-                                "gpu__time_duration.sum); not a raw page or details page")
+        raise NotNcuOutputError(
+            f"{source}: the header has no metric columns (names such as "
+            "gpu__time_duration.sum); not a raw page or details page"
+        )
     units_line = None
     if rows and not rows[0][1][col["ID"]].strip():  # the units row under the header
         units = [u.strip() for u in rows[0][1]]
@@ -309,15 +324,18 @@ def _parse_raw(header: list[str], rows: list[tuple[int, list[str]]], source: str
             if value is not None:
                 metrics[name] = (value, units[i])
         records.append(
-            KernelCounters(kid, metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells))
+            KernelCounters(
+                kid, metrics=metrics, source=f"{source} (raw page)", **_kernel_info(header, cells)
+            )
         )
     _warn_na(na, source)
     _warn_missing_units(missing, source)
     return records
 
 
-def read_ncu_csv(path: str | os.PathLike,
-                 progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
+def read_ncu_csv(
+    path: str | os.PathLike, progress: Callable[[int, int], None] | None = None
+) -> list[KernelCounters]:
     """Read an Nsight Compute CSV file (details or raw page); see :func:`parse_ncu_csv`.
 
     Raises:
@@ -329,7 +347,9 @@ def read_ncu_csv(path: str | os.PathLike,
     except FileNotFoundError as exc:
         raise ConfigError(f"file not found: {str(p)!r}") from exc
     except UnicodeDecodeError as exc:
-        raise NotNcuOutputError(f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 text ({exc.reason})") from exc
+        raise NotNcuOutputError(
+            f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 text ({exc.reason})"
+        ) from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:  # a NUL in the name

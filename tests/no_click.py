@@ -5,7 +5,7 @@ through other test dependencies. Tests that run roofprof as a user would prefix 
 ``python -c`` program with :data:`BLOCK_CLICK` (it needs ``import sys`` before it).
 """
 
-BLOCK_CLICK = '''
+BLOCK_CLICK = """
 class _NoClick:
     def find_spec(self, name, path=None, target=None):
         if name == "click" or name.startswith("click."):
@@ -15,4 +15,4 @@ class _NoClick:
 sys.meta_path.insert(0, _NoClick())
 for _name in [m for m in sys.modules if m == "click" or m.startswith("click.")]:
     del sys.modules[_name]
-'''
+"""

@@ -43,11 +43,23 @@ def cached_install(*requirements: str) -> tuple[Path | None, str]:
         return target, ""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-input",
-           "--disable-pip-version-check", "--target", str(tmp), *reqs]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--target",
+        str(tmp),
+        *reqs,
+    ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
-                              check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
         shutil.rmtree(tmp, ignore_errors=True)
         return None, f"pip install {' '.join(reqs)} timed out after {PIP_TIMEOUT_S} s"

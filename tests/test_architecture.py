@@ -19,16 +19,33 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "roofprof"
 MAX_LINES = 650
 #: Modules allowed over MAX_LINES, with the reason (ideally none).
-LONG_MODULES: dict[str, str] = {
-}
+LONG_MODULES: dict[str, str] = {}
 #: Modules without ``__all__`` yet, with the reason (ideally none).
-NO_ALL: dict[str, str] = {
-}
+NO_ALL: dict[str, str] = {}
 DEVICE_KINDS = {"cpu", "cuda"}
 #: Op names of the model families (what a name-based dispatch would compare against).
-OP_NAMES = {"embedding", "attn_norm", "mlp_norm", "final_norm", "q_proj", "k_proj", "v_proj", "o_proj",
-            "gate_proj", "up_proj", "down_proj", "lm_head", "rope", "attention", "attn_scores",
-            "attn_softmax", "attn_pv", "attn_residual", "mlp_residual", "silu_mul"}
+OP_NAMES = {
+    "embedding",
+    "attn_norm",
+    "mlp_norm",
+    "final_norm",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "lm_head",
+    "rope",
+    "attention",
+    "attn_scores",
+    "attn_softmax",
+    "attn_pv",
+    "attn_residual",
+    "mlp_residual",
+    "silu_mul",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -47,7 +64,8 @@ MODULES = _modules()
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
@@ -151,19 +169,26 @@ def test_the_import_graph_has_no_circles():
     graph = _graph()
     assert len(graph) > 40 and "roofprof.measurement" in graph["roofprof.profiling"]
     cycles = _cycles(graph)
-    assert not cycles, "import circles:\n" + "\n".join("; ".join(_edges_within(graph, c)) for c in cycles)
+    assert not cycles, "import circles:\n" + "\n".join(
+        "; ".join(_edges_within(graph, c)) for c in cycles
+    )
 
 
 def test_the_cycle_finder_sees_a_circle_and_the_type_checking_exemption():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from roofprof.workload import Op\n"
-                     "def f():\n    from roofprof.units import si\n")
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from roofprof.workload import Op\n"
+        "def f():\n    from roofprof.units import si\n"
+    )
     assert _imports(tree, "roofprof.x", False) == {"roofprof.units"}
 
 
 def test_no_module_is_too_long():
-    long = {str(p.relative_to(PACKAGE.parent)): n for p in MODULES.values()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in MODULES.values()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     unexplained = {k: v for k, v in long.items() if k not in LONG_MODULES}
     assert not unexplained, f"modules over {MAX_LINES} lines (split them): {unexplained}"
 
@@ -217,17 +242,28 @@ def test_op_name_dispatch_lives_in_models():
         if mod.startswith("roofprof.models"):
             continue
         for line, left, consts in _comparisons(path):
-            if _attr(left) in ("name", "op_name") or (isinstance(left, ast.Name) and left.id == "name"):
+            if _attr(left) in ("name", "op_name") or (
+                isinstance(left, ast.Name) and left.id == "name"
+            ):
                 if consts & OP_NAMES:
-                    found.append(f"{path.relative_to(PACKAGE.parent)}:{line} {sorted(consts & OP_NAMES)}")
+                    found.append(
+                        f"{path.relative_to(PACKAGE.parent)}:{line} {sorted(consts & OP_NAMES)}"
+                    )
     assert not found, "op-name dispatch outside roofprof/models/: " + ", ".join(found)
 
 
-@pytest.mark.parametrize("mod", sorted(m for m in MODULES if not m.endswith("__main__") and m not in NO_ALL))
+@pytest.mark.parametrize(
+    "mod", sorted(m for m in MODULES if not m.endswith("__main__") and m not in NO_ALL)
+)
 def test_every_module_declares_all(mod):
     tree = ast.parse(MODULES[mod].read_text(encoding="utf-8"))
-    names = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-             for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    names = {
+        t.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
     assert "__all__" in names, f"{mod} has no __all__"
 
 
@@ -238,6 +274,8 @@ def test_no_private_names_are_imported_across_modules():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("roofprof"):
                 for alias in node.names:
                     private = alias.name.startswith("_") and not alias.name.startswith("__")
-                    if private and f"{node.module}.{alias.name}" not in MODULES:  # a private module is fine
+                    if (
+                        private and f"{node.module}.{alias.name}" not in MODULES
+                    ):  # a private module is fine
                         found.append(f"{mod}: from {node.module} import {alias.name}")
     assert not found, "private names imported across modules: " + "; ".join(found)

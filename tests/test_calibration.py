@@ -70,7 +70,10 @@ def test_calibrated_estimator_in_predict():
     spec = rollup.predict("llama-3.1-8b", gpu="a100", prompt_tokens=5)
     assert p.decode.seconds > spec.decode.seconds
     d = p.to_dict()
-    assert d["estimator"] == "calibrated" and d["estimator_inputs"]["engine_profile"]["engine"] == "gpt-fast"
+    assert (
+        d["estimator"] == "calibrated"
+        and d["estimator_inputs"]["engine_profile"]["engine"] == "gpt-fast"
+    )
     with pytest.raises(UnknownNameError, match="llama.cpp"):
         calibrated_estimator("a100", engine="tgi")
 
@@ -91,11 +94,30 @@ def test_shipped_calibration_is_current():
 
 
 def test_cli_validate_published(capsys, tmp_path):
-    assert main(["validate", "--published", "--estimator", "spec,calibrated", "--format", "json",
-                 "--gpu", "a100", "--phase", "decode"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--published",
+                "--estimator",
+                "spec,calibrated",
+                "--format",
+                "json",
+                "--gpu",
+                "a100",
+                "--phase",
+                "decode",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
-    assert out["rows"] and all(r["gpu"] == "a100-sxm-80gb" and r["phase"] == "decode" for r in out["rows"])
-    assert main(["validate", "--published", "--format", "csv", "--plot", str(tmp_path / "p.png")]) == 0
+    assert out["rows"] and all(
+        r["gpu"] == "a100-sxm-80gb" and r["phase"] == "decode" for r in out["rows"]
+    )
+    assert (
+        main(["validate", "--published", "--format", "csv", "--plot", str(tmp_path / "p.png")]) == 0
+    )
     assert capsys.readouterr().out.startswith("row,case,cite")
     assert (tmp_path / "p.png").stat().st_size > 1000
     assert main(["validate", "--published", "--engine", "tgi"]) == 2
@@ -103,25 +125,73 @@ def test_cli_validate_published(capsys, tmp_path):
 
 
 def test_cli_roofline_published(capsys, tmp_path):
-    assert main(["roofline", "--published", "h100", "-o", str(tmp_path), "--no-plots", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "roofline",
+                "--published",
+                "h100",
+                "-o",
+                str(tmp_path),
+                "--no-plots",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     from roofprof.roofline import load_roofline
 
     roof = load_roofline(tmp_path / "roofline.json")
     assert "T1-02" in roof.memory_ceiling().note
     # the ceilings are the published rows' numbers (the BabelStream triad, the mamf-finder bf16)
-    rows = json.loads((Path(__file__).resolve().parents[1] / "data" / "published" / "microbenchmarks.json")
-                      .read_text())
+    rows = json.loads(
+        (
+            Path(__file__).resolve().parents[1] / "data" / "published" / "microbenchmarks.json"
+        ).read_text()
+    )
     rows = {r["id"]: r for r in (rows["rows"] if isinstance(rows, dict) else rows)}
-    assert roof.memory_bandwidth("dram") == rows["T1-02"]["ceiling"] == rows["T1-02"]["values"]["triad"]
-    assert roof.compute_peak("bf16") == rows["T1-22"]["ceiling"] and "T1-22" in roof.compute_ceiling("bf16").note
+    assert (
+        roof.memory_bandwidth("dram")
+        == rows["T1-02"]["ceiling"]
+        == rows["T1-02"]["values"]["triad"]
+    )
+    assert (
+        roof.compute_peak("bf16") == rows["T1-22"]["ceiling"]
+        and "T1-22" in roof.compute_ceiling("bf16").note
+    )
     assert main(["roofline", "--published", "t4", "-o", str(tmp_path)]) == 2
     assert "GPUs with published ceilings" in capsys.readouterr().err
 
 
 def test_cli_predict_calibrated_contract(capsys):
-    rc = main(["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--dtype", "fp8", "--weights", "fp8",
-               "--kv-dtype", "fp8", "--batch", "1", "--prompt", "128", "--context", "128",
-               "--estimator", "calibrated", "--engine", "trt-llm", "--format", "json"])
+    rc = main(
+        [
+            "predict",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100-sxm",
+            "--dtype",
+            "fp8",
+            "--weights",
+            "fp8",
+            "--kv-dtype",
+            "fp8",
+            "--batch",
+            "1",
+            "--prompt",
+            "128",
+            "--context",
+            "128",
+            "--estimator",
+            "calibrated",
+            "--engine",
+            "trt-llm",
+            "--format",
+            "json",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["prefill"]["seconds"] > 0 and d["decode"]["seconds_per_token"] > 0
     assert (d["dtype"], d["weights"], d["kv_dtype"]) == ("fp8", "fp8", "fp8")

@@ -12,20 +12,61 @@ def run(capsys, *args):
 
 
 def test_json_schema(capsys):
-    code, out, _ = run(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--format", "json",
-                       "--convention", "seed")
+    code, out, _ = run(
+        capsys,
+        "predict",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--format",
+        "json",
+        "--convention",
+        "seed",
+    )
     assert code == 0
     d = json.loads(out)
-    for key in ("model", "gpu", "dtype", "batch", "prompt_tokens", "context_tokens", "estimator",
-                "ridge_flops_per_byte", "prefill", "decode", "ops"):
+    for key in (
+        "model",
+        "gpu",
+        "dtype",
+        "batch",
+        "prompt_tokens",
+        "context_tokens",
+        "estimator",
+        "ridge_flops_per_byte",
+        "prefill",
+        "decode",
+        "ops",
+    ):
         assert key in d
     assert set(d["prefill"]) >= {"seconds", "flops", "bytes", "attention_flops", "bound"}
-    assert set(d["decode"]) >= {"seconds_per_token", "tokens_per_second", "flops", "bytes", "weight_bytes",
-                                "kv_cache_bytes", "bound"}
+    assert set(d["decode"]) >= {
+        "seconds_per_token",
+        "tokens_per_second",
+        "flops",
+        "bytes",
+        "weight_bytes",
+        "kv_cache_bytes",
+        "bound",
+    }
     op = d["ops"][0]
-    assert set(op) >= {"name", "phase", "m", "n", "k", "flops", "bytes", "intensity", "seconds", "bound"}
+    assert set(op) >= {
+        "name",
+        "phase",
+        "m",
+        "n",
+        "k",
+        "flops",
+        "bytes",
+        "intensity",
+        "seconds",
+        "bound",
+    }
     assert d["estimator"] == "spec" and d["gpu"] == "h100-sxm"
-    assert d["prefill"]["seconds"] == pytest.approx(sum(o["seconds"] for o in d["ops"] if o["phase"] == "prefill"))
+    assert d["prefill"]["seconds"] == pytest.approx(
+        sum(o["seconds"] for o in d["ops"] if o["phase"] == "prefill")
+    )
 
 
 def test_table_and_csv(capsys):
@@ -59,16 +100,19 @@ def test_plot(tmp_path, capsys):
     assert width >= 400 and height >= 300
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--gpu", "h1000"), "h100-sxm"),
-    (("--gpu", "h100", "--model", "llama-9b"), "llama-3.1-8b"),
-    (("--gpu", "h100", "--batch", "0"), "--batch"),
-    (("--gpu", "h100", "--prompt", "-5"), "--prompt"),
-    (("--gpu", "h100", "--dtype", "fp7"), "bf16"),
-    (("--gpu", "a100", "--dtype", "fp8"), "fp8"),
-    (("--gpu", "h100", "--format", "xml"), "json"),
-    ((), "--gpu"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--gpu", "h1000"), "h100-sxm"),
+        (("--gpu", "h100", "--model", "llama-9b"), "llama-3.1-8b"),
+        (("--gpu", "h100", "--batch", "0"), "--batch"),
+        (("--gpu", "h100", "--prompt", "-5"), "--prompt"),
+        (("--gpu", "h100", "--dtype", "fp7"), "bf16"),
+        (("--gpu", "a100", "--dtype", "fp8"), "fp8"),
+        (("--gpu", "h100", "--format", "xml"), "json"),
+        ((), "--gpu"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(capsys, args, needle):
     code, out, err = run(capsys, "predict", *args)
     assert code == 2
@@ -80,11 +124,12 @@ def test_context_beyond_model_maximum_warns_once(capsys):
     """The warning is printed once: as a table line in table format (no second stderr
     line), as one ``roofprof: warning:`` stderr line next to the JSON's warnings."""
     text = "200001 tokens exceed llama-3.1-8b's max_position_embeddings (131072)"
-    code, out, err = run(capsys, "predict", "--gpu", "h100", "--prompt", "200000",
-                         "--batch", "1,8")
+    code, out, err = run(capsys, "predict", "--gpu", "h100", "--prompt", "200000", "--batch", "1,8")
     assert code == 0
     assert (out + err).count(text) == 1 and text not in err
-    code, out, err = run(capsys, "predict", "--gpu", "h100", "--prompt", "200000", "--format", "json")
+    code, out, err = run(
+        capsys, "predict", "--gpu", "h100", "--prompt", "200000", "--format", "json"
+    )
     assert code == 0
     assert [w for w in json.loads(out)["warnings"] if text in w]
     assert err.count(text) == 1 and err.startswith("roofprof: warning: " + text)
@@ -94,18 +139,24 @@ def test_published_ceilings_note_is_printed_once(capsys):
     note = "empirical: no --roofline given; using the published ceilings of h100"
     code, out, err = run(capsys, "predict", "--gpu", "h100", "--estimator", "empirical")
     assert code == 0 and (out + err).count(note) == 1
-    code, out, err = run(capsys, "predict", "--gpu", "h100", "--estimator", "empirical",
-                         "--format", "json")
-    assert code == 0 and err.count(note) == 1 and any(note in w for w in json.loads(out)["warnings"])
+    code, out, err = run(
+        capsys, "predict", "--gpu", "h100", "--estimator", "empirical", "--format", "json"
+    )
+    assert (
+        code == 0 and err.count(note) == 1 and any(note in w for w in json.loads(out)["warnings"])
+    )
 
 
 def test_specs(capsys):
     code, out, _ = run(capsys, "specs", "--format", "json")
     d = json.loads(out)
-    assert code == 0 and len(d["gpus"]) >= 15 and any(m["id"] == "llama-3.1-8b" for m in d["models"])
+    assert (
+        code == 0 and len(d["gpus"]) >= 15 and any(m["id"] == "llama-3.1-8b" for m in d["models"])
+    )
     h100 = next(g for g in d["gpus"] if g["id"] == "h100-sxm")
     assert h100["ridge_bf16_flops_per_byte"] == pytest.approx(
-        h100["peak_flops_per_s"]["bf16"] / h100["memory_bytes_per_s"])
+        h100["peak_flops_per_s"]["bf16"] / h100["memory_bytes_per_s"]
+    )
     m8b = next(m for m in d["models"] if m["id"] == "llama-3.1-8b")
     assert m8b["params"] == 8030261248 and m8b["kv_bytes_per_token_bf16"] == 131072
 

@@ -16,7 +16,20 @@ from roofprof.specs import load_model
 
 def test_roofline_quick_end_to_end(tmp_path, capsys):
     out = tmp_path / "rl"
-    code = main(["roofline", "--device", "cpu", "--quick", "--plan", "test", "--out", str(out), "--format", "json"])
+    code = main(
+        [
+            "roofline",
+            "--device",
+            "cpu",
+            "--quick",
+            "--plan",
+            "test",
+            "--out",
+            str(out),
+            "--format",
+            "json",
+        ]
+    )
     assert code == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
@@ -40,7 +53,9 @@ def test_roofline_table_output(tmp_path, capsys):
 
     from roofprof.units import si
 
-    code = main(["roofline", "--device", "cpu", "--plan", "test", "--out", str(tmp_path), "--no-plots"])
+    code = main(
+        ["roofline", "--device", "cpu", "--plan", "test", "--out", str(tmp_path), "--no-plots"]
+    )
     assert code == 0
     text = capsys.readouterr().out
     data = json.loads((tmp_path / "roofline.json").read_text())
@@ -50,19 +65,51 @@ def test_roofline_table_output(tmp_path, capsys):
         unit = "FLOP/s" if c["kind"] == "compute" else "B/s"
         cells = [cell.strip() for cell in rows[c["name"]].split("│")]
         assert cells[4] == si(c["value"], unit) and cells[5] == si(c["median_value"], unit), cells
-    peak = max(c["value"] for c in data["ceilings"] if c["kind"] == "compute" and c["dtype"] == "fp64")
-    dram = max(c["value"] for c in data["ceilings"] if c["kind"] == "memory" and c["level"] == "dram")
+    peak = max(
+        c["value"] for c in data["ceilings"] if c["kind"] == "compute" and c["dtype"] == "fp64"
+    )
+    dram = max(
+        c["value"] for c in data["ceilings"] if c["kind"] == "memory" and c["level"] == "dram"
+    )
     ridge = re.search(r"ridge fp64: ([0-9.]+) FLOP/byte", text)
     assert ridge and float(ridge.group(1)) == pytest.approx(peak / dram, rel=0.01)
     assert not (tmp_path / "staircase.png").exists()
 
 
 def test_predict_uses_the_measured_roofline(tmp_path, capsys):
-    assert main(["roofline", "--device", "cpu", "--plan", "test", "--out", str(tmp_path), "--no-plots",
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "roofline",
+                "--device",
+                "cpu",
+                "--plan",
+                "test",
+                "--out",
+                str(tmp_path),
+                "--no-plots",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    code = main(["predict", "--roofline", str(tmp_path / "roofline.json"), "--dtype", "fp32", "--format", "json",
-                 "--model", "llama-3.1-8b", "--prompt", "16"])
+    code = main(
+        [
+            "predict",
+            "--roofline",
+            str(tmp_path / "roofline.json"),
+            "--dtype",
+            "fp32",
+            "--format",
+            "json",
+            "--model",
+            "llama-3.1-8b",
+            "--prompt",
+            "16",
+        ]
+    )
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["estimator"] == "empirical"
@@ -88,7 +135,11 @@ def test_unwritable_out_exits_2_before_measuring(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:7"])
 def test_unknown_device_exits_2_listing_devices(tmp_path, monkeypatch, capsys, device):
-    monkeypatch.setattr(cuda_backend, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
+    monkeypatch.setattr(
+        cuda_backend,
+        "enumerate",
+        lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)],
+    )
     monkeypatch.setattr(probes, "measure_roofline", lambda *a, **k: pytest.fail("measured anyway"))
     code = main(["roofline", "--device", device, "--out", str(tmp_path)])
     assert code == 2
@@ -97,8 +148,13 @@ def test_unknown_device_exits_2_listing_devices(tmp_path, monkeypatch, capsys, d
 
 
 def test_cuda_without_gpu_exits_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cuda_backend, "enumerate", lambda: [
-        devices.DeviceStatus("cuda", "-", False, "no NVIDIA driver (NVML library not found)")])
+    monkeypatch.setattr(
+        cuda_backend,
+        "enumerate",
+        lambda: [
+            devices.DeviceStatus("cuda", "-", False, "no NVIDIA driver (NVML library not found)")
+        ],
+    )
     assert main(["roofline", "--device", "cuda:0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "not available" in err and "auto, cpu" in err

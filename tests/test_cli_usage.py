@@ -13,14 +13,18 @@ import sys
 import pytest
 from no_click import BLOCK_CLICK
 
-_NO_CLICK = """
+_NO_CLICK = (
+    """
 import sys
 
-""" + BLOCK_CLICK + """if sys.argv[1:] == ["--import-click"]:
+"""
+    + BLOCK_CLICK
+    + """if sys.argv[1:] == ["--import-click"]:
     import click  # noqa: F401 - must fail
 from roofprof.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+)
 
 
 #: Every command line the tests run, started together (each start costs about a second).
@@ -45,9 +49,15 @@ CASES = {
 @pytest.fixture(scope="module")
 def runs() -> dict[str, subprocess.CompletedProcess]:
     """Each of :data:`CASES` run as ``roofprof *args`` in a fresh interpreter without click."""
-    procs = {name: subprocess.Popen([sys.executable, "-c", _NO_CLICK, *args], text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for name, args in CASES.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", _NO_CLICK, *args],
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for name, args in CASES.items()
+    }
     done = {}
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=120)
@@ -91,10 +101,13 @@ def test_missing_value(runs):
     assert "'--model'" in line and "needs a value" in line
 
 
-@pytest.mark.parametrize("case, value, choices", [
-    ("bad format", "'xml'", ("table", "json", "csv")),
-    ("bad doctor format", "'yaml'", ("table", "json")),
-])
+@pytest.mark.parametrize(
+    "case, value, choices",
+    [
+        ("bad format", "'xml'", ("table", "json", "csv")),
+        ("bad doctor format", "'yaml'", ("table", "json")),
+    ],
+)
 def test_bad_choice_value_lists_the_choices(runs, case, value, choices):
     line = _one_line_error(runs[case])
     assert value in line and "--format" in line and "valid choices" in line

@@ -22,7 +22,7 @@ from roofprof.selftest.counters import selftest_check
 
 S = "sm__sass_thread_inst_executed_op_{}_pred_on.sum"
 
-FAKE_NCU = r'''#!{python}
+FAKE_NCU = r"""#!{python}
 import json, os, sys
 args = sys.argv[1:]
 mode = os.environ.get("FAKE_NCU_MODE", "ok")
@@ -53,7 +53,7 @@ with open(log, "w") as fh:
         fh.write(open(os.environ["FAKE_NCU_CSV"]).read())
     fh.write("==PROF== Disconnected from process 1\n")
 sys.exit(int(os.environ.get("FAKE_NCU_RC", "0")))
-'''
+"""
 
 # Synthetic raw page of a Hopper run: one bf16 GEMM (2*1024^3 FLOPs) in range roofprof.q_proj.
 SYNTHETIC_CSV = (
@@ -101,7 +101,9 @@ def test_build_ncu_command_exact():
         "--nvtx", "--nvtx-include", r"regex:roofprof\..*/",
         "python", "bench.py", "--size", "a b; rm -rf /",
     ]  # fmt: skip
-    base = c.build_ncu_command(["x"], "o.csv", ["m.sum"], clock_control="base", nvtx_include=None, launch_count=5)
+    base = c.build_ncu_command(
+        ["x"], "o.csv", ["m.sum"], clock_control="base", nvtx_include=None, launch_count=5
+    )
     assert base[base.index("--clock-control") + 1] == "base" and "--nvtx" not in base
     assert base[-3:] == ["--launch-count", "5", "x"]
 
@@ -122,17 +124,24 @@ def test_run_under_ncu_with_fake_ncu(fake_ncu, tmp_path):
     _, argv_file = fake_ncu
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        records = c.run_under_ncu(["python", "-c", "print('a b')"], tmp_path / "o" / "ncu.csv", compute_capability="9.0")
+        records = c.run_under_ncu(
+            ["python", "-c", "print('a b')"], tmp_path / "o" / "ncu.csv", compute_capability="9.0"
+        )
     (rec,) = records
     assert rec.range_name == "roofprof.q_proj" and rec.family == "hopper"
     assert rec.tensor_flops == {"bf16": 2 * 1024**3} and rec.dram_bytes == 6 * 2**20
     assert rec.intensity("l2") == pytest.approx(2 * 1024**3 / 1e8)
     argv = json.loads(argv_file.read_text())
     assert argv[-3:] == ["python", "-c", "print('a b')"]  # an argument list, no shell
-    assert argv[argv.index("--clock-control") + 1] == "none" and argv[argv.index("--cache-control") + 1] == "all"
+    assert (
+        argv[argv.index("--clock-control") + 1] == "none"
+        and argv[argv.index("--cache-control") + 1] == "all"
+    )
     metrics = argv[argv.index("--metrics") + 1].split(",")
     assert {collection.base_metric_name(m) for m in metrics} <= set(AVAILABLE)
-    assert "sm__ops_path_tensor_src_bf16_dst_fp32.sum" in metrics and S.format("dfma") not in metrics
+    assert (
+        "sm__ops_path_tensor_src_bf16_dst_fp32.sum" in metrics and S.format("dfma") not in metrics
+    )
     dropped = [str(w.message) for w in caught if issubclass(w.category, c.CounterWarning)]
     assert any("dropped" in m and S.format("dfma") in m for m in dropped)
 
@@ -159,7 +168,9 @@ def test_permission_error(fake_ncu, tmp_path, monkeypatch):
     with pytest.raises(c.CounterPermissionError, match="NVreg_RestrictProfilingToAdminUsers=0"):
         c.run_under_ncu(["true"], tmp_path / "ncu.csv", compute_capability="9.0")
     with pytest.raises(c.CounterPermissionError):
-        c.run_under_ncu(["true"], tmp_path / "ncu.csv", compute_capability="9.0", verify_metrics=False)
+        c.run_under_ncu(
+            ["true"], tmp_path / "ncu.csv", compute_capability="9.0", verify_metrics=False
+        )
 
 
 @pytest.mark.filterwarnings("ignore::roofprof.counters.CounterWarning")
@@ -183,13 +194,20 @@ def test_ncu_not_installed(tmp_path, monkeypatch):
 def test_cli_collect_with_fake_ncu(fake_ncu, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(collection, "detect_compute_capability", lambda: "9.0")
     out = tmp_path / "run"
-    code = main(["counters", "collect", "--out", str(out), "--format", "json", "--", "python", "-c", "pass"])
+    code = main(
+        ["counters", "collect", "--out", str(out), "--format", "json", "--", "python", "-c", "pass"]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     payload = json.loads(captured.out)
     saved = json.loads((out / "counters.json").read_text())
-    assert saved["kernels"] == payload["kernels"] and saved["kernels"][0]["range"] == "roofprof.q_proj"
-    assert saved["metric_names_verified"] is True and saved["provenance"]["ncu_version"] == "2099.1.0.0"
+    assert (
+        saved["kernels"] == payload["kernels"] and saved["kernels"][0]["range"] == "roofprof.q_proj"
+    )
+    assert (
+        saved["metric_names_verified"] is True
+        and saved["provenance"]["ncu_version"] == "2099.1.0.0"
+    )
     assert saved["provenance"]["clock_control"] == "none"
     assert any("dropped" in w for w in saved["warnings"]) and "roofprof: warning:" in captured.err
     assert (out / "ncu.csv").exists()
@@ -200,9 +218,38 @@ def test_cli_collect_with_fake_ncu(fake_ncu, tmp_path, capsys, monkeypatch):
 def test_cli_collect_errors(fake_ncu, tmp_path, capsys, monkeypatch):
     assert main(["counters", "collect", "--out", str(tmp_path)]) == 2
     assert "no command to profile" in capsys.readouterr().err
-    assert main(["counters", "collect", "--clock-control", "locked", "--out", str(tmp_path), "--", "true"]) == 2
+    assert (
+        main(
+            [
+                "counters",
+                "collect",
+                "--clock-control",
+                "locked",
+                "--out",
+                str(tmp_path),
+                "--",
+                "true",
+            ]
+        )
+        == 2
+    )
     assert "valid choices: none, base" in capsys.readouterr().err
-    assert main(["counters", "collect", "--all-kernels", "--nvtx-include", "x/", "--out", str(tmp_path), "--", "true"]) == 2
+    assert (
+        main(
+            [
+                "counters",
+                "collect",
+                "--all-kernels",
+                "--nvtx-include",
+                "x/",
+                "--out",
+                str(tmp_path),
+                "--",
+                "true",
+            ]
+        )
+        == 2
+    )
     assert "exclude each other" in capsys.readouterr().err
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")
     assert main(["counters", "collect", "--out", str(tmp_path), "--", "true"]) == 2
@@ -220,11 +267,31 @@ def test_cli_import_with_roofline_and_plot(tmp_path, capsys):
                              Ceiling("HBM3", "memory", 3.35e12, level="dram")))  # fmt: skip
     write_json_atomic(tmp_path / "roofline.json", roof.to_dict())
     png = tmp_path / "h.png"
-    code = main(["counters", "import", str(csv_file), "--roofline", str(tmp_path / "roofline.json"), "--plot", str(png)])
+    code = main(
+        [
+            "counters",
+            "import",
+            str(csv_file),
+            "--roofline",
+            str(tmp_path / "roofline.json"),
+            "--plot",
+            str(png),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "% of roof" in captured.out and "dram" in captured.out and png.exists()
-    code = main(["counters", "import", str(csv_file), "--roofline", str(tmp_path / "roofline.json"), "--format", "json"])
+    code = main(
+        [
+            "counters",
+            "import",
+            str(csv_file),
+            "--roofline",
+            str(tmp_path / "roofline.json"),
+            "--format",
+            "json",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     h = d["hierarchical"][0]
     # I_dram = 2^31 / (6 * 2^20) = 341.3 FLOP/B, right of the ridge 9.89e14 / 3.35e12 = 295 FLOP/B

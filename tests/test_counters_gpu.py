@@ -28,7 +28,11 @@ def test_counters_selftest_on_this_gpu(tmp_path):
     pytest.importorskip("torch")
     out = Path(os.environ.get("ROOFPROF_SELFTEST_OUT", tmp_path))
     result = selftest_check(out)
-    print(json.dumps({k: result[k] for k in ("family", "cc", "metrics_dropped", "checks", "ops")}, indent=1))
+    print(
+        json.dumps(
+            {k: result[k] for k in ("family", "cc", "metrics_dropped", "checks", "ops")}, indent=1
+        )
+    )
     seen = result["table_names_seen"]
     if result["family"] == "hopper" and result["metric_names_verified"]:
         for name in ("gpu__time_duration.sum", "dram__bytes_read.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",

@@ -23,8 +23,12 @@ S = "sm__sass_thread_inst_executed_op_{}_pred_on.sum"
 T = "sm__ops_path_tensor_{}.sum"
 
 
-def k(metrics: dict, cc: str | None = "9.0", name: str = "k", ranges: tuple = ()) -> c.KernelCounters:
-    return c.KernelCounters(0, name, {m: (float(v), u) for m, (v, u) in metrics.items()}, ranges, cc)
+def k(
+    metrics: dict, cc: str | None = "9.0", name: str = "k", ranges: tuple = ()
+) -> c.KernelCounters:
+    return c.KernelCounters(
+        0, name, {m: (float(v), u) for m, (v, u) in metrics.items()}, ranges, cc
+    )
 
 
 def test_cuda_core_flops_add_mul_2fma():
@@ -42,7 +46,9 @@ def test_saxpy_flop_and_byte_arithmetic_hand_computed():
     none): one FFMA per element, n = 2^24, so 2n FLOPs; DRAM from the real file."""
     (real,) = c.read_ncu_csv(SAXPY)
     n = 65536 * 256
-    rec = c.KernelCounters(0, real.name, {**real.metrics, S.format("ffma"): (float(n), "inst")}, cc=real.cc)
+    rec = c.KernelCounters(
+        0, real.name, {**real.metrics, S.format("ffma"): (float(n), "inst")}, cc=real.cc
+    )
     assert rec.flops == 2 * n == 33_554_432
     assert rec.intensity("dram") == pytest.approx(33_554_432 / 177_852_672)  # 0.1887 FLOP/B
     assert rec.intensity("l1") == pytest.approx(33_554_432 / 201_326_592)  # 1/6: 2 FLOP per 12 B
@@ -71,7 +77,13 @@ def test_total_and_parts_never_counted_twice():
                T.format("op_hmma_src_bf16_dst_fp32_sparsity_off"): (10, "")})  # fmt: skip
     assert parts.tensor_flops == {"bf16": 100}
     assert parts.tensor_source("bf16")[0][0].startswith("sm__ops_path_tensor_op_hgmma")
-    fp16 = k({T.format("src_fp16_dst_fp16"): (3, ""), T.format("src_fp16_dst_fp32"): (4, ""), T.format("src_fp16"): (7, "")})
+    fp16 = k(
+        {
+            T.format("src_fp16_dst_fp16"): (3, ""),
+            T.format("src_fp16_dst_fp32"): (4, ""),
+            T.format("src_fp16"): (7, ""),
+        }
+    )
     assert fp16.tensor_flops == {"fp16": 7}
 
 
@@ -80,7 +92,10 @@ def test_volta_instruction_count_times_512():
     assert rec.family == "volta" and rec.tensor_flops == {"fp16": 512_000}
     later = k({"sm__inst_executed_pipe_tensor.sum": (1000, "inst")}, cc="8.0")
     assert later.tensor_flops == {} and later.flops is None
-    unknown = k({"sm__inst_executed_pipe_tensor.sum": (1000, "inst"), T.format("src_int8"): (5, "")}, cc=None)
+    unknown = k(
+        {"sm__inst_executed_pipe_tensor.sum": (1000, "inst"), T.format("src_int8"): (5, "")},
+        cc=None,
+    )
     assert unknown.tensor_flops == {"int8": 5}
 
 
@@ -106,7 +121,13 @@ def test_tensor_table_is_data_with_every_issue_dtype():
 
 
 def test_bytes_sector_fallbacks_and_units():
-    rec = k({"lts__t_sectors.sum": (10, "sector"), "l1tex__t_bytes.sum": (1, "Kbyte"), "dram__bytes.sum": (2, "Gbyte")})
+    rec = k(
+        {
+            "lts__t_sectors.sum": (10, "sector"),
+            "l1tex__t_bytes.sum": (1, "Kbyte"),
+            "dram__bytes.sum": (2, "Gbyte"),
+        }
+    )
     assert rec.l2_bytes == 320 and rec.l1_bytes == 1000 and rec.dram_bytes == 2e9
     assert rec.dram_read_bytes is None  # only the total
     assert rec.bytes_at("l2") == 320
@@ -149,9 +170,13 @@ def test_compare_with_ops_on_the_real_fixtures():
         SimpleNamespace(name="not profiled", kind="norm", dtype="bf16", flops=1, bytes=1),
     ]  # fmt: skip
     gemm, saxpy = c.compare_with_ops(records, ops)
-    assert gemm.excess_traffic == pytest.approx(56_639_232 / 50_331_648)  # 1.125: 12.5% above the minimum
+    assert gemm.excess_traffic == pytest.approx(
+        56_639_232 / 50_331_648
+    )  # 1.125: 12.5% above the minimum
     assert gemm.flags == ("no_flop_counters", "excess_traffic")
-    assert saxpy.excess_traffic == pytest.approx(177_852_672 / 201_326_592)  # 0.883: y partly still in L2
+    assert saxpy.excess_traffic == pytest.approx(
+        177_852_672 / 201_326_592
+    )  # 0.883: y partly still in L2
     assert saxpy.flags == ("no_flop_counters", "below_min_bytes")
     assert gemm.flop_ratio is None and gemm.time_s == pytest.approx(10_195_552e-9)
 
@@ -167,9 +192,16 @@ def test_compare_with_ops_several_kernels_per_range_and_pipes():
         k({S.format("ffma"): (mnk / 2, "inst"), "dram__bytes.sum": (101e6, "byte"),
            "gpu__time_duration.sum": (20, "msecond")}, ranges=("roofprof.o_proj",), name="sgemm"),
     ]  # fmt: skip
-    ops = [SimpleNamespace(name=n, kind="gemm", dtype="bf16", flops=mnk, bytes=100.66e6) for n in ("q_proj", "o_proj")]
+    ops = [
+        SimpleNamespace(name=n, kind="gemm", dtype="bf16", flops=mnk, bytes=100.66e6)
+        for n in ("q_proj", "o_proj")
+    ]
     q, o = c.compare_with_ops(recs, ops)
-    assert q.kernels == 2 and q.counter_flops == pytest.approx(1.02 * mnk) and q.flop_ratio == pytest.approx(1.02)
+    assert (
+        q.kernels == 2
+        and q.counter_flops == pytest.approx(1.02 * mnk)
+        and q.flop_ratio == pytest.approx(1.02)
+    )
     assert q.expected_pipe_fraction == pytest.approx(1 / 1.02)
     assert q.excess_traffic == pytest.approx(140e6 / 100.66e6) and q.flags == ("excess_traffic",)
     assert q.time_s == pytest.approx(1.01e-3)
@@ -194,16 +226,24 @@ def test_place_hierarchical_on_a_roofline():
     (p,) = c.place_hierarchical([rec], roof)
     assert p.dtype == "bf16" and p.compute_peak_flops_per_s == 1e15
     dram, l2, l1 = p.level("dram"), p.level("l2"), p.level("l1")
-    assert dram.intensity == pytest.approx(500) and dram.attainable_flops_per_s == pytest.approx(1e15)
+    assert dram.intensity == pytest.approx(500) and dram.attainable_flops_per_s == pytest.approx(
+        1e15
+    )
     assert dram.bound == "compute"  # 500 * 4e12 = 2e15 > 1e15
     assert l2.attainable_flops_per_s == pytest.approx(1e15)
-    assert l1.intensity == pytest.approx(2000) and l1.attainable_flops_per_s is None and l1.bandwidth_bytes_per_s is None
+    assert (
+        l1.intensity == pytest.approx(2000)
+        and l1.attainable_flops_per_s is None
+        and l1.bandwidth_bytes_per_s is None
+    )
     assert p.flops_per_s == pytest.approx(5e14) and p.fraction_of_attainable == pytest.approx(0.5)
     # a memory-bound kernel: 1e9 FLOP over 2 GB of DRAM (I=0.5) -> 2e12 attainable
     slow = k({T.format("src_bf16_dst_fp32"): (1e9, ""), "gpu__time_duration.sum": (1, "msecond"),
               "dram__bytes.sum": (2, "Gbyte"), "lts__t_bytes.sum": (4, "Gbyte")})  # fmt: skip
     (q,) = c.place_hierarchical([slow], roof)
-    assert q.level("dram").bound == "memory" and q.level("dram").attainable_flops_per_s == pytest.approx(2e12)
+    assert q.level("dram").bound == "memory" and q.level(
+        "dram"
+    ).attainable_flops_per_s == pytest.approx(2e12)
     assert q.level("l2").attainable_flops_per_s == pytest.approx(2.5e12)
     assert q.limiting_level == "dram" and q.fraction_of_attainable == pytest.approx(1e12 / 2e12)
     assert q.to_dict()["limiting_level"] == "dram"
@@ -214,7 +254,11 @@ def test_place_hierarchical_on_a_roofline():
 
 def test_place_without_roofline_or_flops():
     (p,) = c.place_hierarchical(c.read_ncu_csv(GEMM))
-    assert p.flops is None and p.level("dram").bytes == 56_639_232 and p.level("dram").intensity is None
+    assert (
+        p.flops is None
+        and p.level("dram").bytes == 56_639_232
+        and p.level("dram").intensity is None
+    )
     assert p.limiting_level is None and p.fraction_of_attainable is None
 
 
@@ -231,7 +275,9 @@ def test_plot_hierarchical(tmp_path):
         k({S.format("ffma"): (1e6, "inst"), "gpu__time_duration.sum": (20, "usecond"), "dram__bytes.sum": (12, "Mbyte")},
           name="axpy"),
     ]  # fmt: skip
-    out = plot_hierarchical(c.place_hierarchical(recs, roof), tmp_path / "sub" / "h.png", roofline=roof)
+    out = plot_hierarchical(
+        c.place_hierarchical(recs, roof), tmp_path / "sub" / "h.png", roofline=roof
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = plot_hierarchical(c.place_hierarchical(recs), tmp_path / "h.svg")
     assert svg.read_text().lstrip().startswith("<?xml")
@@ -243,11 +289,25 @@ def test_plot_hierarchical(tmp_path):
 def test_place_hierarchical_without_the_kernels_dtype_on_the_roofline():
     from roofprof.roofline import Ceiling, Roofline
 
-    roof = Roofline("fp32-only", (Ceiling("fp32", "compute", 1e13, dtype="fp32"),
-                                  Ceiling("HBM", "memory", 4e12, level="dram")))
-    rec = k({T.format("src_bf16_dst_fp32"): (1e12, ""), "gpu__time_duration.sum": (2, "msecond"),
-             "dram__bytes.sum": (2, "Gbyte")})
+    roof = Roofline(
+        "fp32-only",
+        (
+            Ceiling("fp32", "compute", 1e13, dtype="fp32"),
+            Ceiling("HBM", "memory", 4e12, level="dram"),
+        ),
+    )
+    rec = k(
+        {
+            T.format("src_bf16_dst_fp32"): (1e12, ""),
+            "gpu__time_duration.sum": (2, "msecond"),
+            "dram__bytes.sum": (2, "Gbyte"),
+        }
+    )
     (p,) = c.place_hierarchical([rec], roof)
     dram = p.level("dram")
     assert p.compute_peak_flops_per_s is None and dram.bandwidth_bytes_per_s == 4e12
-    assert dram.attainable_flops_per_s is None and dram.bound is None and dram.intensity == pytest.approx(500)
+    assert (
+        dram.attainable_flops_per_s is None
+        and dram.bound is None
+        and dram.intensity == pytest.approx(500)
+    )

@@ -104,7 +104,9 @@ def test_several_kernels_in_one_details_file():
     assert ks[1].dram_bytes == SAXPY_DRAM and ks[0].dram_bytes == GEMM_DRAM
 
 
-def raw_csv(header_extra: list[str], units: list[str], rows: list[list[str]], nvtx: bool = False) -> str:
+def raw_csv(
+    header_extra: list[str], units: list[str], rows: list[list[str]], nvtx: bool = False
+) -> str:
     """A raw-page CSV in ncu's layout (synthetic values, for parser edge cases)."""
     ident = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
              "Block Size", "Grid Size", "Device", "CC"]  # fmt: skip
@@ -120,7 +122,9 @@ def raw_csv(header_extra: list[str], units: list[str], rows: list[list[str]], nv
 
 def nvtx_cell(*ranges: str) -> str:
     # ncu writes the thread id, then one quoted domain:range:... entry per range (quotes doubled in CSV)
-    return "1  " + "  ".join(f'""<default domain>:{r}:none:none:none:none:none:none""' for r in ranges)
+    return "1  " + "  ".join(
+        f'""<default domain>:{r}:none:none:none:none:none:none""' for r in ranges
+    )
 
 
 def test_raw_units_prefixes_and_nvtx_ranges():
@@ -147,11 +151,17 @@ def test_raw_units_prefixes_and_nvtx_ranges():
     assert a.l1_bytes == 1000 * 32
     assert b.l2_bytes is None and "lts__t_bytes.sum" not in b.metrics
     groups = c.group_by_range(ks)
-    assert list(groups) == ["roofprof.decode.attn_qkv"] and len(groups["roofprof.decode.attn_qkv"]) == 2
+    assert (
+        list(groups) == ["roofprof.decode.attn_qkv"]
+        and len(groups["roofprof.decode.attn_qkv"]) == 2
+    )
 
 
 def test_nvtx_stack_forms():
-    assert _nvtx_stack('1  "<default domain>:a:none"  "<default domain>:roofprof.b:none"') == ("a", "roofprof.b")
+    assert _nvtx_stack('1  "<default domain>:a:none"  "<default domain>:roofprof.b:none"') == (
+        "a",
+        "roofprof.b",
+    )
     assert _nvtx_stack("") == ()
     assert _nvtx_stack("7:roofprof.x:none") == ("roofprof.x",)
 
@@ -193,13 +203,17 @@ def test_not_ncu_output_names_first_bad_line(tmp_path):
 def test_truncated_row_is_named():
     lines = SAXPY.read_text(encoding="utf-8-sig").splitlines()
     lines[-1] = lines[-1][:60]
-    with pytest.raises(c.NotNcuOutputError, match=rf"line {len(lines)}: \d+ fields where the header has 15"):
+    with pytest.raises(
+        c.NotNcuOutputError, match=rf"line {len(lines)}: \d+ fields where the header has 15"
+    ):
         c.parse_ncu_csv("\n".join(lines), source="cut.csv")
 
 
 def test_non_numeric_value_of_a_known_metric_is_an_error():
     text = GEMM.read_text(encoding="utf-8-sig").replace('"byte","53,261,312"', '"byte","lots"')
-    with pytest.raises(c.NotNcuOutputError, match="line 10: metric dram__bytes_op_read.sum has the non-numeric"):
+    with pytest.raises(
+        c.NotNcuOutputError, match="line 10: metric dram__bytes_op_read.sum has the non-numeric"
+    ):
         c.parse_ncu_csv(text)
 
 

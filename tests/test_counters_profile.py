@@ -27,13 +27,25 @@ def test_child_checks_then_runs_each_distinct_op_once(tiny_model):
     assert ran and all(e["impl"] == "numpy" and e["check"]["ok"] for e in ran)
     assert {e["op"] for e in ran} >= {"q_proj", "gate_proj", "lm_head"}
     names = [e["name"] for e in manifest]
-    assert len(names) == len(set(names))  # identical shapes measured once (q_proj and o_proj share one)
+    assert len(names) == len(
+        set(names)
+    )  # identical shapes measured once (q_proj and o_proj share one)
     assert "decode/q_proj@numpy" in names
 
 
 def test_child_command_is_an_argument_list(tmp_path):
-    cmd = child_command(model="llama-3.2-1b", phase="decode", batch=1, prompt=128, context=None, dtype="bf16",
-                        device="cuda:0", attention="fused", impls=["cupy"], manifest=tmp_path / "m.json")
+    cmd = child_command(
+        model="llama-3.2-1b",
+        phase="decode",
+        batch=1,
+        prompt=128,
+        context=None,
+        dtype="bf16",
+        device="cuda:0",
+        attention="fused",
+        impls=["cupy"],
+        manifest=tmp_path / "m.json",
+    )
     assert cmd[:5] == [sys.executable, "-m", "roofprof", "counters", "ops-pass"]
     assert cmd[cmd.index("--impl") + 1] == "cupy" and "--context" not in cmd
 
@@ -62,11 +74,23 @@ def test_parent_compares_counters_with_the_workload(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_METRICS", ",".join(AVAILABLE))
     monkeypatch.setenv("FAKE_NCU_CSV", str(tmp_path / "c.csv"))
     monkeypatch.setenv("FAKE_NCU_ARGV", str(tmp_path / "argv.json"))
-    op = next(o for o in llama_ops(load_model("llama-3.1-8b"), "decode", context_tokens=8, dtype="bf16").ops
-              if o.name == "q_proj")
+    op = next(
+        o
+        for o in llama_ops(load_model("llama-3.1-8b"), "decode", context_tokens=8, dtype="bf16").ops
+        if o.name == "q_proj"
+    )
     manifest = tmp_path / "out" / "manifest.json"
-    entry = {"name": counter_op_name(op, "cupy"), "op": op.name, "impl": "cupy", "phase": "decode", "kind": "gemm",
-             "dtype": "bf16", "flops": op.flops, "bytes": op.bytes, "status": "ran"}
+    entry = {
+        "name": counter_op_name(op, "cupy"),
+        "op": op.name,
+        "impl": "cupy",
+        "phase": "decode",
+        "kind": "gemm",
+        "dtype": "bf16",
+        "flops": op.flops,
+        "bytes": op.bytes,
+        "status": "ran",
+    }
     write_json_atomic(manifest, [entry])  # type: ignore[arg-type]
     with pytest.warns(Warning):
         payload = profile_counters(["true"], manifest, tmp_path / "out", compute_capability="9.0")

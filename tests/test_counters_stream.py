@@ -47,12 +47,34 @@ def test_streamed_parse_equals_the_previous_parser_on_every_fixture(path):
     assert _outcome(counters.read_ncu_csv, path) == old
     text = path.read_text(encoding="utf-8-sig")
     assert _outcome(counters.parse_ncu_csv, text, source="t") == _outcome(
-        before.parse_ncu_csv, text, source="t")
+        before.parse_ncu_csv, text, source="t"
+    )
 
 
-_JUNK = [b"", b"\n", b'"', b'""', b'","', b"n/a", b"-1", b"inf", b"\xff", b"\x00", b"\r", b"\r\n",
-         b"\x0b", "\u2028".encode(), b'"ID",', b"==PROF== x", b"1,000", b"byte", b"%", b"\xef\xbb\xbf",
-         b"No kernels were profiled", b'"Rule ']
+_JUNK = [
+    b"",
+    b"\n",
+    b'"',
+    b'""',
+    b'","',
+    b"n/a",
+    b"-1",
+    b"inf",
+    b"\xff",
+    b"\x00",
+    b"\r",
+    b"\r\n",
+    b"\x0b",
+    "\u2028".encode(),
+    b'"ID",',
+    b"==PROF== x",
+    b"1,000",
+    b"byte",
+    b"%",
+    b"\xef\xbb\xbf",
+    b"No kernels were profiled",
+    b'"Rule ',
+]
 
 
 @st.composite
@@ -64,7 +86,7 @@ def _mutated(draw):
         if op == 0:
             data[i:i] = draw(st.sampled_from(_JUNK))
         elif op == 1:
-            del data[i:i + draw(st.integers(1, 300))]
+            del data[i : i + draw(st.integers(1, 300))]
         elif op == 2:
             data = data[:i]
         else:
@@ -98,7 +120,9 @@ def test_line_breaks_and_bom_are_read_as_before(tmp_path, newline):
 
 def _folded_file(path: Path, megabytes: float) -> int:
     """A details page whose one kernel repeats its rows until the file has ``megabytes``."""
-    lines = [ln for ln in DETAILS.read_text(encoding="utf-8-sig").splitlines() if ln.startswith('"')]
+    lines = [
+        ln for ln in DETAILS.read_text(encoding="utf-8-sig").splitlines() if ln.startswith('"')
+    ]
     header, rows = lines[0], lines[1:]
     with open(path, "w", encoding="utf-8") as f:
         f.write(header + "\n")
@@ -128,7 +152,9 @@ def test_file_progress_is_in_bytes_and_ends_at_the_size(tmp_path, monkeypatch):
     monkeypatch.setattr(parse, "PROGRESS_EVERY", 50)
     size = _folded_file(tmp_path / "p.csv", 0.2)
     calls = []
-    counters.read_ncu_csv(tmp_path / "p.csv", progress=lambda done, total: calls.append((done, total)))
+    counters.read_ncu_csv(
+        tmp_path / "p.csv", progress=lambda done, total: calls.append((done, total))
+    )
     assert len(calls) > 5 and {t for _, t in calls} == {size}
     assert [d for d, _ in calls] == sorted(d for d, _ in calls) and calls[-1] == (size, size)
 
@@ -140,10 +166,16 @@ def test_write_json_streamed_is_the_one_shot_text():
     records = counters.read_ncu_csv(CSVS[0]) + counters.read_ncu_csv(DETAILS)
     placements = counters.place_hierarchical(records)
     buf = io.StringIO()
-    write_json_streamed({"source": "s", "kernels": records, "hierarchical": placements, "x": []}, buf)
+    write_json_streamed(
+        {"source": "s", "kernels": records, "hierarchical": placements, "x": []}, buf
+    )
     one_shot = counters.records_to_json(records, placements, source="s", x=[])
-    one_shot = {"source": "s", "kernels": one_shot["kernels"], "hierarchical": one_shot["hierarchical"],
-                "x": []}
+    one_shot = {
+        "source": "s",
+        "kernels": one_shot["kernels"],
+        "hierarchical": one_shot["hierarchical"],
+        "x": [],
+    }
     assert buf.getvalue() == dumps_strict(one_shot) + "\n"
     buf = io.StringIO()
     write_json_streamed({}, buf)
@@ -170,7 +202,9 @@ def test_benchmark_file_generator_builds_a_parsable_export(tmp_path):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "bench_ncu_import", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ncu_import.py")
+        "bench_ncu_import",
+        Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ncu_import.py",
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     for page in ("details", "raw"):
@@ -181,6 +215,11 @@ def test_benchmark_file_generator_builds_a_parsable_export(tmp_path):
             records = counters.read_ncu_csv(path)
         assert len(records) == kernels > 2
         assert [r.id for r in records] == list(range(kernels))
-        assert {r.time_s for r in records[:2]} == {k.time_s for k in counters.read_ncu_csv(DETAILS)} | {
-            k.time_s for k in counters.read_ncu_csv(
-                FIXTURES / "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_gemm_tiled.csv")}
+        assert {r.time_s for r in records[:2]} == {
+            k.time_s for k in counters.read_ncu_csv(DETAILS)
+        } | {
+            k.time_s
+            for k in counters.read_ncu_csv(
+                FIXTURES / "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_gemm_tiled.csv"
+            )
+        }

@@ -47,7 +47,9 @@ cm = kernels_module("cuda_models")
 
 
 def gemm_op(m, n, k, dtype="bf16", name="op"):
-    return Op(name, "gemm", "decode" if m <= 16 else "prefill", m, n, k, dtype, 2.0 * m * n * k, 1.0)
+    return Op(
+        name, "gemm", "decode" if m <= 16 else "prefill", m, n, k, dtype, 2.0 * m * n * k, 1.0
+    )
 
 
 # --------------------------------------------------------------------------- fallbacks
@@ -55,7 +57,9 @@ def gemm_op(m, n, k, dtype="bf16", name="op"):
 
 def test_no_cupy_is_unavailable_with_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)
-    with pytest.raises(DeviceUnavailableError, match=r"CuPy is not installed.*pip install 'roofprof\[cuda12\]'"):
+    with pytest.raises(
+        DeviceUnavailableError, match=r"CuPy is not installed.*pip install 'roofprof\[cuda12\]'"
+    ):
         CudaDevice(0)
 
 
@@ -66,12 +70,16 @@ def test_cuda_runtime_error_is_unavailable():
         raise FakeCudaError("cudaErrorInsufficientDriver: CUDA driver version is insufficient")
 
     cp.cuda.runtime.getDeviceCount = broken
-    with pytest.raises(DeviceUnavailableError, match="no usable CUDA GPU: cudaErrorInsufficientDriver"):
+    with pytest.raises(
+        DeviceUnavailableError, match="no usable CUDA GPU: cudaErrorInsufficientDriver"
+    ):
         CudaDevice(0, cupy=cp, nvml=fake_nvml())
 
 
 def test_missing_index_lists_the_gpus():
-    with pytest.raises(DeviceUnavailableError, match=r"cuda:3 does not exist: CUDA sees 2 GPU\(s\)"):
+    with pytest.raises(
+        DeviceUnavailableError, match=r"cuda:3 does not exist: CUDA sees 2 GPU\(s\)"
+    ):
         CudaDevice(3, cupy=fake_cupy(device_count=2), nvml=fake_nvml())
 
 
@@ -87,8 +95,13 @@ def test_real_cupy_without_a_gpu_is_unavailable():
 
 
 def test_select_cuda_without_gpu_is_an_exit_2_error(monkeypatch):
-    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [
-        devices.DeviceStatus("cuda", "-", False, "no NVIDIA driver (NVML library not found)")])
+    monkeypatch.setattr(
+        cuda_mod,
+        "enumerate",
+        lambda: [
+            devices.DeviceStatus("cuda", "-", False, "no NVIDIA driver (NVML library not found)")
+        ],
+    )
     with pytest.raises(DeviceUnavailableError) as info:
         devices.select("cuda:0")
     assert isinstance(info.value, RoofprofError) and info.value.exit_code == 2
@@ -96,7 +109,11 @@ def test_select_cuda_without_gpu_is_an_exit_2_error(monkeypatch):
 
 
 def test_select_auto_falls_back_to_cpu_when_cuda_is_unusable(monkeypatch):
-    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
+    monkeypatch.setattr(
+        cuda_mod,
+        "enumerate",
+        lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)],
+    )
     monkeypatch.setitem(sys.modules, "cupy", None)
     sel = devices.select_device("auto")
     assert sel.device.info.kind == "cpu"
@@ -104,10 +121,20 @@ def test_select_auto_falls_back_to_cpu_when_cuda_is_unusable(monkeypatch):
 
 
 def test_select_cuda_opens_the_cuda_device(monkeypatch):
-    monkeypatch.setattr(cuda_mod, "enumerate", lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)])
+    monkeypatch.setattr(
+        cuda_mod,
+        "enumerate",
+        lambda: [devices.DeviceStatus("cuda:0", "NVIDIA H100 80GB HBM3", True)],
+    )
     monkeypatch.setattr(cuda_device_mod, "import_cupy", lambda: fake_cupy())
-    monkeypatch.setattr(cuda_device_mod, "_nvml_identity", lambda nv, pci, index: (
-        {"name": "NVIDIA H100 80GB HBM3", "nvml_index": 0, "max_sm_clock_mhz": 1980}, ""))
+    monkeypatch.setattr(
+        cuda_device_mod,
+        "_nvml_identity",
+        lambda nv, pci, index: (
+            {"name": "NVIDIA H100 80GB HBM3", "nvml_index": 0, "max_sm_clock_mhz": 1980},
+            "",
+        ),
+    )
     dev = devices.select("cuda:0")
     assert dev.info.kind == "cuda" and dev.info.spec_id == "h100-sxm"
 
@@ -118,7 +145,12 @@ def test_select_cuda_opens_the_cuda_device(monkeypatch):
 def test_identity_from_cuda_attributes_and_nvml():
     dev = CudaDevice(0, cupy=fake_cupy(sm=132, l2=50 * 2**20), nvml=fake_nvml())
     info = dev.info
-    assert (info.kind, info.label, info.name, info.spec_id) == ("cuda", "cuda:0", "NVIDIA H100 80GB HBM3", "h100-sxm")
+    assert (info.kind, info.label, info.name, info.spec_id) == (
+        "cuda",
+        "cuda:0",
+        "NVIDIA H100 80GB HBM3",
+        "h100-sxm",
+    )
     assert info.compute_units == 132 and info.cache_bytes == {"l2": 50 * 2**20}
     assert info.clock_mhz == 1980.0 and info.memory_bytes == 16 << 30
     assert info.extra["compute_capability"] == "9.0" and info.extra["power_limit_w"] == "700"
@@ -140,7 +172,9 @@ def test_nvml_sampler_reads_the_matched_gpu():
     with dev.sampler(interval_s=0.005) as s:
         time.sleep(0.03)
     summary = s.summary()
-    assert summary.available and summary.sm_clock_mhz_median == 1755 and summary.power_w_median == 300
+    assert (
+        summary.available and summary.sm_clock_mhz_median == 1755 and summary.power_w_median == 300
+    )
 
 
 def test_event_clock_converts_milliseconds_to_seconds():
@@ -176,8 +210,14 @@ def test_clock_hides_launch_latency_behind_a_globaltimer_delay():
     # no calibration: one checked launch, then one probe_delay_ns of 60-100 µs per start event
     assert dev.fake_kernels.launches.count("probe_delay_ns") == 3
     assert "probe_fma_fp32" not in dev.fake_kernels.launches
-    assert set(dev.fake_kernels.delays) == {int(DELAY_TARGET_S * 1e9)} and 60e-6 <= DELAY_TARGET_S <= 100e-6
-    assert "launch latency hidden by probe_delay_ns" in dev.delay_note and "%globaltimer" in dev.delay_note
+    assert (
+        set(dev.fake_kernels.delays) == {int(DELAY_TARGET_S * 1e9)}
+        and 60e-6 <= DELAY_TARGET_S <= 100e-6
+    )
+    assert (
+        "launch latency hidden by probe_delay_ns" in dev.delay_note
+        and "%globaltimer" in dev.delay_note
+    )
     before = len(dev.fake_kernels.launches)
     plain = dev.clock(hide_launch=False)
     plain.start()
@@ -214,7 +254,11 @@ def test_a_delay_kernel_that_does_not_compile_is_disabled():
 def test_memory_refusal_arithmetic():
     assert memory_refusal(9 * 2**30, 10 * 2**30, "x") is None
     msg = memory_refusal(9.5 * 2**30, 10 * 2**30, "op 'q_proj'", "cuda:0")
-    assert "op 'q_proj' needs 9.50 GiB" in msg and "only 10.00 GiB of cuda:0 is free" in msg and "90%" in msg
+    assert (
+        "op 'q_proj' needs 9.50 GiB" in msg
+        and "only 10.00 GiB of cuda:0 is free" in msg
+        and "90%" in msg
+    )
     assert flush_bytes_for(60 * 2**20) == 120 * 2**20 and flush_bytes_for(0) == 64 * 2**20
 
 
@@ -223,7 +267,9 @@ def test_allocations_are_refused_before_allocating():
     calls = []
     real_empty = dev.cupy.empty
     dev.cupy.empty = lambda *a, **k: calls.append(a) or real_empty(*a, **k)
-    with pytest.raises(ConfigError, match=r"needs 2.00 GiB of device memory but only 1.00 GiB of cuda:0 is free"):
+    with pytest.raises(
+        ConfigError, match=r"needs 2.00 GiB of device memory but only 1.00 GiB of cuda:0 is free"
+    ):
         dev.require(2 << 30, "test buffer")
     with pytest.raises(ConfigError, match="op 'big'"):
         CupyKernels(dev).prepare(gemm_op(1, 32768, 32768, name="big"), np.random.default_rng(0))
@@ -260,7 +306,9 @@ def test_flush_without_the_read_kernel_is_a_memset_and_says_so():
 
 
 def test_dtype_support_by_architecture():
-    assert dtype_unsupported((8, 0), "fp8", "mma.sync").startswith("fp8 mma.sync needs compute capability 8.9")
+    assert dtype_unsupported((8, 0), "fp8", "mma.sync").startswith(
+        "fp8 mma.sync needs compute capability 8.9"
+    )
     assert dtype_unsupported((8, 9), "fp8", "mma.sync") is None
     assert "8.0" in dtype_unsupported((7, 5), "bf16", "cublas")
     dev = fake_device(cc="80")
@@ -358,22 +406,36 @@ def probes_on_host(tmp_path_factory):
         pytest.skip("g++ not available")
     d = tmp_path_factory.mktemp("probes_host")
     src = (Path(__file__).resolve().parents[1] / "kernels" / "cuda" / "probes.cu").read_text()
-    src = src.replace("#include <cuda_bf16.h>", '#include "shim.h"').replace("#include <cuda_fp16.h>", "")
-    src = src.replace("if (v == flag) out[global_tid()] = v;", "g_last = v; if (v == flag) out[global_tid()] = v;")
-    src = re.sub(r'extern "C" __global__ void __launch_bounds__\(THREADS\)', "static inline void", src)
+    src = src.replace("#include <cuda_bf16.h>", '#include "shim.h"').replace(
+        "#include <cuda_fp16.h>", ""
+    )
+    src = src.replace(
+        "if (v == flag) out[global_tid()] = v;", "g_last = v; if (v == flag) out[global_tid()] = v;"
+    )
+    src = re.sub(
+        r'extern "C" __global__ void __launch_bounds__\(THREADS\)', "static inline void", src
+    )
     src = src.replace('extern "C" __global__ void probe_empty', "static inline void probe_empty")
     src = src.replace("__device__ __forceinline__", "inline").replace("__shared__", "static")
     (d / "probes_host.cpp").write_text(src)
     (d / "shim.h").write_text(SHIM)
     (d / "main.cpp").write_text(MAIN)
     exe = d / "harness"
-    proc = subprocess.run([gxx, "-O1", "-std=c++17", "-ffp-contract=off", "main.cpp", "-o", str(exe)], cwd=d,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [gxx, "-O1", "-std=c++17", "-ffp-contract=off", "main.cpp", "-o", str(exe)],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if proc.returncode:
         pytest.skip(f"g++ could not build the host harness: {proc.stderr[:300]}")
 
     def run(*args) -> list[int]:
-        return [int(v) for v in subprocess.check_output([str(exe), *map(str, args)], cwd=d, timeout=60).split()]
+        return [
+            int(v)
+            for v in subprocess.check_output([str(exe), *map(str, args)], cwd=d, timeout=60).split()
+        ]
 
     run.dir = d
     return run
@@ -392,13 +454,22 @@ def test_read_smem_intensity_replays_match_probes_cu(probes_on_host):
     n = threads * 5 + 13
     words = rng.integers(0, 2**32, size=(n, 4), dtype=np.uint64).astype(np.uint32)
     words.tofile(probes_on_host.dir / "r.bin")
-    assert probes_on_host("read", threads, 3, "r.bin") == cpb.read_probe_folds(words, threads, 3).tolist()
+    assert (
+        probes_on_host("read", threads, 3, "r.bin")
+        == cpb.read_probe_folds(words, threads, 3).tolist()
+    )
     x = (rng.random((n, 4)) + 0.5).astype(np.float32)
     x.tofile(probes_on_host.dir / "i.bin")
     for nfma in (1, 6):
-        assert probes_on_host("intensity", threads, nfma, "i.bin") == cpb.intensity_probe_folds(x, threads, nfma).tolist()
+        assert (
+            probes_on_host("intensity", threads, nfma, "i.bin")
+            == cpb.intensity_probe_folds(x, threads, nfma).tolist()
+        )
     for seed, iters in ((12345, 11), (3, 1)):
-        assert probes_on_host("smem", seed, iters) == cpb.smem_probe_fold(np.arange(256), seed, iters).tolist()
+        assert (
+            probes_on_host("smem", seed, iters)
+            == cpb.smem_probe_fold(np.arange(256), seed, iters).tolist()
+        )
 
 
 def test_replay_helpers():
@@ -406,8 +477,12 @@ def test_replay_helpers():
     assert cpb.round_to_precision(1.0 + 3 * 2**-9, 8) == 1.0 + 2**-7
     with pytest.raises(ValueError, match="low 4 bits"):
         cpb.fma_probe_fold("fp32", 1, 0, 1)
-    assert cpb.fma_probe_fold("fp32", cpb.FMA_SEED, 5, 2, True) != cpb.fma_probe_fold("fp32", cpb.FMA_SEED, 6, 2, True)
-    res = cpb.flag_check(np.array([cpb.POISON, 7, cpb.POISON], np.uint32), np.array([1, 7, 7], np.uint32), 7, "x")
+    assert cpb.fma_probe_fold("fp32", cpb.FMA_SEED, 5, 2, True) != cpb.fma_probe_fold(
+        "fp32", cpb.FMA_SEED, 6, 2, True
+    )
+    res = cpb.flag_check(
+        np.array([cpb.POISON, 7, cpb.POISON], np.uint32), np.array([1, 7, 7], np.uint32), 7, "x"
+    )
     assert not res.ok and res.max_abs_error == 1  # thread 2 should have written 7
     assert bf16_to_f32(bf16_bits(np.array([1.5, -0.25], np.float32))).tolist() == [1.5, -0.25]
 
@@ -416,8 +491,11 @@ def test_replay_helpers():
 
 
 def _setup(p):
-    kw = {"bandwidth": {"working_set_bytes": 4 << 20}, "gemm": {"size": 64},
-          "intensity": {"working_set_bytes": 1 << 20, "fmas_per_element": 8}}.get(p.kind, {})
+    kw = {
+        "bandwidth": {"working_set_bytes": 4 << 20},
+        "gemm": {"size": 64},
+        "intensity": {"working_set_bytes": 1 << 20, "fmas_per_element": 8},
+    }.get(p.kind, {})
     return p.setup(**kw)
 
 
@@ -425,8 +503,22 @@ def test_every_probe_passes_its_check_on_a_correct_fake_gpu():
     dev = fake_device()
     probes = dev.probes()
     names = [p.name for p in probes]
-    for expected in ("read", "copy", "read-l2", "read-l1", "smem", "d2d-copy", "fma-fp32", "fma-fp64", "fma-bf16x2",
-                     "mma.sync-bf16", "mma.sync-fp8", "mma.sync-int8", "gemm-fp16", "intensity-fp32"):
+    for expected in (
+        "read",
+        "copy",
+        "read-l2",
+        "read-l1",
+        "smem",
+        "d2d-copy",
+        "fma-fp32",
+        "fma-fp64",
+        "fma-bf16x2",
+        "mma.sync-bf16",
+        "mma.sync-fp8",
+        "mma.sync-int8",
+        "gemm-fp16",
+        "intensity-fp32",
+    ):
         assert expected in names
     for p in probes:
         res = _setup(p).check()
@@ -443,11 +535,18 @@ def test_l2_probes_bypass_l1_and_the_l1_probe_fits_l1_per_sm():
     l2 = by["read-l2"].setup(working_set_bytes=0)
     sweep = by["read"].setup(working_set_bytes=4 << 20)
     l1 = by["read-l1"].setup(working_set_bytes=1 << 30)  # the sweep's size is ignored
-    assert l2.params["entry"] == sweep.params["entry"] == cm.READ_PROBE_ENTRIES["l2"] == "probe_read_u4"
+    assert (
+        l2.params["entry"]
+        == sweep.params["entry"]
+        == cm.READ_PROBE_ENTRIES["l2"]
+        == "probe_read_u4"
+    )
     assert l1.params["entry"] == cm.READ_PROBE_ENTRIES["l1"] == "probe_read_l1_u4"
     launch = cm.probe_launch("probe_read_l1_u4", 132)
     n_vec = l1.params["n_vec"]
-    assert n_vec == cm.read_probe_n_vec_for_sm_footprint(cpb.L1_PROBE_SM_FOOTPRINT_BYTES, launch, 132)
+    assert n_vec == cm.read_probe_n_vec_for_sm_footprint(
+        cpb.L1_PROBE_SM_FOOTPRINT_BYTES, launch, 132
+    )
     assert l1.params["sm_footprint_bytes"] <= cpb.L1_PROBE_SM_FOOTPRINT_BYTES <= 128 * 1024
     # the L2 probe's per-SM footprint would fit L1: only the bypass keeps it an L2 measurement
     assert l2.params["sm_footprint_bytes"] < 256 * 1024
@@ -470,35 +569,56 @@ def test_probe_accounting_and_launch_geometry():
     dev = fake_device(sm=6)
     by = {p.name: p for p in dev.probes()}
     calls = []
-    dev.launch = lambda entry, grid, block, args, shared_mem=0: calls.append((entry, grid, block, args))
+    dev.launch = lambda entry, grid, block, args, shared_mem=0: calls.append(
+        (entry, grid, block, args)
+    )
     read = by["read"].setup(working_set_bytes=4 << 20)
     assert read.bytes_per_rep == 16 * (4 << 20) // 16 and read.flops_per_rep == 0
     read.run(3)
     entry, grid, block, args = calls[-1]
-    assert entry == "probe_read_u4" and grid[0] % 6 == 0 and block == (256, 1, 1) and int(args[2]) == 3
+    assert (
+        entry == "probe_read_u4" and grid[0] % 6 == 0 and block == (256, 1, 1) and int(args[2]) == 3
+    )
     copy = by["copy"].setup(working_set_bytes=4 << 20)
-    assert copy.bytes_per_rep == cm.copy_probe_bytes((4 << 20) // 32) and copy.working_set_bytes == 4 << 20
+    assert (
+        copy.bytes_per_rep == cm.copy_probe_bytes((4 << 20) // 32)
+        and copy.working_set_bytes == 4 << 20
+    )
     launch = cm.probe_launch("probe_fma_fp32", 6)
     fma = by["fma-fp32"].setup()
-    assert fma.flops_per_rep == cm.fma_probe_flops("fp32", cpb.ITERS_PER_REP, launch) == 2 * 16 * 8 * 256 * launch.threads
+    assert (
+        fma.flops_per_rep
+        == cm.fma_probe_flops("fp32", cpb.ITERS_PER_REP, launch)
+        == 2 * 16 * 8 * 256 * launch.threads
+    )
     fma.run(2)
     assert int(calls[-1][3][0]) == 2 * cpb.ITERS_PER_REP
     mma = by["mma.sync-bf16"].setup()
-    assert mma.flops_per_rep == cm.mma_probe_flops("bf16", cpb.ITERS_PER_REP, cm.probe_launch("probe_mma_bf16", 6))
+    assert mma.flops_per_rep == cm.mma_probe_flops(
+        "bf16", cpb.ITERS_PER_REP, cm.probe_launch("probe_mma_bf16", 6)
+    )
     smem = by["smem"].setup(working_set_bytes=1)
     assert smem.bytes_per_rep == cpb.SMEM_ITERS_PER_REP * 8 * 16 * launch.threads
     sweep = by["intensity-fp32"].setup(working_set_bytes=8 << 20, fmas_per_element=16)
     n_vec = (8 << 20) // 16
     assert sweep.params["nfma"] == 8 and sweep.bytes_per_rep == 16 * n_vec
     assert sweep.flops_per_rep / sweep.bytes_per_rep == cm.intensity_of(8) == 4.0
-    assert cpb._split_iters(2 * cpb.MAX_ITERS_PER_LAUNCH + 5) == [cpb.MAX_ITERS_PER_LAUNCH] * 2 + [5]
+    assert cpb._split_iters(2 * cpb.MAX_ITERS_PER_LAUNCH + 5) == [cpb.MAX_ITERS_PER_LAUNCH] * 2 + [
+        5
+    ]
 
 
 # --------------------------------------------------------------------------- op implementations on the fake GPU
 
 
-@pytest.mark.parametrize("m, n, k, entry", [(1, 300, 1000, "gemv_bf16_m1"), (3, 37, 1003, "gemv_bf16_m4"),
-                                             (200, 136, 264, "gemm_mma_bf16_bf16")])
+@pytest.mark.parametrize(
+    "m, n, k, entry",
+    [
+        (1, 300, 1000, "gemv_bf16_m1"),
+        (3, 37, 1003, "gemv_bf16_m4"),
+        (200, 136, 264, "gemm_mma_bf16_bf16"),
+    ],
+)
 def test_cupy_kernels_check_passes_on_a_correct_fake(m, n, k, entry):
     dev = fake_device(sm=132)
     prep = CupyKernels(dev).prepare(gemm_op(m, n, k), np.random.default_rng(0))
@@ -513,7 +633,11 @@ def test_split_k_gemv_plan_and_wrong_kernels_fail():
     prep = CupyKernels(dev).prepare(gemm_op(4, 1024, 4096, "fp16"), np.random.default_rng(1))
     assert prep.kernels == 2 and "split-K" in prep.note
     assert prep.check().ok
-    for bug, shape in (("splitk_reduce", (4, 1024, 4096)), ("gemv_tail", (1, 64, 1003)), ("gemm_edge", (64, 130, 64))):
+    for bug, shape in (
+        ("splitk_reduce", (4, 1024, 4096)),
+        ("gemv_tail", (1, 64, 1003)),
+        ("gemm_edge", (64, 130, 64)),
+    ):
         bad = fake_device(sm=132, bug=bug)
         res = CupyKernels(bad).prepare(gemm_op(*shape, "fp16"), np.random.default_rng(2)).check()
         assert not res.ok, bug
@@ -528,8 +652,13 @@ def test_cublas_impl_on_the_fake_and_support_reasons():
     assert "K % 8" in CupyKernels(dev).supports(gemm_op(64, 8, 12))
     assert "fp32/fp16 only" in NumbaKernels(dev).supports(gemm_op(1, 8, 8, "bf16"))
     assert "simulator" in NumbaKernels(dev).supports(gemm_op(1, 8, 8, "fp16"))
-    assert "GEMM/GEMV ops only" in CublasGemm(dev).supports(Op("attn_norm", "norm", "decode", 1, 8, 0, "bf16", 1, 1))
-    assert TorchGemm(dev).supports(gemm_op(1, 8, 8)) is not None or sys.modules["torch"].cuda.is_available()
+    assert "GEMM/GEMV ops only" in CublasGemm(dev).supports(
+        Op("attn_norm", "norm", "decode", 1, 8, 0, "bf16", 1, 1)
+    )
+    assert (
+        TorchGemm(dev).supports(gemm_op(1, 8, 8)) is not None
+        or sys.modules["torch"].cuda.is_available()
+    )
 
 
 def test_cupy_buffers_poison_and_nonfinite_count():
@@ -548,7 +677,10 @@ def test_reference_ops_cover_the_non_gemm_ops_of_a_pass():
     ref = CupyReference(dev)
     rng = np.random.default_rng(4)
     covered = set()
-    for phase, kw in (("decode", {"batch": 2, "context_tokens": 40}), ("prefill", {"batch": 1, "prompt_tokens": 24})):
+    for phase, kw in (
+        ("decode", {"batch": 2, "context_tokens": 40}),
+        ("prefill", {"batch": 1, "prompt_tokens": 24}),
+    ):
         for op in llama_ops(spec, phase, dtype="bf16", **kw).ops:
             if op.kind == "gemm":
                 assert ref.supports(op) is not None
@@ -562,12 +694,17 @@ def test_reference_ops_cover_the_non_gemm_ops_of_a_pass():
     assert {"attention", "attn_norm", "rope", "silu_mul", "attn_residual", "embedding"} <= covered
 
 
-@pytest.mark.parametrize("model, group", [("llama-3.1-8b", 4), ("llama-3.1-70b", 8), ("llama-3.2-1b", 4),
-                                          ("llama-3.2-3b", 3)])
+@pytest.mark.parametrize(
+    "model, group",
+    [("llama-3.1-8b", 4), ("llama-3.1-70b", 8), ("llama-3.2-1b", 4), ("llama-3.2-3b", 3)],
+)
 def test_attention_group_is_inferred_from_the_op_bytes(model, group):
     spec = load_model(model)
     assert spec.num_heads // spec.num_kv_heads == group
-    for phase, kw in (("decode", {"batch": 3, "context_tokens": 100}), ("prefill", {"batch": 2, "prompt_tokens": 64})):
+    for phase, kw in (
+        ("decode", {"batch": 3, "context_tokens": 100}),
+        ("prefill", {"batch": 2, "prompt_tokens": 64}),
+    ):
         op = next(o for o in llama_ops(spec, phase, **kw).ops if o.name == "attention")
         assert attention_group(op) == group
 
@@ -633,7 +770,11 @@ def test_selection_without_nvml_counts_gpus_through_cupy(monkeypatch):
     assert devices.cuda_devices() == (["Fake GPU", "Fake GPU"], "")
     sel = devices.select_device("cuda:1")
     dev = sel.device
-    assert dev.info.kind == "cuda" and dev.info.index == 1 and sel.reason == "cuda:1 requested (Fake GPU)"
+    assert (
+        dev.info.kind == "cuda"
+        and dev.info.index == 1
+        and sel.reason == "cuda:1 requested (Fake GPU)"
+    )
     assert "not installed" in dev.info.extra["nvml"]
     with dev.sampler() as s:
         pass
@@ -652,7 +793,12 @@ def test_without_nvml_and_cupy_the_reason_names_both(monkeypatch):
 
 
 def test_nvml_gpu_is_matched_by_the_full_pci_bus_id():
-    nv = fake_nvml(gpus=(("NVIDIA A100-SXM4-80GB", "00000000:1B:00.0"), ("NVIDIA H100 80GB HBM3", "00000001:1B:00.0")))
+    nv = fake_nvml(
+        gpus=(
+            ("NVIDIA A100-SXM4-80GB", "00000000:1B:00.0"),
+            ("NVIDIA H100 80GB HBM3", "00000001:1B:00.0"),
+        )
+    )
     dev = CudaDevice(0, cupy=fake_cupy(pci_bus_ids=("0001:1B:00.0",)), nvml=nv)
     assert dev.info.name == "NVIDIA H100 80GB HBM3" and dev.facts["nvml"]["nvml_index"] == 1
     assert dev.sampler().handle_index == 1
@@ -687,7 +833,9 @@ def test_the_device_holds_one_nvml_session_for_its_samplers():
 # --------------------------------------------------------------------------- probe set-ups, one at a time
 
 
-@pytest.mark.parametrize("name", ["read", "read-l2", "copy", "smem", "d2d", "fma", "mma", "intensity"])
+@pytest.mark.parametrize(
+    "name", ["read", "read-l2", "copy", "smem", "d2d", "fma", "mma", "intensity"]
+)
 def test_each_probe_setup_checks_and_runs_alone(name):
     dev = fake_device()
     arena = cpb.ProbeArena(dev, "a test buffer", 1)
@@ -699,7 +847,9 @@ def test_each_probe_setup_checks_and_runs_alone(name):
         "d2d": lambda: cpb.setup_d2d(dev, arena, working_set_bytes=4 << 20),
         "fma": lambda: cpb.setup_fma(dev, "fp32"),
         "mma": lambda: cpb.setup_mma(dev, "bf16"),
-        "intensity": lambda: cpb.setup_intensity(dev, arena, working_set_bytes=1 << 16, fmas_per_element=8),
+        "intensity": lambda: cpb.setup_intensity(
+            dev, arena, working_set_bytes=1 << 16, fmas_per_element=8
+        ),
     }
     run = setups[name]()
     res = run.check()
@@ -757,7 +907,14 @@ def test_the_ceiling_is_the_library_gemm_never_mma_sync(hopper_with_libraries):
     from roofprof.probes import measure_roofline
 
     dev = hopper_with_libraries
-    names = ["mma.sync-fp8", "mma.sync-tf32", "mma.sync-int8", "gemm-fp8-torch", "gemm-tf32", "read-l2"]
+    names = [
+        "mma.sync-fp8",
+        "mma.sync-tf32",
+        "mma.sync-int8",
+        "gemm-fp8-torch",
+        "gemm-tf32",
+        "read-l2",
+    ]
     r = measure_roofline(dev, plan="test", probes=names)
     assert not r.failed_probes, r.failed_probes
     diag = {c["probe"]: c for c in r.ceilings if c["kind"] == "diagnostic"}
@@ -851,8 +1008,15 @@ def test_a_2us_op_is_timed_right_within_10_percent_at_half_us_event_resolution(b
     inner = TwoMicrosecondGemv(state)
     op = gemm_op(1, 1024, 4096, "bf16")  # 8 MiB of weights: ~2.5 µs on an H100 datasheet
     impl = SmallOpBatching(inner, dev) if batched else inner
-    m = check_then_time(impl, op, np.random.default_rng(0), clock=QuantisedEventClock(state), budget_s=2e-3,
-                        warmup_s=0.0, max_repeats=50)
+    m = check_then_time(
+        impl,
+        op,
+        np.random.default_rng(0),
+        clock=QuantisedEventClock(state),
+        budget_s=2e-3,
+        warmup_s=0.0,
+        max_repeats=50,
+    )
     assert m.status == "ok", m.note
     errors = [abs(t / 2e-6 - 1) for t in (m.timing.min_s, m.timing.median_s)]
     if batched:
@@ -870,7 +1034,10 @@ def test_small_ops_of_the_gpu_implementations_are_batched():
     assert all(isinstance(impls[n], SmallOpBatching) for n in ("cupy", "numba", "cublas", "torch"))
     small, big = gemm_op(1, 1024, 4096), gemm_op(4096, 4096, 4096, name="big")
     assert estimate_s(dev, small) < 20e-6 <= estimate_s(dev, big)
-    assert calls_per_sample(estimate_s(dev, small)) >= 8 and calls_per_sample(estimate_s(dev, big)) == 1
+    assert (
+        calls_per_sample(estimate_s(dev, small)) >= 8
+        and calls_per_sample(estimate_s(dev, big)) == 1
+    )
     prepared = impls["cupy"].prepare(small, np.random.default_rng(0))
     assert prepared.calls_per_sample >= 8 and len(prepared.copies) >= 2 and prepared.check().ok
     before = dev.fake_kernels.launches.count("gemv_bf16_m1")
@@ -893,10 +1060,20 @@ def test_numba_kernels_of_cuda_n_run_on_device_n(monkeypatch, index):
     real_kernels_module = impls.kernels_module
     monkeypatch.setattr(impls, "_numba_cuda", lambda: cuda)
     monkeypatch.setattr(impls, "numba_cuda_reason", lambda: None)
-    monkeypatch.setattr(impls, "kernels_module",
-                        lambda name: fake_numba_kernels(cuda) if name == "numba_cuda" else real_kernels_module(name))
+    monkeypatch.setattr(
+        impls,
+        "kernels_module",
+        lambda name: (
+            fake_numba_kernels(cuda) if name == "numba_cuda" else real_kernels_module(name)
+        ),
+    )
     cp = fake_cupy(device_count=2, pci_bus_ids=("0000:1B:00.0", "0000:2C:00.0"))
-    nv = fake_nvml(gpus=(("NVIDIA H100 80GB HBM3", "00000000:1B:00.0"), ("NVIDIA H100 80GB HBM3", "00000000:2C:00.0")))
+    nv = fake_nvml(
+        gpus=(
+            ("NVIDIA H100 80GB HBM3", "00000000:1B:00.0"),
+            ("NVIDIA H100 80GB HBM3", "00000000:2C:00.0"),
+        )
+    )
     dev = CudaDevice(index, cupy=cp, nvml=nv)
     for m in (1, 64):  # the GEMV and the tiled GEMM
         prepared = NumbaKernels(dev).prepare(gemm_op(m, 64, 64, "fp32"), np.random.default_rng(0))
@@ -916,8 +1093,16 @@ def test_grouped_timing_of_batched_small_ops_is_per_call_too():
     state = {"t": 0.0}
     impl = SmallOpBatching(TwoMicrosecondGemv(state), dev)
     ops = [gemm_op(1, 1024, 4096, name="a"), gemm_op(2, 1024, 4096, name="b")]
-    ms = check_then_time_group(impl, ops, np.random.default_rng(0), clock=QuantisedEventClock(state),
-                               budget_s=2e-3, warmup_s=0.0, max_repeats=20, rounds=3)
+    ms = check_then_time_group(
+        impl,
+        ops,
+        np.random.default_rng(0),
+        clock=QuantisedEventClock(state),
+        budget_s=2e-3,
+        warmup_s=0.0,
+        max_repeats=20,
+        rounds=3,
+    )
     for m in ms:
         assert m.status == "ok", m.note
         assert abs(m.timing.min_s / 2e-6 - 1) < 0.10 and abs(m.timing.median_s / 2e-6 - 1) < 0.10

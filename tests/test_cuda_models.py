@@ -186,7 +186,11 @@ def test_gemv_split_heuristic():
 def test_gemv_plan_geometry():
     p = cm.gemv_plan(1, 4096, 4096, "bf16", sm_count=132)
     assert (p.main.entry, p.main.grid, p.main.block, p.reduce) == (
-        "gemv_bf16_m1", (512, 1, 1), (256, 1, 1), None)
+        "gemv_bf16_m1",
+        (512, 1, 1),
+        (256, 1, 1),
+        None,
+    )
     assert p.workspace_bytes == 0 and p.flops == 2 * 4096 * 4096
     p = cm.gemv_plan(5, 1000, 4096, "fp16", sm_count=132, splits=4)
     assert p.main.entry == "gemv_splitk_fp16_m8" and p.main.grid == (125, 4, 1)
@@ -235,7 +239,9 @@ def test_probe_models_by_hand():
     mma = cm.probe_launch("probe_mma_bf16", 132)
     assert cm.mma_probe_flops("bf16", 10, mma) == 4224 * 8 * 10 * 4096
     assert cm.mma_probe_flops("tf32", 1, mma) == 4224 * 8 * 2048
-    assert cm.mma_probe_flops("fp8", 1, mma) == cm.mma_probe_flops("int8", 1, mma) == 4224 * 8 * 8192
+    assert (
+        cm.mma_probe_flops("fp8", 1, mma) == cm.mma_probe_flops("int8", 1, mma) == 4224 * 8 * 8192
+    )
     smem = cm.probe_launch("probe_smem_u4", 132)
     assert smem.static_smem_bytes == 32_768 <= cm.STATIC_SMEM_LIMIT_BYTES
     assert cm.smem_probe_bytes(100, smem) == 100 * 8 * 16 * 135_168
@@ -256,11 +262,20 @@ def test_fp8_support_table():
     assert cm.fp8_mma_sync_native((7, 5)) is None
 
 
-@pytest.mark.parametrize(("nvrtc", "cc", "available"), [
-    ((12, 1), (9, 0), False), ((12, 3), (8, 9), False), ((11, 8), (9, 0), False),
-    ((12, 4), (8, 9), True), ((12, 9), (9, 0), True), ((13, 0), (10, 0), True),
-    ((13, 0), (8, 6), False), ((12, 9), (8, 0), False), (None, (9, 0), False),
-])
+@pytest.mark.parametrize(
+    ("nvrtc", "cc", "available"),
+    [
+        ((12, 1), (9, 0), False),
+        ((12, 3), (8, 9), False),
+        ((11, 8), (9, 0), False),
+        ((12, 4), (8, 9), True),
+        ((12, 9), (9, 0), True),
+        ((13, 0), (10, 0), True),
+        ((13, 0), (8, 6), False),
+        ((12, 9), (8, 0), False),
+        (None, (9, 0), False),
+    ],
+)
 def test_fp8_probe_availability_by_compiler_and_gpu(nvrtc, cc, available):
     why = cm.fp8_mma_probe_unavailable(nvrtc, cc)
     assert (why is None) == available, why
@@ -284,8 +299,10 @@ def test_fp8_guard_in_source_matches_the_model():
     """probes.cu's preprocessor test and FP8_MMA_MIN_NVRTC must name the same release."""
     text = cm.source_path("probes.cu").read_text()
     major, minor = cm.FP8_MMA_MIN_NVRTC
-    assert (f"__CUDACC_VER_MAJOR__ > {major} || (__CUDACC_VER_MAJOR__ == {major} && "
-            f"__CUDACC_VER_MINOR__ >= {minor})") in text
+    assert (
+        f"__CUDACC_VER_MAJOR__ > {major} || (__CUDACC_VER_MAJOR__ == {major} && "
+        f"__CUDACC_VER_MINOR__ >= {minor})"
+    ) in text
     assert f"__CUDA_ARCH__ >= {cm.FP8_MMA_MIN_CC[0]}{cm.FP8_MMA_MIN_CC[1]}0" in text
     # both fp8 asm sites sit behind the combined guard, none behind a bare arch test
     assert text.count("#if ROOFPROF_FP8_MMA") == 2
@@ -305,8 +322,9 @@ def test_read_probe_replay_partitions_the_buffer(n_vec):
         assert np.all((vecs % 64) // 16 == b)
 
 
-@pytest.mark.parametrize(("n_vec", "grid", "sm"), [(1000, 8, 2), (64 * 5, 4, 4), (7, 6, 3),
-                                                   (64 * 8 + 17, 8, 2)])
+@pytest.mark.parametrize(
+    ("n_vec", "grid", "sm"), [(1000, 8, 2), (64 * 5, 4, 4), (7, 6, 3), (64 * 8 + 17, 8, 2)]
+)
 def test_read_probe_sm_footprint_matches_the_replay(n_vec, grid, sm):
     launch = cm.Launch("probes.cu", "probe_read_u4", (grid, 1, 1), (16, 1, 1))
     largest = max(len(np.unique(cm.read_probe_vectors(n_vec, launch, b))) for b in range(grid))
@@ -385,16 +403,36 @@ def _constexprs(source: str) -> dict[str, int]:
 
 def test_python_constants_match_cuda_sources():
     gemm = _constexprs("gemm_mma.cu")
-    assert (gemm["BM"], gemm["BN"], gemm["BK"], gemm["STAGES"], gemm["WARPS_M"], gemm["WARPS_N"]) == (
-        cm.GEMM_BM, cm.GEMM_BN, cm.GEMM_BK, cm.GEMM_STAGES, cm.GEMM_WARPS_M, cm.GEMM_WARPS_N)
+    assert (
+        gemm["BM"],
+        gemm["BN"],
+        gemm["BK"],
+        gemm["STAGES"],
+        gemm["WARPS_M"],
+        gemm["WARPS_N"],
+    ) == (cm.GEMM_BM, cm.GEMM_BN, cm.GEMM_BK, cm.GEMM_STAGES, cm.GEMM_WARPS_M, cm.GEMM_WARPS_N)
     gemv = _constexprs("gemv.cu")
     assert (gemv["WARPS_PER_BLOCK"], gemv["VEC"], gemv["UNROLL"]) == (
-        cm.GEMV_WARPS_PER_BLOCK, cm.GEMV_VEC, cm.GEMV_UNROLL)
+        cm.GEMV_WARPS_PER_BLOCK,
+        cm.GEMV_VEC,
+        cm.GEMV_UNROLL,
+    )
     probes = _constexprs("probes.cu")
-    assert (probes["THREADS"], probes["NACC"], probes["UNROLL"], probes["MMA_NACC"],
-            probes["SMEM_VECS"], probes["SMEM_READS"]) == (
-        cm.PROBE_THREADS, cm.PROBE_FMA_NACC, cm.PROBE_FMA_UNROLL, cm.PROBE_MMA_NACC,
-        cm.PROBE_SMEM_VECS, cm.PROBE_SMEM_READS)
+    assert (
+        probes["THREADS"],
+        probes["NACC"],
+        probes["UNROLL"],
+        probes["MMA_NACC"],
+        probes["SMEM_VECS"],
+        probes["SMEM_READS"],
+    ) == (
+        cm.PROBE_THREADS,
+        cm.PROBE_FMA_NACC,
+        cm.PROBE_FMA_UNROLL,
+        cm.PROBE_MMA_NACC,
+        cm.PROBE_SMEM_VECS,
+        cm.PROBE_SMEM_READS,
+    )
 
 
 def test_model_index_expressions_appear_in_gemm_source():
@@ -419,7 +457,9 @@ def test_model_index_expressions_appear_in_gemm_source():
 def test_signatures_are_consistent():
     for name, (source, sig) in cm.ENTRY_SIGNATURES.items():
         assert source in cm.SOURCES
-        assert name in cm.source_path(source).read_text() or "##" in cm.source_path(source).read_text()
+        assert (
+            name in cm.source_path(source).read_text() or "##" in cm.source_path(source).read_text()
+        )
         for c_type, _ in sig:
             assert cm.c_type_size(c_type) in (4, 8)
     assert len(cm.entries("gemv.cu")) == 2 * (2 * len(cm.GEMV_M_TILES) + 1)

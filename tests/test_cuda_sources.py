@@ -94,14 +94,23 @@ def _tool_env() -> dict[str, str]:
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
-                          env=_tool_env(), check=False)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, env=_tool_env(), check=False
+    )
 
 
 def _build(source: str, arch: str, out_dir: Path) -> Compiled:
     cubin = out_dir / f"{Path(source).stem}_{arch}.cubin"
-    cmd = [NVCC, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", str(cubin),
-           str(cm.source_path(source))]
+    cmd = [
+        NVCC,
+        "-cubin",
+        f"-arch={arch}",
+        "-Xptxas",
+        "-v",
+        "-o",
+        str(cubin),
+        str(cm.source_path(source)),
+    ]
     proc = _run(cmd)
     if proc.returncode != 0:
         raise AssertionError(f"nvcc failed for {source} {arch}:\n{proc.stderr}\n{proc.stdout}")
@@ -132,14 +141,20 @@ def parse_ptxas(log: str) -> dict[str, PtxasEntry]:
     out: dict[str, PtxasEntry] = {}
     chunks = re.split(r"ptxas info\s*: Compiling entry function '([^']+)' for '\w+'", log)
     for name, body in zip(chunks[1::2], chunks[2::2], strict=True):
-        frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
-                          body)
+        frame = re.search(
+            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", body
+        )
         regs = re.search(r"Used (\d+) registers", body)
         smem = re.search(r"(\d+) bytes smem", body)
         if frame is None or regs is None:
             raise AssertionError(f"unparsed ptxas output for {name}:\n{body}")
-        out[name] = PtxasEntry(int(regs.group(1)), int(frame.group(1)), int(frame.group(2)),
-                               int(frame.group(3)), int(smem.group(1)) if smem else 0)
+        out[name] = PtxasEntry(
+            int(regs.group(1)),
+            int(frame.group(1)),
+            int(frame.group(2)),
+            int(frame.group(3)),
+            int(smem.group(1)) if smem else 0,
+        )
     return out
 
 
@@ -149,7 +164,9 @@ _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A
 def parse_sass(sass: str) -> dict[str, list[str]]:
     """Per function: the list of SASS opcodes (with modifiers), in program order."""
     parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
-    return {name: _SASS_LINE.findall(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return {
+        name: _SASS_LINE.findall(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
 
 
 def sass_bodies(sass: str) -> dict[str, str]:
@@ -163,8 +180,10 @@ def parse_kparams(elf: str) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     sections = re.split(r"^\.nv\.info\.(\S+)\s*$", elf, flags=re.M)
     for name, body in zip(sections[1::2], sections[2::2], strict=True):
-        params = re.findall(r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x[0-9a-f]+\s+Size\s*:\s*0x([0-9a-f]+)",
-                            body)
+        params = re.findall(
+            r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x[0-9a-f]+\s+Size\s*:\s*0x([0-9a-f]+)",
+            body,
+        )
         sizes = {int(o, 16): int(s, 16) for o, s in params}
         out[name] = [sizes[i] for i in range(len(sizes))]
     return out
@@ -208,7 +227,9 @@ def test_static_shared_memory_matches_model(compiled, arch):
 
 
 # ----------------------------------------------------------------------------------- ELF
-@pytest.mark.skipif(CUOBJDUMP is None, reason="cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+@pytest.mark.skipif(
+    CUOBJDUMP is None, reason="cuobjdump not found (pip install nvidia-cuda-cuobjdump)"
+)
 @pytest.mark.parametrize(("source", "arch"), CASES, ids=CASE_IDS)
 def test_parameter_sizes_match_signatures(compiled, source, arch):
     elf = compiled[(source, arch)].elf
@@ -257,8 +278,9 @@ def test_gemm_uses_tensor_cores_ldmatrix_and_cp_async(compiled, arch):
         # one K tile: MT*NT mma per 16-wide k step
         assert count(ops, hmma) >= cm.GEMM_MT * cm.GEMM_NT * k_steps, (name, arch)
         assert count(ops, r"LDSM\.16\.M88\.4") >= (cm.GEMM_MT + cm.GEMM_NT // 2) * k_steps, name
-        assert count(ops, r"LDGSTS\.E(\.\w+)*\.128") >= 2 * (cm.GEMM_BM * cm.GEMM_CHUNKS
-                                                            // cm.GEMM_THREADS), name
+        assert count(ops, r"LDGSTS\.E(\.\w+)*\.128") >= 2 * (
+            cm.GEMM_BM * cm.GEMM_CHUNKS // cm.GEMM_THREADS
+        ), name
         assert count(ops, r"BAR\.SYNC.*") >= 1, name
 
 
@@ -321,7 +343,9 @@ def test_l2_read_probe_loads_bypass_l1(compiled, arch):
     read = _sass(compiled, "probes.cu", arch)["probe_read_u4"]
     loads = [op for op in read if op.startswith("LDG")]
     assert count(read, L1_BYPASSING) >= 4, loads
-    assert all(re.fullmatch(L1_BYPASSING, op) for op in loads), f"L1-cached loads on {arch}: {loads}"
+    assert all(re.fullmatch(L1_BYPASSING, op) for op in loads), (
+        f"L1-cached loads on {arch}: {loads}"
+    )
     assert not count(read, L1_CACHED)
 
 
@@ -349,8 +373,12 @@ def test_delay_kernel_spins_on_the_global_timer(compiled, arch):
     # the spin loop: a backward branch whose body re-reads the timer
     lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)
     timer_at = [int(a, 16) for a, text in lines if "SR_GLOBALTIMER" in text]
-    loops = [(int(m.group(1), 16), int(a, 16)) for a, text in lines
-             if (m := re.search(r"\bBRA\s+(?:`\()?(?:0x)?([0-9a-f]+)", text)) and int(m.group(1), 16) < int(a, 16)]
+    loops = [
+        (int(m.group(1), 16), int(a, 16))
+        for a, text in lines
+        if (m := re.search(r"\bBRA\s+(?:`\()?(?:0x)?([0-9a-f]+)", text))
+        and int(m.group(1), 16) < int(a, 16)
+    ]
     assert any(lo <= t < hi for lo, hi in loops for t in timer_at), (loops, timer_at)
     ops = parse_sass(compiled[("probes.cu", arch)].sass)["probe_delay_ns"]
     assert count(ops, r"STG\.E\.64") == 1, ops
@@ -368,8 +396,11 @@ def find_nvrtc() -> tuple[str, list[Path]] | None:
             if "builtins" in lib.name or "alt" in lib.name:
                 continue
             pkg = lib.parents[1]
-            incs = [d for d in (pkg / "include", pkg.parent / "cuda_runtime" / "include")
-                    if (d / "cuda_bf16.h").is_file()]
+            incs = [
+                d
+                for d in (pkg / "include", pkg.parent / "cuda_runtime" / "include")
+                if (d / "cuda_bf16.h").is_file()
+            ]
             if incs:
                 return str(lib), incs
     system = ctypes.util.find_library("nvrtc")
@@ -387,11 +418,19 @@ def test_sources_compile_under_nvrtc(source):
     """What CuPy RawModule(code=..., options=nvrtc_options()) does on a GPU machine."""
     lib_path, includes = NVRTC
     lib = ctypes.CDLL(lib_path)
-    lib.nvrtcCreateProgram.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
-                                       ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p,
-                                       ctypes.c_void_p]
-    lib.nvrtcCompileProgram.argtypes = [ctypes.c_void_p, ctypes.c_int,
-                                        ctypes.POINTER(ctypes.c_char_p)]
+    lib.nvrtcCreateProgram.argtypes = [
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
+    lib.nvrtcCompileProgram.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.POINTER(ctypes.c_char_p),
+    ]
     lib.nvrtcGetProgramLogSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
     lib.nvrtcGetProgramLog.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(ctypes.c_void_p)]

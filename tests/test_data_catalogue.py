@@ -74,10 +74,24 @@ RANGES = {
 FLOPS_RANGE = (1e11, 1e16)
 MODEL_IDS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b"]
 #: Configs the published-measurement rows need (checked in tests/test_published.py).
-PUBLISHED_MODEL_IDS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.3-70b"]
+PUBLISHED_MODEL_IDS = [
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.3-70b",
+]
 #: Configs of the other dense families (checked in tests/test_families.py).
-FAMILY_MODEL_IDS = ["qwen2.5-0.5b", "qwen2.5-7b", "mistral-7b-v0.3", "qwen3-8b",
-                    "gemma-2-9b", "gemma-3-12b", "phi-3-mini"]
+FAMILY_MODEL_IDS = [
+    "qwen2.5-0.5b",
+    "qwen2.5-7b",
+    "mistral-7b-v0.3",
+    "qwen3-8b",
+    "gemma-2-9b",
+    "gemma-3-12b",
+    "phi-3-mini",
+]
 #: Configs of the mixture-of-experts families (checked in tests/test_families_moe.py).
 MOE_MODEL_IDS = ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b"]
 
@@ -117,8 +131,14 @@ def _check_peaks(peaks: dict) -> None:
 def test_top_level(catalogue):
     assert catalogue["schema_version"] == 1
     assert "Dense" in catalogue["conventions"] and "halved" in catalogue["conventions"]
-    assert set(catalogue) == {"schema_version", "conventions", "sources", "gpus", "collective_defaults",
-                              "collectives"}
+    assert set(catalogue) == {
+        "schema_version",
+        "conventions",
+        "sources",
+        "gpus",
+        "collective_defaults",
+        "collectives",
+    }
     for key, src in catalogue["sources"].items():
         assert re.fullmatch(r"S\d+[a-z]?", key), key
         assert set(src) == {"title", "url"}, key
@@ -358,7 +378,9 @@ def _param_count(cfg: dict) -> int:
 
 
 def test_model_files_present(models):
-    assert sorted(models) == sorted(MODEL_IDS + PUBLISHED_MODEL_IDS + FAMILY_MODEL_IDS + MOE_MODEL_IDS)
+    assert sorted(models) == sorted(
+        MODEL_IDS + PUBLISHED_MODEL_IDS + FAMILY_MODEL_IDS + MOE_MODEL_IDS
+    )
 
 
 @pytest.mark.parametrize("mid", MODEL_IDS)

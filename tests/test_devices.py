@@ -24,13 +24,25 @@ from roofprof.workload import Op
 
 
 def gemm_op(m=1, n=48, k=64, dtype="fp32", batch=1, kind="gemm"):
-    return Op(name="test", kind=kind, phase="decode", m=m, n=n, k=k, dtype=dtype, flops=2.0 * m * n * k * batch,
-              bytes=4.0 * (m * k + n * k + m * n) * batch, batch=batch)
+    return Op(
+        name="test",
+        kind=kind,
+        phase="decode",
+        m=m,
+        n=n,
+        k=k,
+        dtype=dtype,
+        flops=2.0 * m * n * k * batch,
+        bytes=4.0 * (m * k + n * k + m * n) * batch,
+        batch=batch,
+    )
 
 
 def gpus(monkeypatch, *names, reason="no NVIDIA driver (NVML library not found)"):
     """Make the CUDA backend list ``names`` (none: one unusable row saying ``reason``)."""
-    rows = [DeviceStatus(f"cuda:{i}", n, True) for i, n in enumerate(names)] or [DeviceStatus("cuda", "-", False, reason)]
+    rows = [DeviceStatus(f"cuda:{i}", n, True) for i, n in enumerate(names)] or [
+        DeviceStatus("cuda", "-", False, reason)
+    ]
     monkeypatch.setattr(cuda_backend, "enumerate", lambda: rows)
 
 
@@ -43,8 +55,13 @@ def no_gpu(monkeypatch):
 def one_gpu(monkeypatch):
     class FakeCuda:
         def __init__(self, index):
-            self.info = DeviceInfo(kind="cuda", index=index, name="NVIDIA H100 80GB HBM3", compute_units=132,
-                                   memory_bytes=80 * 2**30)
+            self.info = DeviceInfo(
+                kind="cuda",
+                index=index,
+                name="NVIDIA H100 80GB HBM3",
+                compute_units=132,
+                memory_bytes=80 * 2**30,
+            )
 
     gpus(monkeypatch, "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(cuda_backend, "open", lambda index: FakeCuda(index))
@@ -111,11 +128,15 @@ def test_auto_falls_back_when_gpu_unusable(monkeypatch):
 
 
 def test_missing_backend_module_is_unavailable(monkeypatch):
-    monkeypatch.setattr(devices, "BACKENDS", ("roofprof.devices.cpu", "roofprof.devices.nosuchbackend"))
+    monkeypatch.setattr(
+        devices, "BACKENDS", ("roofprof.devices.cpu", "roofprof.devices.nosuchbackend")
+    )
     rows = devices.available_devices()
     assert rows[-1].label == "nosuchbackend" and not rows[-1].usable
     assert "roofprof.devices.nosuchbackend is not part of this roofprof build" in rows[-1].reason
-    with pytest.raises(DeviceUnavailableError, match="not available: roofprof.devices.nosuchbackend"):
+    with pytest.raises(
+        DeviceUnavailableError, match="not available: roofprof.devices.nosuchbackend"
+    ):
         select("nosuchbackend")
     assert select_device("auto").device.info.kind == "cpu"
 
@@ -135,7 +156,12 @@ def test_cache_sizes_count_shared_caches_once(tmp_path):
     def cache(cpu, index, level, ctype, size, shared):
         d = tmp_path / f"cpu{cpu}" / "cache" / f"index{index}"
         d.mkdir(parents=True)
-        for name, value in (("level", level), ("type", ctype), ("size", size), ("shared_cpu_list", shared)):
+        for name, value in (
+            ("level", level),
+            ("type", ctype),
+            ("size", size),
+            ("shared_cpu_list", shared),
+        ):
             (d / name).write_text(f"{value}\n")
 
     for cpu in (0, 1):
@@ -148,8 +174,14 @@ def test_cache_sizes_count_shared_caches_once(tmp_path):
 
 
 def test_device_info_helpers():
-    info = DeviceInfo(kind="cuda", index=2, name="x", compute_units=1, memory_bytes=1,
-                      cache_bytes={"l1": 10, "l2": 100})
+    info = DeviceInfo(
+        kind="cuda",
+        index=2,
+        name="x",
+        compute_units=1,
+        memory_bytes=1,
+        cache_bytes={"l1": 10, "l2": 100},
+    )
     assert info.label == "cuda:2" and info.last_level_cache_bytes == 100
 
 
@@ -171,11 +203,17 @@ def test_compare():
     assert not bad.ok and "non-finite" in bad.note
     assert not compare(np.ones(3), np.ones(4), 1.0).ok
     r = compare(np.array([1.0, 2.1]), np.array([1.0, 2.0]), 0.01)
-    assert not r.ok and r.max_abs_error == pytest.approx(0.1) and r.max_rel_error == pytest.approx(0.05)
+    assert (
+        not r.ok
+        and r.max_abs_error == pytest.approx(0.1)
+        and r.max_rel_error == pytest.approx(0.05)
+    )
 
 
 @pytest.mark.parametrize("impl_cls", [NumpyGemm, NumbaGemm])
-@pytest.mark.parametrize("shape", [dict(m=1, n=48, k=64), dict(m=7, n=33, k=100), dict(m=3, n=5, k=16, batch=4)])
+@pytest.mark.parametrize(
+    "shape", [dict(m=1, n=48, k=64), dict(m=7, n=33, k=100), dict(m=3, n=5, k=16, batch=4)]
+)
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
 def test_cpu_implementations_check_and_run(impl_cls, shape, dtype):
     impl = impl_cls(CpuDevice())
@@ -231,17 +269,34 @@ def test_registry_with_a_third_backend(monkeypatch, no_gpu):
     class FakeNpu:
         def __init__(self, index):
             opened.append(index)
-            self.info = DeviceInfo(kind="npu", index=index, name=f"Fake NPU {index}", compute_units=8,
-                                   memory_bytes=2**30)
+            self.info = DeviceInfo(
+                kind="npu",
+                index=index,
+                name=f"Fake NPU {index}",
+                compute_units=8,
+                memory_bytes=2**30,
+            )
 
     npu = types.SimpleNamespace(
-        KIND="npu", NAMES=("npu",), WHAT="NPU", AUTO_FALLBACK=False, open=FakeNpu,
-        enumerate=lambda: [DeviceStatus("npu:0", "Fake NPU 0", True), DeviceStatus("npu:1", "Fake NPU 1", True)],
-        roofline_plan=lambda info, name: f"npu {name} plan")
+        KIND="npu",
+        NAMES=("npu",),
+        WHAT="NPU",
+        AUTO_FALLBACK=False,
+        open=FakeNpu,
+        enumerate=lambda: [
+            DeviceStatus("npu:0", "Fake NPU 0", True),
+            DeviceStatus("npu:1", "Fake NPU 1", True),
+        ],
+        roofline_plan=lambda info, name: f"npu {name} plan",
+    )
     monkeypatch.setattr(devices, "BACKENDS", (*devices.BACKENDS, npu))
     assert [r.label for r in devices.available_devices()] == ["cpu", "cuda", "npu:0", "npu:1"]
     sel = select_device("npu:1")
-    assert sel.device.info.kind == "npu" and opened == [1] and sel.reason == "npu:1 requested (Fake NPU 1)"
+    assert (
+        sel.device.info.kind == "npu"
+        and opened == [1]
+        and sel.reason == "npu:1 requested (Fake NPU 1)"
+    )
     auto = select_device("auto")
     assert auto.device.info.index == 0 and auto.reason == "auto: NPU 'Fake NPU 0' works (npu:0)"
     with pytest.raises(UnknownNameError) as err:
@@ -265,8 +320,19 @@ def test_unknown_backend_kind_lists_the_kinds():
 # --------------------------------------------------------------------------- CPU probe set-ups, one at a time
 
 
-@pytest.mark.parametrize("name", ["read", "triad", "fma-fp32", "fma-fp64", "gemm-fp32", "gemm-fp64",
-                                  "intensity-fp32", "intensity-fp64"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "read",
+        "triad",
+        "fma-fp32",
+        "fma-fp64",
+        "gemm-fp32",
+        "gemm-fp64",
+        "intensity-fp32",
+        "intensity-fp64",
+    ],
+)
 def test_each_cpu_probe_setup_checks_and_runs_alone(name):
     from roofprof.devices import cpu
 
@@ -290,8 +356,16 @@ def test_each_cpu_probe_setup_checks_and_runs_alone(name):
 
 def test_cpu_catalogue_is_the_setups_bound_to_the_device():
     names = [p.name for p in CpuDevice().probes()]
-    assert names == ["read", "triad", "fma-fp64", "fma-fp32", "gemm-fp64", "gemm-fp32", "intensity-fp64",
-                     "intensity-fp32"]
+    assert names == [
+        "read",
+        "triad",
+        "fma-fp64",
+        "fma-fp32",
+        "gemm-fp64",
+        "gemm-fp32",
+        "intensity-fp64",
+        "intensity-fp32",
+    ]
 
 
 # --------------------------------------------------------------------------- one tolerance policy

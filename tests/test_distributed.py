@@ -24,8 +24,14 @@ torch = pytest.importorskip("torch")
 
 
 def test_rendezvous_from_the_torchrun_environment():
-    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-           "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+    env = {
+        "RANK": "3",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "node0",
+        "MASTER_PORT": "29500",
+    }
     rdv = torchrun_rendezvous(env)
     assert (rdv.rank, rdv.world_size, rdv.local_rank, rdv.local_world_size) == (3, 8, 1, 2)
     assert rdv.init_method == "env://"
@@ -100,16 +106,29 @@ class _FakeTimer:
 def test_the_measuring_loop_with_fakes():
     ctx = RankContext(0, 4, 0, "cpu", "gloo", 10.0)
     fake = _FakeDist(4)
-    samples = measure_collectives(ctx, sizes=(1024, 4096), warmup=1, calls=3, timers=(_FakeTimer(),),
-                                  dist=fake, torch=torch)
+    samples = measure_collectives(
+        ctx, sizes=(1024, 4096), warmup=1, calls=3, timers=(_FakeTimer(),), dist=fake, torch=torch
+    )
     assert [(s.op, s.bytes) for s in samples] == [(op, b) for op in bench.OPS for b in (1024, 4096)]
     s = samples[0]
-    assert s.seconds == pytest.approx(1e-3) and s.seconds_max == pytest.approx(1e-3) and s.calls == 3
+    assert (
+        s.seconds == pytest.approx(1e-3) and s.seconds_max == pytest.approx(1e-3) and s.calls == 3
+    )
     assert s.busbw == pytest.approx(1024 / 1e-3 * busbw_factor("all_reduce", 4))
     assert ("send", [1, 3]) in fake.calls  # ring: to the next rank, from the previous one
     assert sum(1 for c in fake.calls if c[0] == "barrier") == 8
     row = s.to_row()
-    assert {"op", "bytes", "ranks", "seconds", "seconds_max", "algbw", "busbw", "backend", "path"} <= set(row)
+    assert {
+        "op",
+        "bytes",
+        "ranks",
+        "seconds",
+        "seconds_max",
+        "algbw",
+        "busbw",
+        "backend",
+        "path",
+    } <= set(row)
 
 
 def test_sizes_are_rounded_to_whole_elements_per_rank():
@@ -134,7 +153,9 @@ def test_alpha_beta_fit_recovers_a_line():
     alpha, beta = 20e-6, 1 / 400e9
     pts = [(s, alpha + beta * s) for s in log_sizes(1 << 10, 1 << 30, 4)]
     fit = fit_alpha_beta(pts)
-    assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-6) and fit["beta_s_per_byte"] == pytest.approx(beta, rel=1e-6)
+    assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-6) and fit[
+        "beta_s_per_byte"
+    ] == pytest.approx(beta, rel=1e-6)
     samples = [CollectiveSample("all_reduce", int(s), 8, t, t, "nccl", "eager", 5) for s, t in pts]
     (f,) = fits(samples)
     assert f["busbw_bytes_per_s"] == pytest.approx(busbw_factor("all_reduce", 8) * 400e9, rel=1e-6)
@@ -146,15 +167,29 @@ def test_alpha_beta_fit_recovers_a_line():
 
 def test_loader_keeps_old_files_and_splits_paths(tmp_path):
     old = tmp_path / "old.json"
-    old.write_text(json.dumps([{"op": "all_reduce", "bytes": 1024, "ranks": 2, "seconds": 1e-5},
-                               {"op": "all_reduce", "bytes": 4096, "ranks": 2, "seconds": 2e-5}]))
-    assert load_collectives(old).seconds("all_reduce", 2048, 2) == pytest.approx(2 ** -0.5 * 2e-5, rel=1e-6)
+    old.write_text(
+        json.dumps(
+            [
+                {"op": "all_reduce", "bytes": 1024, "ranks": 2, "seconds": 1e-5},
+                {"op": "all_reduce", "bytes": 4096, "ranks": 2, "seconds": 2e-5},
+            ]
+        )
+    )
+    assert load_collectives(old).seconds("all_reduce", 2048, 2) == pytest.approx(
+        2**-0.5 * 2e-5, rel=1e-6
+    )
     new = tmp_path / "new.json"
-    rows = [CollectiveSample("all_reduce", 1024, 2, t, t, "nccl", p, 5).to_row()
-            for p, t in (("eager", 1e-5), ("graph", 4e-6), ("eager", 3e-5))]
+    rows = [
+        CollectiveSample("all_reduce", 1024, 2, t, t, "nccl", p, 5).to_row()
+        for p, t in (("eager", 1e-5), ("graph", 4e-6), ("eager", 3e-5))
+    ]
     new.write_text(json.dumps({"results": rows}))
-    assert load_collectives(new).seconds("all_reduce", 1024, 2) == pytest.approx(2e-5)  # eager, averaged
-    assert load_collectives(new, execution="graph").seconds("all_reduce", 1024, 2) == pytest.approx(4e-6)
+    assert load_collectives(new).seconds("all_reduce", 1024, 2) == pytest.approx(
+        2e-5
+    )  # eager, averaged
+    assert load_collectives(new, execution="graph").seconds("all_reduce", 1024, 2) == pytest.approx(
+        4e-6
+    )
     with pytest.raises(ConfigError, match="paths there: eager, graph"):
         load_collectives(new, execution="other")
 
@@ -211,8 +246,26 @@ def test_collectives_verb_two_gloo_ranks(tmp_path, monkeypatch):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)
     out = tmp_path / "coll"
-    rc = main(["collectives", "--ranks", "2", "--device", "cpu", "--max-bytes", "4KiB", "--warmup", "1",
-               "--calls", "2", "--no-plots", "-o", str(out), "--format", "json"])
+    rc = main(
+        [
+            "collectives",
+            "--ranks",
+            "2",
+            "--device",
+            "cpu",
+            "--max-bytes",
+            "4KiB",
+            "--warmup",
+            "1",
+            "--calls",
+            "2",
+            "--no-plots",
+            "-o",
+            str(out),
+            "--format",
+            "json",
+        ]
+    )
     assert rc == 0
     payload = json.loads((out / "collectives.json").read_text())
     rows = payload["results"]
@@ -318,15 +371,27 @@ def test_gpu_result_has_the_datasheet_line_and_writes_what_predict_reads(tmp_pat
     from roofprof.distributed import interconnect
 
     monkeypatch.setattr(interconnect, "nvidia_topology", lambda: "GPU0\tX\tNV18\nGPU1\tNV18\tX\n")
-    samples = [CollectiveSample(op, b, 8, 20e-6 + b / 360e9, 22e-6 + b / 350e9, "nccl", path, 20)
-               for op in bench.OPS for path in ("eager", "graph") for b in log_sizes(1 << 10, 1 << 30, 8)]
-    result = interconnect.interconnect_result(samples, 8, "nccl", "NVIDIA H100 80GB HBM3", "h100-sxm")
+    samples = [
+        CollectiveSample(op, b, 8, 20e-6 + b / 360e9, 22e-6 + b / 350e9, "nccl", path, 20)
+        for op in bench.OPS
+        for path in ("eager", "graph")
+        for b in log_sizes(1 << 10, 1 << 30, 8)
+    ]
+    result = interconnect.interconnect_result(
+        samples, 8, "nccl", "NVIDIA H100 80GB HBM3", "h100-sxm"
+    )
     assert result.spec_id == "h100-sxm" and set(result.datasheet_busbw) == set(bench.OPS)
     written = interconnect.write_interconnect(result, tmp_path)
-    assert sorted(p.name for p in written) == ["collectives.json", "collectives.png", "topology.txt"]
+    assert sorted(p.name for p in written) == [
+        "collectives.json",
+        "collectives.png",
+        "topology.txt",
+    ]
     assert (tmp_path / "collectives.png").read_bytes()[:4] == b"\x89PNG"
     table = load_collectives(tmp_path / "collectives.json")
-    assert table.seconds("all_reduce", 1 << 19, 8) == pytest.approx(20e-6 + (1 << 19) / 360e9, rel=1e-6)
+    assert table.seconds("all_reduce", 1 << 19, 8) == pytest.approx(
+        20e-6 + (1 << 19) / 360e9, rel=1e-6
+    )
     payload = json.loads((tmp_path / "collectives.json").read_text())
     assert payload["topology"].startswith("GPU0") and len(payload["fits"]) == 2 * len(bench.OPS)
     unknown = interconnect.interconnect_result(samples[:2], 8, "nccl", "Mystery GPU")

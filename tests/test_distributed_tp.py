@@ -15,8 +15,18 @@ from roofprof.workload import Parallel, Scenario
 
 torch = pytest.importorskip("torch")
 
-TINY = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                 head_dim=16, vocab_size=100, tie_word_embeddings=True, max_position_embeddings=256)
+TINY = ModelSpec(
+    "tiny",
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    vocab_size=100,
+    tie_word_embeddings=True,
+    max_position_embeddings=256,
+)
 
 
 def _shards_logits(tp: int, ids):
@@ -80,20 +90,33 @@ def test_tp_layouts_the_shard_refuses():
 
 def test_sequence_parallel_norms_take_rows_over_tp():
     base = dict(prompt_tokens=64, dtype="bf16")
-    plain = {o.name: o for o in ops(Scenario.of("llama-3.1-8b", "prefill", parallel=Parallel(tp=4), **base)).ops}
-    sp = {o.name: o for o in ops(Scenario.of("llama-3.1-8b", "prefill",
-                                             parallel=Parallel(tp=4, sequence_parallel=True), **base)).ops}
+    plain = {
+        o.name: o
+        for o in ops(Scenario.of("llama-3.1-8b", "prefill", parallel=Parallel(tp=4), **base)).ops
+    }
+    sp = {
+        o.name: o
+        for o in ops(
+            Scenario.of(
+                "llama-3.1-8b", "prefill", parallel=Parallel(tp=4, sequence_parallel=True), **base
+            )
+        ).ops
+    }
     for name in ("attn_norm", "mlp_norm"):
-        assert sp[name].m == plain[name].m // 4 and sp[name].flops == pytest.approx(plain[name].flops / 4)
+        assert sp[name].m == plain[name].m // 4 and sp[name].flops == pytest.approx(
+            plain[name].flops / 4
+        )
     assert sp["final_norm"].m == plain["final_norm"].m  # the model-scope norm is not split
     assert sp["q_proj"].m == plain["q_proj"].m
 
 
 def test_flag_slow_judges_each_metric_against_the_median():
-    rows = [{"rank": 0, "dram_bytes_per_s": 100.0, "compute_flops_per_s": 10.0},
-            {"rank": 1, "dram_bytes_per_s": 100.0, "compute_flops_per_s": 9.6},
-            {"rank": 2, "dram_bytes_per_s": 96.0, "compute_flops_per_s": 10.0},
-            {"rank": 3, "dram_bytes_per_s": 100.0, "compute_flops_per_s": None}]
+    rows = [
+        {"rank": 0, "dram_bytes_per_s": 100.0, "compute_flops_per_s": 10.0},
+        {"rank": 1, "dram_bytes_per_s": 100.0, "compute_flops_per_s": 9.6},
+        {"rank": 2, "dram_bytes_per_s": 96.0, "compute_flops_per_s": 10.0},
+        {"rank": 3, "dram_bytes_per_s": 100.0, "compute_flops_per_s": None},
+    ]
     out = flag_slow(rows)
     assert [r["slow"] for r in out] == [False, False, False, False]
     assert out[1]["below_median"]["compute_flops_per_s"] == pytest.approx(0.04)
@@ -110,7 +133,11 @@ def test_nvml_state_is_a_sentinel_without_a_gpu():
         info = Info()
 
     state = nvml_state(Dev())
-    assert state["sm_clock_mhz"] is None and state["clock_event_reasons"] is None and "no NVML" in state["nvml"]
+    assert (
+        state["sm_clock_mhz"] is None
+        and state["clock_event_reasons"] is None
+        and "no NVML" in state["nvml"]
+    )
 
 
 def test_roofline_all_ranks_two_gloo_ranks(tmp_path, monkeypatch):
@@ -118,13 +145,37 @@ def test_roofline_all_ranks_two_gloo_ranks(tmp_path, monkeypatch):
 
     for k in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(k, raising=False)
-    assert main(["roofline", "--all-ranks", "--ranks", "2", "--device", "cpu", "--plan", "test",
-                 "-o", str(tmp_path), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "roofline",
+                "--all-ranks",
+                "--ranks",
+                "2",
+                "--device",
+                "cpu",
+                "--plan",
+                "test",
+                "-o",
+                str(tmp_path),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     payload = json.loads((tmp_path / "ranks.json").read_text())
     assert [r["rank"] for r in payload["ranks"]] == [0, 1]
     for r in payload["ranks"]:
-        assert {"dram_bytes_per_s", "compute_flops_per_s", "sm_clock_mhz", "clock_event_reasons", "slow",
-                "below_median", "host"} <= set(r)
+        assert {
+            "dram_bytes_per_s",
+            "compute_flops_per_s",
+            "sm_clock_mhz",
+            "clock_event_reasons",
+            "slow",
+            "below_median",
+            "host",
+        } <= set(r)
 
 
 @pytest.mark.slow
@@ -132,13 +183,49 @@ def test_validate_tp_two_gloo_ranks(tmp_path, monkeypatch):
     from roofprof.cli import main
 
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
-                               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
-                               "tie_word_embeddings": True, "max_position_embeddings": 256}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "vocab_size": 128,
+                "tie_word_embeddings": True,
+                "max_position_embeddings": 256,
+            }
+        )
+    )
     out = tmp_path / "tp.json"
-    rc = main(["validate", "--tp", "2", "--device", "cpu", "--model", str(cfg), "--prompt", "8", "--steps", "2",
-               "--repeats", "1", "--budget", "0.01", "--roofline", "none", "-o", str(out), "--format", "json"])
+    rc = main(
+        [
+            "validate",
+            "--tp",
+            "2",
+            "--device",
+            "cpu",
+            "--model",
+            str(cfg),
+            "--prompt",
+            "8",
+            "--steps",
+            "2",
+            "--repeats",
+            "1",
+            "--budget",
+            "0.01",
+            "--roofline",
+            "none",
+            "-o",
+            str(out),
+            "--format",
+            "json",
+        ]
+    )
     assert rc == 0
     d = json.loads(out.read_text())
     assert d["tp"] == 2 and d["max_abs_logit_diff"] < 1e-3

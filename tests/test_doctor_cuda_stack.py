@@ -16,13 +16,20 @@ KEYS = ["driver", "cuda runtime", "nvrtc", "cupy", "numba-cuda", "torch", "ncu"]
 
 
 def fake_torch(cuda="13.0"):
-    return types.SimpleNamespace(__version__="2.11.0+cu130", version=types.SimpleNamespace(cuda=cuda))
+    return types.SimpleNamespace(
+        __version__="2.11.0+cu130", version=types.SimpleNamespace(cuda=cuda)
+    )
 
 
 @pytest.mark.parametrize("nvrtc, fp8", [((12, 1), "skipped"), ((12, 9), "compiles")])
 def test_versions_name_the_nvrtc_cupy_uses(nvrtc, fp8):
-    v = cuda_stack_versions(cupy=fake_cupy(nvrtc=nvrtc), numba_cuda=types.SimpleNamespace(__version__="0.30.4"),
-                            torch=fake_torch(), nvml=fake_nvml(), ncu=(True, "/usr/bin/ncu: Version 2025.3.1"))
+    v = cuda_stack_versions(
+        cupy=fake_cupy(nvrtc=nvrtc),
+        numba_cuda=types.SimpleNamespace(__version__="0.30.4"),
+        torch=fake_torch(),
+        nvml=fake_nvml(),
+        ncu=(True, "/usr/bin/ncu: Version 2025.3.1"),
+    )
     assert list(v) == KEYS
     assert v["nvrtc"].startswith(f"{nvrtc[0]}.{nvrtc[1]} (the one CuPy uses") and fp8 in v["nvrtc"]
     assert v["driver"] == "580.00; supports CUDA 12.9" and v["cuda runtime"] == "12.9"
@@ -31,12 +38,23 @@ def test_versions_name_the_nvrtc_cupy_uses(nvrtc, fp8):
 
 
 def test_missing_pieces_read_not_installed_or_unavailable_never_raise():
-    v = cuda_stack_versions(cupy=None, numba_cuda=None, torch=None, nvml=None, ncu=(False, "ncu not on PATH"))
-    assert list(v) == KEYS and all(x.startswith(("not installed", "unavailable")) for x in v.values())
+    v = cuda_stack_versions(
+        cupy=None, numba_cuda=None, torch=None, nvml=None, ncu=(False, "ncu not on PATH")
+    )
+    assert list(v) == KEYS and all(
+        x.startswith(("not installed", "unavailable")) for x in v.values()
+    )
     broken = fake_cupy(nvrtc=None)
-    broken.cuda.runtime.runtimeGetVersion = lambda: (_ for _ in ()).throw(RuntimeError("driver too old"))
-    v = cuda_stack_versions(cupy=broken, numba_cuda=None, torch=fake_torch(None),
-                            nvml=fake_nvml(fail_init=True), ncu=(False, "/x/ncu failed to run: boom"))
+    broken.cuda.runtime.runtimeGetVersion = lambda: (_ for _ in ()).throw(
+        RuntimeError("driver too old")
+    )
+    v = cuda_stack_versions(
+        cupy=broken,
+        numba_cuda=None,
+        torch=fake_torch(None),
+        nvml=fake_nvml(fail_init=True),
+        ncu=(False, "/x/ncu failed to run: boom"),
+    )
     assert v["nvrtc"].startswith("unavailable") and v["cuda runtime"].startswith("unavailable")
     assert v["driver"].startswith("unavailable") and v["torch"].endswith("(CPU-only build)")
     assert v["ncu"].startswith("unavailable")

@@ -31,36 +31,67 @@ def stop_work(monkeypatch):
     def fail(*a, **k):
         pytest.fail("work started before the input was checked")
 
-    for module, name in ((roofprof.profiling, "Profiler"), (roofprof.validation, "validate"),
-                         (roofprof.probes, "measure_roofline"), (roofprof.rollup, "sweep"),
-                         (roofprof.selftest, "run_selftest")):
+    for module, name in (
+        (roofprof.profiling, "Profiler"),
+        (roofprof.validation, "validate"),
+        (roofprof.probes, "measure_roofline"),
+        (roofprof.rollup, "sweep"),
+        (roofprof.selftest, "run_selftest"),
+    ):
         monkeypatch.setattr(module, name, fail)
 
 
 # --------------------------------------------------------------------------- cli verbs
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["predict", "--gpu", "h100", "--convention", "metric"],
-     "unknown convention 'metric'; valid choices: engine, seed"),
-    (["predict", "--gpu", "h100", "--attention", "flash"],
-     "unknown attention counting 'flash'; valid choices: fused, unfused"),
-    (["predict", "--tp", "2"], "--tp/--pp/--collectives need --gpu (its interconnect and memory)"),
-    (["predict", "--gpu", "h100", "--sequence-parallel"], "--sequence-parallel needs --tp 2 or more"),
-    (["predict", "--gpu", "h100", "--engine", "vllm"], "--engine applies to --estimator calibrated only"),
-    (["predict", "--estimator", "calibrated"],
-     "the calibrated estimator needs --gpu (or --roofline roofline.json)"),
-    (["predict", "--estimator", "empirical"], "the empirical estimator needs --roofline roofline.json"),
-    (["predict", "--gpu", "h100", "--estimator", "oracle"],
-     "unknown estimator 'oracle'; valid choices: spec, empirical, measured, calibrated"),
-    (["profile", "--device", "cpu", "--phase", "middle"],
-     "unknown phase 'middle'; valid choices: prefill, decode, both"),
-    (["validate", "--device", "cpu", "--format", "csv"], "--format csv needs --published"),
-    (["validate", "--device", "cpu", "--estimators", "spec,oracle"],
-     "unknown estimator 'oracle'; valid choices: spec, empirical, measured"),
-    (["validate", "--published", "--engine", "tgi"], "unknown engine 'tgi'"),
-    (["selftest", "--skip", "roofline,warp"], "unknown section(s) in --skip: warp; valid:"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["predict", "--gpu", "h100", "--convention", "metric"],
+            "unknown convention 'metric'; valid choices: engine, seed",
+        ),
+        (
+            ["predict", "--gpu", "h100", "--attention", "flash"],
+            "unknown attention counting 'flash'; valid choices: fused, unfused",
+        ),
+        (
+            ["predict", "--tp", "2"],
+            "--tp/--pp/--collectives need --gpu (its interconnect and memory)",
+        ),
+        (
+            ["predict", "--gpu", "h100", "--sequence-parallel"],
+            "--sequence-parallel needs --tp 2 or more",
+        ),
+        (
+            ["predict", "--gpu", "h100", "--engine", "vllm"],
+            "--engine applies to --estimator calibrated only",
+        ),
+        (
+            ["predict", "--estimator", "calibrated"],
+            "the calibrated estimator needs --gpu (or --roofline roofline.json)",
+        ),
+        (
+            ["predict", "--estimator", "empirical"],
+            "the empirical estimator needs --roofline roofline.json",
+        ),
+        (
+            ["predict", "--gpu", "h100", "--estimator", "oracle"],
+            "unknown estimator 'oracle'; valid choices: spec, empirical, measured, calibrated",
+        ),
+        (
+            ["profile", "--device", "cpu", "--phase", "middle"],
+            "unknown phase 'middle'; valid choices: prefill, decode, both",
+        ),
+        (["validate", "--device", "cpu", "--format", "csv"], "--format csv needs --published"),
+        (
+            ["validate", "--device", "cpu", "--estimators", "spec,oracle"],
+            "unknown estimator 'oracle'; valid choices: spec, empirical, measured",
+        ),
+        (["validate", "--published", "--engine", "tgi"], "unknown engine 'tgi'"),
+        (["selftest", "--skip", "roofline,warp"], "unknown section(s) in --skip: warp; valid:"),
+    ],
+)
 def test_cli_refusals_name_the_problem(argv, message, stop_work, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # selftest's default --out folder
     rc, out, err = run_cli(argv)
@@ -88,8 +119,18 @@ def test_selftest_exits_1_when_a_target_fails(monkeypatch, tmp_path):
     import roofprof.selftest
 
     def fake(out, **kwargs):
-        return {"targets": [{"status": "FAIL", "description": "HBM read >= 85 % of spec",
-                             "value": 0.5, "threshold": 0.85, "passed": False}], "elapsed_s": 1.0}
+        return {
+            "targets": [
+                {
+                    "status": "FAIL",
+                    "description": "HBM read >= 85 % of spec",
+                    "value": 0.5,
+                    "threshold": 0.85,
+                    "passed": False,
+                }
+            ],
+            "elapsed_s": 1.0,
+        }
 
     monkeypatch.setattr(roofprof.selftest, "run_selftest", fake)
     rc, out, err = run_cli(["selftest", "--out", str(tmp_path / "st")])
@@ -118,29 +159,40 @@ def command():
     app.registered_commands = [c for c in app.registered_commands if c.name not in names]
 
 
-@pytest.mark.parametrize("exc,code,message", [
-    ("exit3", 3, ""),
-    ("abort", 130, "roofprof: aborted"),
-    ("interrupt", 130, "roofprof: interrupted; results already written were kept whole"),
-    ("config", 2, "roofprof: error: bad value"),
-])
+@pytest.mark.parametrize(
+    "exc,code,message",
+    [
+        ("exit3", 3, ""),
+        ("abort", 130, "roofprof: aborted"),
+        ("interrupt", 130, "roofprof: interrupted; results already written were kept whole"),
+        ("config", 2, "roofprof: error: bad value"),
+    ],
+)
 def test_exit_codes_of_the_ways_a_command_can_end(command, exc, code, message):
     import typer
 
     def body():
-        raise {"exit3": typer.Exit(3), "abort": typer.Abort(), "interrupt": KeyboardInterrupt(),
-               "config": ConfigError("bad value")}[exc]
+        raise {
+            "exit3": typer.Exit(3),
+            "abort": typer.Abort(),
+            "interrupt": KeyboardInterrupt(),
+            "config": ConfigError("bad value"),
+        }[exc]
 
     rc, out, err = run_cli([command(body)])
     assert rc == code and err.strip() == message
 
 
-@pytest.mark.parametrize("exc,code,message", [
-    ("exit4", 4, ""),
-    ("interrupt", 130, "roofprof: interrupted; results already written were kept whole"),
-])
-def test_an_exit_or_ctrl_c_while_typer_builds_the_command_is_still_one_line(monkeypatch, exc, code,
-                                                                             message):
+@pytest.mark.parametrize(
+    "exc,code,message",
+    [
+        ("exit4", 4, ""),
+        ("interrupt", 130, "roofprof: interrupted; results already written were kept whole"),
+    ],
+)
+def test_an_exit_or_ctrl_c_while_typer_builds_the_command_is_still_one_line(
+    monkeypatch, exc, code, message
+):
     """Ctrl-C (or an Exit) before typer's own main runs, while it builds the click command."""
     import typer
     import typer.main
@@ -155,6 +207,7 @@ def test_an_exit_or_ctrl_c_while_typer_builds_the_command_is_still_one_line(monk
 
 def test_a_bug_is_a_traceback_not_an_exit_2(command):
     """Only usage errors become one line: a real bug must stay visible."""
+
     def body():
         raise ZeroDivisionError("bug")
 
@@ -174,9 +227,12 @@ def test_a_missing_optional_verb_module_is_skipped_and_a_missing_dependency_surf
             if qualified == name:
                 raise ModuleNotFoundError(f"No module named {missing_name!r}", name=missing_name)
             return real(qualified, *a, **k)
+
         return imp
 
-    monkeypatch.setattr(importlib, "import_module", missing("roofprof.cli.trace", "roofprof.cli.trace"))
+    monkeypatch.setattr(
+        importlib, "import_module", missing("roofprof.cli.trace", "roofprof.cli.trace")
+    )
     cli._register_commands()  # the verb's own module absent (a trimmed install): skipped
     monkeypatch.setattr(importlib, "import_module", missing("roofprof.cli.trace", "yaml"))
     with pytest.raises(ModuleNotFoundError, match="yaml"):
@@ -193,7 +249,9 @@ def test_option_checkers_refuse_non_integers_and_unknown_attention():
         check_int(1.5, "--steps", 1, 10)
     with pytest.raises(ConfigError, match=r"--steps must be an integer, got True"):
         check_int(True, "--steps", 1, 10)
-    with pytest.raises(ConfigError, match="unknown attention 'flash'; valid choices: fused, unfused"):
+    with pytest.raises(
+        ConfigError, match="unknown attention 'flash'; valid choices: fused, unfused"
+    ):
         counting("flash")
     assert counting("unfused").attention == "unfused"
 
@@ -224,7 +282,9 @@ def test_output_folder_under_a_file_or_with_a_nul_is_refused(tmp_path):
 
 def test_atomic_write_under_a_file_is_refused(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ConfigError, match=r"cannot write .*x\.json': '.*file' is a file, not a folder"):
+    with pytest.raises(
+        ConfigError, match=r"cannot write .*x\.json': '.*file' is a file, not a folder"
+    ):
         results.write_json_atomic(tmp_path / "file" / "x.json", {"a": 1})
     with pytest.raises(ConfigError, match=r"cannot write .*y\.json': Not a directory"):
         results.write_json_atomic(tmp_path / "file" / "sub" / "y.json", {"a": 1})
@@ -286,31 +346,45 @@ def test_reading_refuses_oversized_files_and_nul_names(tmp_path):
 # --------------------------------------------------------------------------- roofline.py
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"kind": "io", "value": 1.0}, "kind must be one of compute, memory, got 'io'"),
-    ({"kind": "memory", "level": "l9", "value": 1.0}, "memory ceiling 'c': level must be one of"),
-    ({"kind": "memory", "level": "dram", "value": 0.0}, "value must be a positive finite number, got 0.0"),
-    ({"kind": "compute", "dtype": "fp32", "value": float("inf")}, "got inf"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"kind": "io", "value": 1.0}, "kind must be one of compute, memory, got 'io'"),
+        (
+            {"kind": "memory", "level": "l9", "value": 1.0},
+            "memory ceiling 'c': level must be one of",
+        ),
+        (
+            {"kind": "memory", "level": "dram", "value": 0.0},
+            "value must be a positive finite number, got 0.0",
+        ),
+        ({"kind": "compute", "dtype": "fp32", "value": float("inf")}, "got inf"),
+    ],
+)
 def test_impossible_ceilings_are_refused(kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         Ceiling("c", **kwargs)
 
 
 def test_asking_a_roofline_for_a_ceiling_it_lacks_lists_those_it_has():
-    roof = Roofline("box", (Ceiling("f", "compute", 1e12, dtype="fp32"),
-                            Ceiling("m", "memory", 1e11, level="dram")))
+    roof = Roofline(
+        "box",
+        (Ceiling("f", "compute", 1e12, dtype="fp32"), Ceiling("m", "memory", 1e11, level="dram")),
+    )
     with pytest.raises(ConfigError, match="box has no bf16 compute ceiling; dtypes: fp32"):
         roof.compute_ceiling("bf16")
     with pytest.raises(ConfigError, match="box has no l2 bandwidth ceiling; levels: dram"):
         roof.memory_ceiling("l2")
 
 
-@pytest.mark.parametrize("data,message", [
-    ([1, 2], "not a roofline: expected a JSON object"),
-    ({"ceilings": []}, "not a roofline: missing 'device'"),
-    ({"device": "x"}, "not a roofline: missing 'ceilings'"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        ([1, 2], "not a roofline: expected a JSON object"),
+        ({"ceilings": []}, "not a roofline: missing 'device'"),
+        ({"device": "x"}, "not a roofline: missing 'ceilings'"),
+    ],
+)
 def test_roofline_from_dict_refuses_what_is_not_one(data, message):
     with pytest.raises(ConfigError, match=message):
         Roofline.from_dict(data)
@@ -319,10 +393,17 @@ def test_roofline_from_dict_refuses_what_is_not_one(data, message):
 # --------------------------------------------------------------------------- cli/trace.py, cli/roofline.py, cli/_usage.py
 
 
-@pytest.mark.parametrize("body,code,message", [
-    ("import sys\nsys.exit(3)\n", 1, "exited with status 3; nothing was written"),
-    ("def inner():\n    return 1 / 0\ninner()\n", 1, "raised an exception (the traceback below is the script's own"),
-])
+@pytest.mark.parametrize(
+    "body,code,message",
+    [
+        ("import sys\nsys.exit(3)\n", 1, "exited with status 3; nothing was written"),
+        (
+            "def inner():\n    return 1 / 0\ninner()\n",
+            1,
+            "raised an exception (the traceback below is the script's own",
+        ),
+    ],
+)
 def test_a_traced_script_that_fails_exits_1_with_its_own_story(tmp_path, body, code, message):
     pytest.importorskip("torch")
     script = tmp_path / "job.py"
@@ -365,7 +446,8 @@ def test_a_chart_that_cannot_be_drawn_is_skipped_with_the_reason(tmp_path, monke
     monkeypatch.setattr(sweeps, "plot_intensity_sweep", no_sweep)
     result = types.SimpleNamespace(
         device=types.SimpleNamespace(spec_id=None, name="box", label="cpu"),
-        roofline=Roofline("box", (Ceiling("f", "compute", 1e12, dtype="fp32"),)))
+        roofline=Roofline("box", (Ceiling("f", "compute", 1e12, dtype="fp32"),)),
+    )
     buf = io.StringIO()
     assert _plots(result, tmp_path, Console(file=buf, width=200)) == []
     text = buf.getvalue()
@@ -381,6 +463,8 @@ def test_usage_error_choices_survive_unresolvable_type_hints():
     def callback(fmt: NoSuchType) -> None:  # noqa: F821 - the point: it cannot be resolved
         pass
 
-    exc = types.SimpleNamespace(param=types.SimpleNamespace(name="fmt"),
-                                ctx=types.SimpleNamespace(command=types.SimpleNamespace(callback=callback)))
+    exc = types.SimpleNamespace(
+        param=types.SimpleNamespace(name="fmt"),
+        ctx=types.SimpleNamespace(command=types.SimpleNamespace(callback=callback)),
+    )
     assert _choices(exc) == ()

@@ -13,7 +13,12 @@ from roofprof.workload import Parallel, Scenario
 
 #: Published totals (model cards: Qwen2.5-0.5B 0.49 B, Qwen2.5-7B 7.61-7.62 B, Mistral 7B v0.3
 #: 7.25 B, Qwen3-8B 8.2 B).
-PUBLISHED = {"qwen2.5-0.5b": 0.49e9, "qwen2.5-7b": 7.62e9, "mistral-7b-v0.3": 7.25e9, "qwen3-8b": 8.19e9}
+PUBLISHED = {
+    "qwen2.5-0.5b": 0.49e9,
+    "qwen2.5-7b": 7.62e9,
+    "mistral-7b-v0.3": 7.25e9,
+    "qwen3-8b": 8.19e9,
+}
 
 
 def run(capsys, *args):
@@ -23,8 +28,15 @@ def run(capsys, *args):
 
 
 def _config(tmp_path, **fields):
-    cfg = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "vocab_size": 1000, **fields}
+    cfg = {
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        **fields,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     return str(path)
@@ -96,26 +108,37 @@ def test_mistral_sliding_window_caps_keys_and_cache(tmp_path):
         return next(op for op in w.ops if op.name == "attention")
 
     assert attention(spec, "decode", context_tokens=50).n == 51  # under the window
-    capped, uncapped = attention(spec, "decode", context_tokens=999), attention(full, "decode", context_tokens=999)
+    capped, uncapped = (
+        attention(spec, "decode", context_tokens=999),
+        attention(full, "decode", context_tokens=999),
+    )
     assert (capped.n, uncapped.n) == (100, 1000)
     assert capped.kv_bytes == pytest.approx(uncapped.kv_bytes / 10)
-    pre, pre_full = attention(spec, "prefill", prompt_tokens=300), attention(full, "prefill", prompt_tokens=300)
-    assert pre.flops / pre_full.flops == pytest.approx((100 * 101 / 2 + 200 * 100) / (300 * 301 / 2))
+    pre, pre_full = (
+        attention(spec, "prefill", prompt_tokens=300),
+        attention(full, "prefill", prompt_tokens=300),
+    )
+    assert pre.flops / pre_full.flops == pytest.approx(
+        (100 * 101 / 2 + 200 * 100) / (300 * 301 / 2)
+    )
     gpu = load_gpu("h100-sxm")
     fit = memory_fit(Scenario.of(spec, "decode", context_tokens=999, dtype="bf16"), gpu)
     fit_full = memory_fit(Scenario.of(full, "decode", context_tokens=999, dtype="bf16"), gpu)
     assert fit.kv_bytes_per_sequence * 10 == fit_full.kv_bytes_per_sequence
 
 
-@pytest.mark.parametrize("fields, name", [
-    ({"model_type": "mistral", "sliding_window": 0}, "sliding_window"),
-    ({"model_type": "mistral", "sliding_window": -4}, "sliding_window"),
-    ({"model_type": "mistral", "sliding_window": "4096"}, "sliding_window"),
-    ({"model_type": "qwen3", "attention_bias": "no"}, "attention_bias"),
-    ({"model_type": "qwen3", "head_dim": 0}, "head_dim"),
-    ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
-    ({"model_type": "qwen2", "num_key_value_heads": -1}, "num_key_value_heads"),
-])
+@pytest.mark.parametrize(
+    "fields, name",
+    [
+        ({"model_type": "mistral", "sliding_window": 0}, "sliding_window"),
+        ({"model_type": "mistral", "sliding_window": -4}, "sliding_window"),
+        ({"model_type": "mistral", "sliding_window": "4096"}, "sliding_window"),
+        ({"model_type": "qwen3", "attention_bias": "no"}, "attention_bias"),
+        ({"model_type": "qwen3", "head_dim": 0}, "head_dim"),
+        ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
+        ({"model_type": "qwen2", "num_key_value_heads": -1}, "num_key_value_heads"),
+    ],
+)
 def test_bad_family_fields_are_config_errors(tmp_path, capsys, fields, name):
     path = _config(tmp_path, **fields)
     with pytest.raises(ConfigError, match=name):
@@ -137,7 +160,9 @@ def test_predict_qwen_fast_and_specs_lists_new_models(capsys):
 def test_measuring_refuses_family_without_torch_side(capsys, monkeypatch, verb):
     import roofprof.models.families as families  # every dense family has one now: take qwen2's away
 
-    monkeypatch.setattr(families, "TORCH_SIDES", {k: v for k, v in families.TORCH_SIDES.items() if k != "qwen2"})
+    monkeypatch.setattr(
+        families, "TORCH_SIDES", {k: v for k, v in families.TORCH_SIDES.items() if k != "qwen2"}
+    )
     code, _, err = run(capsys, verb, "--model", "qwen2.5-0.5b")
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "qwen2" in lines[0] and verb in lines[0]

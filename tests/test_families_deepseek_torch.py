@@ -17,12 +17,30 @@ from roofprof.workload import Scenario  # noqa: E402
 TINY = ds.tiny_spec()
 #: the tiny spec as an HF config.json (the fields the deepseek_v3 family reads)
 TINY_CONFIG = {
-    "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64,
-    "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
-    "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2, "q_lora_rank": 32, "kv_lora_rank": 16,
-    "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "vocab_size": 100,
-    "tie_word_embeddings": False, "max_position_embeddings": 256, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+    "model_type": "deepseek_v3",
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "moe_intermediate_size": 32,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "n_group": 4,
+    "topk_group": 2,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 16,
+    "vocab_size": 100,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 256,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-6,
 }
 
 
@@ -62,9 +80,13 @@ def _load_hf_weights(mine, hf):
             p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
             layer.attn_norm.copy_(sd[p + "input_layernorm.weight"])
             layer.mlp_norm.copy_(sd[p + "post_attention_layernorm.weight"])
-            for mine_name, hf_name in (("q_a_proj", "q_a_proj"), ("q_b_proj", "q_b_proj"),
-                                       ("kv_a_proj", "kv_a_proj_with_mqa"), ("kv_b_proj", "kv_b_proj"),
-                                       ("o_proj", "o_proj")):
+            for mine_name, hf_name in (
+                ("q_a_proj", "q_a_proj"),
+                ("q_b_proj", "q_b_proj"),
+                ("kv_a_proj", "kv_a_proj_with_mqa"),
+                ("kv_b_proj", "kv_b_proj"),
+                ("o_proj", "o_proj"),
+            ):
                 getattr(layer, mine_name).weight.copy_(sd[a + hf_name + ".weight"])
             layer.q_a_norm.copy_(sd[a + "q_a_layernorm.weight"])
             layer.kv_a_norm.copy_(sd[a + "kv_a_layernorm.weight"])
@@ -86,10 +108,15 @@ def test_plain_torch_deepseek_matches_transformers_prefill_and_absorbed_decode()
     transformers = pytest.importorskip("transformers")
 
     torch.manual_seed(0)
-    hf = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**ds.hf_config(TINY))).eval()
+    hf = transformers.DeepseekV3ForCausalLM(
+        transformers.DeepseekV3Config(**ds.hf_config(TINY))
+    ).eval()
     assert hf.config._experts_implementation == "eager"
     with torch.no_grad():
-        for name, p in hf.named_parameters():  # transformers starts the router at zero: give it values
+        for (
+            name,
+            p,
+        ) in hf.named_parameters():  # transformers starts the router at zero: give it values
             p.uniform_(0.5, 1.5) if "norm" in name else p.normal_(0, 0.2)
         for name, b in hf.named_buffers():
             if name.endswith("e_score_correction_bias"):
@@ -139,19 +166,26 @@ def _broken_decode(q_latent, q_rope, cache, scale):
 
 
 def _broken_route(logits, bias, k, groups, scale=ds.ROUTED_SCALING_FACTOR):
-    weights, index = torch.topk(torch.softmax(logits.float(), -1), k, dim=-1)  # Mixtral's, not DeepSeek's
+    weights, index = torch.topk(
+        torch.softmax(logits.float(), -1), k, dim=-1
+    )  # Mixtral's, not DeepSeek's
     return weights.to(logits.dtype), index
 
 
-@pytest.mark.parametrize(("fn", "op_name", "phase", "broken"), [
-    ("mla_rope", "rope", "decode", _broken_rope),
-    ("mla_prefill_attention", "attention", "prefill", _broken_prefill),
-    ("head_matmul", "q_absorb", "decode", _broken_head_matmul),
-    ("head_matmul", "v_absorb", "decode", _broken_head_matmul),
-    ("mla_decode", "latent_attention", "decode", _broken_decode),
-    ("deepseek_route", "route", "decode", _broken_route),
-])
-def test_each_preparer_check_catches_a_wrong_implementation(monkeypatch, fn, op_name, phase, broken):
+@pytest.mark.parametrize(
+    ("fn", "op_name", "phase", "broken"),
+    [
+        ("mla_rope", "rope", "decode", _broken_rope),
+        ("mla_prefill_attention", "attention", "prefill", _broken_prefill),
+        ("head_matmul", "q_absorb", "decode", _broken_head_matmul),
+        ("head_matmul", "v_absorb", "decode", _broken_head_matmul),
+        ("mla_decode", "latent_attention", "decode", _broken_decode),
+        ("deepseek_route", "route", "decode", _broken_route),
+    ],
+)
+def test_each_preparer_check_catches_a_wrong_implementation(
+    monkeypatch, fn, op_name, phase, broken
+):
     monkeypatch.setattr(ds, fn, broken)
     for op, prepared in _prepare_all(TINY, phase, batch=2):
         if op.name == op_name:
@@ -164,7 +198,9 @@ def test_each_preparer_check_catches_a_wrong_implementation(monkeypatch, fn, op_
 def test_validate_auto_runs_the_counted_form_and_says_why():
     from roofprof.validation import validate
 
-    auto = validate(TINY, device="cpu", prompt_tokens=8, decode_steps=1, warmup_steps=0, prefill_repeats=1)
+    auto = validate(
+        TINY, device="cpu", prompt_tokens=8, decode_steps=1, warmup_steps=0, prefill_repeats=1
+    )
     assert auto.backend.startswith("plain torch") and "TorchDeepseekV3" in auto.backend
     assert any("counted MLA form" in n for n in auto.warnings)
     assert "counted MLA form" in " ".join(auto.to_dict()["warnings"])
@@ -174,8 +210,15 @@ def test_validate_hf_backend_runs_transformers_and_states_the_difference():
     from roofprof.validation import validate
 
     pytest.importorskip("transformers")
-    hf = validate(TINY, device="cpu", backend="hf", prompt_tokens=8, decode_steps=1, warmup_steps=0,
-                  prefill_repeats=1)
+    hf = validate(
+        TINY,
+        device="cpu",
+        backend="hf",
+        prompt_tokens=8,
+        decode_steps=1,
+        warmup_steps=0,
+        prefill_repeats=1,
+    )
     assert "DeepseekV3ForCausalLM" in hf.backend
     assert any("weight-absorbed engine form" in n for n in hf.warnings)
 
@@ -193,8 +236,30 @@ def test_plain_torch_refuses_experts_that_do_not_split_into_groups():
 def test_cli_profile_runs_for_deepseek(capsys, tiny_ds_config):
     from roofprof.cli import main
 
-    assert main(["profile", "--model", str(tiny_ds_config), "--device", "cpu", "--phase", "both", "--prompt", "8",
-                 "--roofline", "none", "--impl", "torch", "--budget", "0.001", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                "--model",
+                str(tiny_ds_config),
+                "--device",
+                "cpu",
+                "--phase",
+                "both",
+                "--prompt",
+                "8",
+                "--roofline",
+                "none",
+                "--impl",
+                "torch",
+                "--budget",
+                "0.001",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     profiles = json.loads(capsys.readouterr().out)["profiles"]
     names = {op["name"] for p in profiles for op in p["ops"]}
     assert {"q_absorb", "latent_attention", "v_absorb", "kv_b_proj", "route"} <= names
@@ -213,20 +278,72 @@ def test_cli_predict_measured_runs_for_deepseek(capsys, tiny_ds_config):
     roofprof.predict(model, estimator=warm, prompt_tokens=8, dtype="fp32")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert main(["predict", "--model", model, "--estimator", "measured", "--device", "cpu", "--dtype", "fp32",
-                     "--prompt", "8", "--roofline", "none", "--format", "json"]) == 0
+        assert (
+            main(
+                [
+                    "predict",
+                    "--model",
+                    model,
+                    "--estimator",
+                    "measured",
+                    "--device",
+                    "cpu",
+                    "--dtype",
+                    "fp32",
+                    "--prompt",
+                    "8",
+                    "--roofline",
+                    "none",
+                    "--format",
+                    "json",
+                ]
+            )
+            == 0
+        )
     d = json.loads(capsys.readouterr().out)
-    assert d["estimator"] == "measured" and d["decode"]["seconds_per_token"] > 0 and d["prefill"]["seconds"] > 0
+    assert (
+        d["estimator"] == "measured"
+        and d["decode"]["seconds_per_token"] > 0
+        and d["prefill"]["seconds"] > 0
+    )
 
 
 def test_cli_validate_runs_for_deepseek(capsys, tiny_ds_config, tmp_path):
     from roofprof.cli import main
 
     out = tmp_path / "v.json"
-    assert main(["validate", "--model", str(tiny_ds_config), "--device", "cpu", "--prompt", "8", "--steps", "1",
-                 "--repeats", "1", "--estimators", "measured", "--roofline", "none", "--budget", "0.001",
-                 "--format", "json", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--model",
+                str(tiny_ds_config),
+                "--device",
+                "cpu",
+                "--prompt",
+                "8",
+                "--steps",
+                "1",
+                "--repeats",
+                "1",
+                "--estimators",
+                "measured",
+                "--roofline",
+                "none",
+                "--budget",
+                "0.001",
+                "--format",
+                "json",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     v = json.loads(out.read_text())
     assert "plain torch" in v["backend"] and any("counted MLA form" in n for n in v["warnings"])
-    assert v["comparison"][0]["estimator"] == "measured" and v["comparison"][0]["decode_residual"] is not None
+    assert (
+        v["comparison"][0]["estimator"] == "measured"
+        and v["comparison"][0]["decode_residual"] is not None
+    )

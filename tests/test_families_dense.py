@@ -18,9 +18,15 @@ from roofprof.workload import Counting, Scenario
 #: 3,821,079,552; the Qwen and Mistral counts as in data/SOURCES.md) and, for Gemma 3 12B, whose
 #: published total 12,187,325,040 includes its SigLIP vision tower, the language model alone
 #: as llama.cpp counts its GGUF (n-params 11,766,034,176).
-PUBLISHED = {"gemma-2-9b": 9_241_705_984, "gemma-3-12b": 11_766_034_176, "phi-3-mini": 3_821_079_552,
-             "qwen2.5-0.5b": 494_032_768, "qwen2.5-7b": 7_615_616_512, "mistral-7b-v0.3": 7_248_023_552,
-             "qwen3-8b": 8_190_735_360}
+PUBLISHED = {
+    "gemma-2-9b": 9_241_705_984,
+    "gemma-3-12b": 11_766_034_176,
+    "phi-3-mini": 3_821_079_552,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-7b": 7_615_616_512,
+    "mistral-7b-v0.3": 7_248_023_552,
+    "qwen3-8b": 8_190_735_360,
+}
 
 
 @pytest.mark.parametrize("model", sorted(PUBLISHED))
@@ -30,16 +36,36 @@ def test_parameter_counts_match_published(model):
 
 def test_published_config_values():
     g2, g3, phi = load_model("gemma-2-9b"), load_model("gemma-3-12b"), load_model("phi-3-mini")
-    assert (g2.family, g2.hidden_size, g2.num_layers, g2.head_dim, g2.sliding_window, g2.tie_word_embeddings) == \
-        ("gemma2", 3584, 42, 256, 4096, True)
+    assert (
+        g2.family,
+        g2.hidden_size,
+        g2.num_layers,
+        g2.head_dim,
+        g2.sliding_window,
+        g2.tie_word_embeddings,
+    ) == ("gemma2", 3584, 42, 256, 4096, True)
     assert g2.gemma.local_layers[:4] == (True, False, True, False) and g2.num_local_layers == 21
     assert (g2.gemma.attn_logit_softcapping, g2.gemma.final_logit_softcapping) == (50.0, 30.0)
-    assert (g3.family, g3.hidden_size, g3.num_layers, g3.vocab_size, g3.sliding_window, g3.qk_norm) == \
-        ("gemma3", 3840, 48, 262208, 1024, True)
-    assert g3.num_local_layers == 40 and g3.gemma.rope_local_theta == 10000.0 and g3.rope_theta == 1e6
+    assert (
+        g3.family,
+        g3.hidden_size,
+        g3.num_layers,
+        g3.vocab_size,
+        g3.sliding_window,
+        g3.qk_norm,
+    ) == ("gemma3", 3840, 48, 262208, 1024, True)
+    assert (
+        g3.num_local_layers == 40 and g3.gemma.rope_local_theta == 10000.0 and g3.rope_theta == 1e6
+    )
     assert g3.rope_scaling_dict == {"factor": 8.0, "rope_type": "linear"}
-    assert (phi.family, phi.hidden_size, phi.num_heads, phi.num_kv_heads, phi.vocab_size, phi.sliding_window) == \
-        ("phi3", 3072, 32, 32, 32064, 2047)
+    assert (
+        phi.family,
+        phi.hidden_size,
+        phi.num_heads,
+        phi.num_kv_heads,
+        phi.vocab_size,
+        phi.sliding_window,
+    ) == ("phi3", 3072, 32, 32, 32064, 2047)
 
 
 def test_every_dense_family_is_measurable():
@@ -54,13 +80,17 @@ def test_gemma_kv_cache_caps_local_layers():
     assert w.kv_bytes == pytest.approx((21 * 8192 + 21 * 4096) * row)
     assert m.kv_tokens(8192) == (8192 + 4096) // 2
     g3 = load_model("gemma-3-12b")
-    assert g3.kv_tokens(100) == 100 and g3.kv_tokens(4096) == pytest.approx((8 * 4096 + 40 * 1024) / 48)
+    assert g3.kv_tokens(100) == 100 and g3.kv_tokens(4096) == pytest.approx(
+        (8 * 4096 + 40 * 1024) / 48
+    )
 
 
 def test_gemma2_attention_is_eager_with_softcap():
     w = ops(Scenario.of("gemma-2-9b", "prefill", prompt_tokens=64, dtype="bf16"))
     names = [op.name for op in w.ops]
-    assert "attention" not in names and names.count("attn_softcap") == 1 and "logit_softcap" in names
+    assert (
+        "attention" not in names and names.count("attn_softcap") == 1 and "logit_softcap" in names
+    )
     assert names.index("attn_scores") < names.index("attn_softcap") < names.index("attn_softmax")
 
 
@@ -78,8 +108,9 @@ def test_phi3_fused_projections_weigh_as_separate_ones():
     w = ops(Scenario.of(phi, "decode", context_tokens=10, dtype="bf16", convention="seed"))
     assert {op.name for op in w.ops} >= {"qkv_proj", "gate_up_proj"}
     # the fused GEMMs read exactly the layer's weights: embedding + layers + head
-    assert w.weight_bytes == pytest.approx(2 * (phi.param_count() - phi.num_layers * 2 * phi.hidden_size
-                                                - phi.hidden_size), rel=1e-6)
+    assert w.weight_bytes == pytest.approx(
+        2 * (phi.param_count() - phi.num_layers * 2 * phi.hidden_size - phi.hidden_size), rel=1e-6
+    )
 
 
 def _write(tmp_path, cfg):
@@ -88,20 +119,33 @@ def _write(tmp_path, cfg):
     return str(path)
 
 
-GEMMA2 = {"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100,
-          "query_pre_attn_scalar": 16, "sliding_window": 8, "attn_logit_softcapping": 50.0}
+GEMMA2 = {
+    "model_type": "gemma2",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 100,
+    "query_pre_attn_scalar": 16,
+    "sliding_window": 8,
+    "attn_logit_softcapping": 50.0,
+}
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"query_pre_attn_scalar": None}, "query_pre_attn_scalar"),
-    ({"query_pre_attn_scalar": -1}, "query_pre_attn_scalar"),
-    ({"sliding_window": 0}, "sliding_window"),
-    ({"attn_logit_softcapping": -5}, "attn_logit_softcapping"),
-    ({"hidden_activation": "relu"}, "hidden_activation"),
-    ({"attention_bias": True}, "attention_bias"),
-    ({"layer_types": ["full_attention"]}, "layer_types"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"query_pre_attn_scalar": None}, "query_pre_attn_scalar"),
+        ({"query_pre_attn_scalar": -1}, "query_pre_attn_scalar"),
+        ({"sliding_window": 0}, "sliding_window"),
+        ({"attn_logit_softcapping": -5}, "attn_logit_softcapping"),
+        ({"hidden_activation": "relu"}, "hidden_activation"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"layer_types": ["full_attention"]}, "layer_types"),
+    ],
+)
 def test_gemma_bad_fields_name_the_field(tmp_path, change, field):
     cfg = {**GEMMA2, **change}
     if change.get("query_pre_attn_scalar", 1) is None:
@@ -110,24 +154,37 @@ def test_gemma_bad_fields_name_the_field(tmp_path, change, field):
         load_model(_write(tmp_path, cfg))
 
 
-@pytest.mark.parametrize("cfg, words", [
-    ({"model_type": "qwen2", "head_dim": 32}, "contradicts hidden_size"),
-    ({"model_type": "phi3", "head_dim": 8}, "contradicts hidden_size"),
-    ({"model_type": "phi3", "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-    ({"model_type": "llama", "hidden_act": "gelu"}, "hidden_act"),
-    ({"model_type": "mistral", "mlp_bias": True}, "mlp_bias"),
-])
+@pytest.mark.parametrize(
+    "cfg, words",
+    [
+        ({"model_type": "qwen2", "head_dim": 32}, "contradicts hidden_size"),
+        ({"model_type": "phi3", "head_dim": 8}, "contradicts hidden_size"),
+        ({"model_type": "phi3", "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ({"model_type": "llama", "hidden_act": "gelu"}, "hidden_act"),
+        ({"model_type": "mistral", "mlp_bias": True}, "mlp_bias"),
+    ],
+)
 def test_contradictory_or_unmodelled_fields_refused(tmp_path, cfg, words):
-    base = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 100}
+    base = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 100,
+    }
     with pytest.raises(ConfigError, match=words):
         load_model(_write(tmp_path, {**base, **cfg}))
 
 
 def test_ignored_fields_listed(tmp_path):
-    m = load_model(_write(tmp_path, {**GEMMA2, "bos_token_id": 2, "cache_implementation": "hybrid"}))
+    m = load_model(
+        _write(tmp_path, {**GEMMA2, "bos_token_id": 2, "cache_implementation": "hybrid"})
+    )
     assert m.ignored_fields == ("bos_token_id", "cache_implementation")
-    assert "query_pre_attn_scalar" in fields_read("gemma2") and "query_pre_attn_scalar" not in fields_read("llama")
+    assert "query_pre_attn_scalar" in fields_read(
+        "gemma2"
+    ) and "query_pre_attn_scalar" not in fields_read("llama")
 
 
 def test_predict_json_lists_ignored_fields(capsys):
@@ -147,12 +204,24 @@ torch = pytest.importorskip("torch")
 
 def _tiny(model_id: str):
     m = load_model(model_id)
-    m = dataclasses.replace(m, num_layers=2, hidden_size=64, intermediate_size=96, num_heads=4,
-                            num_kv_heads=2 if m.family != "phi3" else 4, head_dim=16, vocab_size=128,
-                            sliding_window=None if m.sliding_window is None else 6)
+    m = dataclasses.replace(
+        m,
+        num_layers=2,
+        hidden_size=64,
+        intermediate_size=96,
+        num_heads=4,
+        num_kv_heads=2 if m.family != "phi3" else 4,
+        head_dim=16,
+        vocab_size=128,
+        sliding_window=None if m.sliding_window is None else 6,
+    )
     if m.gemma is not None:
-        m = dataclasses.replace(m, gemma=dataclasses.replace(m.gemma, local_layers=(True, False),
-                                                             query_pre_attn_scalar=16.0))
+        m = dataclasses.replace(
+            m,
+            gemma=dataclasses.replace(
+                m.gemma, local_layers=(True, False), query_pre_attn_scalar=16.0
+            ),
+        )
     return m
 
 
@@ -163,8 +232,14 @@ DENSE = ["qwen2.5-0.5b", "qwen3-8b", "mistral-7b-v0.3", "gemma-2-9b", "gemma-3-1
 @pytest.mark.parametrize("attention", ["fused", "unfused"])
 def test_every_op_has_a_checked_torch_implementation(model_id, attention):
     spec = _tiny(model_id)
-    checked = check_every_torch_op(spec, [Scenario(spec, phase, 1, 8, ctx, "fp32", Counting(attention=attention))
-                                          for phase, ctx in (("prefill", None), ("decode", 9))], cache_bytes=1 << 16)
+    checked = check_every_torch_op(
+        spec,
+        [
+            Scenario(spec, phase, 1, 8, ctx, "fp32", Counting(attention=attention))
+            for phase, ctx in (("prefill", None), ("decode", 9))
+        ],
+        cache_bytes=1 << 16,
+    )
     assert "lm_head" in checked
 
 
@@ -210,8 +285,12 @@ def test_real_models_run_prefill_and_decode(model_id, backend):
 #: transformers' parameter names -> the plain-torch model's, per family (after "model." and
 #: "self_attn."/"mlp." are dropped).
 _NORMS = {"input_layernorm": "attn_norm", "post_attention_layernorm": "mlp_norm"}
-_GEMMA_NORMS = {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attn_norm",
-                "pre_feedforward_layernorm": "mlp_norm", "post_feedforward_layernorm": "post_mlp_norm"}
+_GEMMA_NORMS = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "post_attn_norm",
+    "pre_feedforward_layernorm": "mlp_norm",
+    "post_feedforward_layernorm": "post_mlp_norm",
+}
 
 
 def _plain_name(name: str, family: str) -> str:

@@ -27,23 +27,53 @@ def _tiny():
     """gpt-oss-20b shrunk: 3 layers (sliding, full, sliding), window 6, 4 experts of 32, top-2."""
     m = load_model("gpt-oss-20b")
     return dataclasses.replace(
-        m, num_layers=3, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=128,
-        sliding_window=6, max_position_embeddings=4096,
+        m,
+        num_layers=3,
+        hidden_size=64,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        vocab_size=128,
+        sliding_window=6,
+        max_position_embeddings=4096,
         moe=dataclasses.replace(m.moe, experts=4, experts_per_token=2, expert_intermediate_size=32),
-        pattern=dataclasses.replace(m.pattern, sliding_layers=2))
+        pattern=dataclasses.replace(m.pattern, sliding_layers=2),
+    )
 
 
 def _tiny_config(tmp_path) -> str:
     """The same tiny gpt-oss as a config.json (published field names, YaRN RoPE)."""
-    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": True,
-           "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 3,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
-           "num_local_experts": 4, "num_experts_per_tok": 2, "experts_per_token": 2, "sliding_window": 6,
-           "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-           "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 150000,
-           "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
-                            "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": False},
-           "swiglu_limit": 7.0, "tie_word_embeddings": False}
+    cfg = {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "attention_bias": True,
+        "hidden_act": "silu",
+        "hidden_size": 64,
+        "intermediate_size": 32,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 128,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "experts_per_token": 2,
+        "sliding_window": 6,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 150000,
+        "rope_scaling": {
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "factor": 32.0,
+            "original_max_position_embeddings": 4096,
+            "rope_type": "yarn",
+            "truncate": False,
+        },
+        "swiglu_limit": 7.0,
+        "tie_word_embeddings": False,
+    }
     path = tmp_path / "gpt-oss-tiny.json"
     path.write_text(json.dumps(cfg))
     return str(path)
@@ -54,7 +84,9 @@ def test_gpt_oss_is_measurable_and_the_layer_pattern_is_the_published_one():
     m = load_model("gpt-oss-20b")
     assert g.layer_types(m) == ["sliding_attention", "full_attention"] * 12
     assert g.hf_config(m)["sliding_window"] == 128
-    odd = dataclasses.replace(_tiny(), num_layers=4, pattern=dataclasses.replace(_tiny().pattern, sliding_layers=1))
+    odd = dataclasses.replace(
+        _tiny(), num_layers=4, pattern=dataclasses.replace(_tiny().pattern, sliding_layers=1)
+    )
     assert g.layer_types(odd).count("sliding_attention") == 1
 
 
@@ -62,9 +94,14 @@ def test_gpt_oss_is_measurable_and_the_layer_pattern_is_the_published_one():
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_every_op_has_a_checked_torch_implementation(attention, dtype):
     spec = _tiny()
-    checked = check_every_torch_op(spec, [Scenario(spec, phase, 1, 8, ctx, dtype, Counting(attention=attention))
-                                          for phase, ctx in (("prefill", None), ("decode", 9))],  # prompt 8 > window 6
-                                   cache_bytes=1 << 16)
+    checked = check_every_torch_op(
+        spec,
+        [
+            Scenario(spec, phase, 1, 8, ctx, dtype, Counting(attention=attention))
+            for phase, ctx in (("prefill", None), ("decode", 9))
+        ],  # prompt 8 > window 6
+        cache_bytes=1 << 16,
+    )
     assert "lm_head" in checked
 
 
@@ -76,20 +113,43 @@ def _broken_rope(q, k, cos, sin):
 BROKEN = [
     ("gpt_oss_rms_norm", lambda x, w, eps=1e-5: x * w, "attn_norm", "fused"),
     ("apply_rope_halves", _broken_rope, "rope", "fused"),
-    ("attention_sinks", lambda q, k, v, mask, sinks, scale=None: g.attention_pv(
-        torch.softmax(g.attention_scores(q, k, mask, scale), -1), v), "attention", "fused"),
+    (
+        "attention_sinks",
+        lambda q, k, v, mask, sinks, scale=None: g.attention_pv(
+            torch.softmax(g.attention_scores(q, k, mask, scale), -1), v
+        ),
+        "attention",
+        "fused",
+    ),
     ("sink_softmax", lambda s, sinks: torch.softmax(s, -1), "attn_softmax", "unfused"),
-    ("attention_pv", lambda p, v: torch.zeros(p.shape[0], p.shape[2], p.shape[1] * v.shape[-1], dtype=v.dtype),
-     "attn_pv", "unfused"),
-    ("route_topk_softmax", lambda logits, k: torch.topk(torch.softmax(logits, -1), k, dim=-1), "route", "fused"),
+    (
+        "attention_pv",
+        lambda p, v: torch.zeros(p.shape[0], p.shape[2], p.shape[1] * v.shape[-1], dtype=v.dtype),
+        "attn_pv",
+        "unfused",
+    ),
+    (
+        "route_topk_softmax",
+        lambda logits, k: torch.topk(torch.softmax(logits, -1), k, dim=-1),
+        "route",
+        "fused",
+    ),
     ("expert_proj", lambda x, w, b: x @ w, "expert_down_proj", "fused"),
-    ("clamped_swiglu", lambda gu: (gu[..., 1::2] + 1) * gu[..., ::2] * torch.sigmoid(1.702 * gu[..., ::2]),
-     "expert_act", "fused"),
+    (
+        "clamped_swiglu",
+        lambda gu: (gu[..., 1::2] + 1) * gu[..., ::2] * torch.sigmoid(1.702 * gu[..., ::2]),
+        "expert_act",
+        "fused",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "broken", "op_name", "attention"), BROKEN, ids=[b[0] for b in BROKEN])
-def test_each_preparer_check_fails_on_a_broken_implementation(monkeypatch, name, broken, op_name, attention):
+@pytest.mark.parametrize(
+    ("name", "broken", "op_name", "attention"), BROKEN, ids=[b[0] for b in BROKEN]
+)
+def test_each_preparer_check_fails_on_a_broken_implementation(
+    monkeypatch, name, broken, op_name, attention
+):
     from roofprof.torch_ops import TorchOps
 
     spec = _tiny()
@@ -109,20 +169,31 @@ def test_hf_model_parameters_equal_the_spec_count():
     with torch.device("meta"):
         hf = transformers.GptOssForCausalLM(transformers.GptOssConfig(**g.hf_config(spec)))
     assert sum(p.numel() for p in hf.parameters()) == spec.param_count()
-    assert sum(p.numel() for p in g.build(spec, torch.float32, "cpu", "fused").parameters()) == spec.param_count()
+    assert (
+        sum(p.numel() for p in g.build(spec, torch.float32, "cpu", "fused").parameters())
+        == spec.param_count()
+    )
 
 
-_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "mlp_norm", "mlp.router.weight": "router",
-          "mlp.router.bias": "router_bias", "mlp.experts.gate_up_proj_bias": "gate_up_bias",
-          "mlp.experts.gate_up_proj": "gate_up", "mlp.experts.down_proj_bias": "down_bias",
-          "mlp.experts.down_proj": "down"}
+_NAMES = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "mlp_norm",
+    "mlp.router.weight": "router",
+    "mlp.router.bias": "router_bias",
+    "mlp.experts.gate_up_proj_bias": "gate_up_bias",
+    "mlp.experts.gate_up_proj": "gate_up",
+    "mlp.experts.down_proj_bias": "down_bias",
+    "mlp.experts.down_proj": "down",
+}
 
 
 def _plain_name(name: str) -> str:
     name = name.replace("model.", "", 1).replace("self_attn.", "").replace("embed_tokens", "embed")
     for hf_name, plain in _NAMES.items():
         name = name.replace(hf_name, plain)
-    return name[: -len(".weight")] if name.endswith("norm.weight") or name == "norm.weight" else name
+    return (
+        name[: -len(".weight")] if name.endswith("norm.weight") or name == "norm.weight" else name
+    )
 
 
 @pytest.mark.skipif(not HAS_HF, reason="no transformers")
@@ -132,7 +203,9 @@ def test_plain_torch_gpt_oss_computes_what_transformers_does():
 
     spec = _tiny()
     hf = build_hf_model(spec, "fp32", "cpu", "fused")
-    assert hf.config._attn_implementation == "eager" and hf.config._experts_implementation == "eager"
+    assert (
+        hf.config._attn_implementation == "eager" and hf.config._experts_implementation == "eager"
+    )
     assert hf.config.rope_parameters["rope_type"] == "yarn"
     plain = build_torch_model(spec, "fp32", "cpu", "fused")
     gen = torch.Generator().manual_seed(0)
@@ -166,21 +239,81 @@ def _cli(capsys, *args):
 
 def test_cli_profile_predict_measured_and_validate(capsys, tmp_path, isolated_cache):
     cfg = _tiny_config(tmp_path)
-    code, out, err = _cli(capsys, "profile", "--model", cfg, "--phase", "both", "--prompt", "8", "--roofline",
-                          "none", "--impl", "torch", "--budget", "0.001", "--format", "json")
+    code, out, err = _cli(
+        capsys,
+        "profile",
+        "--model",
+        cfg,
+        "--phase",
+        "both",
+        "--prompt",
+        "8",
+        "--roofline",
+        "none",
+        "--impl",
+        "torch",
+        "--budget",
+        "0.001",
+        "--format",
+        "json",
+    )
     assert code == 0, err
     names = {op["name"] for p in json.loads(out)["profiles"] for op in p["ops"]}
     assert {"attention", "attention_local", "expert_act", "route"} <= names
-    code, out, err = _cli(capsys, "predict", "--model", cfg, "--estimator", "measured", "--device", "cpu",
-                          "--dtype", "fp32", "--prompt", "8", "--roofline", "none", "--format", "json")
+    code, out, err = _cli(
+        capsys,
+        "predict",
+        "--model",
+        cfg,
+        "--estimator",
+        "measured",
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--prompt",
+        "8",
+        "--roofline",
+        "none",
+        "--format",
+        "json",
+    )
     assert code == 0, err
     d = json.loads(out)
-    assert d["estimator"] == "measured" and d["decode"]["seconds_per_token"] > 0 and d["prefill"]["seconds"] > 0
+    assert (
+        d["estimator"] == "measured"
+        and d["decode"]["seconds_per_token"] > 0
+        and d["prefill"]["seconds"] > 0
+    )
     for backend in ("hf", "torch") if HAS_HF else ("torch",):
-        code, out, err = _cli(capsys, "validate", "--model", cfg, "--device", "cpu", "--backend", backend,
-                              "--prompt", "8", "--steps", "2", "--repeats", "1", "--roofline", "none",
-                              "--estimators", "measured", "--budget", "0.001", "--format", "json")
+        code, out, err = _cli(
+            capsys,
+            "validate",
+            "--model",
+            cfg,
+            "--device",
+            "cpu",
+            "--backend",
+            backend,
+            "--prompt",
+            "8",
+            "--steps",
+            "2",
+            "--repeats",
+            "1",
+            "--roofline",
+            "none",
+            "--estimators",
+            "measured",
+            "--budget",
+            "0.001",
+            "--format",
+            "json",
+        )
         assert code == 0, err
         d = json.loads(out)
         assert "eager" in d["real"]["source"] and d["real"]["decode_s"] > 0
-        assert d["comparison"][0]["estimator"] == "measured" and d["comparison"][0]["decode_residual"] is not None
+        assert (
+            d["comparison"][0]["estimator"] == "measured"
+            and d["comparison"][0]["decode_residual"] is not None
+        )

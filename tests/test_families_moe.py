@@ -79,7 +79,10 @@ def test_uniform_expected_experts_formula_and_decode_weight_growth():
     for batch in (1, 4, 32, 256):
         expected = E * (1 - (1 - k / E) ** batch)
         assert UNIFORM.expected_experts(E, k, batch) == pytest.approx(expected)
-    weights = [ops(Scenario.of(m, "decode", batch=b, context_tokens=0)).weight_bytes for b in (1, 4, 32, 256)]
+    weights = [
+        ops(Scenario.of(m, "decode", batch=b, context_tokens=0)).weight_bytes
+        for b in (1, 4, 32, 256)
+    ]
     assert weights == sorted(weights) and weights[-1] / weights[0] > 8
     expert = m.moe.expert_params(m.hidden_size) * 2
     growth = weights[1] - weights[0]
@@ -101,7 +104,11 @@ def test_expert_gemm_flops_exact_and_prefill_grouped_shapes():
 def test_deepseek_dense_first_layers_then_moe_with_shared_experts():
     w = ops(Scenario.of("deepseek-v3", "decode", context_tokens=0))
     counts = {op.name: op.count for op in w.ops}
-    assert counts["gate_proj"] == 3 and counts["expert_gate_up_proj"] == 58 and counts["shared_up_proj"] == 58
+    assert (
+        counts["gate_proj"] == 3
+        and counts["expert_gate_up_proj"] == 58
+        and counts["shared_up_proj"] == 58
+    )
     assert counts["q_a_proj"] == 61 and "kv_b_proj" not in counts  # absorbed in decode
     prefill = {op.name for op in ops(Scenario.of("deepseek-v3", "prefill", prompt_tokens=64)).ops}
     assert "kv_b_proj" in prefill and "q_absorb" not in prefill
@@ -125,7 +132,9 @@ def test_skewed_and_measured_routing(tmp_path):
     path = tmp_path / "loads.json"
     path.write_text(json.dumps({"experts": [3, 1, 0, 0, 2, 2, 0, 0]}))
     measured = parse_routing(str(path))
-    assert measured.kind == "measured" and measured.expected_experts(8, 2, 10_000) == pytest.approx(4.0)
+    assert measured.kind == "measured" and measured.expected_experts(8, 2, 10_000) == pytest.approx(
+        4.0
+    )
     with pytest.raises(ConfigError, match="8 experts"):
         measured.inclusion(16, 2)
     for bad in ("zipf:0", "zipf:x", "skewed", str(tmp_path / "missing.json")):
@@ -136,19 +145,44 @@ def test_skewed_and_measured_routing(tmp_path):
 def test_predict_json_moe_block_and_routing_option(tmp_path, capsys):
     from roofprof.cli import main
 
-    assert main(["predict", "-m", "mixtral-8x7b", "--gpu", "h100-sxm", "-b", "16", "-f", "json"]) == 0
+    assert (
+        main(["predict", "-m", "mixtral-8x7b", "--gpu", "h100-sxm", "-b", "16", "-f", "json"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
     block = out["moe"]
     assert block["total_params"] > 46e9 and 12.8e9 < block["active_params"] < 13e9
-    assert block["decode"]["experts_touched_per_layer"] == pytest.approx(8 * (1 - (1 - 2 / 8) ** 16), abs=1e-4)
+    assert block["decode"]["experts_touched_per_layer"] == pytest.approx(
+        8 * (1 - (1 - 2 / 8) ** 16), abs=1e-4
+    )
     assert "uniform routing" in block["routing"]
-    assert main(["predict", "-m", "qwen3-30b-a3b", "--gpu", "h100-sxm", "-b", "16", "-f", "json",
-                 "--routing", "zipf:1.5"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "-m",
+                "qwen3-30b-a3b",
+                "--gpu",
+                "h100-sxm",
+                "-b",
+                "16",
+                "-f",
+                "json",
+                "--routing",
+                "zipf:1.5",
+            ]
+        )
+        == 0
+    )
     skewed = json.loads(capsys.readouterr().out)
     assert "Zipf" in skewed["moe"]["routing"]
-    assert skewed["decode"]["weight_bytes"] < json.loads(_run(main, capsys, "qwen3-30b-a3b"))["decode"]["weight_bytes"]
+    assert (
+        skewed["decode"]["weight_bytes"]
+        < json.loads(_run(main, capsys, "qwen3-30b-a3b"))["decode"]["weight_bytes"]
+    )
     assert main(["predict", "-m", "mixtral-8x7b", "--gpu", "h200", "--tp", "2", "-f", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["moe"]["experts"] == 8  # kept beside the layout block
+    assert (
+        json.loads(capsys.readouterr().out)["moe"]["experts"] == 8
+    )  # kept beside the layout block
     assert main(["predict", "-m", "llama-3.2-1b", "--gpu", "h100-sxm", "--routing", "zipf:1"]) == 2
     assert "mixture-of-experts" in capsys.readouterr().err
 
@@ -179,7 +213,9 @@ def test_predict_under_a_second(model_id, capsys):
 
 
 def _write(tmp_path, model_id, **changes):
-    cfg = json.loads(load_model.__globals__["_data_root"]().joinpath("models", f"{model_id}.json").read_text())
+    cfg = json.loads(
+        load_model.__globals__["_data_root"]().joinpath("models", f"{model_id}.json").read_text()
+    )
     for key, value in changes.items():
         if value is None:
             cfg.pop(key, None)
@@ -193,7 +229,11 @@ def _write(tmp_path, model_id, **changes):
 BAD = [
     ("mixtral-8x7b", {"num_experts_per_tok": 9}, "more than the 8 experts"),
     ("mixtral-8x7b", {"num_local_experts": None}, "missing field 'num_local_experts'"),
-    ("qwen3-30b-a3b", {"moe_intermediate_size": 0}, "'moe_intermediate_size' must be a positive integer"),
+    (
+        "qwen3-30b-a3b",
+        {"moe_intermediate_size": 0},
+        "'moe_intermediate_size' must be a positive integer",
+    ),
     ("qwen3-30b-a3b", {"mlp_only_layers": [0, 1]}, "'mlp_only_layers'.*not modelled"),
     ("qwen3-30b-a3b", {"decoder_sparse_step": 2}, "'decoder_sparse_step'.*not modelled"),
     ("deepseek-v3", {"kv_lora_rank": None}, "missing field 'kv_lora_rank'"),
@@ -202,7 +242,11 @@ BAD = [
     ("deepseek-v3", {"moe_layer_freq": 2}, "'moe_layer_freq'.*not modelled"),
     ("gpt-oss-20b", {"experts_per_token": 2}, "contradicts num_experts_per_tok"),
     ("gpt-oss-20b", {"layer_types": ["full_attention"] * 3}, "one type per layer"),
-    ("gpt-oss-20b", {"layer_types": ["chunked_attention"] * 24}, "'chunked_attention'.*not modelled"),
+    (
+        "gpt-oss-20b",
+        {"layer_types": ["chunked_attention"] * 24},
+        "'chunked_attention'.*not modelled",
+    ),
 ]
 
 
@@ -220,5 +264,8 @@ def test_bad_configs_exit_2_with_one_line(tmp_path, capsys, model_id, changes, m
 
 def test_summary_states_the_kv_cache():
     s = summary(load_model("deepseek-v3"), 100, 1, 2.0, 99)
-    assert s["kv_cache"]["bytes_per_sequence"] == 100 * 576 * 61 * 2 and "latent" in s["kv_cache"]["holds"]
+    assert (
+        s["kv_cache"]["bytes_per_sequence"] == 100 * 576 * 61 * 2
+        and "latent" in s["kv_cache"]["holds"]
+    )
     assert Routing().describe().startswith("uniform routing")

@@ -15,8 +15,22 @@ from roofprof.models.moe_torch import moe_forward  # noqa: E402
 from roofprof.specs import ModelSpec  # noqa: E402
 from roofprof.workload import Scenario  # noqa: E402
 
-TINY = ModelSpec("tiny-moe", 64, 32, 2, 4, 2, 16, 100, False, 256, family="mixtral", rope_theta=1e6,
-                 rms_norm_eps=1e-5, moe=MoeSpec(4, 2, 32))
+TINY = ModelSpec(
+    "tiny-moe",
+    64,
+    32,
+    2,
+    4,
+    2,
+    16,
+    100,
+    False,
+    256,
+    family="mixtral",
+    rope_theta=1e6,
+    rms_norm_eps=1e-5,
+    moe=MoeSpec(4, 2, 32),
+)
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
@@ -25,15 +39,20 @@ def test_moe_family_is_measurable_and_every_op_has_a_checked_torch_implementatio
 
     spec = dataclasses.replace(TINY, family=family, qk_norm=family == "qwen3_moe")
     assert family in MEASURABLE
-    checked = check_every_torch_op(spec, [Scenario(spec, phase, 1, 16, 16, "fp32") for phase in ("prefill", "decode")])
+    checked = check_every_torch_op(
+        spec, [Scenario(spec, phase, 1, 16, 16, "fp32") for phase in ("prefill", "decode")]
+    )
     assert "lm_head" in checked
 
 
 def test_moe_forward_equals_a_dense_reference():
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(6, 16, generator=gen)
-    router, gate_up, down = (torch.randn(4, 16, generator=gen), torch.randn(4, 16, 16, generator=gen),
-                             torch.randn(4, 16, 8, generator=gen))
+    router, gate_up, down = (
+        torch.randn(4, 16, generator=gen),
+        torch.randn(4, 16, 16, generator=gen),
+        torch.randn(4, 16, 8, generator=gen),
+    )
     probs = torch.softmax(x @ router.T, dim=-1)
     w, idx = probs.topk(2, dim=-1)
     w = w / w.sum(-1, keepdim=True)
@@ -52,7 +71,9 @@ def test_plain_torch_mixtral_matches_transformers():
 
     from roofprof.models import mixtral_torch
 
-    hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**mixtral_torch.hf_config(TINY))).eval()
+    hf = transformers.MixtralForCausalLM(
+        transformers.MixtralConfig(**mixtral_torch.hf_config(TINY))
+    ).eval()
     assert hf.config._experts_implementation == "eager"
     mine = mixtral_torch.build(TINY, torch.float32, "cpu", "fused")
     sd = hf.state_dict()
@@ -89,7 +110,9 @@ def test_plain_torch_qwen3_moe_matches_transformers():
 
     spec = dataclasses.replace(TINY, family="qwen3_moe", qk_norm=True, rms_norm_eps=1e-6)
     assert "qwen3_moe" in MEASURABLE
-    hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**qwen3_moe_torch.hf_config(spec))).eval()
+    hf = transformers.Qwen3MoeForCausalLM(
+        transformers.Qwen3MoeConfig(**qwen3_moe_torch.hf_config(spec))
+    ).eval()
     mine = qwen3_moe_torch.build(spec, torch.float32, "cpu", "fused")
     sd = hf.state_dict()
     with torch.no_grad():

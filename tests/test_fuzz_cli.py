@@ -61,17 +61,19 @@ def sandbox(tmp_path_factory):
         import roofprof.validation
 
         mp.chdir(root)
-        for module, name in ((roofprof.profiling, "Profiler"),
-                             (roofprof.profiling, "measured_estimator"),
-                             (roofprof.validation, "validate"),
-                             (roofprof.run, "run"),
-                             (roofprof.probes, "measure_roofline"),
-                             (roofprof.selftest, "run_selftest"),
-                             (roofprof.counters, "collect"),
-                             (roofprof.counters, "find_ncu"),
-                             (roofprof.calibration, "write_calibration"),  # writes data/ or any --out
-                             (roofprof.distributed.ranks, "launch"),  # the multi-rank verbs
-                             (roofprof.distributed.ranks, "run_in_group")):
+        for module, name in (
+            (roofprof.profiling, "Profiler"),
+            (roofprof.profiling, "measured_estimator"),
+            (roofprof.validation, "validate"),
+            (roofprof.run, "run"),
+            (roofprof.probes, "measure_roofline"),
+            (roofprof.selftest, "run_selftest"),
+            (roofprof.counters, "collect"),
+            (roofprof.counters, "find_ncu"),
+            (roofprof.calibration, "write_calibration"),  # writes data/ or any --out
+            (roofprof.distributed.ranks, "launch"),  # the multi-rank verbs
+            (roofprof.distributed.ranks, "run_in_group"),
+        ):
             mp.setattr(module, name, _stop)
         yield root
 
@@ -92,8 +94,11 @@ def _params():
             for name, c in sub.items():
                 walk(c, (*path, name))
             return
-        verbs[path] = [(tuple(p.opts), bool(getattr(p, "is_flag", False)))
-                       for p in cmd.params if p.opts and p.opts[0].startswith("-")]
+        verbs[path] = [
+            (tuple(p.opts), bool(getattr(p, "is_flag", False)))
+            for p in cmd.params
+            if p.opts and p.opts[0].startswith("-")
+        ]
 
     walk(group, ())
     return verbs
@@ -103,21 +108,103 @@ VERBS = _params()
 #: Verbs whose first run is slow (device enumeration) and which take no risky input.
 _SLOW = {("doctor",)}
 
-NUMBERS = ["0", "1", "-1", "2", "8", "64", "1,8", "1,,8", ",", " 1", "1.5", "nan", "NaN", "inf",
-           "-inf", "+inf", "1e308", "-1e308", "1e400", "1" + "0" * 500, "9" * 30, "65537",
-           "16777217", "true", "false", "0x10", "1_000", "²"]
-WORDS = ["", "json", "table", "csv", "xml", "auto", "cpu", "cuda:0", "cuda:99", "tpu", "h100",
-         "a100", "llama-3.2-1b", "llama-3.1-8b", "mixtral", "bf16", "fp8", "fp32", "int4",
-         "spec", "empirical", "measured", "seed", "engine", "fused", "unfused", "prefill",
-         "decode", "both", "quick", "[/]", "[link=https://x]y", "[bold]", "\u202e", "é" * 3,
-         "-", "--", "-1e3"]
-PATHS = ["afile", "adir", "adir/roofline.json", "afile/sub.json", "missing.json", "loop",
-         "utf16.json", "deep.json", "bigint.json", "roofline.json", "config.json",
-         "out.json", "out.png", "out.xyz", "newdir/out.json", "a" * 300, "/dev/null",
-         str(FIXTURES / "ncu_details_A100_leleucas_dropout.csv"),
-         str(FIXTURES / "ncu_raw_GENERATED_from_details_RTX5070.csv")]
-VALUES = st.one_of(st.sampled_from(NUMBERS), st.sampled_from(WORDS), st.sampled_from(PATHS),
-                   st.text(min_size=0, max_size=12))
+NUMBERS = [
+    "0",
+    "1",
+    "-1",
+    "2",
+    "8",
+    "64",
+    "1,8",
+    "1,,8",
+    ",",
+    " 1",
+    "1.5",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "+inf",
+    "1e308",
+    "-1e308",
+    "1e400",
+    "1" + "0" * 500,
+    "9" * 30,
+    "65537",
+    "16777217",
+    "true",
+    "false",
+    "0x10",
+    "1_000",
+    "²",
+]
+WORDS = [
+    "",
+    "json",
+    "table",
+    "csv",
+    "xml",
+    "auto",
+    "cpu",
+    "cuda:0",
+    "cuda:99",
+    "tpu",
+    "h100",
+    "a100",
+    "llama-3.2-1b",
+    "llama-3.1-8b",
+    "mixtral",
+    "bf16",
+    "fp8",
+    "fp32",
+    "int4",
+    "spec",
+    "empirical",
+    "measured",
+    "seed",
+    "engine",
+    "fused",
+    "unfused",
+    "prefill",
+    "decode",
+    "both",
+    "quick",
+    "[/]",
+    "[link=https://x]y",
+    "[bold]",
+    "\u202e",
+    "é" * 3,
+    "-",
+    "--",
+    "-1e3",
+]
+PATHS = [
+    "afile",
+    "adir",
+    "adir/roofline.json",
+    "afile/sub.json",
+    "missing.json",
+    "loop",
+    "utf16.json",
+    "deep.json",
+    "bigint.json",
+    "roofline.json",
+    "config.json",
+    "out.json",
+    "out.png",
+    "out.xyz",
+    "newdir/out.json",
+    "a" * 300,
+    "/dev/null",
+    str(FIXTURES / "ncu_details_A100_leleucas_dropout.csv"),
+    str(FIXTURES / "ncu_raw_GENERATED_from_details_RTX5070.csv"),
+]
+VALUES = st.one_of(
+    st.sampled_from(NUMBERS),
+    st.sampled_from(WORDS),
+    st.sampled_from(PATHS),
+    st.text(min_size=0, max_size=12),
+)
 
 
 @st.composite
@@ -169,15 +256,34 @@ def test_unknown_tokens_never_trace(sandbox, verb, junk):
 
 
 #: One option of each number kind of each verb with each adversarial number.
-_NUMERIC = [(verb, opt) for verb, params in VERBS.items() if verb not in _SLOW
-            for opts, flag in params if not flag
-            for opt in opts[:1]
-            if opt in ("--batch", "--prompt", "--context", "--budget", "--max-layers", "--steps",
-                       "--repeats", "--threads", "--launch-count", "--timeout", "--batch-sweep",
-                       "--context-sweep")]
+_NUMERIC = [
+    (verb, opt)
+    for verb, params in VERBS.items()
+    if verb not in _SLOW
+    for opts, flag in params
+    if not flag
+    for opt in opts[:1]
+    if opt
+    in (
+        "--batch",
+        "--prompt",
+        "--context",
+        "--budget",
+        "--max-layers",
+        "--steps",
+        "--repeats",
+        "--threads",
+        "--launch-count",
+        "--timeout",
+        "--batch-sweep",
+        "--context-sweep",
+    )
+]
 
 
-@pytest.mark.parametrize("verb,opt", _NUMERIC, ids=lambda x: " ".join(x) if isinstance(x, tuple) else x)
+@pytest.mark.parametrize(
+    "verb,opt", _NUMERIC, ids=lambda x: " ".join(x) if isinstance(x, tuple) else x
+)
 def test_numeric_options_refuse_meaningless_values(sandbox, verb, opt):
     """NaN, ±inf, 1e308, 500 digits, 0 and -1 are refused with one line (exit 2) before work."""
     extra = ["--gpu", "h100"] if verb == ("predict",) else []
@@ -186,8 +292,11 @@ def test_numeric_options_refuse_meaningless_values(sandbox, verb, opt):
     if verb == ("counters", "collect"):
         extra = ["--", "true"]
     for value in ("nan", "inf", "-inf", "1e308", "1" + "0" * 500, "-1", "true"):
-        argv = [*verb, opt, value, *extra] if verb != ("counters", "collect") \
+        argv = (
+            [*verb, opt, value, *extra]
+            if verb != ("counters", "collect")
             else [*verb, opt, value, *extra]
+        )
         rc, out, err = run_cli(argv)
         assert_outcome(argv, rc, out, err)
         assert rc == 2, (argv, rc, err)

@@ -30,16 +30,22 @@ CONFIG = json.loads((REPO / "data" / "models" / "llama-3.2-1b.json").read_text()
 
 #: Adversarial JSON scalars: NaN, ±inf, 1e308, huge and negative integers, bools, strings.
 SCALARS = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.sampled_from([0, -1, 1, 2, 3, 7, 64, 4096, 2**31, 2**63, 10**400, -(10**30)]),
-    st.integers(), st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, 5e-324, 0.5]),
     st.sampled_from(["false", "true", "4096", "nan", "", "llama", "[/]", "bf16"]),
     st.text(max_size=8),
 )
-JSON_VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-    max_leaves=6)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def _single_line(exc: BaseException) -> None:
@@ -58,8 +64,15 @@ def folder(tmp_path_factory):
 @st.composite
 def configs(draw):
     cfg = dict(CONFIG)
-    keys = sorted(cfg) + ["head_dim", "num_key_value_heads", "rope_scaling", "model_type",
-                          "architectures", "_roofprof_id", "tie_word_embeddings"]
+    keys = sorted(cfg) + [
+        "head_dim",
+        "num_key_value_heads",
+        "rope_scaling",
+        "model_type",
+        "architectures",
+        "_roofprof_id",
+        "tie_word_embeddings",
+    ]
     for _ in range(draw(st.integers(1, 4))):
         key = draw(st.sampled_from(keys))
         if draw(st.integers(0, 5)) == 0:
@@ -78,8 +91,16 @@ def _check_model(path: Path) -> None:
     except RoofprofError as exc:
         _single_line(exc)
         return
-    for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                 "head_dim", "vocab_size", "max_position_embeddings"):
+    for name in (
+        "hidden_size",
+        "intermediate_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "vocab_size",
+        "max_position_embeddings",
+    ):
         value = getattr(spec, name)
         assert isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31, name
     assert isinstance(spec.tie_word_embeddings, bool)
@@ -121,8 +142,11 @@ def _roofline_file() -> dict:
     from roofprof.roofline import Roofline
     from roofprof.specs import load_gpu
 
-    return {"schema": 1, "complete": True,
-            "roofline": Roofline.from_spec(load_gpu("h100")).to_dict()}
+    return {
+        "schema": 1,
+        "complete": True,
+        "roofline": Roofline.from_spec(load_gpu("h100")).to_dict(),
+    }
 
 
 ROOFLINE = _roofline_file()
@@ -141,8 +165,11 @@ def rooflines(draw):
         elif isinstance(ceilings, list) and ceilings:
             c = draw(st.sampled_from(ceilings))
             if isinstance(c, dict):
-                key = draw(st.sampled_from(["name", "kind", "value", "dtype", "level", "source",
-                                            "clock_mhz", "note"]))
+                key = draw(
+                    st.sampled_from(
+                        ["name", "kind", "value", "dtype", "level", "source", "clock_mhz", "note"]
+                    )
+                )
                 if draw(st.integers(0, 4)) == 0:
                     c.pop(key, None)
                 else:
@@ -180,10 +207,33 @@ def test_roofline_mutations_load_or_fail_in_one_line(folder, doc):
 
 CSV_FIXTURES = sorted(p for p in FIXTURES.glob("ncu_*.csv"))
 CSV_TEXTS = {p.name: p.read_text(encoding="utf-8-sig") for p in CSV_FIXTURES}
-CELLS = st.one_of(st.sampled_from(["", "n/a", "-1", "inf", "-inf", "nan", "1e308", "1,000",
-                                   "1,0,0", "²", "0x10", "byte", "msecond", "%", "nsecond",
-                                   "Kbyte", "inst", "[/]", '"', "9" * 400]),
-                  st.text(max_size=6))
+CELLS = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "n/a",
+            "-1",
+            "inf",
+            "-inf",
+            "nan",
+            "1e308",
+            "1,000",
+            "1,0,0",
+            "²",
+            "0x10",
+            "byte",
+            "msecond",
+            "%",
+            "nsecond",
+            "Kbyte",
+            "inst",
+            "[/]",
+            '"',
+            "9" * 400,
+        ]
+    ),
+    st.text(max_size=6),
+)
 
 
 @st.composite
@@ -261,5 +311,7 @@ def test_every_property_test_module_is_time_bounded():
     here = Path(__file__).resolve().parent
     modules = [p for p in here.glob("test_*.py") if "@given(" in p.read_text(encoding="utf-8")]
     assert len(modules) >= 3
-    unbounded = [p.name for p in modules if "pytestmark = time_bound()" not in p.read_text(encoding="utf-8")]
+    unbounded = [
+        p.name for p in modules if "pytestmark = time_bound()" not in p.read_text(encoding="utf-8")
+    ]
     assert unbounded == []

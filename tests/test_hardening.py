@@ -43,8 +43,11 @@ def stop_measuring(monkeypatch):
     def fail(*a, **k):
         pytest.fail("measured before checking the output path")
 
-    for module, name in ((roofprof.profiling, "Profiler"), (roofprof.validation, "validate"),
-                         (roofprof.probes, "measure_roofline")):
+    for module, name in (
+        (roofprof.profiling, "Profiler"),
+        (roofprof.validation, "validate"),
+        (roofprof.probes, "measure_roofline"),
+    ):
         monkeypatch.setattr(module, name, fail)
 
 
@@ -59,18 +62,40 @@ def _bad_paths(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "utf16.json").write_bytes(json.dumps(CONFIG).encode("utf-16"))
     (tmp_path / "latin1.json").write_bytes('{"x": "caf\xe9"}'.encode("latin-1"))
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
-    (tmp_path / "bigint.json").write_text(json.dumps({**CONFIG, "hidden_size": 1})
-                                          .replace('"hidden_size": 1', '"hidden_size": ' + "7" * 5000))
-    return {"directory": tmp_path / "dir", "symlink loop": tmp_path / "loop",
-            "under a file": tmp_path / "file" / "x.json", "binary": tmp_path / "binary.json",
-            "utf-16": tmp_path / "utf16.json", "latin-1": tmp_path / "latin1.json",
-            "deep nesting": tmp_path / "deep.json", "5000-digit integer": tmp_path / "bigint.json",
-            "name too long": tmp_path / ("n" * 300 + ".json"), "missing": tmp_path / "none.json"}
+    (tmp_path / "bigint.json").write_text(
+        json.dumps({**CONFIG, "hidden_size": 1}).replace(
+            '"hidden_size": 1', '"hidden_size": ' + "7" * 5000
+        )
+    )
+    return {
+        "directory": tmp_path / "dir",
+        "symlink loop": tmp_path / "loop",
+        "under a file": tmp_path / "file" / "x.json",
+        "binary": tmp_path / "binary.json",
+        "utf-16": tmp_path / "utf16.json",
+        "latin-1": tmp_path / "latin1.json",
+        "deep nesting": tmp_path / "deep.json",
+        "5000-digit integer": tmp_path / "bigint.json",
+        "name too long": tmp_path / ("n" * 300 + ".json"),
+        "missing": tmp_path / "none.json",
+    }
 
 
-@pytest.mark.parametrize("kind", ["directory", "symlink loop", "under a file", "binary", "utf-16",
-                                  "latin-1", "deep nesting", "5000-digit integer",
-                                  "name too long", "missing"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "directory",
+        "symlink loop",
+        "under a file",
+        "binary",
+        "utf-16",
+        "latin-1",
+        "deep nesting",
+        "5000-digit integer",
+        "name too long",
+        "missing",
+    ],
+)
 def test_unreadable_inputs_exit_2_in_one_line(tmp_path, kind):
     path = _bad_paths(tmp_path)[kind]
     _exit2(["predict", "--model", path, "--gpu", "h100"])
@@ -111,23 +136,26 @@ def test_reader_errors_name_the_file(tmp_path):
 # --------------------------------------------------------------------------- kind 3: numbers in configs
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("hidden_size", float("nan"), "hidden_size"),
-    ("hidden_size", float("inf"), "hidden_size"),
-    ("num_hidden_layers", 1e308, "num_hidden_layers"),
-    ("vocab_size", 10**400, "integer of 401 digits"),
-    ("vocab_size", 2**40, "vocab_size"),
-    ("num_attention_heads", True, "num_attention_heads"),
-    ("intermediate_size", "8192", "intermediate_size"),
-    ("tie_word_embeddings", "false", "tie_word_embeddings"),
-    ("rope_theta", float("nan"), "rope_theta"),
-    ("rope_theta", "abc", "rope_theta"),
-    ("rms_norm_eps", -1.0, "rms_norm_eps"),
-    ("max_position_embeddings", 1.5, "max_position_embeddings"),
-    ("rope_scaling", [1, 2], "rope_scaling"),
-    ("model_type", 5, "model_type"),
-    ("architectures", 5, "architectures"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("hidden_size", float("nan"), "hidden_size"),
+        ("hidden_size", float("inf"), "hidden_size"),
+        ("num_hidden_layers", 1e308, "num_hidden_layers"),
+        ("vocab_size", 10**400, "integer of 401 digits"),
+        ("vocab_size", 2**40, "vocab_size"),
+        ("num_attention_heads", True, "num_attention_heads"),
+        ("intermediate_size", "8192", "intermediate_size"),
+        ("tie_word_embeddings", "false", "tie_word_embeddings"),
+        ("rope_theta", float("nan"), "rope_theta"),
+        ("rope_theta", "abc", "rope_theta"),
+        ("rms_norm_eps", -1.0, "rms_norm_eps"),
+        ("max_position_embeddings", 1.5, "max_position_embeddings"),
+        ("rope_scaling", [1, 2], "rope_scaling"),
+        ("model_type", 5, "model_type"),
+        ("architectures", 5, "architectures"),
+    ],
+)
 def test_config_numbers_and_types_are_range_checked(tmp_path, field, value, needle):
     from roofprof.specs import load_model
 
@@ -142,9 +170,19 @@ def test_absurd_but_finite_sizes_are_refused(tmp_path):
     from roofprof.specs import load_model
 
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**CONFIG, "hidden_size": 2**20, "intermediate_size": 2**30,
-                                "num_hidden_layers": 10_000, "num_attention_heads": 2**10,
-                                "num_key_value_heads": 2**10, "head_dim": None}))
+    path.write_text(
+        json.dumps(
+            {
+                **CONFIG,
+                "hidden_size": 2**20,
+                "intermediate_size": 2**30,
+                "num_hidden_layers": 10_000,
+                "num_attention_heads": 2**10,
+                "num_key_value_heads": 2**10,
+                "head_dim": None,
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="parameters"):
         load_model(str(path))
 
@@ -162,7 +200,9 @@ def test_a_valid_config_still_loads_as_before(tmp_path):
 # --------------------------------------------------------------------------- kind 4: counter files
 
 
-def _raw(units: str | None, row: str, header_metrics: str = '"gpu__time_duration.sum","dram__bytes.sum"') -> str:
+def _raw(
+    units: str | None, row: str, header_metrics: str = '"gpu__time_duration.sum","dram__bytes.sum"'
+) -> str:
     lines = [f'"ID","Process ID","Kernel Name","CC",{header_metrics}']
     if units is not None:
         lines.append(f'"","","","",{units}')
@@ -170,12 +210,15 @@ def _raw(units: str | None, row: str, header_metrics: str = '"gpu__time_duration
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("units,needle", [
-    ('"byte","byte"', "time metric in 'byte'"),
-    ('"%","byte"', "time metric in '%'"),
-    ('"furlong","byte"', "time metric in 'furlong'"),
-    ('"nsecond","msecond"', "byte metric in 'msecond'"),
-])
+@pytest.mark.parametrize(
+    "units,needle",
+    [
+        ('"byte","byte"', "time metric in 'byte'"),
+        ('"%","byte"', "time metric in '%'"),
+        ('"furlong","byte"', "time metric in 'furlong'"),
+        ('"nsecond","msecond"', "byte metric in 'msecond'"),
+    ],
+)
 def test_a_unit_that_does_not_fit_the_metric_is_refused(units, needle):
     from roofprof.counters import NotNcuOutputError, parse_ncu_csv
 
@@ -191,13 +234,16 @@ def test_a_missing_units_row_is_warned_and_read_in_base_units():
     assert k.time_s == pytest.approx(1500e-9) and k.dram_bytes == 2048
 
 
-@pytest.mark.parametrize("row,needle", [
-    ('"0","1","k","9.0","-5","2048"', "finite number >= 0"),
-    ('"0","1","k","9.0","inf","2048"', "finite number >= 0"),
-    ('"0","1","k","9.0","1500","-inf"', "finite number >= 0"),
-    ('"²","1","k","9.0","1500","2048"', "kernel ID"),
-    ('"-3","1","k","9.0","1500","2048"', "kernel ID"),
-])
+@pytest.mark.parametrize(
+    "row,needle",
+    [
+        ('"0","1","k","9.0","-5","2048"', "finite number >= 0"),
+        ('"0","1","k","9.0","inf","2048"', "finite number >= 0"),
+        ('"0","1","k","9.0","1500","-inf"', "finite number >= 0"),
+        ('"²","1","k","9.0","1500","2048"', "kernel ID"),
+        ('"-3","1","k","9.0","1500","2048"', "kernel ID"),
+    ],
+)
 def test_impossible_counts_and_ids_are_refused(row, needle):
     from roofprof.counters import NotNcuOutputError, parse_ncu_csv
 
@@ -214,8 +260,9 @@ def test_a_file_cut_after_its_header_is_refused(tmp_path):
 
 def test_a_page_without_metric_columns_is_refused(tmp_path):
     page = tmp_path / "nometrics.csv"
-    page.write_text('"ID","Process ID","Kernel Name"\n' + "".join(
-        f'"{i}","1","k{i}"\n' for i in range(42)))
+    page.write_text(
+        '"ID","Process ID","Kernel Name"\n' + "".join(f'"{i}","1","k{i}"\n' for i in range(42))
+    )
     assert "no metric columns" in _exit2(["counters", "import", page])
 
 
@@ -239,7 +286,9 @@ def test_profile_out_that_is_a_folder_exits_2_before_measuring(tmp_path, stop_me
 
 def test_validate_out_under_a_file_exits_2_before_measuring(tmp_path, stop_measuring):
     (tmp_path / "f").write_text("x")
-    assert "is a file" in _exit2(["validate", "--device", "cpu", "--out", tmp_path / "f" / "v.json"])
+    assert "is a file" in _exit2(
+        ["validate", "--device", "cpu", "--out", tmp_path / "f" / "v.json"]
+    )
 
 
 def test_roofline_json_being_a_folder_exits_2_before_measuring(tmp_path, stop_measuring):
@@ -250,8 +299,10 @@ def test_roofline_json_being_a_folder_exits_2_before_measuring(tmp_path, stop_me
     assert "roofline.png" in _exit2(["roofline", "--device", "cpu", "--quick", "--out", tmp_path])
 
 
-@pytest.mark.parametrize("plot,needle", [("chart.xyz", "unsupported extension"),
-                                         ("", "is a folder"), ("f/chart.png", "is a file")])
+@pytest.mark.parametrize(
+    "plot,needle",
+    [("chart.xyz", "unsupported extension"), ("", "is a folder"), ("f/chart.png", "is a file")],
+)
 def test_predict_plot_paths_are_checked_first(tmp_path, plot, needle):
     (tmp_path / "f").write_text("x")
     assert needle in _exit2(["predict", "--gpu", "h100", "--plot", tmp_path / plot])
@@ -259,7 +310,9 @@ def test_predict_plot_paths_are_checked_first(tmp_path, plot, needle):
 
 def test_counters_import_plot_path_is_checked_before_reading(tmp_path):
     csv = FIXTURES / "ncu_details_A100_leleucas_dropout.csv"
-    assert "unsupported extension" in _exit2(["counters", "import", csv, "--plot", tmp_path / "a.txt"])
+    assert "unsupported extension" in _exit2(
+        ["counters", "import", csv, "--plot", tmp_path / "a.txt"]
+    )
 
 
 def test_a_failing_write_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
@@ -289,13 +342,21 @@ def test_a_failing_write_in_the_cli_exits_2(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- kind 6: strict JSON
 
 
-@pytest.mark.parametrize("argv", [
-    ["predict", "--gpu", "h100", "--convention", "seed", "--format", "json"],
-    ["predict", "--gpu", "h100", "--batch", "1,8", "--context", "0,100", "--format", "json"],
-    ["specs", "--format", "json"],
-    ["counters", "import", str(FIXTURES / "ncu_raw_GENERATED_from_details_RTX5070.csv"),
-     "--format", "json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["predict", "--gpu", "h100", "--convention", "seed", "--format", "json"],
+        ["predict", "--gpu", "h100", "--batch", "1,8", "--context", "0,100", "--format", "json"],
+        ["specs", "--format", "json"],
+        [
+            "counters",
+            "import",
+            str(FIXTURES / "ncu_raw_GENERATED_from_details_RTX5070.csv"),
+            "--format",
+            "json",
+        ],
+    ],
+)
 def test_every_json_printed_is_strict(argv):
     rc, out, err = run_cli(argv)
     assert rc == 0, err
@@ -309,7 +370,9 @@ def test_result_files_are_strict_json(tmp_path):
 
     path = write_json_atomic(tmp_path / "r.json", {"x": float("inf"), "y": [float("nan"), 1.0]})
     assert strict_json(path.read_text()) == {"x": None, "y": [None, 1.0]}
-    assert dumps_strict({"p": Path("a"), "o": object()}, indent=None).startswith('{"p": "a", "o": "<')
+    assert dumps_strict({"p": Path("a"), "o": object()}, indent=None).startswith(
+        '{"p": "a", "o": "<'
+    )
 
 
 # --------------------------------------------------------------------------- kind 7: markup
@@ -348,14 +411,17 @@ def _roofline(tmp_path, change=None, complete=True) -> Path:
     return path
 
 
-@pytest.mark.parametrize("change,needle", [
-    ({"dtype": 5}, "'dtype' must be a string"),
-    ({"value": True}, "'value' must be a number"),
-    ({"value": "1e12"}, "'value' must be a number"),
-    ({"value": float("nan")}, "positive finite"),
-    ({"clock_mhz": -1}, "clock_mhz"),
-    ({"source": "guess"}, "source"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"dtype": 5}, "'dtype' must be a string"),
+        ({"value": True}, "'value' must be a number"),
+        ({"value": "1e12"}, "'value' must be a number"),
+        ({"value": float("nan")}, "positive finite"),
+        ({"clock_mhz": -1}, "clock_mhz"),
+        ({"source": "guess"}, "source"),
+    ],
+)
 def test_roofline_fields_are_type_checked(tmp_path, change, needle):
     from roofprof.roofline import load_roofline
 
@@ -379,9 +445,22 @@ def test_interrupted_and_implausible_rooflines_are_warned(tmp_path):
 
 def test_roofline_warning_is_one_line_in_the_cli(tmp_path):
     """Outside pytest's warning capture (a real run), each warning is one stderr line."""
-    proc = subprocess.run([sys.executable, "-m", "roofprof", "predict", "--roofline",
-                           str(_roofline(tmp_path, complete=False)), "--format", "json"],
-                          text=True, capture_output=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "roofprof",
+            "predict",
+            "--roofline",
+            str(_roofline(tmp_path, complete=False)),
+            "--format",
+            "json",
+        ],
+        text=True,
+        capture_output=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     strict_json(proc.stdout)
     lines = proc.stderr.strip().splitlines()
@@ -391,27 +470,33 @@ def test_roofline_warning_is_one_line_in_the_cli(tmp_path):
 # --------------------------------------------------------------------------- kind 9: options
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["profile", "--budget", "-1"], "--budget"),
-    (["profile", "--budget", "nan"], "--budget"),
-    (["profile", "--budget", "inf"], "--budget"),
-    (["validate", "--max-layers", "0"], "--max-layers"),
-    (["validate", "--max-layers", "-1"], "--max-layers"),
-    (["predict", "--gpu", "h100", "--prompt", "0"], "--prompt"),
-    (["predict", "--gpu", "h100", "--batch", "1e308"], "--batch"),
-    (["predict", "--gpu", "h100", "--batch", "9" * 5000], "--batch"),
-    (["predict", "--gpu", "h100", "--context", "99999999999"], "--context"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["profile", "--budget", "-1"], "--budget"),
+        (["profile", "--budget", "nan"], "--budget"),
+        (["profile", "--budget", "inf"], "--budget"),
+        (["validate", "--max-layers", "0"], "--max-layers"),
+        (["validate", "--max-layers", "-1"], "--max-layers"),
+        (["predict", "--gpu", "h100", "--prompt", "0"], "--prompt"),
+        (["predict", "--gpu", "h100", "--batch", "1e308"], "--batch"),
+        (["predict", "--gpu", "h100", "--batch", "9" * 5000], "--batch"),
+        (["predict", "--gpu", "h100", "--context", "99999999999"], "--context"),
+    ],
+)
 def test_meaningless_option_values_exit_2_before_work(stop_measuring, argv, needle):
     assert needle in _exit2(argv)
 
 
 # --------------------------------------------------------------------------- no click installed
 
-_NO_CLICK = """
+_NO_CLICK = (
+    """
 import json, sys
 
-""" + BLOCK_CLICK + """import contextlib, io
+"""
+    + BLOCK_CLICK
+    + """import contextlib, io
 from roofprof.cli import main
 results = []
 for argv in json.loads(sys.argv[1]):
@@ -421,19 +506,29 @@ for argv in json.loads(sys.argv[1]):
     results.append([rc, err.getvalue()])
 print(json.dumps(results))
 """
+)
 
 
 def test_bad_paths_and_failing_outputs_without_click(tmp_path):
     """The same one-line exit 2 with no ``click`` distribution importable (README install)."""
     paths = _bad_paths(tmp_path)
     cases = [["predict", "--model", str(p), "--gpu", "h100"] for p in paths.values()]
-    cases += [["counters", "import", str(paths["binary"])],
-              ["predict", "--gpu", "h100", "--plot", str(tmp_path / "x.xyz")],
-              ["predict", "--gpu", "h100", "--plot", str(tmp_path)],
-              ["validate", "--max-layers", "0"], ["profile", "--budget", "nan"],
-              ["predict", "--gpu", "h100", "--batch", "nan"], ["predict", "--prompt", "x"]]
-    proc = subprocess.run([sys.executable, "-c", _NO_CLICK, json.dumps(cases)], text=True,
-                          capture_output=True, timeout=240, cwd=tmp_path)
+    cases += [
+        ["counters", "import", str(paths["binary"])],
+        ["predict", "--gpu", "h100", "--plot", str(tmp_path / "x.xyz")],
+        ["predict", "--gpu", "h100", "--plot", str(tmp_path)],
+        ["validate", "--max-layers", "0"],
+        ["profile", "--budget", "nan"],
+        ["predict", "--gpu", "h100", "--batch", "nan"],
+        ["predict", "--prompt", "x"],
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_CLICK, json.dumps(cases)],
+        text=True,
+        capture_output=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for argv, (rc, err) in zip(cases, json.loads(proc.stdout.splitlines()[-1]), strict=True):
         assert_outcome(argv, rc, "", err)

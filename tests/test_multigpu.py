@@ -36,7 +36,9 @@ def test_busbw_factors_match_nccl_tests():
     assert busbw_factor("all_reduce", 2) == 1.0
     assert busbw_factor("all_gather", 8) == pytest.approx(7 / 8)
     assert busbw_factor("reduce_scatter", 4) == pytest.approx(3 / 4)
-    assert busbw_factor("send", 2) == busbw_factor("broadcast", 8) == busbw_factor("reduce", 8) == 1.0
+    assert (
+        busbw_factor("send", 2) == busbw_factor("broadcast", 8) == busbw_factor("reduce", 8) == 1.0
+    )
     assert busbw_factor("all_reduce", 1) == 0.0
     with pytest.raises(ConfigError):
         busbw_factor("gossip", 2)
@@ -49,7 +51,9 @@ def test_documented_examples():
     assert algbw(size, 1316.9e-6) / 1e9 == pytest.approx(101.92, abs=0.01)
     assert busbw("all_reduce", size, 1316.9e-6, 8) / 1e9 == pytest.approx(178.36, abs=0.01)
     # all-gather: S is the total output buffer (sendcount x eltsize x n); factor (n-1)/n
-    assert busbw("all_gather", 8 * 2**20 * 8, 1e-3, 8) == pytest.approx(8 * 2**20 * 8 / 1e-3 * 7 / 8)
+    assert busbw("all_gather", 8 * 2**20 * 8, 1e-3, 8) == pytest.approx(
+        8 * 2**20 * 8 / 1e-3 * 7 / 8
+    )
 
 
 def test_alpha_beta_priors_and_nvls():
@@ -60,7 +64,9 @@ def test_alpha_beta_priors_and_nvls():
     big = 2**31
     t = h100.seconds("all_reduce", big, 8)
     assert busbw("all_reduce", big, t, 8) == pytest.approx(480e9, rel=0.01)
-    assert h100.seconds("allreduce", 16384, 8) == pytest.approx(h100.alpha_s, rel=0.01)  # latency-bound
+    assert h100.seconds("allreduce", 16384, 8) == pytest.approx(
+        h100.alpha_s, rel=0.01
+    )  # latency-bound
     assert h100.seconds("all_reduce", 1e6, 1) == 0.0
     assert CollectiveModel.for_gpu("h100-sxm", graphs=True).alpha_s < h100.alpha_s
     # no published figure: derived from the link rate, and said so
@@ -77,17 +83,32 @@ def test_published_figures_are_cited():
         assert r["source"] in gpu_sources()
         load_gpu(r["gpu"])
         busbw_factor(r["op"], r["ranks"])
-    assert {r["busbw_bytes_per_s"] for r in published_collectives("h200") if r["algorithm"] == "nvls"} >= {480e9}
+    assert {
+        r["busbw_bytes_per_s"] for r in published_collectives("h200") if r["algorithm"] == "nvls"
+    } >= {480e9}
     for gid in ("h100-sxm", "h200", "a100-sxm-80gb", "b200", "l40s"):
         ic = load_gpu(gid).interconnect
-        assert {"nvlink_generation", "pcie_generation", "nvswitch", "nvls_min_gpus", "sources"} <= set(ic)
+        assert {
+            "nvlink_generation",
+            "pcie_generation",
+            "nvswitch",
+            "nvls_min_gpus",
+            "sources",
+        } <= set(ic)
 
 
 def test_measured_table_interpolates_log_log(tmp_path):
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"results": [
-        {"op": "all_reduce", "bytes": 1024, "ranks": 2, "seconds": 1e-5},
-        {"op": "all_reduce", "bytes": 1024**2, "ranks": 2, "seconds": 1e-3}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "results": [
+                    {"op": "all_reduce", "bytes": 1024, "ranks": 2, "seconds": 1e-5},
+                    {"op": "all_reduce", "bytes": 1024**2, "ranks": 2, "seconds": 1e-3},
+                ]
+            }
+        )
+    )
     table = load_collectives(path)
     assert table.seconds("all_reduce", 32 * 1024, 2) == pytest.approx(1e-4)  # halfway in log-log
     assert table.seconds("all_reduce", 10, 2) == 1e-5  # latency floor
@@ -124,13 +145,21 @@ def test_tp_shapes_and_collectives():
 
 
 def test_kv_heads_replicated_past_their_count():
-    o = _names(ops(Scenario.of("llama-3.1-70b", "decode", prompt_tokens=64, parallel=Parallel(tp=16))))
+    o = _names(
+        ops(Scenario.of("llama-3.1-70b", "decode", prompt_tokens=64, parallel=Parallel(tp=16)))
+    )
     assert o["k_proj"].n == 128  # one KV head per rank: 8 KV heads replicated over 16 ranks
 
 
 def test_sequence_parallel_and_pipeline():
-    w = ops(Scenario.of("llama-3.1-8b", "prefill", prompt_tokens=64,
-                        parallel=Parallel(tp=2, pp=4, sequence_parallel=True)))
+    w = ops(
+        Scenario.of(
+            "llama-3.1-8b",
+            "prefill",
+            prompt_tokens=64,
+            parallel=Parallel(tp=2, pp=4, sequence_parallel=True),
+        )
+    )
     fns = [op.fn for op in w.ops if op.kind == "communication"]
     assert fns.count("reduce_scatter") == 2 and fns.count("all_gather") == 3 and "send" in fns
     send = _names(w)["pp_send"]
@@ -143,9 +172,14 @@ def test_tp1_is_unchanged():
     assert a.ops == b.ops and not any(op.kind == "communication" for op in a.ops)
 
 
-@pytest.mark.parametrize("layout, match", [(Parallel(tp=3), "attention heads"),
-                                           (Parallel(tp=128), "attention heads"),
-                                           (Parallel(pp=81), "layers")])
+@pytest.mark.parametrize(
+    "layout, match",
+    [
+        (Parallel(tp=3), "attention heads"),
+        (Parallel(tp=128), "attention heads"),
+        (Parallel(pp=81), "layers"),
+    ],
+)
 def test_bad_layouts(layout, match):
     with pytest.raises(ConfigError, match=match):
         Scenario.of("llama-3.1-70b", "decode", parallel=layout)
@@ -155,7 +189,9 @@ def test_communication_priced_on_the_interconnect():
     p = predict("llama-3.1-70b", gpu="h100-sxm", prompt_tokens=128, parallel=Parallel(tp=8))
     bd = p.decode.breakdown()
     assert 0.15 < bd["communication_share"] < 0.5  # issue 11: 20-45 % of a decode step at TP 8
-    assert all(o.estimate.bound == "communication" for o in p.decode.ops if o.op.kind == "communication")
+    assert all(
+        o.estimate.bound == "communication" for o in p.decode.ops if o.op.kind == "communication"
+    )
     one = predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=128)
     assert "communication_share" not in one.decode.breakdown()
 
@@ -165,8 +201,10 @@ def test_communication_priced_on_the_interconnect():
 
 def test_memory_fit_targets():
     def fits(model, tp, dtype="bf16"):
-        return fit(Scenario.of(model, "decode", prompt_tokens=2048, dtype=dtype, parallel=Parallel(tp=tp)),
-                   "h100-sxm").fits
+        return fit(
+            Scenario.of(model, "decode", prompt_tokens=2048, dtype=dtype, parallel=Parallel(tp=tp)),
+            "h100-sxm",
+        ).fits
 
     assert not fits("llama-3.1-70b", 1)
     assert fits("llama-3.1-70b", 2)
@@ -183,8 +221,22 @@ def test_memory_fit_targets():
 
 
 def test_cli_tp_json(capsys):
-    code, out, _ = run(capsys, "predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "-p", "512", "--tp", "4",
-                       "--pp", "2", "-f", "json")
+    code, out, _ = run(
+        capsys,
+        "predict",
+        "-m",
+        "llama-3.1-70b",
+        "-g",
+        "h100-sxm",
+        "-p",
+        "512",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "-f",
+        "json",
+    )
     assert code == 0
     d = json.loads(out)
     assert d["parallel"] == {"tp": 4, "pp": 2, "sequence_parallel": False, "gpus": 8}
@@ -196,10 +248,16 @@ def test_cli_tp_json(capsys):
 def test_cli_memory_and_bad_input(capsys):
     code, _, err = run(capsys, "predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "1")
     assert code == 2 and "smallest TP that fits is 2" in err and len(err.strip().splitlines()) == 1
-    code, _, _ = run(capsys, "predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "1", "--ignore-memory")
+    code, _, _ = run(
+        capsys, "predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "1", "--ignore-memory"
+    )
     assert code == 0
-    for args, needle in ((("--tp", "3"), "attention heads"), (("--pp", "100"), "layers"),
-                         (("--tp", "0"), "--tp"), (("--sequence-parallel",), "--tp 2")):
+    for args, needle in (
+        (("--tp", "3"), "attention heads"),
+        (("--pp", "100"), "layers"),
+        (("--tp", "0"), "--tp"),
+        (("--sequence-parallel",), "--tp 2"),
+    ):
         code, _, err = run(capsys, "predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", *args)
         assert code == 2 and needle in err, (args, err)
 
@@ -210,8 +268,24 @@ def test_published_tensor_parallel_rows():
     from roofprof.published import validate_published
 
     v = validate_published(("calibrated",))
-    tp = [r for r in v.rows if r["row"] in {"D03-tp2", "D03-tp4", "D03-tp8", "D05-tp2", "D05-tp4", "D05-tp8",
-                                            "D11", "P03", "P04", "P09", "P12"}]
+    tp = [
+        r
+        for r in v.rows
+        if r["row"]
+        in {
+            "D03-tp2",
+            "D03-tp4",
+            "D03-tp8",
+            "D05-tp2",
+            "D05-tp4",
+            "D05-tp8",
+            "D11",
+            "P03",
+            "P04",
+            "P09",
+            "P12",
+        }
+    ]
     assert len(tp) == 11
     assert statistics.median(abs(r["calibrated_residual"]) for r in tp) <= 0.15  # issue 11 target
     assert not any("tensor parallelism" in s.reason for s in v.skipped)

@@ -122,9 +122,15 @@ def _run(script: str, folder: Path, floor: str, *, simulator: bool) -> dict:
     env["NUMBA_CUDA_USE_NVIDIA_BINDING"] = "0"  # ctypes driver/NVVM bindings: no cuda-bindings
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
-    proc = subprocess.run([sys.executable, "-c", script, str(folder), str(MODULE), floor],
-                          cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(folder), str(MODULE), floor],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=False,
+    )
     assert proc.returncode == 0, f"numba-cuda {floor}:\n{proc.stderr[-4000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -15,9 +15,16 @@ from roofprof.devices import _nvml
 def nvml_with_error_classes(fail_init: str | None = None):
     """fake_nvml plus pynvml's NVMLError_* subclasses; ``fail_init`` names the one nvmlInit raises."""
     nv = fake_nvml(gpus=(("GPU A", "00000000:1B:00.0"), ("GPU B", "00000001:1B:00.0")))
-    for suffix in ("LibraryNotFound", "DriverNotLoaded", "NotSupported", "FunctionNotFound", "GpuIsLost"):
+    for suffix in (
+        "LibraryNotFound",
+        "DriverNotLoaded",
+        "NotSupported",
+        "FunctionNotFound",
+        "GpuIsLost",
+    ):
         setattr(nv, f"NVMLError_{suffix}", type(f"NVMLError_{suffix}", (nv.NVMLError,), {}))
     if fail_init:
+
         def init():
             nv.calls["init"] += 1
             raise getattr(nv, f"NVMLError_{fail_init}")("scripted")
@@ -49,10 +56,18 @@ def test_error_kinds_come_from_the_exception_classes():
     nv = nvml_with_error_classes()
     assert _nvml.error_kind(nv.NVMLError_NotSupported("x"), nv) == "not_supported"
     assert _nvml.error_kind(nv.NVMLError_FunctionNotFound("x"), nv) == "function_not_found"
-    assert _nvml.error_kind(nv.NVMLError_LibraryNotFound("Driver Not Loaded"), nv) == "library_not_found"
+    assert (
+        _nvml.error_kind(nv.NVMLError_LibraryNotFound("Driver Not Loaded"), nv)
+        == "library_not_found"
+    )
     assert _nvml.error_kind(nv.NVMLError("LibraryNotFound"), nv) == "other"  # never by message text
     assert _nvml.error_kind(AttributeError("nvmlX"), nv) == "missing"
-    assert set(_nvml.ERROR_KINDS) >= {"library_not_found", "driver_not_loaded", "not_installed", "other"}
+    assert set(_nvml.ERROR_KINDS) >= {
+        "library_not_found",
+        "driver_not_loaded",
+        "not_installed",
+        "other",
+    }
 
 
 def test_one_session_per_process_counted():
@@ -68,11 +83,14 @@ def test_one_session_per_process_counted():
     assert nv.calls == {"init": 1, "shutdown": 1}
 
 
-@pytest.mark.parametrize("cls, kind, reason", [
-    ("LibraryNotFound", "library_not_found", "no NVIDIA driver (NVML library not found)"),
-    ("DriverNotLoaded", "driver_not_loaded", "NVIDIA driver not loaded"),
-    ("GpuIsLost", "gpu_is_lost", "NVML unavailable: scripted"),
-])
+@pytest.mark.parametrize(
+    "cls, kind, reason",
+    [
+        ("LibraryNotFound", "library_not_found", "no NVIDIA driver (NVML library not found)"),
+        ("DriverNotLoaded", "driver_not_loaded", "NVIDIA driver not loaded"),
+        ("GpuIsLost", "gpu_is_lost", "NVML unavailable: scripted"),
+    ],
+)
 def test_start_up_failures_are_reasons_not_exceptions(cls, kind, reason):
     nv = nvml_with_error_classes(fail_init=cls)
     assert _nvml.init(nv) == reason
@@ -99,7 +117,9 @@ def test_gpus_lists_names_and_pci_ids_then_shuts_down():
     nv = nvml_with_error_classes()
     listed, reason = _nvml.gpus(nv)
     assert reason == "" and [(g.index, g.name, g.pci_bus_id) for g in listed] == [
-        (0, "GPU A", "00000000:1B:00.0"), (1, "GPU B", "00000001:1B:00.0")]
+        (0, "GPU A", "00000000:1B:00.0"),
+        (1, "GPU B", "00000001:1B:00.0"),
+    ]
     assert nv.calls == {"init": 1, "shutdown": 1}
     empty = fake_nvml(gpus=())
     assert _nvml.gpus(empty) == ([], "NVML reports no GPU")

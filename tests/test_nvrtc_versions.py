@@ -116,19 +116,34 @@ def _cases(release: tuple[int, int], include: Path) -> list[dict]:
         else:  # the boundary releases: only the fp8-capable targets matter
             archs = ("sm_89", "sm_90")
         for arch in archs:
-            cases.append({"name": source, "path": str(cm.source_path(source)), "arch": arch,
-                          "options": list(cm.nvrtc_options(arch, include)), "forced": False})
+            cases.append(
+                {
+                    "name": source,
+                    "path": str(cm.source_path(source)),
+                    "arch": arch,
+                    "options": list(cm.nvrtc_options(arch, include)),
+                    "forced": False,
+                }
+            )
     if release == (12, 3):  # the guard forced on: proves NVRTC 12.3 cannot take the fp8 mma
         opts = [*cm.nvrtc_options("sm_90", include), FORCE_FP8]
-        cases.append({"name": "probes.cu", "path": str(cm.source_path("probes.cu")),
-                      "arch": "sm_90", "options": opts, "forced": True})
+        cases.append(
+            {
+                "name": "probes.cu",
+                "path": str(cm.source_path("probes.cu")),
+                "arch": "sm_90",
+                "options": opts,
+                "forced": True,
+            }
+        )
     return cases
 
 
 def _compile_release(release: tuple[int, int]) -> dict:
     nvrtc, runtime = RELEASES[release]
-    folder, why = cached_install(f"nvidia-cuda-nvrtc-cu12=={nvrtc}",
-                                 f"nvidia-cuda-runtime-cu12=={runtime}")
+    folder, why = cached_install(
+        f"nvidia-cuda-nvrtc-cu12=={nvrtc}", f"nvidia-cuda-runtime-cu12=={runtime}"
+    )
     if folder is None:
         return {"skip": why}
     libs = sorted((folder / "nvidia" / "cuda_nvrtc" / "lib").glob("libnvrtc.so.*"))
@@ -138,9 +153,14 @@ def _compile_release(release: tuple[int, int]) -> dict:
     cases = _cases(release, include)
     job = {"lib": str(libs[0]), "cases": cases}
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, json.dumps(job)],
-                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
-                          env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT, json.dumps(job)],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        env=env,
+        check=False,
+    )
     if proc.returncode != 0:
         raise AssertionError(f"NVRTC {release} subprocess failed:\n{proc.stderr[-3000:]}")
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -188,8 +208,7 @@ def test_every_source_compiles(releases, release):
     if release in FULL:
         assert {name for name, _ in compiled} == set(cm.SOURCES)
     for case, result in _results(report):
-        assert result["rc"] == 0, (f"NVRTC {release} {case['name']} {case['arch']}:\n"
-                                   f"{result['log']}")
+        assert result["rc"] == 0, f"NVRTC {release} {case['name']} {case['arch']}:\n{result['log']}"
         assert result["ptx_bytes"] > 0
 
 

@@ -38,11 +38,15 @@ def test_weight_only_int8_halves_weight_bytes_and_keeps_flops():
 
 def test_fp8_kv_cache_halves_kv_bytes():
     base = Scenario.of("llama-3.1-8b", "decode", prompt_tokens=4096)
-    assert models.ops(base.replace(kv_dtype="fp8")).kv_bytes == pytest.approx(models.ops(base).kv_bytes / 2)
+    assert models.ops(base.replace(kv_dtype="fp8")).kv_bytes == pytest.approx(
+        models.ops(base).kv_bytes / 2
+    )
 
 
 def test_q4_k_m_mix_is_between_q4_k_and_q6_k():
-    w = models.ops(Scenario.of("llama-3-8b", "decode", prompt_tokens=1, weights="q4_k_m", dtype="fp16"))
+    w = models.ops(
+        Scenario.of("llama-3-8b", "decode", prompt_tokens=1, weights="q4_k_m", dtype="fp16")
+    )
     bits = w.weight_bytes * 8 / 8.03e9
     assert 4.5 < bits < 5.2  # llama.cpp reports 4.58 GiB = 4.90 bpw for this file (S13)
 
@@ -61,17 +65,47 @@ def test_fp8_on_a100_names_what_it_has_and_the_weight_only_form():
 
 
 def test_fp4_on_b200_uses_the_fp4_peak():
-    p = rollup.predict("llama-3.1-8b", gpu="b200", prompt_tokens=4096, dtype="fp4", weights="nvfp4",
-                       kv_dtype="bf16")
+    p = rollup.predict(
+        "llama-3.1-8b",
+        gpu="b200",
+        prompt_tokens=4096,
+        dtype="fp4",
+        weights="nvfp4",
+        kv_dtype="bf16",
+    )
     q = rollup.predict("llama-3.1-8b", gpu="b200", prompt_tokens=4096, dtype="fp8", kv_dtype="bf16")
     assert p.prefill.seconds < q.prefill.seconds
 
 
 def test_cli_predict_precisions(capsys):
-    rc = main(["predict", "--model", "llama-3.1-8b", "--gpu", "a100", "--dtype", "bf16", "--weights", "int8",
-               "--kv-dtype", "fp16", "--batch", "1", "--prompt", "5", "--format", "json"])
+    rc = main(
+        [
+            "predict",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "a100",
+            "--dtype",
+            "bf16",
+            "--weights",
+            "int8",
+            "--kv-dtype",
+            "fp16",
+            "--batch",
+            "1",
+            "--prompt",
+            "5",
+            "--format",
+            "json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["weights"] == "int8" and out["kv_dtype"] == "fp16" and out["dtype"] == "bf16"
+    assert (
+        rc == 0
+        and out["weights"] == "int8"
+        and out["kv_dtype"] == "fp16"
+        and out["dtype"] == "bf16"
+    )
     assert main(["predict", "--gpu", "a100", "--dtype", "fp8"]) == 2
     assert "--weights fp8" in capsys.readouterr().err
     assert main(["predict", "--gpu", "a100", "--kv-dtype", "int4"]) == 2

@@ -62,11 +62,20 @@ class SimClock:
 class SimDevice:
     """A device whose kernels cost modelled time: a staircase, FMA peaks, GEMM rates."""
 
-    def __init__(self, free=64 * 2**30, fail_check=None, interrupt_at=None, spec_id=None, kind="cpu"):
+    def __init__(
+        self, free=64 * 2**30, fail_check=None, interrupt_at=None, spec_id=None, kind="cpu"
+    ):
         self.state = {"t": 0.0, "setups": [], "flushes": 0}
         self.free, self.fail_check, self.interrupt_at = free, fail_check, interrupt_at
-        self._info = DeviceInfo(kind=kind, index=0, name="Sim CPU", compute_units=2, memory_bytes=64 * 2**30,
-                                cache_bytes=CACHES, spec_id=spec_id)
+        self._info = DeviceInfo(
+            kind=kind,
+            index=0,
+            name="Sim CPU",
+            compute_units=2,
+            memory_bytes=64 * 2**30,
+            cache_bytes=CACHES,
+            spec_id=spec_id,
+        )
 
     @property
     def info(self):
@@ -102,9 +111,14 @@ class SimDevice:
             self.state["t"] += seconds_per_rep * reps + 2e-6  # + a launch overhead
 
         ok = self.fail_check != name
-        return ProbeRun(run=run, flops_per_rep=flops, bytes_per_rep=nbytes,
-                        check=lambda: CheckResult(ok, 0.0 if ok else 1.0, 0.0 if ok else 1.0, 1e-6, "sim"),
-                        working_set_bytes=ws, params=params or {})
+        return ProbeRun(
+            run=run,
+            flops_per_rep=flops,
+            bytes_per_rep=nbytes,
+            check=lambda: CheckResult(ok, 0.0 if ok else 1.0, 0.0 if ok else 1.0, 1e-6, "sim"),
+            working_set_bytes=ws,
+            params=params or {},
+        )
 
     def probes(self):
         def bw(name, per_elem):
@@ -112,18 +126,27 @@ class SimDevice:
                 n = working_set_bytes // per_elem
                 nbytes = per_elem * n
                 return self._run(name, nbytes / LEVEL_BW[true_level(nbytes)], n, nbytes, nbytes)
+
             return setup
 
         def fma(dtype):
             def setup():
                 flops = 2.0 * 16 * 8192
                 return self._run(f"fma-{dtype}", flops / PEAK[dtype], flops, 1.0, 65536)
+
             return setup
 
         def gemm(dtype):
             def setup(*, size):
                 flops = 2.0 * size**3
-                return self._run(f"gemm-{dtype}", flops / GEMM[dtype], flops, 3.0 * size * size * 8, 3 * size * size * 8)
+                return self._run(
+                    f"gemm-{dtype}",
+                    flops / GEMM[dtype],
+                    flops,
+                    3.0 * size * size * 8,
+                    3 * size * size * 8,
+                )
+
             return setup
 
         def intensity(dtype):
@@ -133,8 +156,15 @@ class SimDevice:
                 n = working_set_bytes // item
                 flops, nbytes = 2.0 * fmas_per_element * n, 2.0 * item * n
                 t = max(flops / PEAK[dtype], nbytes / LEVEL_BW["dram"])
-                return self._run(f"intensity-{dtype}", t, flops, nbytes, working_set_bytes,
-                                 {"fmas_per_element": fmas_per_element})
+                return self._run(
+                    f"intensity-{dtype}",
+                    t,
+                    flops,
+                    nbytes,
+                    working_set_bytes,
+                    {"fmas_per_element": fmas_per_element},
+                )
+
             return setup
 
         return (
@@ -161,7 +191,9 @@ def test_plans_sized_from_caches():
     assert quick.working_set_sizes[0] == 4 * KiB
     assert quick.working_set_sizes[-1] == 16 * CACHES["l3"]
     assert len(full.working_set_sizes) > len(quick.working_set_sizes) > len(test.working_set_sizes)
-    ratios = {b / a for a, b in zip(quick.working_set_sizes, quick.working_set_sizes[1:], strict=False)}
+    ratios = {
+        b / a for a, b in zip(quick.working_set_sizes, quick.working_set_sizes[1:], strict=False)
+    }
     assert ratios == {2.0}
     assert full.intensities[0] == 0.125 and full.intensities[-1] == 1024
     assert quick.intensity_working_set_bytes >= 8 * CACHES["l3"]
@@ -178,18 +210,37 @@ def test_each_backend_declares_its_plan():
     from roofprof.devices.cuda import cuda_roofline_plan
     from roofprof.errors import UnknownNameError
 
-    gpu = DeviceInfo(kind="cuda", index=0, name="g", compute_units=132, memory_bytes=1, cache_bytes={"l2": 50 * MiB})
+    gpu = DeviceInfo(
+        kind="cuda",
+        index=0,
+        name="g",
+        compute_units=132,
+        memory_bytes=1,
+        cache_bytes={"l2": 50 * MiB},
+    )
     cpu = SimDevice().info
     assert RooflinePlan.for_device(gpu, "full") == cuda_roofline_plan(gpu, "full")
-    assert RooflinePlan.for_device(cpu, "quick") == cpu_roofline_plan(cpu, "quick") == SimDevice().roofline_plan("quick")
+    assert (
+        RooflinePlan.for_device(cpu, "quick")
+        == cpu_roofline_plan(cpu, "quick")
+        == SimDevice().roofline_plan("quick")
+    )
     full = cuda_roofline_plan(gpu, "full")
     assert full.gemm_sizes == (4096, 8192) and full.intensity_working_set_bytes >= 256 * MiB
-    assert full.intensity_dtypes == ("fp32", "fp64") and cuda_roofline_plan(gpu, "quick").gemm_sizes == (4096,)
+    assert full.intensity_dtypes == ("fp32", "fp64") and cuda_roofline_plan(
+        gpu, "quick"
+    ).gemm_sizes == (4096,)
     assert cpu_roofline_plan(cpu, "full").gemm_sizes == (1024, 2048, 3072)
     # the tiny test plan is the same on every device; an unknown kind has no plan
-    assert cuda_roofline_plan(gpu, "test").gemm_sizes == cpu_roofline_plan(cpu, "test").gemm_sizes == (128,)
+    assert (
+        cuda_roofline_plan(gpu, "test").gemm_sizes
+        == cpu_roofline_plan(cpu, "test").gemm_sizes
+        == (128,)
+    )
     with pytest.raises(UnknownNameError):
-        RooflinePlan.for_device(DeviceInfo(kind="tpu", index=0, name="t", compute_units=1, memory_bytes=1), "full")
+        RooflinePlan.for_device(
+            DeviceInfo(kind="tpu", index=0, name="t", compute_units=1, memory_bytes=1), "full"
+        )
     with pytest.raises(ConfigError):
         cuda_roofline_plan(gpu, "huge")
 
@@ -225,8 +276,12 @@ def test_cpu_probe_accounting_is_exact():
 
 def test_cpu_probes_pass_their_checks():
     for p in CpuDevice().probes():
-        kw = {"bandwidth": {"working_set_bytes": 256 * KiB}, "compute": {}, "gemm": {"size": 96},
-              "intensity": {"working_set_bytes": 512 * KiB, "fmas_per_element": 4}}[p.kind]
+        kw = {
+            "bandwidth": {"working_set_bytes": 256 * KiB},
+            "compute": {},
+            "gemm": {"size": 96},
+            "intensity": {"working_set_bytes": 512 * KiB, "fmas_per_element": 4},
+        }[p.kind]
         run = p.setup(**kw)
         res = run.check()
         assert res.ok, (p.name, res)
@@ -298,8 +353,12 @@ def test_plateau_edge_cases():
 def test_measure_roofline_on_simulated_device():
     dev = SimDevice()
     calls, checkpoints = [], []
-    result = measure_roofline(dev, plan=sim_plan(dev), progress=lambda d, t, label: calls.append((d, t)),
-                              checkpoint=checkpoints.append)
+    result = measure_roofline(
+        dev,
+        plan=sim_plan(dev),
+        progress=lambda d, t, label: calls.append((d, t)),
+        checkpoint=checkpoints.append,
+    )
     assert result.complete and result.interrupted_during is None
     roof = result.roofline
     for lvl, bw in LEVEL_BW.items():
@@ -315,7 +374,9 @@ def test_measure_roofline_on_simulated_device():
     for p in sweep["points"]:
         model = min(PEAK["fp64"], LEVEL_BW["dram"] * p["intensity"])
         assert p["best_flops_per_s"] == pytest.approx(model, rel=0.02)
-    assert [p["intensity"] for p in sweep["points"]] == list(RooflinePlan.for_device(dev.info, "quick").intensities)
+    assert [p["intensity"] for p in sweep["points"]] == list(
+        RooflinePlan.for_device(dev.info, "quick").intensities
+    )
     # progress and checkpoints
     assert calls[-1][0] == calls[-1][1] > 0
     assert len(checkpoints) == len(dev.probes()) and not checkpoints[-1].complete
@@ -323,8 +384,11 @@ def test_measure_roofline_on_simulated_device():
     assert {p["name"] for p in result.probes} == {p.name for p in dev.probes()}
     points = result.sweeps["bandwidth"]["read"]
     assert all(p["timing"]["samples_s"] for p in points)
-    assert [p.get("level") for p in points if p["working_set_bytes"] in (16 * KiB, 512 * KiB, 8 * MiB, 256 * MiB)] == [
-        "l1", "l2", "l3", "dram"]
+    assert [
+        p.get("level")
+        for p in points
+        if p["working_set_bytes"] in (16 * KiB, 512 * KiB, 8 * MiB, 256 * MiB)
+    ] == ["l1", "l2", "l3", "dram"]
     assert result.spec_comparison["available"] is False
     assert any("telemetry unavailable" in w for w in result.warnings)
 
@@ -363,7 +427,10 @@ def test_failed_check_is_skipped_never_timed():
     rec = [p for p in r.probes if p["name"] == "fma-fp64"][0]
     assert "failed" in rec and not rec["check"]["ok"]
     assert dev.state["setups"].count("fma-fp64") == 1  # set up and checked once, never timed
-    assert RooflineResult.from_dict(json.loads(json.dumps(r.to_dict()))).failed_probes == r.failed_probes
+    assert (
+        RooflineResult.from_dict(json.loads(json.dumps(r.to_dict()))).failed_probes
+        == r.failed_probes
+    )
 
 
 class FailingDevice(SimDevice):
@@ -381,13 +448,25 @@ class FailingDevice(SimDevice):
             raise DeviceUnavailableError(f"kernels/cuda/probes.cu did not compile ({name})")
         run = super()._run(name, seconds_per_rep, flops, nbytes, ws, params)
         if how == "check":
-            return ProbeRun(run=run.run, flops_per_rep=flops, bytes_per_rep=nbytes,
-                            check=lambda: CheckResult(False, 1.0, 1.0, 1e-6, "wrong"), working_set_bytes=ws)
+            return ProbeRun(
+                run=run.run,
+                flops_per_rep=flops,
+                bytes_per_rep=nbytes,
+                check=lambda: CheckResult(False, 1.0, 1.0, 1e-6, "wrong"),
+                working_set_bytes=ws,
+            )
         if how == "cuda":
+
             def bad(reps):
                 raise CudaKernelError(f"CUDA error launching {name}: cudaErrorIllegalAddress")
-            return ProbeRun(run=bad, flops_per_rep=flops, bytes_per_rep=nbytes, check=run.check,
-                            working_set_bytes=ws)
+
+            return ProbeRun(
+                run=bad,
+                flops_per_rep=flops,
+                bytes_per_rep=nbytes,
+                check=run.check,
+                working_set_bytes=ws,
+            )
         return run
 
 
@@ -396,12 +475,17 @@ def test_each_kind_of_probe_failure_is_skipped_and_the_run_continues():
     r = measure_roofline(dev, plan=sim_plan(dev, "test"))
     assert r.complete
     failed = {f["probe"]: f["type"] for f in r.failed_probes}
-    assert failed == {"fma-fp64": "ProbeCheckError", "gemm-fp32": "DeviceUnavailableError",
-                      "triad": "CudaKernelError"}
+    assert failed == {
+        "fma-fp64": "ProbeCheckError",
+        "gemm-fp32": "DeviceUnavailableError",
+        "triad": "CudaKernelError",
+    }
     names = {c["probe"] for c in r.ceilings}
     assert {"fma-fp32", "gemm-fp64", "read"} <= names and not names & set(failed)
     assert "triad" not in r.sweeps["bandwidth"] and "triad" not in r.plateaus
-    assert r.roofline.memory_ceiling("dram").value > 0 and r.roofline.compute_ceiling("fp32").value > 0
+    assert (
+        r.roofline.memory_ceiling("dram").value > 0 and r.roofline.compute_ceiling("fp32").value > 0
+    )
 
 
 @pytest.mark.parametrize("how", ["check", "compile", "cuda"])
@@ -411,8 +495,12 @@ def test_no_compute_ceiling_left_fails_naming_the_probes(how):
         measure_roofline(dev, plan=sim_plan(dev, "test"))
     assert err.value.exit_code == 2
     assert all(n in str(err.value) for n in ("fma-fp32", "fma-fp64", "gemm-fp32", "gemm-fp64"))
-    assert {f["probe"] for f in err.value.result.failed_probes} == {"fma-fp32", "fma-fp64", "gemm-fp32",
-                                                                   "gemm-fp64"}
+    assert {f["probe"] for f in err.value.result.failed_probes} == {
+        "fma-fp32",
+        "fma-fp64",
+        "gemm-fp32",
+        "gemm-fp64",
+    }
 
 
 def test_no_memory_ceiling_left_fails():
@@ -448,7 +536,13 @@ def test_interrupt_keeps_what_finished():
     assert isinstance(err.value, KeyboardInterrupt)
     assert not partial.complete and partial.interrupted_during == "triad" == err.value.during
     names = {c["probe"] for c in partial.ceilings}
-    assert {"fma-fp32", "fma-fp64", "gemm-fp32", "gemm-fp64", "read"} <= names and "triad" not in names
+    assert {
+        "fma-fp32",
+        "fma-fp64",
+        "gemm-fp32",
+        "gemm-fp64",
+        "read",
+    } <= names and "triad" not in names
     json.dumps(partial.to_dict(), allow_nan=False)
 
 
@@ -461,18 +555,40 @@ def test_probe_selection():
 
 
 def test_spec_comparison_for_a_gpu():
-    info = DeviceInfo(kind="cuda", index=0, name="NVIDIA H100 80GB HBM3", compute_units=132,
-                      memory_bytes=80 * 2**30, spec_id="h100-sxm")
+    info = DeviceInfo(
+        kind="cuda",
+        index=0,
+        name="NVIDIA H100 80GB HBM3",
+        compute_units=132,
+        memory_bytes=80 * 2**30,
+        spec_id="h100-sxm",
+    )
     from roofprof.specs import load_gpu
 
     spec = load_gpu("h100-sxm")
     details = [
-        {"name": "DRAM read", "kind": "memory", "level": "dram", "value": 0.9 * spec.memory_bytes_per_s},
+        {
+            "name": "DRAM read",
+            "kind": "memory",
+            "level": "dram",
+            "value": 0.9 * spec.memory_bytes_per_s,
+        },
         {"name": "L2 read", "kind": "memory", "level": "l2", "value": 1e13},
-        {"name": "bf16 GEMM", "kind": "compute", "probe_kind": "gemm", "dtype": "bf16",
-         "value": 0.8 * spec.matmul_peak_flops_per_s("bf16"), "clock_mhz": spec.tensor_clock_mhz},
-        {"name": "fp32 FMA", "kind": "compute", "probe_kind": "compute", "dtype": "fp32",
-         "value": 0.5 * spec.peak_flops_per_s["fp32"]},
+        {
+            "name": "bf16 GEMM",
+            "kind": "compute",
+            "probe_kind": "gemm",
+            "dtype": "bf16",
+            "value": 0.8 * spec.matmul_peak_flops_per_s("bf16"),
+            "clock_mhz": spec.tensor_clock_mhz,
+        },
+        {
+            "name": "fp32 FMA",
+            "kind": "compute",
+            "probe_kind": "compute",
+            "dtype": "fp32",
+            "value": 0.5 * spec.peak_flops_per_s["fp32"],
+        },
     ]
     cmp = spec_comparison(info, details)
     rows = {r["ceiling"]: r for r in cmp["rows"]}
@@ -502,27 +618,57 @@ def test_the_cpu_sweeps_first_touch_one_shared_buffer_once(monkeypatch):
 
     touched = []
     real = cpu_probes.aligned_empty
-    monkeypatch.setattr(cpu_probes, "aligned_empty", lambda n, dtype: (touched.append(n), real(n, dtype))[1])
+    monkeypatch.setattr(
+        cpu_probes, "aligned_empty", lambda n, dtype: (touched.append(n), real(n, dtype))[1]
+    )
     result = measure_roofline(CpuDevice(), plan="test", probes=["read", "triad", "intensity-fp64"])
     assert all(p["check"]["ok"] for p in result.probes)
     largest = max(p["working_set_bytes"] for p in result.sweeps["bandwidth"]["read"])
     big = [n for n in touched if 8 * n >= 1 << 20]  # the sweeps' arena (the others are a few KB)
-    assert big == [touched[0]] and 8 * big[0] >= largest  # allocated once, at the largest size, first
+    assert (
+        big == [touched[0]] and 8 * big[0] >= largest
+    )  # allocated once, at the largest size, first
 
 
 def test_spec_comparison_pairs_each_probe_with_the_right_datasheet_rate():
     from roofprof.devices.base import DeviceInfo
     from roofprof.probes import spec_comparison
 
-    info = DeviceInfo(kind="cuda", index=0, name="NVIDIA H100 80GB HBM3", compute_units=132,
-                      memory_bytes=80 * 10**9, spec_id="h100-sxm")
+    info = DeviceInfo(
+        kind="cuda",
+        index=0,
+        name="NVIDIA H100 80GB HBM3",
+        compute_units=132,
+        memory_bytes=80 * 10**9,
+        spec_id="h100-sxm",
+    )
     ceilings = [
-        {"name": "bf16 tensor mma.sync (mma-bf16)", "probe": "mma-bf16", "probe_kind": "compute", "kind": "compute",
-         "dtype": "bf16", "value": 600e12, "clock_mhz": 1830.0},
-        {"name": "bf16 FMA (fma-bf16x2)", "probe": "fma-bf16x2", "probe_kind": "compute", "kind": "compute",
-         "dtype": "bf16", "value": 130e12},
-        {"name": "fp32 FMA (fma-fp32)", "probe": "fma-fp32", "probe_kind": "compute", "kind": "compute",
-         "dtype": "fp32", "value": 60e12, "clock_mhz": 1980.0},
+        {
+            "name": "bf16 tensor mma.sync (mma-bf16)",
+            "probe": "mma-bf16",
+            "probe_kind": "compute",
+            "kind": "compute",
+            "dtype": "bf16",
+            "value": 600e12,
+            "clock_mhz": 1830.0,
+        },
+        {
+            "name": "bf16 FMA (fma-bf16x2)",
+            "probe": "fma-bf16x2",
+            "probe_kind": "compute",
+            "kind": "compute",
+            "dtype": "bf16",
+            "value": 130e12,
+        },
+        {
+            "name": "fp32 FMA (fma-fp32)",
+            "probe": "fma-fp32",
+            "probe_kind": "compute",
+            "kind": "compute",
+            "dtype": "fp32",
+            "value": 60e12,
+            "clock_mhz": 1980.0,
+        },
         {"name": "DRAM read", "probe": "read", "kind": "memory", "level": "dram", "value": 3.0e12},
     ]
     rows = {r["ceiling"]: r for r in spec_comparison(info, ceilings)["rows"]}

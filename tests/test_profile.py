@@ -27,8 +27,13 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 TINY = tiny_spec()
-ROOF = Roofline("literal", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
-                            Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
+ROOF = Roofline(
+    "literal",
+    (
+        Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
+        Ceiling("DRAM", "memory", 1e10, level="dram", source="measured"),
+    ),
+)
 
 
 def llama_ops(model, phase, **kw):
@@ -53,8 +58,15 @@ def roofline_file(tmp_path):
 @pytest.mark.parametrize("attention", ["fused", "unfused"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_torch_ops_cover_every_op_and_pass_their_checks(phase, attention, dtype):
-    w = llama_ops(TINY, phase, batch=2, prompt_tokens=12, context_tokens=7, dtype=dtype,
-                  convention=Counting(attention=attention))
+    w = llama_ops(
+        TINY,
+        phase,
+        batch=2,
+        prompt_tokens=12,
+        context_tokens=7,
+        dtype=dtype,
+        convention=Counting(attention=attention),
+    )
     impl = TorchOps(TINY, cache_bytes=1 << 16)
     rng = np.random.default_rng(0)
     for op in w.ops:
@@ -68,21 +80,28 @@ def test_torch_ops_cover_every_op_and_pass_their_checks(phase, attention, dtype)
 
 
 def test_gemm_weights_rotate_beyond_the_cache():
-    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]  # q_proj, 16 KiB of weights
+    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[
+        2
+    ]  # q_proj, 16 KiB of weights
     prepared = TorchOps(TINY, cache_bytes=64 << 10).prepare(op, np.random.default_rng(0))
-    assert len(prepared.calls) == 9  # 1 + 2 × 64 KiB / 16 KiB: the other copies hold twice the cache
+    assert (
+        len(prepared.calls) == 9
+    )  # 1 + 2 × 64 KiB / 16 KiB: the other copies hold twice the cache
     assert "rotated" in prepared.note
 
 
 def test_profile_every_op_placed_on_the_roofline():
     r = profile(TINY, "decode", context_tokens=8, roofline=ROOF, budget_s=0.002, impls=["torch"])
-    assert [o.op.name for o in r.ops] == [o.name for o in llama_ops(TINY, "decode", context_tokens=8,
-                                                                     dtype="fp32").ops]
+    assert [o.op.name for o in r.ops] == [
+        o.name for o in llama_ops(TINY, "decode", context_tokens=8, dtype="fp32").ops
+    ]
     assert all(o.chosen is not None and o.chosen.check.ok for o in r.ops)
     q = next(o for o in r.ops if o.op.name == "q_proj")
     p = q.placement()
     assert p["attainable_flops_per_s"] == pytest.approx(ROOF.attainable(q.op.intensity, "fp32"))
-    assert p["percent_of_roof"] == pytest.approx(100 * q.op.flops / q.seconds / p["attainable_flops_per_s"])
+    assert p["percent_of_roof"] == pytest.approx(
+        100 * q.op.flops / q.seconds / p["attainable_flops_per_s"]
+    )
     assert p["bound"] == "memory"
     assert r.seconds == pytest.approx(sum(o.seconds * o.op.count for o in r.ops))
     from roofprof.report import clean
@@ -124,7 +143,9 @@ class _Prepared:
 
     def check(self):
         self.run()
-        return CheckResult(self.ok, 1.0 if not self.ok else 0.0, 1.0 if not self.ok else 0.0, 1e-6, "fake")
+        return CheckResult(
+            self.ok, 1.0 if not self.ok else 0.0, 1.0 if not self.ok else 0.0, 1e-6, "fake"
+        )
 
     def release(self):
         pass
@@ -141,7 +162,9 @@ class _Fake:
         return _Prepared(self.ok, self.boom)
 
 
-@pytest.mark.filterwarnings("ignore:.*failed its correctness check", "ignore:.*no implementation measured it")
+@pytest.mark.filterwarnings(
+    "ignore:.*failed its correctness check", "ignore:.*no implementation measured it"
+)
 def test_failed_check_is_reported_and_excluded_with_a_warning():
     prof = Profiler(TINY, "cpu", roofline=ROOF, budget_s=0.001, impls=["torch"])
     prof.impls = [_Fake("bad", ok=False), _Fake("crash", boom=True)]
@@ -151,12 +174,16 @@ def test_failed_check_is_reported_and_excluded_with_a_warning():
     first = r.ops[0]
     assert [m.status for m in first.measurements] == ["failed", "error"]
     assert first.chosen is None and r.seconds == 0.0
-    assert any("excluded" in msg for msg in r.warnings) and any("raised RuntimeError" in m for m in r.warnings)
+    assert any("excluded" in msg for msg in r.warnings) and any(
+        "raised RuntimeError" in m for m in r.warnings
+    )
     # the roll-up counts such ops from the empirical roofline, with a warning
     est = prof.estimator()
     with pytest.warns(UserWarning, match="not measured"):
         p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, context_tokens=4, dtype="fp32")
-    assert p.decode.seconds == pytest.approx(sum(ROOF.time_s(o.flops, o.bytes, "fp32") * o.count for o in w.ops))
+    assert p.decode.seconds == pytest.approx(
+        sum(ROOF.time_s(o.flops, o.bytes, "fp32") * o.count for o in w.ops)
+    )
     assert any("failed" in x for x in p.warnings)
 
 
@@ -178,21 +205,42 @@ def test_measurement_cache_roundtrip(tmp_path):
 
     op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
     cache = MeasurementCache("abc", folder=tmp_path)
-    m = Measurement("torch", "ok", "n", Timing((1e-6, 2e-6)), CheckResult(True, 0.0, 0.0, 1e-5), 1, {"clock_mhz": 2600})
+    m = Measurement(
+        "torch",
+        "ok",
+        "n",
+        Timing((1e-6, 2e-6)),
+        CheckResult(True, 0.0, 0.0, 1e-5),
+        1,
+        {"clock_mhz": 2600},
+    )
     cache.put(op, m)
     again = MeasurementCache("abc", folder=tmp_path).get(op, "torch")
     assert again.seconds == m.seconds and again.check.ok and again.telemetry["clock_mhz"] == 2600
 
 
 def test_measured_estimator_profiles_on_demand_then_uses_the_cache(roofline_file, quiet):
-    est = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
-                             impls=["torch"], include_launch=False)
+    est = measured_estimator(
+        TINY,
+        device="cpu",
+        dtype="fp32",
+        roofline=roofline_file,
+        budget_s=0.001,
+        impls=["torch"],
+        include_launch=False,
+    )
     p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, dtype="fp32")
     assert p.estimator == "measured-no-launch" and p.decode.seconds > 0 and not p.warnings
     inputs = p.to_dict()["estimator_inputs"]
     assert inputs["roofline_file"] == str(roofline_file) and inputs["measured_ops"]
-    again = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, impls=["torch"],
-                               include_launch=False)
+    again = measured_estimator(
+        TINY,
+        device="cpu",
+        dtype="fp32",
+        roofline=roofline_file,
+        impls=["torch"],
+        include_launch=False,
+    )
     called = []
     inner = again.measure
 
@@ -208,7 +256,9 @@ def test_measured_estimator_profiles_on_demand_then_uses_the_cache(roofline_file
 
 def test_measure_places_a_user_function():
     a = np.ones((128, 128), dtype=np.float32)
-    r = roofprof.measure(lambda: a @ a, flops=2 * 128**3, bytes=3 * 128 * 128 * 4, roofline=ROOF, budget_s=0.005)
+    r = roofprof.measure(
+        lambda: a @ a, flops=2 * 128**3, bytes=3 * 128 * 128 * 4, roofline=ROOF, budget_s=0.005
+    )
     d = r.to_dict()
     assert r.seconds > 0 and d["intensity"] == pytest.approx(2 * 128**3 / (3 * 128 * 128 * 4))
     assert d["attainable_flops_per_s"] == pytest.approx(min(1e11, 1e10 * d["intensity"]))
@@ -219,7 +269,9 @@ def test_measure_places_a_user_function():
 
 def test_package_facade_is_callable():
     assert callable(roofprof.profile) and callable(roofprof.validate)
-    r = roofprof.profile(TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"])
+    r = roofprof.profile(
+        TINY, "decode", context_tokens=4, roofline="none", budget_s=0.001, impls=["torch"]
+    )
     assert r.workload.phase == "decode"
 
 
@@ -240,44 +292,105 @@ def run_cli(capsys, *args):
 
 
 def test_cli_profile_json_and_sweep_table(capsys, tiny_config, roofline_file, tmp_path):
-    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--phase", "both", "--prompt", "8",
-                             "--roofline", str(roofline_file), "--impl", "torch", "--budget", "0.001",
-                             "--format", "json", "--out", str(tmp_path / "p.json"))
+    code, out, err = run_cli(
+        capsys,
+        "profile",
+        "--model",
+        str(tiny_config),
+        "--phase",
+        "both",
+        "--prompt",
+        "8",
+        "--roofline",
+        str(roofline_file),
+        "--impl",
+        "torch",
+        "--budget",
+        "0.001",
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "p.json"),
+    )
     assert code == 0, err
     d = json.loads(out)
     assert [p["phase"] for p in d["profiles"]] == ["prefill", "decode"]
     op = d["profiles"][1]["ops"][2]
-    assert {"seconds_per_call", "flops_per_s", "bytes_per_s", "intensity", "attainable_flops_per_s",
-            "percent_of_roof", "bound", "implementations"} <= set(op)
+    assert {
+        "seconds_per_call",
+        "flops_per_s",
+        "bytes_per_s",
+        "intensity",
+        "attainable_flops_per_s",
+        "percent_of_roof",
+        "bound",
+        "implementations",
+    } <= set(op)
     assert json.loads((tmp_path / "p.json").read_text())["profiles"]
-    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--batch", "1,4", "--prompt", "8",
-                             "--roofline", "none", "--impl", "torch", "--budget", "0.001")
+    code, out, err = run_cli(
+        capsys,
+        "profile",
+        "--model",
+        str(tiny_config),
+        "--batch",
+        "1,4",
+        "--prompt",
+        "8",
+        "--roofline",
+        "none",
+        "--impl",
+        "torch",
+        "--budget",
+        "0.001",
+    )
     assert code == 0 and "Sweep" in out and "q_proj" in out
 
 
 def test_cli_predict_measured(capsys, tiny_config, roofline_file, quiet):
     # measure the shapes once with a tiny budget: the CLI then finds them in the cache
-    warm = measured_estimator(str(tiny_config), device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001)
+    warm = measured_estimator(
+        str(tiny_config), device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001
+    )
     roofprof.predict(str(tiny_config), estimator=warm, prompt_tokens=8, dtype="fp32")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        code, out, err = run_cli(capsys, "predict", "--model", str(tiny_config), "--estimator", "measured",
-                                 "--device", "cpu", "--dtype", "fp32", "--prompt", "8",
-                                 "--roofline", str(roofline_file), "--format", "json")
+        code, out, err = run_cli(
+            capsys,
+            "predict",
+            "--model",
+            str(tiny_config),
+            "--estimator",
+            "measured",
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--prompt",
+            "8",
+            "--roofline",
+            str(roofline_file),
+            "--format",
+            "json",
+        )
     assert code == 0, err
     d = json.loads(out)
     assert d["estimator"] == "measured" and d["decode"]["seconds_per_token"] > 0
     assert d["estimator_inputs"]["measured_ops"] and d["prefill"]["seconds"] > 0
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--phase", "middle"), "prefill"),
-    (("--impl", "cuda-magic"), "torch"),
-    (("--batch", "0"), "--batch"),
-    (("--attention", "flash"), "fused"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--phase", "middle"), "prefill"),
+        (("--impl", "cuda-magic"), "torch"),
+        (("--batch", "0"), "--batch"),
+        (("--attention", "flash"), "fused"),
+    ],
+)
 def test_cli_profile_bad_input(capsys, tiny_config, args, needle):
-    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--roofline", "none", *args)
+    code, out, err = run_cli(
+        capsys, "profile", "--model", str(tiny_config), "--roofline", "none", *args
+    )
     assert code == 2 and needle in err and "Traceback" not in err
 
 
@@ -305,8 +418,16 @@ def test_host_issue_time_measured_on_asynchronous_devices():
 
 @pytest.mark.gpu
 def test_profile_on_a_gpu_checks_and_times_every_op():
-    r = profile(TINY, "decode", context_tokens=8, device="cuda:0", dtype="bf16", roofline="none", budget_s=0.01,
-                impls=["torch"])
+    r = profile(
+        TINY,
+        "decode",
+        context_tokens=8,
+        device="cuda:0",
+        dtype="bf16",
+        roofline="none",
+        budget_s=0.01,
+        impls=["torch"],
+    )
     assert all(o.chosen is not None and o.chosen.check.ok for o in r.ops)
     assert all(o.chosen.host_s > 0 for o in r.ops)  # back-to-back issue time measured on the GPU
     assert r.launch_s > 0
@@ -349,7 +470,12 @@ def test_contended_single_measurement_is_repeated(monkeypatch):
     op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
     found, _ = prof.op_time(op)  # the on-demand path of the measured estimator
     t = prof._measured[(op.shape_key, "torch")].telemetry
-    assert found is not None and t["attempts"] == 2 and t["other_cpu_share"] == 0.0 and "contended" not in t
+    assert (
+        found is not None
+        and t["attempts"] == 2
+        and t["other_cpu_share"] == 0.0
+        and "contended" not in t
+    )
 
 
 def test_reference_implementation_preferred_even_next_to_a_device_torch_gemm():
@@ -373,41 +499,67 @@ def test_reference_implementation_preferred_even_next_to_a_device_torch_gemm():
     assert all(o.chosen.impl == "torch-eager" for o in r.ops)
 
 
-def test_contended_measurement_is_marked_in_the_cache_and_measured_again(monkeypatch, roofline_file):
+def test_contended_measurement_is_marked_in_the_cache_and_measured_again(
+    monkeypatch, roofline_file
+):
     _fake_contention(monkeypatch, [0.6])  # every try contended: kept, but marked
-    est = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
-                             impls=["torch"])
+    est = measured_estimator(
+        TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001, impls=["torch"]
+    )
     with pytest.warns(UserWarning, match="contended"):
         p = roofprof.predict(TINY, estimator=est, prompt_tokens=4, dtype="fp32")
-    assert any("contended" in w and "--remeasure" in w for w in p.warnings)  # said plainly, with the way out
+    assert any(
+        "contended" in w and "--remeasure" in w for w in p.warnings
+    )  # said plainly, with the way out
     stored = json.loads(open(est.inputs["cache"]).read())
     assert stored and all("contended" in d["suspect"] for d in stored.values())
     # next use on a quiet machine: the contended entries are measured again, not reused
     _fake_contention(monkeypatch, [0.0])
-    again = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
-                               impls=["torch"])
+    again = measured_estimator(
+        TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001, impls=["torch"]
+    )
     p2 = roofprof.predict(TINY, estimator=again, prompt_tokens=4, dtype="fp32")
     assert not p2.warnings
-    assert not any("contended" in d.get("suspect", "") for d in json.loads(open(again.inputs["cache"]).read()).values())
+    assert not any(
+        "contended" in d.get("suspect", "")
+        for d in json.loads(open(again.inputs["cache"]).read()).values()
+    )
 
 
-def test_clean_cached_measurements_are_reused_and_remeasure_ignores_them(monkeypatch, roofline_file):
+def test_clean_cached_measurements_are_reused_and_remeasure_ignores_them(
+    monkeypatch, roofline_file
+):
     _fake_contention(monkeypatch, [0.0])
-    first = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
-                               impls=["torch"])
+    first = measured_estimator(
+        TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001, impls=["torch"]
+    )
     roofprof.predict(TINY, estimator=first, prompt_tokens=4, dtype="fp32")
     import roofprof.profiling as rp
 
     timed = []
     real, real_group = rp.check_then_time, rp.check_then_time_group
-    monkeypatch.setattr(rp, "check_then_time", lambda *a, **k: timed.append(a[1].name) or real(*a, **k))
-    monkeypatch.setattr(rp, "check_then_time_group",  # predict measures new shapes as one group
-                        lambda *a, **k: timed.extend(op.name for op in a[1]) or real_group(*a, **k))
-    cached = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, impls=["torch"])
+    monkeypatch.setattr(
+        rp, "check_then_time", lambda *a, **k: timed.append(a[1].name) or real(*a, **k)
+    )
+    monkeypatch.setattr(
+        rp,
+        "check_then_time_group",  # predict measures new shapes as one group
+        lambda *a, **k: timed.extend(op.name for op in a[1]) or real_group(*a, **k),
+    )
+    cached = measured_estimator(
+        TINY, device="cpu", dtype="fp32", roofline=roofline_file, impls=["torch"]
+    )
     roofprof.predict(TINY, estimator=cached, prompt_tokens=4, dtype="fp32")
     assert timed == []  # all from the cache
-    fresh = measured_estimator(TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001,
-                               impls=["torch"], use_cache=False)  # --remeasure
+    fresh = measured_estimator(
+        TINY,
+        device="cpu",
+        dtype="fp32",
+        roofline=roofline_file,
+        budget_s=0.001,
+        impls=["torch"],
+        use_cache=False,
+    )  # --remeasure
     roofprof.predict(TINY, estimator=fresh, prompt_tokens=4, dtype="fp32")
     assert {"q_proj", "o_proj"} & set(timed)  # measured again (one op per shape: q and o share one)
 
@@ -427,13 +579,44 @@ def test_cli_predict_remeasure_ignores_the_cache(capsys, tiny_config, roofline_f
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for extra in ((), ("--remeasure",)):
-            code, out, err = run_cli(capsys, "predict", "--model", str(tiny_config), "--estimator", "measured",
-                                     "--device", "cpu", "--dtype", "fp32", "--prompt", "4", "--roofline",
-                                     str(roofline_file), "--format", "json", *extra)
+            code, out, err = run_cli(
+                capsys,
+                "predict",
+                "--model",
+                str(tiny_config),
+                "--estimator",
+                "measured",
+                "--device",
+                "cpu",
+                "--dtype",
+                "fp32",
+                "--prompt",
+                "4",
+                "--roofline",
+                str(roofline_file),
+                "--format",
+                "json",
+                *extra,
+            )
             assert code == 0, err
     assert seen == [True, False]
-    code, out, err = run_cli(capsys, "profile", "--model", str(tiny_config), "--prompt", "4", "--roofline", "none",
-                             "--impl", "torch", "--budget", "0.001", "--remeasure", "--format", "json")
+    code, out, err = run_cli(
+        capsys,
+        "profile",
+        "--model",
+        str(tiny_config),
+        "--prompt",
+        "4",
+        "--roofline",
+        "none",
+        "--impl",
+        "torch",
+        "--budget",
+        "0.001",
+        "--remeasure",
+        "--format",
+        "json",
+    )
     assert code == 0, err
 
 
@@ -451,8 +634,15 @@ def test_tuning_knobs_are_settings_and_threads_are_restored(monkeypatch):
 
     _fake_contention(monkeypatch, [0.0])
     before = torch.get_num_threads()
-    prof = Profiler(TINY, "cpu", impls=["torch"], roofline="none", budget_s=0.001, threads=1,
-                    settings=MeasureSettings(rounds=3, switch_idle_s=0.0))
+    prof = Profiler(
+        TINY,
+        "cpu",
+        impls=["torch"],
+        roofline="none",
+        budget_s=0.001,
+        threads=1,
+        settings=MeasureSettings(rounds=3, switch_idle_s=0.0),
+    )
     assert prof.threads == 1 and torch.get_num_threads() == before  # set while measuring only
     r = prof.profile(Scenario.of(TINY, "decode", context_tokens=4, dtype="fp32"))
     assert r.ops[2].chosen.telemetry["rounds"] == 3 and r.threads == 1
@@ -482,13 +672,19 @@ def test_check_then_time_is_one_loop_for_every_caller(monkeypatch):
 
     warned = []
     with pytest.warns(UserWarning, match="failed its correctness check"):
-        bad = check_then_time(Impl("bad", ok=False), op, rng, clock=clock, budget_s=0.001, warn=warned.append)
-    crash = check_then_time(Impl("crash", boom=True), op, rng, clock=clock, budget_s=0.001, warn=warned.append)
+        bad = check_then_time(
+            Impl("bad", ok=False), op, rng, clock=clock, budget_s=0.001, warn=warned.append
+        )
+    crash = check_then_time(
+        Impl("crash", boom=True), op, rng, clock=clock, budget_s=0.001, warn=warned.append
+    )
     good = check_then_time(Impl("good"), op, rng, clock=clock, budget_s=0.001)
     assert (bad.status, crash.status, good.status) == ("failed", "error", "ok")
     assert len(released) == 3 and len(warned) == 2 and good.timing.n >= 3 and good.check.ok
     _fake_contention(monkeypatch, [0.6])
-    busy = check_then_time(Impl("good"), op, rng, clock=clock, budget_s=0.001, retries=2, retry=RetryBudget(60.0))
+    busy = check_then_time(
+        Impl("good"), op, rng, clock=clock, budget_s=0.001, retries=2, retry=RetryBudget(60.0)
+    )
     assert busy.telemetry["attempts"] == 3 and busy.contended and "contended" in busy.suspect
     ms = check_then_time_group(Impl("good"), [op, op], rng, clock=clock, budget_s=0.001, rounds=3)
     assert [m.timing.rounds for m in ms] == [3, 3] and len(released) == 6

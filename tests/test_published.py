@@ -11,7 +11,14 @@ from roofprof._resources import data_root
 from roofprof.errors import ConfigError
 from roofprof.specs import list_models, load_gpu, load_model
 
-PUBLISHED_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.3-70b"]
+PUBLISHED_MODELS = [
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.3-70b",
+]
 
 
 def test_every_row_loads_and_names_its_source():
@@ -63,9 +70,17 @@ def test_published_model_configs(mid):
     assert m.num_heads % m.num_kv_heads == 0
 
 
-@pytest.mark.parametrize("mid, params", [
-    ("llama-2-7b", 6_738_415_616), ("llama-2-13b", 13_015_864_320), ("llama-2-70b", 68_976_648_192),
-    ("llama-3-8b", 8_030_261_248), ("llama-3-70b", 70_553_706_496), ("llama-3.3-70b", 70_553_706_496)])
+@pytest.mark.parametrize(
+    "mid, params",
+    [
+        ("llama-2-7b", 6_738_415_616),
+        ("llama-2-13b", 13_015_864_320),
+        ("llama-2-70b", 68_976_648_192),
+        ("llama-3-8b", 8_030_261_248),
+        ("llama-3-70b", 70_553_706_496),
+        ("llama-3.3-70b", 70_553_706_496),
+    ],
+)
 def test_parameter_counts(mid, params):
     # the parameter counts the checkpoints report; llama-2-7b x 2 bytes = 13.48 GB, as gpt-fast's
     # 1397.31 GB/s / 104.9 tok/s implies (S5)
@@ -93,5 +108,7 @@ def test_missing_field_names_file_and_row(tmp_path):
     data = json.loads((tmp_path / "end_to_end.json").read_text())
     del data["rows"][3]["engine"]
     (tmp_path / "end_to_end.json").write_text(json.dumps(data))
-    with pytest.raises(ConfigError, match=r"end_to_end.json: row D03-tp4 misses required field\(s\) engine"):
+    with pytest.raises(
+        ConfigError, match=r"end_to_end.json: row D03-tp4 misses required field\(s\) engine"
+    ):
         published.load_end_to_end(str(tmp_path))

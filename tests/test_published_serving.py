@@ -31,7 +31,9 @@ def test_static_batch_passes_grow_the_context():
 
 
 def test_batched_throughput_is_tokens_over_time():
-    run = batched_run(Scenario.of("llama-3.1-8b", "decode"), batch=4, prompt_tokens=16, output_tokens=8)
+    run = batched_run(
+        Scenario.of("llama-3.1-8b", "decode"), batch=4, prompt_tokens=16, output_tokens=8
+    )
     pred = predict_batched(run, lambda s: 0.5 if s.phase == "prefill" else 0.01)
     assert pred.seconds == pytest.approx(0.5 + 8 * 0.01)
     assert pred.tokens_per_s == pytest.approx(32 / 0.58)
@@ -47,7 +49,9 @@ def test_saturation_batch_is_the_kv_capacity():
     assert b == memory_fit(probe, "h200").max_batch
     assert memory_fit(base.replace(batch=b, prompt_tokens=128, context_tokens=255), "h200").fits
     small = Scenario.of("llama-3.2-1b", "decode", dtype="fp8", weights="fp8", kv_dtype="fp8")
-    assert saturation_batch(small, "b200", 16, 16) == MAX_BATCH  # capped by the CUDA-graph batch list
+    assert (
+        saturation_batch(small, "b200", 16, 16) == MAX_BATCH
+    )  # capped by the CUDA-graph batch list
 
 
 def test_batched_bad_input():
@@ -82,7 +86,10 @@ def test_summary_keeps_batched_rows_apart():
     groups = {(s["estimator"], s["group"], s["value"]): s for s in v.summary}
     assert groups[("calibrated", "all", "all")]["n"] == n_single
     assert groups[("calibrated", "phase", "batched")]["n"] == n_batched
-    assert sum(groups[("calibrated", "batching", b)]["n"] for b in ("static", "continuous")) == n_batched
+    assert (
+        sum(groups[("calibrated", "batching", b)]["n"] for b in ("static", "continuous"))
+        == n_batched
+    )
     for (_est, key, _), s in groups.items():
         if key in ("gpu", "engine_profile"):
             assert not s["worst_case"].endswith(":batched")
@@ -106,20 +113,27 @@ def test_fp16_accumulate_ratio_comes_from_the_gpu_data():
 
 def test_dequantization_pass_per_ubatch():
     path = KERNEL_PATHS["llama.cpp"]
-    q4 = ops(Scenario.of("llama-3-8b", "prefill", prompt_tokens=1024, dtype="fp16", weights="q4_k_m"))
+    q4 = ops(
+        Scenario.of("llama-3-8b", "prefill", prompt_tokens=1024, dtype="fp16", weights="q4_k_m")
+    )
     f16 = ops(Scenario.of("llama-3-8b", "prefill", prompt_tokens=1024, dtype="fp16"))
     up = next(op for op in q4.ops if op.fn == "linear" and op.n == 14336)
     assert dequantize_bytes(up, path) == pytest.approx(2 * (up.weight_bytes + 2 * up.n * up.k))
     assert dequantize_bytes(up, KernelPath()) == 0.0
     assert all(dequantize_bytes(op, path) == 0.0 for op in f16.ops)  # F16 weights: no conversion
-    decode = ops(Scenario.of("llama-3-8b", "decode", prompt_tokens=1024, dtype="fp16", weights="q4_k_m"))
+    decode = ops(
+        Scenario.of("llama-3-8b", "decode", prompt_tokens=1024, dtype="fp16", weights="q4_k_m")
+    )
     assert all(dequantize_bytes(op, path) == 0.0 for op in decode.ops)
 
 
 def test_llama_cpp_prefill_meets_the_ttft_target_leave_one_out():
     loo = leave_one_out()
-    preps = [p for p in _prepared_corpus() if p.engine == "llama.cpp" and p.phase == "prefill"
-             and not p.anomalous]
+    preps = [
+        p
+        for p in _prepared_corpus()
+        if p.engine == "llama.cpp" and p.phase == "prefill" and not p.anomalous
+    ]
     res = [abs(loo[p.label] / p.published_s - 1) for p in preps]
     assert len(res) == 10
     assert statistics.median(res) <= 0.20

@@ -24,9 +24,18 @@ def test_doctor_details_are_escaped():
 
 
 def _record(name: str):
-    return SimpleNamespace(name=name, range_name="roofprof.[q_proj]", time_s=1e-3, flops=None,
-                           dominant_pipe=None, dram_bytes=1e6, l2_bytes=None, l1_bytes=None,
-                           intensity=lambda level: None, byte_source=lambda level: None)
+    return SimpleNamespace(
+        name=name,
+        range_name="roofprof.[q_proj]",
+        time_s=1e-3,
+        flops=None,
+        dominant_pipe=None,
+        dram_bytes=1e6,
+        l2_bytes=None,
+        l1_bytes=None,
+        intensity=lambda level: None,
+        byte_source=lambda level: None,
+    )
 
 
 def test_counters_kernel_names_are_escaped(capsys):

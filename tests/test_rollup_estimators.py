@@ -21,8 +21,13 @@ from roofprof.roofline import Ceiling, Roofline
 from roofprof.workload import Op
 
 TINY = tiny_spec()
-ROOF = Roofline("literal", (Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),
-                            Ceiling("dram", "memory", 1e10, level="dram", source="measured")))
+ROOF = Roofline(
+    "literal",
+    (
+        Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),
+        Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
+    ),
+)
 
 
 def op(name="q_proj", m=1, n=64, k=64, count=2, kind="gemm", flops=8192.0, bytes_=16896.0):
@@ -36,11 +41,16 @@ def table_for(workload, seconds=1e-3, kernels=1):
 def test_measured_sum_is_per_call_time_times_count():
     w = llama_ops(TINY, "decode", context_tokens=8, dtype="fp32")
     wp = llama_ops(TINY, "prefill", prompt_tokens=8, dtype="fp32")
-    table = {**table_for(wp, 5e-3), **table_for(w, 1e-3)}  # lm_head/final_norm: same shape in both phases
+    table = {
+        **table_for(wp, 5e-3),
+        **table_for(w, 1e-3),
+    }  # lm_head/final_norm: same shape in both phases
     est = MeasuredEstimator(table, launch_s=0.0)
     p = predict(TINY, estimator=est, prompt_tokens=8, context_tokens=8, dtype="fp32")
     expected = sum(o.count for o in w.ops) * 1e-3
-    assert p.prefill.seconds == pytest.approx(sum(o.count * table[o.shape_key].seconds for o in wp.ops))
+    assert p.prefill.seconds == pytest.approx(
+        sum(o.count * table[o.shape_key].seconds for o in wp.ops)
+    )
     assert not p.warnings
     assert p.decode.seconds == pytest.approx(expected)
     assert p.estimator == "measured"
@@ -85,7 +95,9 @@ def test_unmeasured_op_falls_back_to_empirical_with_warning():
     assert est.warnings and "q_proj" in est.warnings[0]
     # the warning reaches the prediction
     with pytest.warns(UserWarning):
-        p = predict(TINY, estimator=MeasuredEstimator({}, fallback=fallback), prompt_tokens=4, dtype="fp32")
+        p = predict(
+            TINY, estimator=MeasuredEstimator({}, fallback=fallback), prompt_tokens=4, dtype="fp32"
+        )
     assert any("not measured" in w for w in p.warnings)
 
 
@@ -119,7 +131,15 @@ def test_residuals_and_compare_rows():
     wp = llama_ops(TINY, "prefill", prompt_tokens=8, dtype="fp32")
     est = MeasuredEstimator({**table_for(w, 1e-3), **table_for(wp, 2e-3)})
     p = predict(TINY, estimator=est, prompt_tokens=8, context_tokens=8, dtype="fp32")
-    real = RealRun("tiny", 1, 8, 8, prefill_s=p.prefill.seconds / 1.25, decode_s=p.decode.seconds * 2, num_layers=2)
+    real = RealRun(
+        "tiny",
+        1,
+        8,
+        8,
+        prefill_s=p.prefill.seconds / 1.25,
+        decode_s=p.decode.seconds * 2,
+        num_layers=2,
+    )
     rows = compare({"measured": p}, real)
     assert [r["estimator"] for r in rows] == ["measured", "real"]
     assert rows[0]["ttft_residual"] == pytest.approx(0.25)
@@ -137,18 +157,26 @@ def test_real_run_record():
 def test_decode_sweep_turns_compute_bound():
     est = RooflineEstimator(ROOF, name="empirical")
     # ridge 10 FLOP/B: the decode GEMMs of a 1B model cross it between batch 1 and 512
-    phases = phase_sweep("llama-3.2-1b", est, batches=(1, 512), contexts=(8,), prompt_tokens=8, dtype="fp32")
+    phases = phase_sweep(
+        "llama-3.2-1b", est, batches=(1, 512), contexts=(8,), prompt_tokens=8, dtype="fp32"
+    )
     assert [p.workload.batch for p in phases] == [1, 512]
     assert phases[0].bound == "memory" and phases[1].bound == "compute"
-    preds = [predict("llama-3.2-1b", roofline=ROOF, batch=b, prompt_tokens=8, context_tokens=8, dtype="fp32")
-             for b in (1, 512)]
+    preds = [
+        predict(
+            "llama-3.2-1b", roofline=ROOF, batch=b, prompt_tokens=8, context_tokens=8, dtype="fp32"
+        )
+        for b in (1, 512)
+    ]
     assert decode_turning_point(preds) == {"batch": 512, "previous_batch": 1}
     assert decode_turning_point(preds[:1]) is None
 
 
 def test_host_issue_time_is_a_floor_too():
     o = op()
-    est = MeasuredEstimator({o.shape_key: OpTime(4e-6, "lit", kernels=1, host_s=9e-6)}, launch_s=5e-6)
+    est = MeasuredEstimator(
+        {o.shape_key: OpTime(4e-6, "lit", kernels=1, host_s=9e-6)}, launch_s=5e-6
+    )
     e = est.estimate(o)
     assert e.seconds == 9e-6 and e.bound == "launch"
     assert est.with_launch(False).estimate(o).seconds == 4e-6
@@ -163,9 +191,17 @@ def test_predict_and_sweeps_take_a_scenario():
     loose = predict(TINY, estimator=est, batch=2, prompt_tokens=8, context_tokens=16, dtype="fp32")
     assert predict(s, estimator=est).to_dict() == loose.to_dict()
     assert [p.decode.workload.batch for p in sweep(s, batches=(1, 4), estimator=est)] == [1, 4]
-    assert [p.decode.workload.context_tokens for p in sweep([s, s.replace(context_tokens=32)], estimator=est)] == [16, 32]
+    assert [
+        p.decode.workload.context_tokens
+        for p in sweep([s, s.replace(context_tokens=32)], estimator=est)
+    ] == [16, 32]
     grid = phase_sweep(s, est, batches=(1, 2), contexts=(None, 64))
-    assert [(p.workload.batch, p.workload.context_tokens) for p in grid] == [(1, 8), (1, 64), (2, 8), (2, 64)]
+    assert [(p.workload.batch, p.workload.context_tokens) for p in grid] == [
+        (1, 8),
+        (1, 64),
+        (2, 8),
+        (2, 64),
+    ]
 
 
 def test_a_contended_measurement_is_used_and_said_plainly():

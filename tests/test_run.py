@@ -13,9 +13,14 @@ from roofprof.run import default_model, run
 pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 
-ROOF = Roofline("literal", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
-                            Ceiling("DRAM", "memory", 1e10, level="dram", source="measured"),
-                            Ceiling("L2", "memory", 5e10, level="l2", source="measured")))
+ROOF = Roofline(
+    "literal",
+    (
+        Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
+        Ceiling("DRAM", "memory", 1e10, level="dram", source="measured"),
+        Ceiling("L2", "memory", 5e10, level="l2", source="measured"),
+    ),
+)
 
 
 @pytest.fixture
@@ -44,9 +49,21 @@ def test_default_model_is_what_the_device_declares():
 def test_run_end_to_end(tiny, roofline_file, tmp_path):
     steps, progress = [], []
     out = tmp_path / "report"
-    r = run(tiny, device="cpu", out=out, prompt_tokens=8, batches=(1, 4), contexts=(8, 32), roofline=roofline_file,
-            budget_s=0.001, decode_steps=2, impls=["torch"], backend="torch",
-            progress=lambda label, done, total: progress.append(label), step=steps.append)
+    r = run(
+        tiny,
+        device="cpu",
+        out=out,
+        prompt_tokens=8,
+        batches=(1, 4),
+        contexts=(8, 32),
+        roofline=roofline_file,
+        budget_s=0.001,
+        decode_steps=2,
+        impls=["torch"],
+        backend="torch",
+        progress=lambda label, done, total: progress.append(label),
+        step=steps.append,
+    )
     assert steps == ["doctor", "roofline", "profile", "predictions", "validation", "report"]
     assert progress  # every step reports progress
     assert set(r.profiles) == {"prefill", "decode"}
@@ -64,17 +81,32 @@ def test_run_end_to_end(tiny, roofline_file, tmp_path):
         assert (rows[label]["decode_residual"] > 0) == (predicted_s > real_s)
     assert [p.workload.batch for p in r.batch_sweep["measured"]] == [1, 4]
     assert [p.workload.context_tokens for p in r.context_sweep["measured"]] == [8, 32]
-    for name in ("index.html", "report.json", "measured_ops.csv", "predicted_ops.csv", "comparison.csv", "sweeps.csv",
-                 "profile-prefill.json", "profile-decode.json", "roofline.png", "breakdown.png", "estimators.png",
-                 "sweeps.png"):
+    for name in (
+        "index.html",
+        "report.json",
+        "measured_ops.csv",
+        "predicted_ops.csv",
+        "comparison.csv",
+        "sweeps.csv",
+        "profile-prefill.json",
+        "profile-decode.json",
+        "roofline.png",
+        "breakdown.png",
+        "estimators.png",
+        "sweeps.png",
+    ):
         assert (out / name).stat().st_size > 0, name
-    payload = json.loads((out / "report.json").read_text(),  # strict JSON (no NaN)
-                         parse_constant=lambda c: pytest.fail(f"{c} in report.json"))
+    payload = json.loads(
+        (out / "report.json").read_text(),  # strict JSON (no NaN)
+        parse_constant=lambda c: pytest.fail(f"{c} in report.json"),
+    )
     assert payload["validation"]["real"]["decode_s"] == pytest.approx(real_s)
     assert set(payload["step_seconds"]) == set(steps)
     html = (out / "index.html").read_text()
     assert "Estimators against the real run" in html and "Roofline with every op" in html
-    assert "Measured ops: decode" in html and "Clocks and throttling" in html and "Provenance" in html
+    assert (
+        "Measured ops: decode" in html and "Clocks and throttling" in html and "Provenance" in html
+    )
     # self-contained: charts inline, nothing fetched from elsewhere
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
     assert len(images) >= 4 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
@@ -83,9 +115,33 @@ def test_run_end_to_end(tiny, roofline_file, tmp_path):
 
 def test_cli_run(capsys, tiny, roofline_file, tmp_path):
     out = tmp_path / "r"
-    code = main(["run", "--model", tiny, "--device", "cpu", "--out", str(out), "--prompt", "8", "--batch-sweep", "1,2",
-                 "--context-sweep", "8,16", "--roofline", str(roofline_file), "--budget", "0.001", "--steps", "2",
-                 "--impl", "torch", "--backend", "torch"])
+    code = main(
+        [
+            "run",
+            "--model",
+            tiny,
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--prompt",
+            "8",
+            "--batch-sweep",
+            "1,2",
+            "--context-sweep",
+            "8,16",
+            "--roofline",
+            str(roofline_file),
+            "--budget",
+            "0.001",
+            "--steps",
+            "2",
+            "--impl",
+            "torch",
+            "--backend",
+            "torch",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "step: validation" in captured.err  # progress on stderr
@@ -96,15 +152,24 @@ def test_cli_run(capsys, tiny, roofline_file, tmp_path):
     assert [r["context_tokens"] for r in payload["context_sweep"]["measured"]] == [8, 16]
     real_s = payload["validation"]["real"]["decode_s"]
     rows = {r["estimator"]: r for r in payload["comparison"]}
-    assert rows["real"]["decode_step_s"] == real_s and rows["real"]["tokens_per_second"] == pytest.approx(1 / real_s)
+    assert rows["real"]["decode_step_s"] == real_s and rows["real"][
+        "tokens_per_second"
+    ] == pytest.approx(1 / real_s)
     # the summary table prints the numbers of report.json, one row per estimator
     from roofprof.units import si
 
-    lines = {line.split("│")[1].strip(): line for line in captured.out.splitlines() if line.count("│") > 3}
+    lines = {
+        line.split("│")[1].strip(): line
+        for line in captured.out.splitlines()
+        if line.count("│") > 3
+    }
     assert set(lines) == set(rows)
     for name, row in rows.items():
         cells = [c.strip() for c in lines[name].split("│")]
-        assert cells[4] == si(row["decode_step_s"], "s") and cells[6] == f"{row['tokens_per_second']:,.2f}", cells
+        assert (
+            cells[4] == si(row["decode_step_s"], "s")
+            and cells[6] == f"{row['tokens_per_second']:,.2f}"
+        ), cells
 
 
 def test_cli_run_bad_input(capsys, tiny):
@@ -116,8 +181,16 @@ def test_cli_run_bad_input(capsys, tiny):
 
 @pytest.mark.slow
 def test_run_with_quick_roofline_and_all_implementations(tiny, tmp_path):
-    r = run(tiny, device="cpu", out=tmp_path / "full", prompt_tokens=8, batches=(1, 2), contexts=(8,),
-            budget_s=0.002, decode_steps=2)
+    r = run(
+        tiny,
+        device="cpu",
+        out=tmp_path / "full",
+        prompt_tokens=8,
+        batches=(1, 2),
+        contexts=(8,),
+        budget_s=0.002,
+        decode_steps=2,
+    )
     assert r.roofline is not None and (tmp_path / "full" / "roofline.json").exists()
     names = {m.impl for o in r.profiles["decode"].ops for m in o.measurements}
     assert {"numpy", "numba", "torch"} <= names

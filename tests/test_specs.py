@@ -32,7 +32,13 @@ def test_spec_roofline_has_every_dtype_and_hbm():
 
 
 def test_shipped_models():
-    assert set(list_models()) >= {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b"}
+    assert set(list_models()) >= {
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-3.1-405b",
+        "llama-3.2-1b",
+        "llama-3.2-3b",
+    }
     m70 = load_model("llama-3.1-70b")
     assert m70.head_dim == 128 and m70.num_kv_heads == 8
     assert load_model("llama-3.2-1b").tie_word_embeddings
@@ -44,8 +50,13 @@ def write(tmp_path, cfg):
     return str(p)
 
 
-BASE = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "vocab_size": 1000}
+BASE = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 1000,
+}
 
 
 def test_any_hf_config_path(tmp_path):
@@ -81,13 +92,33 @@ def test_unknown_model():
 
 
 #: Mixtral 8x7B's config.json as published (mistralai/Mixtral-8x7B-v0.1): a sparse MoE, not a dense Llama.
-MIXTRAL = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
-           "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
-           "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32,
-           "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
-           "output_router_logits": False, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
-           "router_aux_loss_coef": 0.02, "sliding_window": None, "tie_word_embeddings": False,
-           "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000}
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
 
 
 #: A family roofprof does not model (Mixtral is modelled now: see tests/test_families_moe.py).
@@ -111,9 +142,17 @@ def test_an_unknown_moe_config_is_exit_2_on_the_command_line(tmp_path, capsys):
 
 def test_model_family_from_model_type_or_architectures(tmp_path):
     assert load_model(write(tmp_path, {**BASE, "model_type": "llama"})).family == "llama"
-    assert load_model(write(tmp_path, {**BASE, "architectures": ["LlamaForCausalLM"]})).family == "llama"
-    assert load_model(write(tmp_path, BASE)).family == "llama"  # sizes only: read as a Llama, as before
-    assert load_model(write(tmp_path, {**BASE, "architectures": ["MistralForCausalLM"]})).family == "mistral"
+    assert (
+        load_model(write(tmp_path, {**BASE, "architectures": ["LlamaForCausalLM"]})).family
+        == "llama"
+    )
+    assert (
+        load_model(write(tmp_path, BASE)).family == "llama"
+    )  # sizes only: read as a Llama, as before
+    assert (
+        load_model(write(tmp_path, {**BASE, "architectures": ["MistralForCausalLM"]})).family
+        == "mistral"
+    )
     with pytest.raises(UnknownNameError, match="GemmaForCausalLM"):
         load_model(write(tmp_path, {**BASE, "architectures": ["GemmaForCausalLM"]}))
 
@@ -121,8 +160,17 @@ def test_model_family_from_model_type_or_architectures(tmp_path):
 def test_rope_and_norm_fields_are_kept_and_the_spec_stays_hashable(tmp_path):
     m = load_model("llama-3.1-8b")
     assert (m.rope_theta, m.rms_norm_eps) == (500000.0, 1e-05)
-    assert m.rope_scaling_dict == {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+    assert m.rope_scaling_dict == {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    }
     assert hash(m) == hash(load_model("llama-3.1-8b"))
     bare = load_model(write(tmp_path, BASE))
-    assert (bare.rope_theta, bare.rope_scaling, bare.rms_norm_eps) == (10000.0, None, 1e-6)  # transformers' defaults
+    assert (bare.rope_theta, bare.rope_scaling, bare.rms_norm_eps) == (
+        10000.0,
+        None,
+        1e-6,
+    )  # transformers' defaults

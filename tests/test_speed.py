@@ -41,8 +41,19 @@ class FakeClock:
 
 
 def _gemm(name="w", m=4, n=96, k=64, phase="decode"):
-    return Op(name, "gemm", phase, m, n, k, "fp32", 2.0 * m * n * k, 4.0 * (m * k + n * k + m * n),
-              weight_bytes=4.0 * n * k, fn="linear")
+    return Op(
+        name,
+        "gemm",
+        phase,
+        m,
+        n,
+        k,
+        "fp32",
+        2.0 * m * n * k,
+        4.0 * (m * k + n * k + m * n),
+        weight_bytes=4.0 * n * k,
+        fn="linear",
+    )
 
 
 # --------------------------------------------------------------------------- inputs
@@ -131,7 +142,10 @@ def test_numpy_and_numba_share_one_weight_and_check_sampled_columns():
     for p in (p1, p2, bigger):
         check = p.check()
         assert check.ok and "256 columns" in check.note
-    p1.kernel = lambda a, w, out: (np.matmul(a, w.T, out=out), out.__setitem__((slice(None), slice(None)), out * 1.01))
+    p1.kernel = lambda a, w, out: (
+        np.matmul(a, w.T, out=out),
+        out.__setitem__((slice(None), slice(None)), out * 1.01),
+    )
     assert not p1.check().ok  # a kernel off by 1 % everywhere fails
     dev.release_buffers()
     assert dev.inputs.bytes == 0
@@ -183,7 +197,9 @@ def test_torch_embedding_table_and_lm_head_weight_are_one_buffer_drawn_fast(monk
     from roofprof.specs import ModelSpec
     from roofprof.torch_ops import TorchOps
 
-    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 20000, False, 256)  # 20000 × 64: over a million values
+    spec = ModelSpec(
+        "t", 64, 128, 1, 4, 2, 16, 20000, False, 256
+    )  # 20000 × 64: over a million values
     impl = TorchOps(spec, cache_bytes=1 << 30)
     drawn = []
     real_randn = torch.randn
@@ -203,8 +219,13 @@ def test_a_checked_case_gets_no_extra_untimed_call():
     calls = []
     for warm in (False, True):
         calls.clear()
-        interleave([Case([lambda: calls.append(1)], warm=warm)], clock=FakeClock(0.001), rounds=3,
-                   budget_s=0.003, warmup_s=0.0)
+        interleave(
+            [Case([lambda: calls.append(1)], warm=warm)],
+            clock=FakeClock(0.001),
+            rounds=3,
+            budget_s=0.003,
+            warmup_s=0.0,
+        )
         assert len(calls) == (1 + 1 + 3 if not warm else 1 + 3)  # first call, estimate, samples
 
 
@@ -222,37 +243,98 @@ class SpreadClock(FakeClock):
 
 def test_long_calls_stop_at_three_clean_samples_or_two_that_agree():
     n_calls = []
-    [t] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=SpreadClock(0.5, 0.55), rounds=5,
-                     budget_s=0.15, warmup_s=0.0)
-    assert t.n == 3 and len(n_calls) == 1 + 2  # the estimate (kept as the first sample), then rounds 1-2
+    [t] = interleave(
+        [Case([lambda: n_calls.append(1)], warm=True)],
+        clock=SpreadClock(0.5, 0.55),
+        rounds=5,
+        budget_s=0.15,
+        warmup_s=0.0,
+    )
+    assert (
+        t.n == 3 and len(n_calls) == 1 + 2
+    )  # the estimate (kept as the first sample), then rounds 1-2
     assert t.samples_s[0] == t.estimate_s
     n_calls.clear()  # 0.5 s then 0.505 s: within LONG_CALL_AGREE, the third call is saved
-    [agreeing] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=SpreadClock(0.5, 0.505),
-                            rounds=5, budget_s=0.15, warmup_s=0.0)
+    [agreeing] = interleave(
+        [Case([lambda: n_calls.append(1)], warm=True)],
+        clock=SpreadClock(0.5, 0.505),
+        rounds=5,
+        budget_s=0.15,
+        warmup_s=0.0,
+    )
     assert agreeing.n == 2 and len(n_calls) == 1 + 1 and agreeing.median_s == pytest.approx(0.5025)
     n_calls.clear()  # the sweeps' shapes beyond the validated point: two samples of a long call
-    [two] = interleave([Case([lambda: n_calls.append(1)], warm=True)], clock=SpreadClock(0.5, 0.55), rounds=5,
-                       budget_s=0.05, warmup_s=0.0, long_samples=2)
+    [two] = interleave(
+        [Case([lambda: n_calls.append(1)], warm=True)],
+        clock=SpreadClock(0.5, 0.55),
+        rounds=5,
+        budget_s=0.05,
+        warmup_s=0.0,
+        long_samples=2,
+    )
     assert two.n == 2 and len(n_calls) == 1 + 1
-    short = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.01), rounds=5, budget_s=0.05,
-                       warmup_s=0.0)[0]
+    short = interleave(
+        [Case([lambda: None], warm=True)],
+        clock=FakeClock(0.01),
+        rounds=5,
+        budget_s=0.05,
+        warmup_s=0.0,
+    )[0]
     assert short.n == 5
     shares = iter([0.9, 0.9, 0.0, 0.0, 0.0])  # busy rounds do not count towards the three
-    [busy] = interleave([Case([lambda: None], warm=True)], clock=FakeClock(0.5), rounds=5, budget_s=0.15,
-                        warmup_s=0.0, judge_round=lambda run: (run(), next(shares))[1])
-    assert busy.n == 2 and busy.rounds_kept == 3  # the estimate's round was busy: two clean ones agree
+    [busy] = interleave(
+        [Case([lambda: None], warm=True)],
+        clock=FakeClock(0.5),
+        rounds=5,
+        budget_s=0.15,
+        warmup_s=0.0,
+        judge_round=lambda run: (run(), next(shares))[1],
+    )
+    assert (
+        busy.n == 2 and busy.rounds_kept == 3
+    )  # the estimate's round was busy: two clean ones agree
 
 
 def test_a_long_probe_call_gets_three_samples_a_short_one_its_minimum():
     from roofprof.timing import benchmark
 
-    assert benchmark(lambda: None, clock=SpreadClock(0.2, 0.2, 0.22), budget_s=0.2, warmup_s=0.0, min_repeats=5,
-                     few_for_long=True).n == 3
-    assert benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5,
-                     few_for_long=True).n == 2  # two that agree
-    assert benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5).n == 5
-    assert benchmark(lambda: None, clock=FakeClock(0.05), budget_s=0.2, warmup_s=0.0, min_repeats=5,
-                     few_for_long=True).n == 5
+    assert (
+        benchmark(
+            lambda: None,
+            clock=SpreadClock(0.2, 0.2, 0.22),
+            budget_s=0.2,
+            warmup_s=0.0,
+            min_repeats=5,
+            few_for_long=True,
+        ).n
+        == 3
+    )
+    assert (
+        benchmark(
+            lambda: None,
+            clock=FakeClock(0.2),
+            budget_s=0.2,
+            warmup_s=0.0,
+            min_repeats=5,
+            few_for_long=True,
+        ).n
+        == 2
+    )  # two that agree
+    assert (
+        benchmark(lambda: None, clock=FakeClock(0.2), budget_s=0.2, warmup_s=0.0, min_repeats=5).n
+        == 5
+    )
+    assert (
+        benchmark(
+            lambda: None,
+            clock=FakeClock(0.05),
+            budget_s=0.2,
+            warmup_s=0.0,
+            min_repeats=5,
+            few_for_long=True,
+        ).n
+        == 5
+    )
 
 
 def test_group_measurement_writes_the_cache_once(isolated_cache):
@@ -276,17 +358,22 @@ def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch
     from roofprof.specs import ModelSpec
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
-    prof = profiling.Profiler(spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none",
-                              budget_s=0.002)
+    prof = profiling.Profiler(
+        spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none", budget_s=0.002
+    )
     groups = []
     real = check_then_time_group
-    monkeypatch.setattr(profiling, "check_then_time_group",
-                        lambda impl, ops, *a, **k: (groups.append((impl.name, len(ops))), real(impl, ops, *a, **k))[1])
+    monkeypatch.setattr(
+        profiling,
+        "check_then_time_group",
+        lambda impl, ops, *a, **k: (groups.append((impl.name, len(ops))), real(impl, ops, *a, **k))[
+            1
+        ],
+    )
     prof.prefetch([_gemm(m=b) for b in (1, 2, 3)])
     assert groups == [("numpy", 3)]
     est_time, _ = prof.op_time(_gemm(m=2))
     assert est_time is not None and groups == [("numpy", 3)]  # already measured: no new group
-
 
 
 def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(monkeypatch):
@@ -295,8 +382,9 @@ def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(mo
     from roofprof.specs import ModelSpec
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
-    prof = profiling.Profiler(spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none",
-                              budget_s=0.002)
+    prof = profiling.Profiler(
+        spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none", budget_s=0.002
+    )
     events, pauses = [], []
 
     class Clock(FakeClock):
@@ -311,15 +399,25 @@ def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(mo
         return real(impl, ops, *a, **k)
 
     monkeypatch.setattr(profiling, "check_then_time_group", group)
-    monkeypatch.setattr(measurement, "time", types.SimpleNamespace(
-        perf_counter=time.perf_counter, sleep=lambda s: (events.append("pause"), pauses.append(s))))
+    monkeypatch.setattr(
+        measurement,
+        "time",
+        types.SimpleNamespace(
+            perf_counter=time.perf_counter,
+            sleep=lambda s: (events.append("pause"), pauses.append(s)),
+        ),
+    )
     prof.prefetch([_gemm(m=b) for b in (1, 2)])  # numpy first: no runtime ran before it
     assert pauses == [] and events[:2] == ["check", "check"] and set(events[2:]) == {"timed"}
     events.clear()
     prof._measure_group(prof.impls[1], [_gemm(m=b) for b in (1, 2)], "decode")  # numpy -> numba
     assert events[:3] == ["check", "check", "pause"] and set(events[3:]) == {"timed"}
-    assert len(pauses) == 1 and 0.0 <= pauses[0] < prof.settings.switch_idle_s  # the checks took the rest
-    prof._measure_group(prof.impls[0], [_gemm(m=b) for b in (1, 2)], "decode")  # measured already: no pause
+    assert (
+        len(pauses) == 1 and 0.0 <= pauses[0] < prof.settings.switch_idle_s
+    )  # the checks took the rest
+    prof._measure_group(
+        prof.impls[0], [_gemm(m=b) for b in (1, 2)], "decode"
+    )  # measured already: no pause
     assert len(pauses) == 1
     prof.release_buffers()
 
@@ -334,8 +432,13 @@ def test_cached_roofline_is_reused_only_while_fresh_and_complete(isolated_cache,
 
     dev = CpuDevice()
     assert cached_roofline(dev, 3600) is None
-    rl = Roofline("cpu", (Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
-                          Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured")))
+    rl = Roofline(
+        "cpu",
+        (
+            Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
+            Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),
+        ),
+    )
     path = roofline_cache_path(dev)
     RooflineResult(rl, dev.info).write(path)
     got = cached_roofline(dev, 3600)
@@ -350,14 +453,18 @@ def test_cached_roofline_is_reused_only_while_fresh_and_complete(isolated_cache,
     assert cached_roofline(dev, 3600) is None
 
 
-def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(isolated_cache, monkeypatch):
+def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(
+    isolated_cache, monkeypatch
+):
     from roofprof.cache import minimal_roofline_cache_path, resolve_roofline, roofline_cache_path
     from roofprof.probes import RooflineResult
     from roofprof.roofline import Ceiling, Roofline
 
     dev = CpuDevice()
     test_plan = dev.roofline_plan("test")
-    monkeypatch.setattr(dev, "roofline_plan", lambda name="full": test_plan)  # tiny sizes, same code path
+    monkeypatch.setattr(
+        dev, "roofline_plan", lambda name="full": test_plan
+    )  # tiny sizes, same code path
     roof, source = resolve_roofline("auto", dev, minimal_dtypes=("fp32",))
     assert "minimal probes: read, gemm-fp32" in source
     assert roof.dtypes == ("fp32",) and roof.memory_bandwidth() > 0 and roof.ridge("fp32") > 0
@@ -372,8 +479,13 @@ def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(
     bf16, source = resolve_roofline("auto", dev, minimal_dtypes=("bf16",))
     assert "minimal probes: read;" in source and bf16.dtypes == () and bf16.memory_bandwidth() > 0
     # a cached quick roofline (the whole one) is preferred to any minimal one
-    rl = Roofline("cpu", (Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
-                          Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured")))
+    rl = Roofline(
+        "cpu",
+        (
+            Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
+            Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),
+        ),
+    )
     RooflineResult(rl, dev.info).write(roofline_cache_path(dev))
     quick, source = resolve_roofline("auto", dev, minimal_dtypes=("fp32",))
     assert source.startswith("cached quick") and quick.ridge("fp32") == 10.0
@@ -389,10 +501,18 @@ def test_measured_ridge_is_nan_without_a_ceiling_for_the_dtype_and_the_table_say
     from roofprof.rollup import MeasuredEstimator, OpTime, RooflineEstimator, predict
     from roofprof.roofline import Ceiling, Roofline
 
-    rl = Roofline("cpu", (Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
-                          Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured")))
-    est = MeasuredEstimator(launch_s=0.0, fallback=RooflineEstimator(rl, name="empirical"),
-                            measure=lambda op: (OpTime(1e-3, "torch"), ""))
+    rl = Roofline(
+        "cpu",
+        (
+            Ceiling("dram", "memory", 1e10, level="dram", source="measured"),
+            Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),
+        ),
+    )
+    est = MeasuredEstimator(
+        launch_s=0.0,
+        fallback=RooflineEstimator(rl, name="empirical"),
+        measure=lambda op: (OpTime(1e-3, "torch"), ""),
+    )
     assert est.ridge("fp32") == 10.0 and math.isnan(est.ridge("bf16"))
     pred = predict("llama-3.2-1b", estimator=est, dtype="bf16", prompt_tokens=4)
     out = io.StringIO()
@@ -417,7 +537,9 @@ def test_nothing_imported_by_the_cli_starts_numbas_threads_before_the_runtime_is
         "import numba; print(numba.threading_layer())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["workqueue", "selected", "workqueue"]
 
@@ -437,9 +559,34 @@ def test_numba_kernels_cache_their_compilation_in_a_writable_folder():
 def test_the_script_exits_promptly_with_every_byte_written_and_the_exit_code_kept(tmp_path):
     """``console_main`` ends with ``os._exit`` after the command: output flushed, code kept."""
     env = {**os.environ, "ROOFPROF_CACHE": str(tmp_path)}
-    ok = subprocess.run([sys.executable, "-m", "roofprof", "predict", "--gpu", "h100-sxm", "--model", "llama-3.1-8b",
-                         "--format", "json"], capture_output=True, text=True, env=env, timeout=120)
-    assert ok.returncode == 0 and json.loads(ok.stdout)["decode"]["seconds_per_token"] > 0  # whole JSON
-    bad = subprocess.run([sys.executable, "-m", "roofprof", "predict", "--model", "nope"], capture_output=True,
-                         text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown model 'nope'" in bad.stderr
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "roofprof",
+            "predict",
+            "--gpu",
+            "h100-sxm",
+            "--model",
+            "llama-3.1-8b",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert (
+        ok.returncode == 0 and json.loads(ok.stdout)["decode"]["seconds_per_token"] > 0
+    )  # whole JSON
+    bad = subprocess.run(
+        [sys.executable, "-m", "roofprof", "predict", "--model", "nope"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert (
+        bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown model 'nope'" in bad.stderr
+    )

@@ -37,10 +37,15 @@ def fake_nvml():
 
     state = {"init": 0, "shutdown": 0, "sm": iter([1980, 1755, 1980, 1980] + [1980] * 10_000)}
     nv = types.SimpleNamespace(
-        NVMLError=NVMLError, NVMLError_FunctionNotFound=NVMLError_FunctionNotFound,
-        NVMLError_NotSupported=NVMLError_NotSupported, NVMLError_LibraryNotFound=NVMLError_LibraryNotFound,
+        NVMLError=NVMLError,
+        NVMLError_FunctionNotFound=NVMLError_FunctionNotFound,
+        NVMLError_NotSupported=NVMLError_NotSupported,
+        NVMLError_LibraryNotFound=NVMLError_LibraryNotFound,
         NVMLError_GpuIsLost=NVMLError_GpuIsLost,
-        NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0, state=state,
+        NVML_CLOCK_SM=1,
+        NVML_CLOCK_MEM=2,
+        NVML_TEMPERATURE_GPU=0,
+        state=state,
     )
 
     def init():
@@ -70,7 +75,9 @@ def raiser(cls_name):
     def make(nv):
         def f(*args):
             raise getattr(nv, cls_name)("not here")
+
         return f
+
     return make
 
 
@@ -174,7 +181,9 @@ def test_missing_handle_shuts_nvml_down_again():
 def test_real_pynvml_without_driver_is_unavailable_not_a_crash():
     pytest.importorskip("pynvml")
     summary = sample(NvmlSampler(0, interval_s=0.002), 0.005)
-    assert isinstance(summary, TelemetrySummary)  # available on a GPU box, "unavailable: ..." elsewhere
+    assert isinstance(
+        summary, TelemetrySummary
+    )  # available on a GPU box, "unavailable: ..." elsewhere
     if not summary.available:
         assert summary.reason.startswith("unavailable")
 
@@ -208,15 +217,21 @@ def test_cpu_sampler_reads_sysfs(tmp_path):
 
 def test_cpu_sampler_falls_back_on_cpuinfo(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\ncpu MHz\t\t: 2596.142\nprocessor\t: 1\ncpu MHz\t\t: 2596.142\n")
-    summary = sample(CpuFreqSampler(interval_s=0.002, cpus=[0, 1], sysfs=tmp_path, cpuinfo=info), 0.01)
+    info.write_text(
+        "processor\t: 0\ncpu MHz\t\t: 2596.142\nprocessor\t: 1\ncpu MHz\t\t: 2596.142\n"
+    )
+    summary = sample(
+        CpuFreqSampler(interval_s=0.002, cpus=[0, 1], sysfs=tmp_path, cpuinfo=info), 0.01
+    )
     assert summary.available and summary.source == "cpuinfo"
     assert summary.cpu_clock_mhz_median == pytest.approx(2596.142)
     assert "hypervisor" in summary.reason
 
 
 def test_cpu_sampler_without_any_source(tmp_path):
-    summary = sample(CpuFreqSampler(interval_s=0.002, cpus=[0], sysfs=tmp_path, cpuinfo=tmp_path / "none"), 0.0)
+    summary = sample(
+        CpuFreqSampler(interval_s=0.002, cpus=[0], sysfs=tmp_path, cpuinfo=tmp_path / "none"), 0.0
+    )
     assert not summary.available and summary.reason.startswith("unavailable")
 
 
@@ -238,7 +253,9 @@ def test_contention_share_from_proc_stat(monkeypatch):
 
     from roofprof import telemetry
 
-    busy = iter([100.0, 100.0 + 0.9 * 4])  # other processes: 0.9 s busy over 1 s on 4 CPUs (plus ours)
+    busy = iter(
+        [100.0, 100.0 + 0.9 * 4]
+    )  # other processes: 0.9 s busy over 1 s on 4 CPUs (plus ours)
     monkeypatch.setattr(telemetry.Contention, "_busy_s", staticmethod(lambda: next(busy)))
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     clock = iter([10.0, 11.0])
@@ -246,7 +263,9 @@ def test_contention_share_from_proc_stat(monkeypatch):
     with telemetry.Contention() as c:
         pass
     assert c.available and c.wall_s == 1.0
-    assert 0.85 <= c.share <= 0.9 and c.contended and c.percent == 100 * c.share  # minus our own CPU time
+    assert (
+        0.85 <= c.share <= 0.9 and c.contended and c.percent == 100 * c.share
+    )  # minus our own CPU time
 
 
 def test_contention_too_short_or_unknown_is_not_judged(monkeypatch):

@@ -15,8 +15,13 @@ from roofprof.cli import main  # noqa: E402
 from roofprof.roofline import Ceiling, Roofline  # noqa: E402
 from roofprof.tracing.tracer import Tracer  # noqa: E402
 
-ROOFLINE = Roofline("test cpu", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
-                                 Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
+ROOFLINE = Roofline(
+    "test cpu",
+    (
+        Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
+        Ceiling("DRAM", "memory", 1e10, level="dram", source="measured"),
+    ),
+)
 
 
 class MLP(torch.nn.Module):
@@ -39,7 +44,9 @@ def test_facade_exports_trace_and_module_is_callable():
 
 def test_steps_warmup_modules_and_result():
     m, x = MLP(), torch.randn(8, 32)
-    with roofprof.trace(device="cpu", roofline=ROOFLINE, warmup=1, steps=2, replay_budget_s=0.002) as t:
+    with roofprof.trace(
+        device="cpu", roofline=ROOFLINE, warmup=1, steps=2, replay_budget_s=0.002
+    ) as t:
         for _ in range(4):
             m(x).sum().backward()
             t.step()
@@ -67,8 +74,16 @@ def test_save_and_plot(tmp_path):
     payload = json.loads((tmp_path / "out" / "trace.json").read_text())
     assert payload["summary"]["flops"] == 2 * 64**3
     page = (tmp_path / "out" / "report.html").read_text()
-    for part in ("<h2>Roofline</h2>", "data:image/png;base64,", "MFU / MBU", "coverage", "<h2>Ops",
-                 "<h2>Modules</h2>", "measured", "aten::mm"):
+    for part in (
+        "<h2>Roofline</h2>",
+        "data:image/png;base64,",
+        "MFU / MBU",
+        "coverage",
+        "<h2>Ops",
+        "<h2>Modules</h2>",
+        "measured",
+        "aten::mm",
+    ):
         assert part in page, part
     assert t.result.plot(tmp_path / "r.png").stat().st_size > 0
 
@@ -93,7 +108,10 @@ def test_region_and_unknown_region():
 
 
 def test_flags_replay_disagreement_and_cache_resident():
-    slow = Roofline("slow", (Ceiling("c", "compute", 1e9, dtype="fp32"), Ceiling("d", "memory", 1e6, level="dram")))
+    slow = Roofline(
+        "slow",
+        (Ceiling("c", "compute", 1e9, dtype="fp32"), Ceiling("d", "memory", 1e6, level="dram")),
+    )
     with roofprof.trace(device="cpu", roofline=slow, replay_budget_s=0.002) as t:
         torch.randn(256, 256).exp()
     exp = next(o for o in t.result.ops if o.op == "aten::exp")
@@ -107,9 +125,13 @@ def test_gpu_join_of_pending_calls():
     t = Tracer(device="cpu", roofline="none")
     stats = SignatureStats("aten::mm", "default", (), (), None, None, None, count=1)
     t._pending = [(0, stats, ("M", "forward"))]
-    t._join([HostEvent(1, "roofprof#0", 0, 100), HostEvent(2, "aten::mm", 10, 90)],
-            [KernelEvent("gemm", 1000, 21000, 2)])
-    assert stats.time_s == pytest.approx(2e-5) and stats.modules[("M", "forward")][1] == pytest.approx(2e-5)
+    t._join(
+        [HostEvent(1, "roofprof#0", 0, 100), HostEvent(2, "aten::mm", 10, 90)],
+        [KernelEvent("gemm", 1000, 21000, 2)],
+    )
+    assert stats.time_s == pytest.approx(2e-5) and stats.modules[("M", "forward")][
+        1
+    ] == pytest.approx(2e-5)
 
 
 # -- CLI -------------------------------------------------------------------------------------
@@ -138,24 +160,61 @@ def script(tmp_path) -> Path:
 
 
 def test_cli_trace_script_formats_and_out(capsys, script, tmp_path):
-    code, out, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline", "none",
-                             "--no-replay", "--region", "fwd", "--warmup", "1", "--format", "json",
-                             "--out", str(tmp_path / "o"), "--", "--flag", "7")
+    code, out, err = run_cli(
+        capsys,
+        "trace",
+        str(script),
+        "--device",
+        "cpu",
+        "--roofline",
+        "none",
+        "--no-replay",
+        "--region",
+        "fwd",
+        "--warmup",
+        "1",
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "o"),
+        "--",
+        "--flag",
+        "7",
+    )
     assert code == 0, err
     assert "ARGS ['--flag', '7']" in out
-    payload = json.loads(out[out.index("{"):])
+    payload = json.loads(out[out.index("{") :])
     assert all(o["count"] == 2 for o in payload["ops"] if o["op"] == "aten::addmm")
     assert (tmp_path / "o" / "report.html").exists()
-    code, out, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline", "none",
-                             "--no-replay", "--format", "csv")
+    code, out, err = run_cli(
+        capsys,
+        "trace",
+        str(script),
+        "--device",
+        "cpu",
+        "--roofline",
+        "none",
+        "--no-replay",
+        "--format",
+        "csv",
+    )
     assert code == 0 and "op,shapes" in out and "aten::addmm" in out
 
 
 def test_cli_script_error_is_the_users_and_writes_nothing(capsys, tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import torch\nx = torch.randn(2)\nraise ValueError('boom in user code')\n")
-    code, out, err = run_cli(capsys, "trace", str(bad), "--device", "cpu", "--roofline", "none",
-                             "--out", str(tmp_path / "o"))
+    code, out, err = run_cli(
+        capsys,
+        "trace",
+        str(bad),
+        "--device",
+        "cpu",
+        "--roofline",
+        "none",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 1
     assert "boom in user code" in err and "the script's own" in err and str(bad) in err
     assert "roofprof/trace" not in err.split("Traceback", 1)[1]
@@ -163,13 +222,21 @@ def test_cli_script_error_is_the_users_and_writes_nothing(capsys, tmp_path):
 
 
 def test_cli_bad_input_one_line_exit_2(capsys, script, tmp_path):
-    code, _, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline", "none",
-                           "--region", "nope")
+    code, _, err = run_cli(
+        capsys, "trace", str(script), "--device", "cpu", "--roofline", "none", "--region", "nope"
+    )
     assert code == 2 and "never occurred" in err and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline", "spec")
     assert code == 2 and "no datasheet roofline" in err and "ARGS" not in out  # before the run
-    code, out, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--roofline",
-                             str(tmp_path / "missing.json"))
+    code, out, err = run_cli(
+        capsys,
+        "trace",
+        str(script),
+        "--device",
+        "cpu",
+        "--roofline",
+        str(tmp_path / "missing.json"),
+    )
     assert code == 2 and "ARGS" not in out
     code, _, err = run_cli(capsys, "trace", str(script), "--device", "cpu", "--counters")
     assert code == 2 and "needs a GPU" in err
@@ -193,10 +260,20 @@ def _profile(path: Path, shapes: bool) -> Path:
 
 
 def test_cli_import_profiler_trace(capsys, tmp_path):
-    code, out, err = run_cli(capsys, "trace", "--import", str(_profile(tmp_path / "t.json", True)),
-                             "--device", "cpu", "--roofline", "none", "--format", "json")
+    code, out, err = run_cli(
+        capsys,
+        "trace",
+        "--import",
+        str(_profile(tmp_path / "t.json", True)),
+        "--device",
+        "cpu",
+        "--roofline",
+        "none",
+        "--format",
+        "json",
+    )
     assert code == 0, err
-    payload = json.loads(out[out.index("{"):])
+    payload = json.loads(out[out.index("{") :])
     addmm = [o for o in payload["ops"] if o["op"] == "aten::addmm"]
     assert sorted(o["flops"] for o in addmm) == [2 * 4 * 16 * 32] * 2
     assert not [o for o in payload["ops"] if o["op"] == "aten::linear"]  # counted once, inside
@@ -208,13 +285,41 @@ def test_import_kernels_joined_and_unattributed(tmp_path):
     from roofprof.tracing.chrome import import_trace
 
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50,
-         "args": {"Input Dims": [[8, 16], [16, 4]], "Input type": ["float", "float"],
-                  "Concrete Inputs": ["", ""], "External id": 7}},
-        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 10, "dur": 30,
-         "args": {"External id": 7}},
-        {"ph": "X", "cat": "kernel", "name": "triton_fused", "pid": 0, "tid": 7, "ts": 45, "dur": 20,
-         "args": {"external id": 99}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 50,
+            "args": {
+                "Input Dims": [[8, 16], [16, 4]],
+                "Input type": ["float", "float"],
+                "Concrete Inputs": ["", ""],
+                "External id": 7,
+            },
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10,
+            "dur": 30,
+            "args": {"External id": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "triton_fused",
+            "pid": 0,
+            "tid": 7,
+            "ts": 45,
+            "dur": 20,
+            "args": {"external id": 99},
+        },
     ]
     p = tmp_path / "gpu.json"
     p.write_text(json.dumps({"traceEvents": events}))
@@ -229,33 +334,72 @@ def test_import_joins_kernels_of_inner_ops_to_the_costed_outer_op(tmp_path):
     from roofprof.tracing.chrome import import_trace
 
     def op(name, ts, dur, ext, dims=(), types=(), concrete=()):
-        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
-                "args": {"Input Dims": list(dims), "Input type": list(types), "Concrete Inputs": list(concrete),
-                         "External id": ext}}
+        return {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": name,
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": dur,
+            "args": {
+                "Input Dims": list(dims),
+                "Input type": list(types),
+                "Concrete Inputs": list(concrete),
+                "External id": ext,
+            },
+        }
 
-    conv = ([[1, 3, 8, 8], [4, 3, 3, 3], [4], [], [], [], []],
-            ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Int"],
-            ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "1"])
-    events = [op("aten::conv2d", 0, 100, 1, *conv), op("aten::convolution", 5, 90, 2),
-              op("aten::cudnn_convolution", 10, 80, 3),
-              {"ph": "X", "cat": "kernel", "name": "implicit_gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 40,
-               "args": {"External id": 3}},
-              {"ph": "X", "cat": "kernel", "name": "implicit_gemm_tail", "pid": 0, "tid": 8, "ts": 50, "dur": 20,
-               "args": {"External id": 3}}]
+    conv = (
+        [[1, 3, 8, 8], [4, 3, 3, 3], [4], [], [], [], []],
+        ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Int"],
+        ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "1"],
+    )
+    events = [
+        op("aten::conv2d", 0, 100, 1, *conv),
+        op("aten::convolution", 5, 90, 2),
+        op("aten::cudnn_convolution", 10, 80, 3),
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "implicit_gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+            "dur": 40,
+            "args": {"External id": 3},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "implicit_gemm_tail",
+            "pid": 0,
+            "tid": 8,
+            "ts": 50,
+            "dur": 20,
+            "args": {"External id": 3},
+        },
+    ]
     p = tmp_path / "conv.json"
     p.write_text(json.dumps({"traceEvents": events}))
     r = import_trace(p, device="cpu", roofline="none")
     (row,) = [o for o in r.ops if o.op == "aten::conv2d"]
-    assert row.time_s == pytest.approx(50e-6)  # union of the inner op's two kernels, joined to conv2d
-    assert row.flops == 2 * 1 * 4 * 6 * 6 * 3 * 3 * 3 and not [o for o in r.ops if o.op.startswith("kernel::")]
+    assert row.time_s == pytest.approx(
+        50e-6
+    )  # union of the inner op's two kernels, joined to conv2d
+    assert row.flops == 2 * 1 * 4 * 6 * 6 * 3 * 3 * 3 and not [
+        o for o in r.ops if o.op.startswith("kernel::")
+    ]
 
 
 def test_facade_in_a_fresh_process_gives_the_callable_module():
     import subprocess
     import sys
 
-    code = ("import roofprof; t = roofprof.trace; "
-            "assert callable(t) and t.register_cost and t.region and t.Cost; print('ok')")
+    code = (
+        "import roofprof; t = roofprof.trace; "
+        "assert callable(t) and t.register_cost and t.region and t.Cost; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
 

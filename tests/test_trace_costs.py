@@ -42,7 +42,9 @@ CASES = {
     "bmm": lambda: _bind(torch.bmm, torch.randn(4, 8, 16), torch.randn(4, 16, 8)),
     "linear3d": lambda: _bind(torch.nn.Linear(24, 40), torch.randn(3, 5, 24)),
     "conv2d": lambda: _bind(torch.nn.Conv2d(3, 8, 3, padding=1), torch.randn(2, 3, 16, 16)),
-    "conv2d-grouped": lambda: _bind(torch.nn.Conv2d(8, 8, 3, stride=2, groups=4), torch.randn(1, 8, 9, 9)),
+    "conv2d-grouped": lambda: _bind(
+        torch.nn.Conv2d(8, 8, 3, stride=2, groups=4), torch.randn(1, 8, 9, 9)
+    ),
     "convT": lambda: _bind(torch.nn.ConvTranspose2d(4, 6, 3), torch.randn(1, 4, 5, 5)),
     "conv1d": lambda: _bind(torch.nn.Conv1d(4, 6, 5), torch.randn(2, 4, 30)),
 }
@@ -68,14 +70,23 @@ def test_cpu_sdpa_counts_causal_and_gqa(causal):
     rows = [o for o in r.ops if o.kind == "attention"]
     pairs = s * (s + 1) // 2 if causal else s * s
     assert sum(o.flops * o.count for o in rows) == 4 * b * hq * pairs * d
-    assert flopcounter(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                              enable_gqa=True)) == 0  # torch's gap
+    assert (
+        flopcounter(
+            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        )
+        == 0
+    )  # torch's gap
 
 
 def test_sdpa_bytes_are_qkvo_not_scores():
     q, k, v = (TensorMeta((1, 4, 128, 32), "fp32", storage=i) for i in range(3))
-    c = cost_of(OpCall("aten::_scaled_dot_product_flash_attention_for_cpu", (q, k, v, 0.0, True),
-                       outputs=(TensorMeta((1, 4, 128, 32), "fp32"),)))
+    c = cost_of(
+        OpCall(
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            (q, k, v, 0.0, True),
+            outputs=(TensorMeta((1, 4, 128, 32), "fp32"),),
+        )
+    )
     assert c.bytes == 4 * 4 * 128 * 32 * 4 and c.kind == "attention" and "causal" in c.note
 
 
@@ -143,8 +154,14 @@ def test_unknown_op_is_time_only_never_dropped():
 def test_training_step_flops_equal_flopcounter_and_full_coverage():
     import roofprof
 
-    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                            torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 32), torch.nn.LayerNorm(32))
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 14 * 14, 32),
+        torch.nn.LayerNorm(32),
+    )
     emb = torch.nn.Embedding(100, 16)
     x, idx = torch.randn(4, 3, 16, 16), torch.tensor([1, 2, 3])
 
@@ -158,6 +175,8 @@ def test_training_step_flops_equal_flopcounter_and_full_coverage():
     with roofprof.trace(device="cpu", roofline="none", replay=False) as t:
         step()
     r = t.result
-    assert sum(o.flops * o.count for o in r.ops if o.kind in ("matmul", "conv")) == f.get_total_flops()
+    assert (
+        sum(o.flops * o.count for o in r.ops if o.kind in ("matmul", "conv")) == f.get_total_flops()
+    )
     assert all(o.flops is not None for o in r.ops)  # every forward and backward op costed
     assert any(m.phase == "backward" for m in r.modules)

@@ -37,7 +37,7 @@ def with_range(fixture: str, range_name: str, kernel_id: int) -> list[str]:
     header = lines[start].replace('"Host Name",', f'"Host Name","{NVTX_COLUMN}",', 1)
     cell = f'"1  ""<default domain>:{range_name}:none:none:none:none:none:none"""'
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith('"0",'):
             continue
         cells = line.split('","')
@@ -51,7 +51,10 @@ def ncu_csv(range_name: str) -> str:
     gemm = with_range("ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_gemm_tiled.csv", range_name, 0)
     saxpy = with_range("ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_saxpy.csv", range_name, 1)
     other = with_range("ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_saxpy.csv", "user.range", 2)
-    return "\n".join(["==PROF== Connected to process 1 (python)", *gemm, *saxpy[1:], *other[1:]]) + "\n"
+    return (
+        "\n".join(["==PROF== Connected to process 1 (python)", *gemm, *saxpy[1:], *other[1:]])
+        + "\n"
+    )
 
 
 def traced_mm():
@@ -130,12 +133,25 @@ def test_trace_counters_with_a_fake_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_CSV", str(tmp_path / "c.csv"))
     monkeypatch.setenv("FAKE_NCU_ARGV", str(tmp_path / "argv.json"))
     with pytest.warns(Warning):  # the fake ncu lacks some metrics: dropped with a warning
-        merged = trace_counters(r, "model.py", ["--n", "1"], tmp_path / "out" / "counters.csv", device="cuda:0",
-                                compute_capability="12.0")
+        merged = trace_counters(
+            r,
+            "model.py",
+            ["--n", "1"],
+            tmp_path / "out" / "counters.csv",
+            device="cuda:0",
+            compute_capability="12.0",
+        )
     row = next(o for o in merged.ops if o.op == "aten::mm")
     assert row.measured_dram_bytes == GEMM_DRAM + SAXPY_DRAM
     argv = json.loads((tmp_path / "argv.json").read_text())
-    assert "--nvtx" in argv and argv[-6:] == ["--nvtx-signatures", "--warmup", "0", "--", "--n", "1"]
+    assert "--nvtx" in argv and argv[-6:] == [
+        "--nvtx-signatures",
+        "--warmup",
+        "0",
+        "--",
+        "--n",
+        "1",
+    ]
 
 
 def test_cli_counters_refuses_without_gpu_or_ncu(capsys, tmp_path, monkeypatch):

@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def roofline_file(tmp_path_factory) -> Path:
-    r = Roofline("test cpu", (Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
-                              Ceiling("DRAM", "memory", 1e10, level="dram", source="measured")))
+    r = Roofline(
+        "test cpu",
+        (
+            Ceiling("fp32 peak", "compute", 1e11, dtype="fp32", source="measured"),
+            Ceiling("DRAM", "memory", 1e10, level="dram", source="measured"),
+        ),
+    )
     p = tmp_path_factory.mktemp("rl") / "roofline.json"
     p.write_text(json.dumps(r.to_dict()))
     return p
@@ -28,8 +33,14 @@ def roofline_file(tmp_path_factory) -> Path:
 
 def _run(script: str, *args: str) -> str:
     env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--device", "cpu", *args],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), "--device", "cpu", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc.stdout
 

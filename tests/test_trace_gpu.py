@@ -16,8 +16,13 @@ import roofprof  # noqa: E402
 from roofprof.roofline import Ceiling, Roofline  # noqa: E402
 from roofprof.tracing.kernels import HostEvent, KernelEvent, join_kernels, union_s  # noqa: E402
 
-ROOFLINE = Roofline("fake gpu", (Ceiling("fp32 peak", "compute", 1e12, dtype="fp32", source="measured"),
-                                 Ceiling("DRAM", "memory", 1e11, level="dram", source="measured")))
+ROOFLINE = Roofline(
+    "fake gpu",
+    (
+        Ceiling("fp32 peak", "compute", 1e12, dtype="fp32", source="measured"),
+        Ceiling("DRAM", "memory", 1e11, level="dram", source="measured"),
+    ),
+)
 
 
 class FakeProfiler:
@@ -56,7 +61,9 @@ class FakeProfiler:
             yield
             if name == "roofprof.window":  # a fused kernel nobody's op launched, in the window
                 t = next(self.clock)
-                self.kernels.append(KernelEvent("triton_fused", self.gpu_t, self.gpu_t + 3000, 0, launched_ns=t))
+                self.kernels.append(
+                    KernelEvent("triton_fused", self.gpu_t, self.gpu_t + 3000, 0, launched_ns=t)
+                )
                 self.gpu_t += 5000
             if name == "roofprof.tracer":  # the tracer's own kernels: not counted
                 self.kernels.append(KernelEvent("tracer_kernel", 0, 50, 0, launched_ns=start + 1))
@@ -98,27 +105,42 @@ class AsyncCpu:
 
 def test_union_and_join_rules():
     assert union_s([(0, 10), (2, 4), (20, 25)]) == pytest.approx(15e-9)
-    host = [HostEvent(1, "roofprof.window", 0, 1000), HostEvent(2, "roofprof#4", 10, 100),
-            HostEvent(3, "aten::addmm", 20, 90), HostEvent(9, "aten::outside", 2000, 2100),
-            HostEvent(10, "roofprof.tracer", 500, 600)]
-    kernels = [KernelEvent("gemm", 0, 100, 3), KernelEvent("gemm", 50, 150, 3),  # union 150
-               KernelEvent("by_range", 200, 210, 2),  # launched by the range itself
-               KernelEvent("late", 0, 10, 9),  # its op is outside the window
-               KernelEvent("tracer", 0, 10, 0, launched_ns=550),  # the tracer's own
-               KernelEvent("nccl", 0, 40, 0, launched_ns=300),  # no op, in the window
-               KernelEvent("bw_fused", 0, 30, 11)]  # an op on autograd's thread, in the window
+    host = [
+        HostEvent(1, "roofprof.window", 0, 1000),
+        HostEvent(2, "roofprof#4", 10, 100),
+        HostEvent(3, "aten::addmm", 20, 90),
+        HostEvent(9, "aten::outside", 2000, 2100),
+        HostEvent(10, "roofprof.tracer", 500, 600),
+    ]
+    kernels = [
+        KernelEvent("gemm", 0, 100, 3),
+        KernelEvent("gemm", 50, 150, 3),  # union 150
+        KernelEvent("by_range", 200, 210, 2),  # launched by the range itself
+        KernelEvent("late", 0, 10, 9),  # its op is outside the window
+        KernelEvent("tracer", 0, 10, 0, launched_ns=550),  # the tracer's own
+        KernelEvent("nccl", 0, 40, 0, launched_ns=300),  # no op, in the window
+        KernelEvent("bw_fused", 0, 30, 11),
+    ]  # an op on autograd's thread, in the window
     host.append(HostEvent(11, "aten::other_thread_op", 400, 450, thread=99))
     j = join_kernels(host, kernels)
     assert j.call_s == {4: pytest.approx(160e-9)} and j.kernels == 3
-    assert [(r.name, r.count, r.time_s) for r in j.unattributed] == [("nccl", 1, pytest.approx(40e-9)),
-                                                                     ("bw_fused", 1, pytest.approx(30e-9))]
+    assert [(r.name, r.count, r.time_s) for r in j.unattributed] == [
+        ("nccl", 1, pytest.approx(40e-9)),
+        ("bw_fused", 1, pytest.approx(30e-9)),
+    ]
 
 
 def test_tracer_joins_fake_profiler_kernels_to_each_call():
     prof, dev = FakeProfiler(), AsyncCpu()
     a, b = torch.randn(8, 16), torch.randn(16, 4)
-    with roofprof.trace(device=dev, roofline=ROOFLINE, warmup=1, replay=True, replay_budget_s=0.001,
-                        kernel_profiler=prof) as t:
+    with roofprof.trace(
+        device=dev,
+        roofline=ROOFLINE,
+        warmup=1,
+        replay=True,
+        replay_budget_s=0.001,
+        kernel_profiler=prof,
+    ) as t:
         for _ in range(3):
             torch.mm(a, b).relu()
             t.step()
@@ -132,7 +154,9 @@ def test_tracer_joins_fake_profiler_kernels_to_each_call():
     assert dev.clocks >= 1 and dev.syncs >= 2  # window edges synchronise
     fused = next(o for o in r.ops if o.op == "kernel::triton_fused")
     assert fused.flags == ("kernel-only",) and fused.kind == "kernel" and fused.flops is None
-    assert fused.count == 1 and fused.time_s == pytest.approx(3000e-9)  # one window stretch (steps 1-2)
+    assert fused.count == 1 and fused.time_s == pytest.approx(
+        3000e-9
+    )  # one window stretch (steps 1-2)
     assert not [o for o in r.ops if "warmup_kernel" in o.op or "tracer_kernel" in o.op]
     s = r.summary
     assert s.op_time_s == pytest.approx(4 * 2500e-9 + 3000e-9)
@@ -143,13 +167,17 @@ def test_tracer_joins_fake_profiler_kernels_to_each_call():
 
 def test_profiler_ranges_are_not_recorded_as_ops():
     prof = FakeProfiler()
-    with roofprof.trace(device=AsyncCpu(), roofline="none", replay=False, kernel_profiler=prof) as t:
+    with roofprof.trace(
+        device=AsyncCpu(), roofline="none", replay=False, kernel_profiler=prof
+    ) as t:
         with torch.profiler.record_function("user range"):
             torch.randn(4).exp()
     assert not [o for o in t.result.ops if o.op.startswith("profiler::")]
     import warnings
 
-    with warnings.catch_warnings():  # torch's own profiler on a CPU-only torch: no kernels, no crash
+    with (
+        warnings.catch_warnings()
+    ):  # torch's own profiler on a CPU-only torch: no kernels, no crash
         warnings.simplefilter("ignore")
         with roofprof.trace(device=AsyncCpu(), roofline="none", replay=False, warmup=1) as t:
             for _ in range(2):
@@ -182,7 +210,10 @@ def test_torch_kernel_profiler_reads_host_ranges_from_kineto():
 def test_real_gpu_trace_joins_kernels():
     dev = "cuda:0"
     a, b = torch.randn(1024, 1024, device=dev), torch.randn(1024, 1024, device=dev)
-    with torch.no_grad(), roofprof.trace(device=dev, roofline="spec", warmup=1, replay_budget_s=0.01) as t:
+    with (
+        torch.no_grad(),
+        roofprof.trace(device=dev, roofline="spec", warmup=1, replay_budget_s=0.01) as t,
+    ):
         for _ in range(3):
             (a @ b).relu()
             t.step()

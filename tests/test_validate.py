@@ -23,12 +23,25 @@ pytestmark = pytest.mark.usefixtures("isolated_cache")
 @pytest.fixture
 def tiny(tmp_path):
     """Three layers, with llama3 RoPE scaling."""
-    return str(write_config(tmp_path, num_hidden_layers=3, rope_scaling={
-        "factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 128,
-        "rope_type": "llama3"}))
+    return str(
+        write_config(
+            tmp_path,
+            num_hidden_layers=3,
+            rope_scaling={
+                "factor": 8.0,
+                "high_freq_factor": 4.0,
+                "low_freq_factor": 1.0,
+                "original_max_position_embeddings": 128,
+                "rope_type": "llama3",
+            },
+        )
+    )
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("hf", marks=pytest.mark.skipif(not HAS_HF, reason="no transformers"))])
+@pytest.mark.parametrize(
+    "backend",
+    ["torch", pytest.param("hf", marks=pytest.mark.skipif(not HAS_HF, reason="no transformers"))],
+)
 @pytest.mark.parametrize("attention", ["fused", "unfused"])
 def test_real_run_times_prefill_and_decode(tiny, backend, attention, monkeypatch):
     import roofprof.validation as validation
@@ -43,11 +56,21 @@ def test_real_run_times_prefill_and_decode(tiny, backend, attention, monkeypatch
             return False
 
     monkeypatch.setattr(validation, "Contention", QuietMachine)
-    r = validate(tiny, device="cpu", backend=backend, attention=attention, prompt_tokens=12, decode_steps=3,
-                 warmup_steps=1, prefill_repeats=2)
+    r = validate(
+        tiny,
+        device="cpu",
+        backend=backend,
+        attention=attention,
+        prompt_tokens=12,
+        decode_steps=3,
+        warmup_steps=1,
+        prefill_repeats=2,
+    )
     real = r.real
     assert real.prefill_s > 0 and real.decode_s > 0
-    assert len(r.prefill_samples_s) == 2 and len(r.decode_samples_s) == 4  # 2 repetitions × ceil(3 / 2) steps
+    assert (
+        len(r.prefill_samples_s) == 2 and len(r.decode_samples_s) == 4
+    )  # 2 repetitions × ceil(3 / 2) steps
     assert real.context_tokens == 12 + 1 + 1 and real.num_layers == 3 and real.scaled_from is None
     assert r.dtype == "fp32" and r.clock == "perf_counter"
     assert (backend == "hf") == ("transformers" in r.backend)
@@ -99,11 +122,21 @@ def test_model_that_cannot_fit_even_scaled_is_refused():
 def test_max_layers_scales_and_predictions_follow(tiny):
     times = {}
     for phase in ("prefill", "decode"):
-        for o in ops(Scenario.of(tiny, phase, prompt_tokens=8, context_tokens=10, dtype="fp32")).ops:
+        for o in ops(
+            Scenario.of(tiny, phase, prompt_tokens=8, context_tokens=10, dtype="fp32")
+        ).ops:
             times[o.shape_key] = OpTime(1e-4, "lit")
     est = MeasuredEstimator(times)
-    r = validate(tiny, device="cpu", backend="torch", max_layers=2, prompt_tokens=8, decode_steps=2, warmup_steps=1,
-                 estimators={"measured": est})
+    r = validate(
+        tiny,
+        device="cpu",
+        backend="torch",
+        max_layers=2,
+        prompt_tokens=8,
+        decode_steps=2,
+        warmup_steps=1,
+        estimators={"measured": est},
+    )
     assert r.model.num_layers == 2 and r.real.scaled_from == 3 and r.memory.scaled
     assert any("scaled from 3 to 2" in w for w in r.warnings)
     p = r.predictions["measured"]
@@ -111,9 +144,19 @@ def test_max_layers_scales_and_predictions_follow(tiny):
     assert p.decode.workload.context_tokens == r.real.context_tokens
     # every op call whose shape is in the table costs 1e-4 s: the step is known without the
     # code's sums (the attention shape of the real context is not in the table)
-    calls = sum(o.count for o in ops(Scenario.of(r.model, "decode", prompt_tokens=8,
-                                                 context_tokens=r.real.context_tokens,
-                                                 dtype="fp32")).ops if o.shape_key in times)
+    calls = sum(
+        o.count
+        for o in ops(
+            Scenario.of(
+                r.model,
+                "decode",
+                prompt_tokens=8,
+                context_tokens=r.real.context_tokens,
+                dtype="fp32",
+            )
+        ).ops
+        if o.shape_key in times
+    )
     assert p.decode.seconds == pytest.approx(calls * 1e-4, rel=1e-9)
     # the real step is the median of the samples kept, so it lies within them
     assert min(r.decode_samples_s) <= r.real.decode_s <= max(r.decode_samples_s)
@@ -124,19 +167,33 @@ def test_max_layers_scales_and_predictions_follow(tiny):
 
 def test_missing_torch_names_the_extra(tiny, monkeypatch):
     real_find = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch" else real_find(name, *a),
+    )
     with pytest.raises(DeviceUnavailableError, match=r"roofprof\[torch\]"):
         validate(tiny, device="cpu")
 
 
 def test_missing_transformers_for_hf_backend(tiny, monkeypatch):
     real_find = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "transformers" else real_find(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "transformers" else real_find(name, *a),
+    )
     with pytest.raises(DeviceUnavailableError, match=r"roofprof\[hf\]"):
         validate(tiny, device="cpu", backend="hf")
-    r = validate(tiny, device="cpu", backend="auto", prompt_tokens=4, decode_steps=1, warmup_steps=0,
-                 prefill_repeats=1)
+    r = validate(
+        tiny,
+        device="cpu",
+        backend="auto",
+        prompt_tokens=4,
+        decode_steps=1,
+        warmup_steps=0,
+        prefill_repeats=1,
+    )
     assert "plain torch" in r.backend
 
 
@@ -149,9 +206,30 @@ def run_cli(capsys, *args):
 def test_cli_validate_json_with_measured_residuals(capsys, tiny, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        code, out, err = run_cli(capsys, "validate", "--model", tiny, "--device", "cpu", "--backend", "torch",
-                                 "--prompt", "8", "--steps", "2", "--roofline", "none", "--estimators", "measured",
-                                 "--budget", "0.001", "--format", "json", "--out", str(tmp_path / "v.json"))
+        code, out, err = run_cli(
+            capsys,
+            "validate",
+            "--model",
+            tiny,
+            "--device",
+            "cpu",
+            "--backend",
+            "torch",
+            "--prompt",
+            "8",
+            "--steps",
+            "2",
+            "--roofline",
+            "none",
+            "--estimators",
+            "measured",
+            "--budget",
+            "0.001",
+            "--format",
+            "json",
+            "--out",
+            str(tmp_path / "v.json"),
+        )
     assert code == 0, err
     d = json.loads(out)
     labels = [row["estimator"] for row in d["comparison"]]
@@ -163,15 +241,35 @@ def test_cli_validate_json_with_measured_residuals(capsys, tiny, tmp_path):
 def test_cli_validate_table_and_errors(capsys, tiny, tmp_path):
     from roofprof.units import si
 
-    code, out, err = run_cli(capsys, "validate", "--model", tiny, "--device", "cpu", "--backend", "torch", "--prompt",
-                             "4", "--steps", "1", "--estimators", "", "--repeats", "1", "--out", str(tmp_path / "v.json"))
+    code, out, err = run_cli(
+        capsys,
+        "validate",
+        "--model",
+        tiny,
+        "--device",
+        "cpu",
+        "--backend",
+        "torch",
+        "--prompt",
+        "4",
+        "--steps",
+        "1",
+        "--estimators",
+        "",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "v.json"),
+    )
     assert code == 0, err
     real = json.loads((tmp_path / "v.json").read_text())["real"]
     text = " ".join(out.split())  # the table's lines may wrap
     assert f"prefill {real['batch']}×4 tokens: {si(real['prefill_s'], 's')}" in text
     assert f"cached tokens: {si(real['decode_s'], 's')}" in text
     assert f"({real['batch'] / real['decode_s']:,.2f} tokens/s" in text
-    code, out, err = run_cli(capsys, "validate", "--model", "llama-3.1-405b", "--device", "cpu", "--estimators", "")
+    code, out, err = run_cli(
+        capsys, "validate", "--model", "llama-3.1-405b", "--device", "cpu", "--estimators", ""
+    )
     assert code == 2 and "cannot fit" in err and "GB" in err and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(capsys, "validate", "--model", tiny, "--estimators", "oracle")
     assert code == 2 and "spec, empirical, measured" in err
@@ -189,10 +287,26 @@ def test_a_short_warm_up_prefill_runs_the_prompt_head_only(tiny, monkeypatch):
 
     seen = []
     real = validation._Runner.prefill
-    monkeypatch.setattr(validation._Runner, "prefill", lambda self, ids: (seen.append(ids.shape[1]), real(self, ids))[1])
-    r = validate(tiny, device="cpu", backend="torch", prompt_tokens=12, decode_steps=2, warmup_steps=1,
-                 prefill_repeats=2, warmup_tokens=4)
-    assert seen[0] == 4 and seen[1:] == [12] * (len(seen) - 1) and len(r.prefill_samples_s) == len(seen) - 1
+    monkeypatch.setattr(
+        validation._Runner,
+        "prefill",
+        lambda self, ids: (seen.append(ids.shape[1]), real(self, ids))[1],
+    )
+    r = validate(
+        tiny,
+        device="cpu",
+        backend="torch",
+        prompt_tokens=12,
+        decode_steps=2,
+        warmup_steps=1,
+        prefill_repeats=2,
+        warmup_tokens=4,
+    )
+    assert (
+        seen[0] == 4
+        and seen[1:] == [12] * (len(seen) - 1)
+        and len(r.prefill_samples_s) == len(seen) - 1
+    )
     assert r.real.context_tokens == validation.validation_context(12, 1, 2, 2)
     with pytest.raises(ConfigError, match="warm-up tokens must be at least 1"):
         validate(tiny, device="cpu", backend="torch", warmup_tokens=0)
@@ -203,9 +317,21 @@ def test_without_per_repetition_warm_up_steps_the_decode_path_still_warms_once(t
 
     steps = []
     real = validation._Runner.step
-    monkeypatch.setattr(validation._Runner, "step", lambda self, ids, cache: (steps.append(1), real(self, ids, cache))[1])
-    r = validate(tiny, device="cpu", backend="torch", prompt_tokens=12, decode_steps=4, warmup_steps=0,
-                 prefill_repeats=2, warmup_tokens=4)
+    monkeypatch.setattr(
+        validation._Runner,
+        "step",
+        lambda self, ids, cache: (steps.append(1), real(self, ids, cache))[1],
+    )
+    r = validate(
+        tiny,
+        device="cpu",
+        backend="torch",
+        prompt_tokens=12,
+        decode_steps=4,
+        warmup_steps=0,
+        prefill_repeats=2,
+        warmup_tokens=4,
+    )
     # the warm-up's one step, then every step timed (a busy machine may add repetitions)
     assert len(r.decode_samples_s) >= 4 and len(steps) == 1 + len(r.decode_samples_s)
     assert r.real.context_tokens == validation.validation_context(12, 0, 4, 2) == 13

@@ -33,7 +33,11 @@ def test_causal_prefill_attention_counts_pairs_below_the_diagonal():
 
 def test_unfused_attention_is_the_full_square_through_memory():
     fused = by_name(llama_ops(M8, "prefill", prompt_tokens=64, dtype="bf16"))
-    eager = by_name(llama_ops(M8, "prefill", prompt_tokens=64, dtype="bf16", convention=Counting(attention="unfused")))
+    eager = by_name(
+        llama_ops(
+            M8, "prefill", prompt_tokens=64, dtype="bf16", convention=Counting(attention="unfused")
+        )
+    )
     assert {"attn_scores", "attn_softmax", "attn_pv"} <= set(eager)
     assert eager["attn_scores"].flops == 2 * 32 * 64 * 64 * 128
     scores_bytes = 32 * 64 * 64 * 2
@@ -51,14 +55,20 @@ def test_decode_reads_the_kv_cache_with_gqa():
 
 def test_fused_elementwise_ops_move_no_bytes():
     sep = by_name(llama_ops(M8, "decode", context_tokens=8, dtype="bf16"))
-    fused = by_name(llama_ops(M8, "decode", context_tokens=8, dtype="bf16", convention=Counting(elementwise="fused")))
+    fused = by_name(
+        llama_ops(
+            M8, "decode", context_tokens=8, dtype="bf16", convention=Counting(elementwise="fused")
+        )
+    )
     assert sep["silu_mul"].bytes == 3 * 14336 * 2
     assert fused["silu_mul"].bytes == 0 and fused["silu_mul"].flops == sep["silu_mul"].flops
 
 
 def test_weight_bytes_sum_to_parameters():
     # every parameter is read once per decode step when the embedding table is read whole
-    w = llama_ops(M8, "decode", context_tokens=0, dtype="fp32", convention=Counting(embedding="matmul"))
+    w = llama_ops(
+        M8, "decode", context_tokens=0, dtype="fp32", convention=Counting(embedding="matmul")
+    )
     assert w.weight_bytes == 4 * M8.param_count()
     # a gather reads one embedding row per token instead of the table
     g = llama_ops(M8, "decode", context_tokens=0, dtype="fp32")
@@ -67,7 +77,14 @@ def test_weight_bytes_sum_to_parameters():
     assert tied.param_count() == 1_235_814_400
 
 
-@pytest.mark.parametrize("kwargs", [dict(batch=0, prompt_tokens=5), dict(prompt_tokens=0), dict(prompt_tokens=5, context_tokens=-1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(batch=0, prompt_tokens=5),
+        dict(prompt_tokens=0),
+        dict(prompt_tokens=5, context_tokens=-1),
+    ],
+)
 def test_impossible_sizes(kwargs):
     with pytest.raises(ConfigError):
         llama_ops(M8, "prefill", dtype="bf16", **kwargs)
@@ -84,15 +101,38 @@ def test_scenario_is_the_key_and_the_family_builds_its_ops():
     from roofprof import models
     from roofprof.workload import Scenario
 
-    s = Scenario.of("llama-3.1-8b", "decode", batch=4, prompt_tokens=100, context_tokens=999, dtype="bf16")
+    s = Scenario.of(
+        "llama-3.1-8b", "decode", batch=4, prompt_tokens=100, context_tokens=999, dtype="bf16"
+    )
     w = models.ops(s)
-    assert w.ops == llama_ops(M8, "decode", batch=4, prompt_tokens=100, context_tokens=999, dtype="bf16").ops
+    assert (
+        w.ops
+        == llama_ops(M8, "decode", batch=4, prompt_tokens=100, context_tokens=999, dtype="bf16").ops
+    )
     assert w.scenario == s and hash(w.scenario) == hash(s) and {s: 1}[w.scenario] == 1
     assert models.ops(s.replace(phase="prefill")).phase == "prefill"
-    assert {op.fn for op in w.ops} >= {"linear", "rmsnorm", "rope", "add", "silu_mul", "sdpa", "gather"}
+    assert {op.fn for op in w.ops} >= {
+        "linear",
+        "rmsnorm",
+        "rope",
+        "add",
+        "silu_mul",
+        "sdpa",
+        "gather",
+    }
     assert all(op.group and op.short for op in w.ops)
-    assert w.ops[2].to_dict() == {"name": "q_proj", "kind": "gemm", "phase": "decode", "scope": "layer", "m": 4,
-                                  "n": 4096, "k": 4096, "batch": 1, "count": 32, "dtype": "bf16"}
+    assert w.ops[2].to_dict() == {
+        "name": "q_proj",
+        "kind": "gemm",
+        "phase": "decode",
+        "scope": "layer",
+        "m": 4,
+        "n": 4096,
+        "k": 4096,
+        "batch": 1,
+        "count": 32,
+        "dtype": "bf16",
+    }
 
 
 def test_model_families_and_unknown_ones():

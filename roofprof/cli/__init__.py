@@ -42,8 +42,20 @@ def _root(ctx: typer.Context, version: bool = version_option()) -> None:
 
 
 # Command modules, each registering its commands on `app` when imported (in help order).
-_COMMAND_MODULES = ("predict", "specs", "roofline", "doctor", "profile", "validate", "run",
-                    "counters", "selftest", "trace", "calibrate", "collectives")
+_COMMAND_MODULES = (
+    "predict",
+    "specs",
+    "roofline",
+    "doctor",
+    "profile",
+    "validate",
+    "run",
+    "counters",
+    "selftest",
+    "trace",
+    "calibrate",
+    "collectives",
+)
 
 
 def _register_commands() -> None:

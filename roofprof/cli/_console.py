@@ -31,15 +31,26 @@ def progress_bar(enabled: bool = True):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = stderr_console()
-    with Progress(TextColumn("[bold]{task.fields[step]}[/]"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                  transient=False) as bar:
+    with Progress(
+        TextColumn("[bold]{task.fields[step]}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
         task = bar.add_task("", total=1, step="")
         current = {"step": ""}
 
         def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=escape(label), completed=done, total=max(total, 1),
-                       step=current["step"])
+            bar.update(
+                task,
+                description=escape(label),
+                completed=done,
+                total=max(total, 1),
+                step=current["step"],
+            )
 
         def step(name: str) -> None:
             current["step"] = escape(name)
@@ -61,8 +72,7 @@ def collected_warnings():
         yield caught
 
 
-def show_warnings(caught: Sequence[warnings.WarningMessage],
-                  shown: Collection[str] = ()) -> None:
+def show_warnings(caught: Sequence[warnings.WarningMessage], shown: Collection[str] = ()) -> None:
     """Each distinct caught warning once, as ``roofprof: warning: ...`` on stderr.
 
     ``shown``: warning texts the command's own output already printed (a prediction table

@@ -11,9 +11,21 @@ from typing import Any, Literal
 
 from roofprof.errors import ConfigError
 
-__all__ = ["MAX_BATCH", "MAX_SECONDS", "MAX_TOKENS", "PLOT_SUFFIXES", "TableJson", "TableJsonCsv",
-           "check_int", "check_output", "check_seconds", "counting", "parse_int_list",
-           "resolve_dtype", "split_list"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_SECONDS",
+    "MAX_TOKENS",
+    "PLOT_SUFFIXES",
+    "TableJson",
+    "TableJsonCsv",
+    "check_int",
+    "check_output",
+    "check_seconds",
+    "counting",
+    "parse_int_list",
+    "resolve_dtype",
+    "split_list",
+]
 
 #: Extensions a chart can be written with (``--plot``).
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
@@ -61,8 +73,9 @@ def parse_int_list(text: str, what: str, minimum: int, maximum: int = MAX_TOKENS
             value = int(stripped)
         except ValueError:
             shown = text if len(text) <= 40 else text[:37] + "..."
-            raise ConfigError(f"{what} must be an integer or a comma-separated list, "
-                              f"got {shown!r}") from None
+            raise ConfigError(
+                f"{what} must be an integer or a comma-separated list, got {shown!r}"
+            ) from None
         values.append(check_int(value, what, minimum, maximum))
     return values
 
@@ -99,13 +112,20 @@ def check_seconds(value: float | None, what: str, maximum: float = MAX_SECONDS) 
     if value is None:
         return None
     if not (math.isfinite(value) and 0 < value <= maximum):
-        raise ConfigError(f"{what} must be a positive number of seconds up to {maximum:g}, "
-                          f"got {value!r}")
+        raise ConfigError(
+            f"{what} must be a positive number of seconds up to {maximum:g}, got {value!r}"
+        )
     return value
 
 
-def check_output(path: Any, what: str, *, suffixes: tuple[str, ...] | None = None,
-                 folder: bool = False, inside: tuple[str, ...] = ()) -> None:
+def check_output(
+    path: Any,
+    what: str,
+    *,
+    suffixes: tuple[str, ...] | None = None,
+    folder: bool = False,
+    inside: tuple[str, ...] = (),
+) -> None:
     """Check an output path before any measurement (None passes: option not given).
 
     ``folder=True``: ``path`` is a folder, created now if needed and probed for writing
@@ -128,8 +148,10 @@ def check_output(path: Any, what: str, *, suffixes: tuple[str, ...] | None = Non
     folder_ = check_writable_dir(path)  # creates it: the command would at once anyway
     for name in inside:
         if (folder_ / name).is_dir():
-            raise ConfigError(f"{what}: {str(folder_ / name)!r} is a folder; roofprof writes a "
-                              "file of that name there")
+            raise ConfigError(
+                f"{what}: {str(folder_ / name)!r} is a folder; roofprof writes a "
+                "file of that name there"
+            )
 
 
 def counting(attention: str) -> Any:

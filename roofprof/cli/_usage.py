@@ -43,11 +43,18 @@ class CommandGroup(TyperGroup):
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         name = args[0] if args else ""
-        if (args and not name.startswith("-") and self.get_command(ctx, name) is None
-                and not ctx.resilient_parsing):
+        if (
+            args
+            and not name.startswith("-")
+            and self.get_command(ctx, name) is None
+            and not ctx.resilient_parsing
+        ):
             where = "" if ctx.parent is None else f" for '{ctx.command_path}'"
-            visible = [n for n in self.list_commands(ctx)
-                       if not getattr(self.get_command(ctx, n), "hidden", False)]
+            visible = [
+                n
+                for n in self.list_commands(ctx)
+                if not getattr(self.get_command(ctx, n), "hidden", False)
+            ]
             raise UsageError(f"no such command {name!r}{where}{_did_you_mean(name, visible)}")
         return super().resolve_command(ctx, args)
 
@@ -70,8 +77,13 @@ def _print_version(value: bool) -> None:
 
 def version_option() -> Any:
     """The eager ``--version`` flag: print ``roofprof <version>`` and exit 0."""
-    return typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                        help="Print the roofprof version and exit.")
+    return typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the roofprof version and exit.",
+    )
 
 
 def _option_label(param: Any) -> str:
@@ -108,9 +120,9 @@ def _given_value(argv: Sequence[str], param: Any) -> str | None:
             if token == opt and i + 1 < len(argv):
                 found = argv[i + 1]
             elif opt.startswith("--") and token.startswith(opt + "="):
-                found = token[len(opt) + 1:]
+                found = token[len(opt) + 1 :]
             elif not opt.startswith("--") and token.startswith(opt) and len(token) > len(opt):
-                found = token[len(opt):]
+                found = token[len(opt) :]
     return found
 
 
@@ -136,9 +148,13 @@ def describe_usage_error(exc: BaseException, argv: Sequence[str]) -> tuple[str, 
     message = _first_line(str(fmt()))
     if option is not None and hasattr(exc, "possibilities"):  # an unknown option
         close = list(getattr(exc, "possibilities", None) or ())
-        hint = (f" (did you mean {close[0]!r}?)" if len(close) == 1
-                else f" (did you mean one of {', '.join(close)}?)" if close
-                else f"; see '{path} --help'")
+        hint = (
+            f" (did you mean {close[0]!r}?)"
+            if len(close) == 1
+            else f" (did you mean one of {', '.join(close)}?)"
+            if close
+            else f"; see '{path} --help'"
+        )
         return f"no such option {option!r} for '{path}'{hint}", code
     if option is not None:  # an option without its value, or used wrongly
         if "requires" in message:

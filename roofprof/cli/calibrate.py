@@ -17,8 +17,8 @@ __all__ = ["calibrate"]
 @app.command()
 def calibrate(
     out: Path | None = typer.Option(
-        None, "--out", "-o",
-        help="Where to write the calibration (default: data/calibration.json)."),
+        None, "--out", "-o", help="Where to write the calibration (default: data/calibration.json)."
+    ),
     fmt: TableJson = typer.Option("table", "--format", "-f", help="table | json."),
 ) -> None:
     """Fit the engine profiles of --estimator calibrated on data/published/ and write them,

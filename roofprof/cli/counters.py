@@ -19,8 +19,14 @@ from roofprof.cli._usage import CommandGroup, show_help
 from roofprof.errors import ConfigError
 from roofprof.units import dumps_strict
 
-__all__ = ["BIG_CSV_BYTES", "collect_cmd", "counters_app", "import_cmd", "ops_pass_cmd",
-           "write_json_streamed"]
+__all__ = [
+    "BIG_CSV_BYTES",
+    "collect_cmd",
+    "counters_app",
+    "import_cmd",
+    "ops_pass_cmd",
+    "write_json_streamed",
+]
 
 #: Files above this size get a progress bar (a terminal) or a note (a pipe) on stderr.
 BIG_CSV_BYTES = 10 * 2**20
@@ -45,12 +51,15 @@ def _counters(ctx: typer.Context) -> None:
 @counters_app.command("import")
 def import_cmd(
     file: Path = typer.Argument(
-        ..., help="Nsight Compute CSV (details or --page raw) or .ncu-rep report."),
+        ..., help="Nsight Compute CSV (details or --page raw) or .ncu-rep report."
+    ),
     fmt: TableJson = typer.Option("table", "--format", "-f", help="table | json."),
-    roofline: Path | None = typer.Option(None, "--roofline",
-                                         help="roofline.json to place each kernel on."),
-    plot: Path | None = typer.Option(None, "--plot",
-                                     help="Write the hierarchical roofline chart (PNG)."),
+    roofline: Path | None = typer.Option(
+        None, "--roofline", help="roofline.json to place each kernel on."
+    ),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Write the hierarchical roofline chart (PNG)."
+    ),
 ) -> None:
     """Turn an existing ncu CSV or report into per-kernel records: time, FLOPs, bytes,
     intensities."""
@@ -62,14 +71,18 @@ def import_cmd(
     size = _size(file)
     big = size > BIG_CSV_BYTES  # streamed either way; large exports say so on stderr
     if big and not sys.stderr.isatty():
-        typer.echo(f"roofprof: reading {size / 1e6:,.0f} MB of Nsight Compute output ...",
-                   err=True)
-    with warnings.catch_warnings(record=True) as caught, \
-            progress_bar(big and sys.stderr.isatty()) as (bar, _):
+        typer.echo(f"roofprof: reading {size / 1e6:,.0f} MB of Nsight Compute output ...", err=True)
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        progress_bar(big and sys.stderr.isatty()) as (bar, _),
+    ):
         warnings.simplefilter("always", counters.CounterWarning)
         records = counters.load_counters(
-            file, progress=(lambda done, total: bar("MB read", done // 10**6, total // 10**6))
-            if bar else None)
+            file,
+            progress=(lambda done, total: bar("MB read", done // 10**6, total // 10**6))
+            if bar
+            else None,
+        )
     show_warnings(caught)
     roof = None
     if roofline is not None:
@@ -78,39 +91,54 @@ def import_cmd(
         roof = load_roofline(roofline)
     placements = counters.place_hierarchical(records, roof)
     if fmt == "json":
-        write_json_streamed({"source": str(file), "kernels": records, "hierarchical": placements},
-                            sys.stdout)
+        write_json_streamed(
+            {"source": str(file), "kernels": records, "hierarchical": placements}, sys.stdout
+        )
     else:
-        print_counters(records, placements if roof is not None else None,
-                       title=f"Nsight Compute counters: {file.name}")
+        print_counters(
+            records,
+            placements if roof is not None else None,
+            title=f"Nsight Compute counters: {file.name}",
+        )
     if plot is not None:
         from roofprof.plots.hierarchical import plot_hierarchical
 
-        plot_hierarchical(placements, plot, roofline=roof,
-                          title=f"Hierarchical roofline: {file.name}")
+        plot_hierarchical(
+            placements, plot, roofline=roof, title=f"Hierarchical roofline: {file.name}"
+        )
         typer.echo(f"hierarchical roofline written to {plot}", err=True)
 
 
 @counters_app.command("collect")
 def collect_cmd(
     command: list[str] | None = typer.Argument(None, help="The command to profile, after `--`."),
-    out: Path = typer.Option(Path("roofprof-counters"), "--out", "-o",
-                             help="Folder for ncu.csv and counters.json."),
+    out: Path = typer.Option(
+        Path("roofprof-counters"), "--out", "-o", help="Folder for ncu.csv and counters.json."
+    ),
     clock_control: str = typer.Option(
-        "none", "--clock-control",
-        help="none (clocks as the GPU runs them) | base (ncu locks base clocks)."),
-    metrics_set: str = typer.Option("hierarchical", "--metrics-set",
-                                    help="hierarchical | memory | flops | time."),
+        "none",
+        "--clock-control",
+        help="none (clocks as the GPU runs them) | base (ncu locks base clocks).",
+    ),
+    metrics_set: str = typer.Option(
+        "hierarchical", "--metrics-set", help="hierarchical | memory | flops | time."
+    ),
     nvtx_include: list[str] | None = typer.Option(
-        None, "--nvtx-include",
-        help="ncu NVTX filter (repeatable); default: ranges named roofprof.*"),
+        None,
+        "--nvtx-include",
+        help="ncu NVTX filter (repeatable); default: ranges named roofprof.*",
+    ),
     all_kernels: bool = typer.Option(
-        False, "--all-kernels",
-        help="Profile every kernel, not only those in roofprof.* NVTX ranges."),
-    launch_count: int | None = typer.Option(None, "--launch-count",
-                                            help="Stop after profiling this many kernels."),
+        False,
+        "--all-kernels",
+        help="Profile every kernel, not only those in roofprof.* NVTX ranges.",
+    ),
+    launch_count: int | None = typer.Option(
+        None, "--launch-count", help="Stop after profiling this many kernels."
+    ),
     ncu: str | None = typer.Option(
-        None, "--ncu", help="Path to ncu (default: $ROOFPROF_NCU, PATH, /usr/local/cuda/bin)."),
+        None, "--ncu", help="Path to ncu (default: $ROOFPROF_NCU, PATH, /usr/local/cuda/bin)."
+    ),
     fmt: TableJson = typer.Option("table", "--format", "-f", help="table | json."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds before ncu is stopped."),
 ) -> None:
@@ -120,12 +148,17 @@ def collect_cmd(
     from roofprof.results import check_writable_dir, provenance, write_json_atomic
 
     if not command:
-        raise ConfigError("no command to profile: give it after `--`, "
-                          "e.g. `roofprof counters collect -- python run.py`")
+        raise ConfigError(
+            "no command to profile: give it after `--`, "
+            "e.g. `roofprof counters collect -- python run.py`"
+        )
     if all_kernels and nvtx_include:
         raise ConfigError("--all-kernels and --nvtx-include exclude each other")
-    include = None if all_kernels else (tuple(nvtx_include) if nvtx_include
-                                        else counters.DEFAULT_NVTX_INCLUDE)
+    include = (
+        None
+        if all_kernels
+        else (tuple(nvtx_include) if nvtx_include else counters.DEFAULT_NVTX_INCLUDE)
+    )
     from roofprof.cli._options import check_int, check_output, check_seconds
 
     check_int(launch_count, "--launch-count", 1, 10**9)
@@ -144,8 +177,11 @@ def collect_cmd(
         coll.records,
         placements,
         provenance=provenance(
-            device_cc=coll.cc, ncu=coll.ncu_command[0], ncu_version=coll.ncu_version,
-            clock_control=clock_control, cache_control="all",
+            device_cc=coll.cc,
+            ncu=coll.ncu_command[0],
+            ncu_version=coll.ncu_version,
+            clock_control=clock_control,
+            cache_control="all",
         ),  # fmt: skip
         ncu_command=list(coll.ncu_command),
         metrics_set=metrics_set,
@@ -160,8 +196,9 @@ def collect_cmd(
         typer.echo(dumps_strict(payload))
     else:
         print_counters(coll.records, title=f"Nsight Compute counters ({len(coll.records)} kernels)")
-    typer.echo(f"counters written to {folder / 'counters.json'} (raw CSV: {coll.csv_path})",
-               err=True)
+    typer.echo(
+        f"counters written to {folder / 'counters.json'} (raw CSV: {coll.csv_path})", err=True
+    )
 
 
 @counters_app.command("ops-pass", hidden=True)
@@ -185,9 +222,17 @@ def ops_pass_cmd(
     from roofprof.results import write_json_atomic
     from roofprof.workload import Counting, Scenario
 
-    workload = models.ops(Scenario.of(model, phase, batch=batch, prompt_tokens=prompt,
-                                      context_tokens=context, dtype=dtype,
-                                      convention=Counting(attention=attention)))
+    workload = models.ops(
+        Scenario.of(
+            model,
+            phase,
+            batch=batch,
+            prompt_tokens=prompt,
+            context_tokens=context,
+            dtype=dtype,
+            convention=Counting(attention=attention),
+        )
+    )
     impls = split_list(impl)
     records = run_ops_once(workload, select(device), impls=impls)  # type: ignore[arg-type]
     write_json_atomic(manifest, records)

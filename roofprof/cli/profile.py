@@ -36,40 +36,56 @@ __all__ = ["profile", "profile_with_counters"]
 
 @app.command()
 def profile(
-    model: str = typer.Option("llama-3.2-1b", "--model", "-m",
-                              help="Model id or HF config.json path."),
+    model: str = typer.Option(
+        "llama-3.2-1b", "--model", "-m", help="Model id or HF config.json path."
+    ),
     phase: str = typer.Option("decode", "--phase", help="prefill | decode | both."),
-    batch: str = typer.Option("1", "--batch", "-b",
-                              help="Sequences per batch; a comma list sweeps (1,8,64,256)."),
+    batch: str = typer.Option(
+        "1", "--batch", "-b", help="Sequences per batch; a comma list sweeps (1,8,64,256)."
+    ),
     prompt: int = typer.Option(128, "--prompt", "-p", help="Prompt tokens per sequence (prefill)."),
     context: str | None = typer.Option(
-        None, "--context", "-c",
-        help="Cached tokens at decode (default: the prompt); a comma list sweeps."),
-    dtype: str = typer.Option("auto", "--dtype",
-                              help="auto (fp32 on a CPU, bf16 on a GPU) | fp32 | bf16 | fp16."),
+        None,
+        "--context",
+        "-c",
+        help="Cached tokens at decode (default: the prompt); a comma list sweeps.",
+    ),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto (fp32 on a CPU, bf16 on a GPU) | fp32 | bf16 | fp16."
+    ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
-    impl: str | None = typer.Option(None, "--impl",
-                                    help="Comma list of implementations (default: all available)."),
-    roofline: str = typer.Option("auto", "--roofline",
-                                 help="roofline.json | auto (cached or quick-measured) | none."),
-    attention: str = typer.Option("fused", "--attention",
-                                  help="fused (SDPA) | unfused (eager: scores, softmax, PV)."),
-    threads: int | None = typer.Option(None, "--threads",
-                                       help="torch/numba threads (use the same for validate)."),
+    impl: str | None = typer.Option(
+        None, "--impl", help="Comma list of implementations (default: all available)."
+    ),
+    roofline: str = typer.Option(
+        "auto", "--roofline", help="roofline.json | auto (cached or quick-measured) | none."
+    ),
+    attention: str = typer.Option(
+        "fused", "--attention", help="fused (SDPA) | unfused (eager: scores, softmax, PV)."
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="torch/numba threads (use the same for validate)."
+    ),
     budget: float = typer.Option(0.2, "--budget", help="Timed seconds per op and implementation."),
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                    help="Write the profile JSON here (a list for sweeps)."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Write the profile JSON here (a list for sweeps)."
+    ),
     fmt: TableJsonCsv = typer.Option("table", "--format", "-f", help="table | json | csv."),
     counters: bool = typer.Option(
-        False, "--counters",
+        False,
+        "--counters",
         help="Run each op once under Nsight Compute (ncu): hierarchical roofline, counters vs "
-             "analytic counts (--out is then a folder)."),
+        "analytic counts (--out is then a folder).",
+    ),
     clock_control: str = typer.Option(
-        "none", "--clock-control", help="ncu clock control with --counters: none (as run) | base."),
+        "none", "--clock-control", help="ncu clock control with --counters: none (as run) | base."
+    ),
     remeasure: bool = typer.Option(
-        False, "--remeasure",
+        False,
+        "--remeasure",
         help="Ignore cached measurements (profile always measures afresh and replaces them; "
-             "accepted as for predict)."),
+        "accepted as for predict).",
+    ),
 ) -> None:
     """Measure every op of a Llama pass on this device (correctness first) and place it on the
     roofline."""
@@ -77,8 +93,9 @@ def profile(
     from roofprof.specs import load_model
     from roofprof.workload import Scenario
 
-    phases = {"both": ["prefill", "decode"], "prefill": ["prefill"],
-              "decode": ["decode"]}.get(phase)
+    phases = {"both": ["prefill", "decode"], "prefill": ["prefill"], "decode": ["decode"]}.get(
+        phase
+    )
     if phases is None:
         raise ConfigError(f"unknown phase {phase!r}; valid choices: prefill, decode, both")
     check_int(prompt, "--prompt", 1, MAX_TOKENS)
@@ -88,8 +105,9 @@ def profile(
     contexts = parse_int_list(context, "--context", 0) if context else [None]
     counting_ = counting(attention)
     if counters:  # --out is the folder of the ncu files (a name with a suffix is not used)
-        check_output(out if out is not None and Path(out).suffix == "" else None, "--out",
-                     folder=True)
+        check_output(
+            out if out is not None and Path(out).suffix == "" else None, "--out", folder=True
+        )
     else:
         check_output(out, "--out")
     spec = load_model(model)
@@ -101,40 +119,70 @@ def profile(
         find_ncu()  # no ncu: exit 2 with how to install it, before anything runs
         if len(batches) > 1 or len(contexts) > 1:
             raise ConfigError("--counters profiles one batch and context at a time")
-        profile_with_counters(model=model, phases=phases, batch=batches[0], prompt=prompt,
-                              context=contexts[0], dtype=dtype, device=device, attention=attention,
-                              impls=impls, out=out, clock_control=clock_control,
-                              fmt="json" if fmt == "json" else "table")
+        profile_with_counters(
+            model=model,
+            phases=phases,
+            batch=batches[0],
+            prompt=prompt,
+            context=contexts[0],
+            dtype=dtype,
+            device=device,
+            attention=attention,
+            impls=impls,
+            out=out,
+            clock_control=clock_control,
+            fmt="json" if fmt == "json" else "table",
+        )
         return
     results = []
     with progress_bar(sys.stderr.isatty()) as (progress, step):
         # profile measures afresh whether or not --remeasure is given (use_cache=False): its
         # measurements replace the cached ones that `predict --estimator measured` reuses
-        prof = Profiler(spec, dev, impls=impls, budget_s=budget, threads=threads, roofline=roofline,
-                        use_cache=False, progress=progress)
+        prof = Profiler(
+            spec,
+            dev,
+            impls=impls,
+            budget_s=budget,
+            threads=threads,
+            roofline=roofline,
+            use_cache=False,
+            progress=progress,
+        )
         for ph in phases:
             for b in batches:
-                for c in (contexts if ph == "decode" else [None]):
+                for c in contexts if ph == "decode" else [None]:
                     if step:
                         step(f"{ph} batch {b}" + (f" context {c}" if c is not None else ""))
                     results.append(prof.profile(Scenario(spec, ph, b, prompt, c, dtype, counting_)))
     if out is not None:
         from roofprof.results import write_json_atomic
 
-        payload = (results[0].to_dict() if len(results) == 1
-                   else {"profiles": [r.to_dict() for r in results]})
+        payload = (
+            results[0].to_dict()
+            if len(results) == 1
+            else {"profiles": [r.to_dict() for r in results]}
+        )
         write_json_atomic(out, payload)
     if fmt == "json":
-        payload = (results[0].to_dict() if len(results) == 1
-                   else {"profiles": [r.to_dict() for r in results]})
+        payload = (
+            results[0].to_dict()
+            if len(results) == 1
+            else {"profiles": [r.to_dict() for r in results]}
+        )
         sys.stdout.write(dumps_strict(payload) + "\n")
     elif fmt == "csv":
         import csv
 
-        rows = [{"phase": r.workload.phase, "batch": r.workload.batch,
-                 "context_tokens": r.workload.context_tokens,
-                 **{k: v for k, v in o.to_dict().items() if k != "implementations"}}
-                for r in results for o in r.ops]
+        rows = [
+            {
+                "phase": r.workload.phase,
+                "batch": r.workload.batch,
+                "context_tokens": r.workload.context_tokens,
+                **{k: v for k, v in o.to_dict().items() if k != "implementations"},
+            }
+            for r in results
+            for o in r.ops
+        ]
         writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -146,10 +194,22 @@ def profile(
         typer.echo(f"profile written to {out}", err=True)
 
 
-def profile_with_counters(*, model: str, phases: Sequence[str], batch: int, prompt: int,
-                          context: int | None, dtype: str, device: str, attention: str,
-                          impls: Sequence[str] | None, out: Path | None, clock_control: str,
-                          roofline: Any = None, fmt: str = "table") -> None:
+def profile_with_counters(
+    *,
+    model: str,
+    phases: Sequence[str],
+    batch: int,
+    prompt: int,
+    context: int | None,
+    dtype: str,
+    device: str,
+    attention: str,
+    impls: Sequence[str] | None,
+    out: Path | None,
+    clock_control: str,
+    roofline: Any = None,
+    fmt: str = "table",
+) -> None:
     """`roofprof profile --counters`: every op of the pass once under ncu, hierarchical roofline,
     comparison."""
     from roofprof.counters.ops_pass import child_command, profile_counters
@@ -160,13 +220,23 @@ def profile_with_counters(*, model: str, phases: Sequence[str], batch: int, prom
     for phase in phases:
         folder = out_dir / phase
         manifest = folder / "manifest.json"
-        child = child_command(model=model, phase=phase, batch=batch, prompt=prompt, context=context,
-                              dtype=dtype, device=device, attention=attention, impls=impls,
-                              manifest=manifest)
+        child = child_command(
+            model=model,
+            phase=phase,
+            batch=batch,
+            prompt=prompt,
+            context=context,
+            dtype=dtype,
+            device=device,
+            attention=attention,
+            impls=impls,
+            manifest=manifest,
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            payloads[phase] = profile_counters(child, manifest, folder, roofline=roofline,
-                                               clock_control=clock_control)
+            payloads[phase] = profile_counters(
+                child, manifest, folder, roofline=roofline, clock_control=clock_control
+            )
         show_warnings(caught)
     if fmt == "json":
         typer.echo(dumps_strict(payloads))

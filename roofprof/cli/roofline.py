@@ -25,26 +25,37 @@ class RunInterrupted(RoofprofError):
 @app.command()
 def roofline(
     device: str = typer.Option("auto", "--device", "-d", help="auto | cpu | cuda:N."),
-    quick: bool = typer.Option(False, "--quick",
-                               help="Fewer sizes and shorter budgets (about 30 s on 2 cores)."),
-    out: Path = typer.Option(Path("roofprof-roofline"), "--out", "-o",
-                             help="Folder for roofline.json and the PNGs."),
-    fmt: TableJson = typer.Option("table", "--format", "-f",
-                                  help="table | json (the summary on stdout)."),
-    plots: bool = typer.Option(True, "--plots/--no-plots",
-                               help="Draw the roofline, staircase and sweep PNGs."),
+    quick: bool = typer.Option(
+        False, "--quick", help="Fewer sizes and shorter budgets (about 30 s on 2 cores)."
+    ),
+    out: Path = typer.Option(
+        Path("roofprof-roofline"), "--out", "-o", help="Folder for roofline.json and the PNGs."
+    ),
+    fmt: TableJson = typer.Option(
+        "table", "--format", "-f", help="table | json (the summary on stdout)."
+    ),
+    plots: bool = typer.Option(
+        True, "--plots/--no-plots", help="Draw the roofline, staircase and sweep PNGs."
+    ),
     plan: Literal["full", "quick", "test"] | None = typer.Option(
-        None, "--plan", hidden=True, help="full | quick | test (test: tiny budgets, for CI)."),
+        None, "--plan", hidden=True, help="full | quick | test (test: tiny budgets, for CI)."
+    ),
     published: str | None = typer.Option(
-        None, "--published", metavar="GPU",
+        None,
+        "--published",
+        metavar="GPU",
         help="Measure nothing: build GPU's roofline from published microbenchmarks "
-             "(data/published/), each ceiling citing its row; same roofline.json format."),
+        "(data/published/), each ceiling citing its row; same roofline.json format.",
+    ),
     all_ranks: bool = typer.Option(
-        False, "--all-ranks",
+        False,
+        "--all-ranks",
         help="Every rank measures its device at once (under torchrun, or --ranks N local "
-             "processes); rank 0 writes ranks.json and flags any device >5% below the median."),
+        "processes); rank 0 writes ranks.json and flags any device >5% below the median.",
+    ),
     ranks: int | None = typer.Option(
-        None, "--ranks", help="With --all-ranks outside torchrun: local ranks to start."),
+        None, "--ranks", help="With --all-ranks outside torchrun: local ranks to start."
+    ),
 ) -> None:
     """Measure the roofline of this machine: bandwidth per memory level, peak compute per dtype,
     best GEMM, and an intensity sweep; write roofline.json and plots."""
@@ -60,14 +71,20 @@ def roofline(
     from roofprof.report import print_roofline_summary, roofline_summary_payload
     from roofprof.results import check_writable_dir
 
-    check_output(out, "--out", folder=True,  # before any measurement
-                 inside=("roofline.json", *(_PLOT_NAMES if plots else ())))
+    check_output(
+        out,
+        "--out",
+        folder=True,  # before any measurement
+        inside=("roofline.json", *(_PLOT_NAMES if plots else ())),
+    )
     folder = check_writable_dir(out)
     selection = select_device(device)
     dev = selection.device
     err = _console(stderr=True)
-    err.print(f"device: [bold]{_escape(dev.info.name)}[/] ({_escape(dev.info.label)}) — "
-              f"{_escape(selection.reason)}")
+    err.print(
+        f"device: [bold]{_escape(dev.info.name)}[/] ({_escape(dev.info.label)}) — "
+        f"{_escape(selection.reason)}"
+    )
     json_path = folder / "roofline.json"
 
     def checkpoint(partial) -> None:
@@ -77,20 +94,28 @@ def roofline(
 
     plan_name = plan or ("quick" if quick else "full")
     try:
-        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                      console=err, transient=True) as bar:
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as bar:
             task = bar.add_task("measuring", total=None)
 
             def progress(done: int, total: int, label: str) -> None:
                 bar.update(task, completed=done, total=total, description=label)
 
-            result = measure_roofline(dev, quick=quick, progress=progress, plan=plan_name,
-                                      checkpoint=checkpoint)
+            result = measure_roofline(
+                dev, quick=quick, progress=progress, plan=plan_name, checkpoint=checkpoint
+            )
     except RooflineInterrupted as exc:
         exc.result.write(json_path)
-        raise RunInterrupted(f"interrupted during {exc.during}; kept {len(exc.result.ceilings)} "
-                             f"finished ceilings in {json_path} (marked incomplete)") from None
+        raise RunInterrupted(
+            f"interrupted during {exc.during}; kept {len(exc.result.ceilings)} "
+            f"finished ceilings in {json_path} (marked incomplete)"
+        ) from None
     result.write(json_path)
     written = [json_path]
     if plots:
@@ -119,9 +144,16 @@ def _published(gpu: str, out: Path, fmt: str, plots: bool) -> None:
     if plots:
         from roofprof.plots.roofline import plot_roofline
 
-        written.append(plot_roofline(roof, (), folder / "roofline.png", dtypes=list(roof.dtypes),
-                                     spec=Roofline.from_spec(spec),
-                                     title=f"Published-ceiling roofline: {spec.name}"))
+        written.append(
+            plot_roofline(
+                roof,
+                (),
+                folder / "roofline.png",
+                dtypes=list(roof.dtypes),
+                spec=Roofline.from_spec(spec),
+                title=f"Published-ceiling roofline: {spec.name}",
+            )
+        )
     if fmt == "json":
         sys.stdout.write(dumps_strict({**payload, "written": [str(p) for p in written]}) + "\n")
     else:
@@ -139,25 +171,37 @@ def _all_ranks(device: str, ranks: int | None, plan: str, out: Path, fmt: str) -
     rows = measure_all_ranks(ranks=ranks, device=device, plan=plan)
     if rows is None:  # a torchrun rank other than 0
         return
-    payload = clean({"ranks": rows, "plan": plan, "slow_fraction": 0.05,
-                     "slow": [r["rank"] for r in rows if r["slow"]]})
+    payload = clean(
+        {
+            "ranks": rows,
+            "plan": plan,
+            "slow_fraction": 0.05,
+            "slow": [r["rank"] for r in rows if r["slow"]],
+        }
+    )
     path = write_json_atomic(Path(out) / "ranks.json", payload)
     if fmt == "json":
         sys.stdout.write(dumps_strict({**payload, "written": [str(path)]}) + "\n")
         return
     from rich.table import Table
 
-    table = Table("rank", "host", "device", "DRAM GB/s", "compute TFLOP/s", "SM MHz",
-                  "clock reasons", "flag")
+    table = Table(
+        "rank", "host", "device", "DRAM GB/s", "compute TFLOP/s", "SM MHz", "clock reasons", "flag"
+    )
     for r in rows:
         bw, fl = r["dram_bytes_per_s"], r["compute_flops_per_s"]
-        table.add_row(str(r["rank"]), r["host"], f"{r['name']} ({r['torch_device']})",
-                      "-" if bw is None else f"{bw / 1e9:.1f}",
-                      "-" if fl is None else f"{fl / 1e12:.2f}",
-                      "-" if r["sm_clock_mhz"] is None else str(r["sm_clock_mhz"]),
-                      "-" if r["clock_event_reasons"] is None else
-                      ", ".join(r["clock_event_reasons"]) or "none",
-                      ("SLOW: " + ", ".join(r["slow_on"])) if r["slow"] else "ok")
+        table.add_row(
+            str(r["rank"]),
+            r["host"],
+            f"{r['name']} ({r['torch_device']})",
+            "-" if bw is None else f"{bw / 1e9:.1f}",
+            "-" if fl is None else f"{fl / 1e12:.2f}",
+            "-" if r["sm_clock_mhz"] is None else str(r["sm_clock_mhz"]),
+            "-"
+            if r["clock_event_reasons"] is None
+            else ", ".join(r["clock_event_reasons"]) or "none",
+            ("SLOW: " + ", ".join(r["slow_on"])) if r["slow"] else "ok",
+        )
     console = _console()
     console.print(table)
     console.print(f"written: {path}")
@@ -194,8 +238,14 @@ def _plot_roofline(result, path: Path) -> Path:
         spec = Roofline.from_spec(load_gpu(result.device.spec_id))
     if "dram" not in result.roofline.levels:
         raise ValueError("no DRAM ceiling measured")
-    return plot_roofline(result.roofline, (), path, dtypes=list(result.roofline.dtypes), spec=spec,
-                         title=f"Measured roofline: {result.device.name} ({result.device.label})")
+    return plot_roofline(
+        result.roofline,
+        (),
+        path,
+        dtypes=list(result.roofline.dtypes),
+        spec=spec,
+        title=f"Measured roofline: {result.device.name} ({result.device.label})",
+    )
 
 
 def _escape(text: str) -> str:

@@ -25,33 +25,47 @@ __all__ = ["run_command"]
 @app.command("run")
 def run_command(
     model: str = typer.Option(
-        "auto", "--model", "-m",
-        help="auto (Llama 3.2 1B fp32 on a CPU, 3.1 8B bf16 on a GPU), an id or a config path."),
+        "auto",
+        "--model",
+        "-m",
+        help="auto (Llama 3.2 1B fp32 on a CPU, 3.1 8B bf16 on a GPU), an id or a config path.",
+    ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16."),
-    out: Path = typer.Option(Path("roofprof-report"), "--out", "-o",
-                             help="Output folder (index.html, report.json, CSVs)."),
+    out: Path = typer.Option(
+        Path("roofprof-report"),
+        "--out",
+        "-o",
+        help="Output folder (index.html, report.json, CSVs).",
+    ),
     prompt: int = typer.Option(128, "--prompt", "-p", help="Prompt tokens per sequence."),
     batch: int = typer.Option(1, "--batch", "-b", help="Batch of the validated run."),
     batches: str = typer.Option("1,8,64,256", "--batch-sweep", help="Decode batch sweep."),
     contexts: str | None = typer.Option(
-        None, "--context-sweep", help="Decode context sweep (default: 1×, 4×, 32× the prompt)."),
-    full: bool = typer.Option(False, "--full",
-                              help="Full roofline probes instead of the quick plan."),
-    roofline: Path | None = typer.Option(None, "--roofline",
-                                         help="Use this roofline.json instead of measuring."),
+        None, "--context-sweep", help="Decode context sweep (default: 1×, 4×, 32× the prompt)."
+    ),
+    full: bool = typer.Option(
+        False, "--full", help="Full roofline probes instead of the quick plan."
+    ),
+    roofline: Path | None = typer.Option(
+        None, "--roofline", help="Use this roofline.json instead of measuring."
+    ),
     fresh_roofline: bool = typer.Option(
-        False, "--fresh-roofline",
-        help="Measure the roofline even when this setup's cached one is under an hour old."),
-    threads: int | None = typer.Option(None, "--threads",
-                                       help="torch/numba threads for profile and validation."),
+        False,
+        "--fresh-roofline",
+        help="Measure the roofline even when this setup's cached one is under an hour old.",
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="torch/numba threads for profile and validation."
+    ),
     budget: float = typer.Option(0.15, "--budget", help="Timed seconds per op and implementation."),
     steps: int = typer.Option(8, "--steps", help="Timed decode steps of the real run."),
     no_validate: bool = typer.Option(False, "--no-validate", help="Skip the real model run."),
     backend: str = typer.Option("auto", "--backend", help="Real model: auto | hf | torch."),
     attention: str = typer.Option("fused", "--attention", help="fused (SDPA) | unfused (eager)."),
-    impl: str | None = typer.Option(None, "--impl",
-                                    help="Comma list of implementations (default: all)."),
+    impl: str | None = typer.Option(
+        None, "--impl", help="Comma list of implementations (default: all)."
+    ),
 ) -> None:
     """The main job: doctor → roofline → profile → predictions → validation → HTML
     report."""
@@ -68,13 +82,28 @@ def run_command(
     context_list = parse_int_list(contexts, "--context-sweep", 0) if contexts else None
     impls = split_list(impl)
     with progress_bar(True) as (progress, step):
-        result = run(model, device=device, dtype=None if dtype == "auto" else dtype, out=out,
-                     batch=batch, prompt_tokens=prompt, batches=batch_list, contexts=context_list,
-                     quick=not full, roofline=roofline,
-                     reuse_roofline_s=0.0 if fresh_roofline else 3600.0, threads=threads,
-                     budget_s=budget,
-                     decode_steps=steps, validate=not no_validate, backend=backend,
-                     attention=attention, impls=impls, progress=progress, step=step)
+        result = run(
+            model,
+            device=device,
+            dtype=None if dtype == "auto" else dtype,
+            out=out,
+            batch=batch,
+            prompt_tokens=prompt,
+            batches=batch_list,
+            contexts=context_list,
+            quick=not full,
+            roofline=roofline,
+            reuse_roofline_s=0.0 if fresh_roofline else 3600.0,
+            threads=threads,
+            budget_s=budget,
+            decode_steps=steps,
+            validate=not no_validate,
+            backend=backend,
+            attention=attention,
+            impls=impls,
+            progress=progress,
+            step=step,
+        )
     from roofprof.report import print_run_summary
 
     print_run_summary(result)

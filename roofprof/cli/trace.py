@@ -36,8 +36,9 @@ def _run_script(script: Path, args: list[str], tracer) -> None:
             runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (0, None):
-            typer.echo(f"roofprof: {script} exited with status {exc.code}; nothing was written",
-                       err=True)
+            typer.echo(
+                f"roofprof: {script} exited with status {exc.code}; nothing was written", err=True
+            )
             raise typer.Exit(code=1) from None
     except ConfigError:
         raise
@@ -45,8 +46,11 @@ def _run_script(script: Path, args: list[str], tracer) -> None:
         tb = exc.__traceback__
         while tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve() != script.resolve():
             tb = tb.tb_next
-        typer.echo(f"roofprof: {script} raised an exception (the traceback below is the "
-                   "script's own; nothing was written):", err=True)
+        typer.echo(
+            f"roofprof: {script} raised an exception (the traceback below is the "
+            "script's own; nothing was written):",
+            err=True,
+        )
         lines = traceback.format_exception(type(exc), exc, tb or exc.__traceback__)
         typer.echo("".join(lines).rstrip(), err=True)
         raise typer.Exit(code=1) from None
@@ -54,8 +58,9 @@ def _run_script(script: Path, args: list[str], tracer) -> None:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def _with_counters(result, script: Path, args: list[str], out: Path | None, ncu: str | None,
-                   **child) -> object:
+def _with_counters(
+    result, script: Path, args: list[str], out: Path | None, ncu: str | None, **child
+) -> object:
     """The counters child under ncu; its CSV kept in ``out`` (else a temporary folder)."""
     import tempfile
 
@@ -71,36 +76,48 @@ def trace(
     ctx: typer.Context,
     script: Path | None = typer.Argument(None, help="Python script to trace (args after --)."),
     import_: Path | None = typer.Option(
-        None, "--import", help="Read a torch profiler Chrome trace (record_shapes=True)."),
+        None, "--import", help="Read a torch profiler Chrome trace (record_shapes=True)."
+    ),
     region: str | None = typer.Option(
-        None, "--region", help="Trace only `with roofprof.trace.region(NAME)`, each entry a step."),
-    steps: int | None = typer.Option(None, "--steps", min=1,
-                                     help="Measured steps (after --warmup)."),
-    warmup: int = typer.Option(0, "--warmup", min=0,
-                               help="Steps skipped first (roofprof.trace.step())."),
+        None, "--region", help="Trace only `with roofprof.trace.region(NAME)`, each entry a step."
+    ),
+    steps: int | None = typer.Option(
+        None, "--steps", min=1, help="Measured steps (after --warmup)."
+    ),
+    warmup: int = typer.Option(
+        0, "--warmup", min=0, help="Steps skipped first (roofprof.trace.step())."
+    ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
     roofline: str = typer.Option("auto", "--roofline", help="auto | spec | none | roofline.json."),
-    replay: bool = typer.Option(True, "--replay/--no-replay",
-                                help="Replay each unique op in isolation."),
+    replay: bool = typer.Option(
+        True, "--replay/--no-replay", help="Replay each unique op in isolation."
+    ),
     cold: bool = typer.Option(False, "--cold", help="Flush the caches before every replayed call."),
-    counters: bool = typer.Option(False, "--counters",
-                                  help="Nsight Compute per unique op (needs a GPU and ncu)."),
-    nvtx_signatures: bool = typer.Option(False, "--nvtx-signatures", hidden=True,
-                                         help="(--counters child) NVTX range per signature."),
-    module_depth: int | None = typer.Option(None, "--module-depth", min=0,
-                                            help="Cut module names to depth K."),
+    counters: bool = typer.Option(
+        False, "--counters", help="Nsight Compute per unique op (needs a GPU and ncu)."
+    ),
+    nvtx_signatures: bool = typer.Option(
+        False, "--nvtx-signatures", hidden=True, help="(--counters child) NVTX range per signature."
+    ),
+    module_depth: int | None = typer.Option(
+        None, "--module-depth", min=0, help="Cut module names to depth K."
+    ),
     top: int = typer.Option(25, "--top", min=1, help="Rows of the table."),
     fmt: TableJsonCsv = typer.Option("table", "--format", "-f", help="table | json | csv."),
     out: Path | None = typer.Option(
-        None, "--out", "-o",
-        help="Folder for trace.json, ops.csv, modules.csv, roofline.png, report.html."),
+        None,
+        "--out",
+        "-o",
+        help="Folder for trace.json, ops.csv, modules.csv, roofline.png, report.html.",
+    ),
 ) -> None:
     """Trace any PyTorch script: every op's FLOPs, minimum bytes and time on the roofline."""
     from roofprof.tracing.report import csv_text
 
     if (script is None) == (import_ is None):
-        raise ConfigError("give a script to run (roofprof trace script.py [-- args]) "
-                          "or --import trace.json")
+        raise ConfigError(
+            "give a script to run (roofprof trace script.py [-- args]) or --import trace.json"
+        )
     ncu = None
     if counters:
         from roofprof.devices import select
@@ -112,8 +129,15 @@ def trace(
     if nvtx_signatures:  # the --counters child: run the script with NVTX ranges, report nothing
         from roofprof.tracing import trace as make_trace
 
-        tracer = make_trace(device, roofline="none", replay=False, warmup=warmup, steps=steps,
-                            region=region, nvtx_signatures=True)
+        tracer = make_trace(
+            device,
+            roofline="none",
+            replay=False,
+            warmup=warmup,
+            steps=steps,
+            region=region,
+            nvtx_signatures=True,
+        )
         _run_script(script, list(ctx.args), tracer)
         return
     if import_ is not None:
@@ -125,13 +149,30 @@ def trace(
             raise ConfigError(f"no such script: {script}")
         from roofprof.tracing import trace as make_trace
 
-        tracer = make_trace(device, roofline=roofline, replay=replay, warmup=warmup, steps=steps,
-                            cold=cold, region=region, module_depth=module_depth)
+        tracer = make_trace(
+            device,
+            roofline=roofline,
+            replay=replay,
+            warmup=warmup,
+            steps=steps,
+            cold=cold,
+            region=region,
+            module_depth=module_depth,
+        )
         _run_script(script, list(ctx.args), tracer)
         result = tracer.result
         if counters:
-            result = _with_counters(result, script, list(ctx.args), out, ncu, device=device,
-                                    region=region, warmup=warmup, steps=steps)
+            result = _with_counters(
+                result,
+                script,
+                list(ctx.args),
+                out,
+                ncu,
+                device=device,
+                region=region,
+                warmup=warmup,
+                steps=steps,
+            )
     if out is not None:
         written = result.save(out)
         typer.echo(f"wrote {', '.join(sorted(written))} to {out}", err=True)

@@ -27,50 +27,69 @@ __all__ = ["validate"]
 
 @app.command()
 def validate(
-    model: str = typer.Option("llama-3.2-1b", "--model", "-m",
-                              help="Model id or HF config.json path."),
+    model: str = typer.Option(
+        "llama-3.2-1b", "--model", "-m", help="Model id or HF config.json path."
+    ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
-    dtype: str = typer.Option("auto", "--dtype",
-                              help="auto (fp32 on a CPU, bf16 on a GPU) | fp32 | bf16 | fp16."),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto (fp32 on a CPU, bf16 on a GPU) | fp32 | bf16 | fp16."
+    ),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences per batch."),
     prompt: int = typer.Option(128, "--prompt", "-p", help="Prompt tokens per sequence."),
     steps: int = typer.Option(8, "--steps", help="Timed decode steps (after 2 warm-up steps)."),
     repeats: int = typer.Option(3, "--repeats", help="Timed prefills (after one warm-up)."),
-    backend: str = typer.Option("auto", "--backend",
-                                help="auto (transformers if installed; deepseek_v3: plain "
-                                     "torch, the counted MLA form) | hf | torch."),
+    backend: str = typer.Option(
+        "auto",
+        "--backend",
+        help="auto (transformers if installed; deepseek_v3: plain "
+        "torch, the counted MLA form) | hf | torch.",
+    ),
     attention: str = typer.Option("fused", "--attention", help="fused (SDPA) | unfused (eager)."),
-    threads: int | None = typer.Option(None, "--threads",
-                                       help="torch threads (same as for profile)."),
-    max_layers: int | None = typer.Option(None, "--max-layers",
-                                          help="Run at most this many layers (scaled, stated)."),
-    roofline: str = typer.Option("auto", "--roofline",
-                                 help="roofline.json | auto | none (for empirical/measured)."),
+    threads: int | None = typer.Option(
+        None, "--threads", help="torch threads (same as for profile)."
+    ),
+    max_layers: int | None = typer.Option(
+        None, "--max-layers", help="Run at most this many layers (scaled, stated)."
+    ),
+    roofline: str = typer.Option(
+        "auto", "--roofline", help="roofline.json | auto | none (for empirical/measured)."
+    ),
     estimators: str | None = typer.Option(
-        None, "--estimators", "--estimator",
+        None,
+        "--estimators",
+        "--estimator",
         help="Comma list to compare: spec, empirical, measured (default: all three); with "
-             "--published: spec, empirical, calibrated (default: all three)."),
-    budget: float = typer.Option(0.2, "--budget",
-                                 help="Timed seconds per op for the measured estimator."),
+        "--published: spec, empirical, calibrated (default: all three).",
+    ),
+    budget: float = typer.Option(
+        0.2, "--budget", help="Timed seconds per op for the measured estimator."
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the validation JSON here."),
-    fmt: TableJsonCsv = typer.Option("table", "--format", "-f",
-                                     help="table | json (| csv with --published)."),
+    fmt: TableJsonCsv = typer.Option(
+        "table", "--format", "-f", help="table | json (| csv with --published)."
+    ),
     published: bool = typer.Option(
-        False, "--published",
+        False,
+        "--published",
         help="No device: hold every prediction against the published measurements "
-             "(data/published/), with residuals and MBU/MFU."),
+        "(data/published/), with residuals and MBU/MFU.",
+    ),
     gpu: str | None = typer.Option(None, "--gpu", help="With --published: only this GPU's rows."),
-    engine: str | None = typer.Option(None, "--engine",
-                                      help="With --published: only this engine's rows."),
-    phase: str | None = typer.Option(None, "--phase",
-                                     help="With --published: decode | prefill | offline "
-                                          "| batched."),
+    engine: str | None = typer.Option(
+        None, "--engine", help="With --published: only this engine's rows."
+    ),
+    phase: str | None = typer.Option(
+        None, "--phase", help="With --published: decode | prefill | offline | batched."
+    ),
     plot: Path | None = typer.Option(
-        None, "--plot", help="With --published: write predicted vs published (log-log) here."),
+        None, "--plot", help="With --published: write predicted vs published (log-log) here."
+    ),
     tp: int | None = typer.Option(
-        None, "--tp",
+        None,
+        "--tp",
         help="Run a real tensor-parallel Llama on this many local ranks (gloo on --device cpu) "
-             "against the measured estimator plus measured collectives."),
+        "against the measured estimator plus measured collectives.",
+    ),
 ) -> None:
     """Run a real model forward pass (prefill + decode) on the device and report each
     estimator's residual; or, with --published, hold the predictions against published
@@ -91,8 +110,25 @@ def validate(
     check_seconds(budget, "--budget")
     check_output(out, "--out")
     if tp is not None:
-        _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
-                         roofline, estimators, budget, out, fmt, tp, attention, backend)
+        _tensor_parallel(
+            model,
+            device,
+            dtype,
+            batch,
+            prompt,
+            steps,
+            repeats,
+            max_layers,
+            threads,
+            roofline,
+            estimators,
+            budget,
+            out,
+            fmt,
+            tp,
+            attention,
+            backend,
+        )
         return
     from roofprof.validation import validate as run_validation
 
@@ -104,15 +140,26 @@ def validate(
     with progress_bar(sys.stderr.isatty()) as (progress, step):
         if step:
             step("real model")
-        result = run_validation(model, device=dev, dtype=dtype, batch=batch, prompt_tokens=prompt,
-                                decode_steps=steps, prefill_repeats=repeats, attention=attention,
-                                backend=backend, threads=threads, max_layers=max_layers,
-                                progress=progress)
+        result = run_validation(
+            model,
+            device=dev,
+            dtype=dtype,
+            batch=batch,
+            prompt_tokens=prompt,
+            decode_steps=steps,
+            prefill_repeats=repeats,
+            attention=attention,
+            backend=backend,
+            threads=threads,
+            max_layers=max_layers,
+            progress=progress,
+        )
         if wanted:
             if step:
                 step("estimators")
             result = result.with_predictions(
-                _predictions(result, dev, wanted, roofline, budget, threads, progress))
+                _predictions(result, dev, wanted, roofline, budget, threads, progress)
+            )
     from roofprof.units import clean
 
     payload = clean(result.to_dict())
@@ -175,14 +222,37 @@ def _predictions(result, dev, wanted, roofline, budget, threads, progress):
 
     prof = None
     if "empirical" in wanted or "measured" in wanted:
-        prof = Profiler(result.model, dev, budget_s=budget, threads=threads, roofline=roofline,
-                        progress=progress)
+        prof = Profiler(
+            result.model,
+            dev,
+            budget_s=budget,
+            threads=threads,
+            roofline=roofline,
+            progress=progress,
+        )
     ests, _ = estimators_for(dev, prof, wanted=wanted)
     return predict_for(result, ests)
 
 
-def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_layers, threads,
-                     roofline, estimators, budget, out, fmt, tp, attention, backend) -> None:
+def _tensor_parallel(
+    model,
+    device,
+    dtype,
+    batch,
+    prompt,
+    steps,
+    repeats,
+    max_layers,
+    threads,
+    roofline,
+    estimators,
+    budget,
+    out,
+    fmt,
+    tp,
+    attention,
+    backend,
+) -> None:
     from roofprof.distributed.tp_validate import validate_tp
     from roofprof.units import clean
 
@@ -190,14 +260,26 @@ def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_la
     if any(w != "measured" for w in wanted):
         raise ConfigError("--tp compares the measured estimator only (--estimators measured)")
     if attention != "fused" or backend not in ("auto", "torch"):
-        raise ConfigError("--tp runs the plain-torch Llama with SDPA attention "
-                          "(--backend torch, --attention fused)")
+        raise ConfigError(
+            "--tp runs the plain-torch Llama with SDPA attention "
+            "(--backend torch, --attention fused)"
+        )
     _, dtype = resolve_dtype(dtype, device)
-    result = validate_tp(model, tp=tp, device=device, dtype=dtype,
-                         batch=batch, prompt_tokens=prompt, decode_steps=steps,
-                         prefill_repeats=repeats, max_layers=max_layers, threads=threads,
-                         roofline=roofline if roofline != "auto" else "none", budget_s=budget,
-                         estimators=bool(wanted))
+    result = validate_tp(
+        model,
+        tp=tp,
+        device=device,
+        dtype=dtype,
+        batch=batch,
+        prompt_tokens=prompt,
+        decode_steps=steps,
+        prefill_repeats=repeats,
+        max_layers=max_layers,
+        threads=threads,
+        roofline=roofline if roofline != "auto" else "none",
+        budget_s=budget,
+        estimators=bool(wanted),
+    )
     payload = clean(result.to_dict())
     if out is not None:
         from roofprof.results import write_json_atomic
@@ -212,13 +294,17 @@ def _tensor_parallel(model, device, dtype, batch, prompt, steps, repeats, max_la
 
         console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
         r = result.real
-        console.print(f"tensor parallel {result.tp} ranks, {result.model.id} "
-                      f"({result.model.num_layers} layers), {result.dtype}, "
-                      f"{result.threads_per_rank} thread(s) per rank; logits match the single-rank "
-                      f"model (max |diff| {result.max_abs_logit_diff:.2e})")
-        console.print(f"prefill {r.batch}×{r.prompt_tokens}: {r.prefill_s * 1e3:.2f} ms; "
-                      "decode step "
-                      f"at {r.context_tokens} cached: {r.decode_s * 1e3:.2f} ms")
+        console.print(
+            f"tensor parallel {result.tp} ranks, {result.model.id} "
+            f"({result.model.num_layers} layers), {result.dtype}, "
+            f"{result.threads_per_rank} thread(s) per rank; logits match the single-rank "
+            f"model (max |diff| {result.max_abs_logit_diff:.2e})"
+        )
+        console.print(
+            f"prefill {r.batch}×{r.prompt_tokens}: {r.prefill_s * 1e3:.2f} ms; "
+            "decode step "
+            f"at {r.context_tokens} cached: {r.decode_s * 1e3:.2f} ms"
+        )
         if result.predictions:
             console.print(comparison_table(result.comparison()))
         for note in result.notes:

@@ -142,4 +142,3 @@ __all__ = [
     "run_under_ncu",
     "unit_scale",
 ]
-

@@ -79,7 +79,11 @@ CUDA_CORE_FLOPS: dict[str, tuple[tuple[str, float], ...]] = {
 # (two FLOPs per packed add/mul, four per packed FMA); unverified, dropped if absent.
 CUDA_CORE_FLOPS_EXTRA: dict[str, dict[str, tuple[tuple[str, float], ...]]] = {
     "blackwell": {
-        "fp32": ((_SASS.format("fadd2"), 2.0), (_SASS.format("fmul2"), 2.0), (_SASS.format("ffma2"), 4.0)),
+        "fp32": (
+            (_SASS.format("fadd2"), 2.0),
+            (_SASS.format("fmul2"), 2.0),
+            (_SASS.format("ffma2"), 4.0),
+        ),
     },
 }
 
@@ -123,7 +127,14 @@ TENSOR_METRICS: dict[str, dict[str, TensorAlternatives]] = {
         "fp8": _FP8,
         "fp64": _FP64,
     },
-    "blackwell": {"fp16": _FP16, "bf16": _BF16, "tf32": _TF32, "int8": _INT8, "fp8": _FP8, "fp64": _FP64},
+    "blackwell": {
+        "fp16": _FP16,
+        "bf16": _BF16,
+        "tf32": _TF32,
+        "int8": _INT8,
+        "fp8": _FP8,
+        "fp64": _FP64,
+    },
 }
 """Tensor-core operation counters per architecture family and source dtype.
 
@@ -131,7 +142,14 @@ Each dtype maps to alternatives tried in order; an alternative is a tuple of
 ``(metric, flops_per_count)`` pairs that are summed, and is used only when all its
 metrics are present (so a total and its parts are never counted twice)."""
 
-CC_MAJOR_FAMILY = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell", 11: "blackwell", 12: "blackwell"}
+CC_MAJOR_FAMILY = {
+    7: "volta",
+    8: "ampere",
+    9: "hopper",
+    10: "blackwell",
+    11: "blackwell",
+    12: "blackwell",
+}
 CC_EXCEPTIONS = {(7, 5): "turing", (8, 9): "ada"}
 
 METRIC_SETS = ("hierarchical", "memory", "flops", "time")
@@ -144,7 +162,13 @@ KNOWN_METRICS: frozenset[str] = frozenset(
     + [m for alts in BYTE_METRICS.values() for alt in alts for m in alt]
     + [m for pairs in CUDA_CORE_FLOPS.values() for m, _ in pairs]
     + [m for fam in CUDA_CORE_FLOPS_EXTRA.values() for pairs in fam.values() for m, _ in pairs]
-    + [m for fam in TENSOR_METRICS.values() for alts in fam.values() for alt in alts for m, _ in alt]
+    + [
+        m
+        for fam in TENSOR_METRICS.values()
+        for alts in fam.values()
+        for alt in alts
+        for m, _ in alt
+    ]
 )
 
 
@@ -164,7 +188,9 @@ def family_for_cc(cc: str | float | tuple[int, int] | None) -> str | None:
         return _family_for_cc.__wrapped__(cc)
 
 
-@functools.lru_cache(maxsize=256, typed=True)  # a kernel's family is asked for on every derived value
+@functools.lru_cache(
+    maxsize=256, typed=True
+)  # a kernel's family is asked for on every derived value
 def _family_for_cc(cc: str | float | tuple[int, int]) -> str | None:
     try:
         if isinstance(cc, tuple):
@@ -204,6 +230,7 @@ def tensor_table(family: str | None) -> dict[str, TensorAlternatives]:
     True
     """
     return TENSOR_METRICS.get(family or "", _GENERIC_TENSOR) if family else _GENERIC_TENSOR
+
 
 # --------------------------------------------------------------------------- units
 
@@ -433,7 +460,9 @@ class KernelCounters:
         out: dict[str, float] = {}
         extra = CUDA_CORE_FLOPS_EXTRA.get(self.family or "", {})
         for dtype, pairs in CUDA_CORE_FLOPS.items():
-            present = [(m, f) for m, f in (*pairs, *extra.get(dtype, ())) if self.value(m) is not None]
+            present = [
+                (m, f) for m, f in (*pairs, *extra.get(dtype, ())) if self.value(m) is not None
+            ]
             if present:
                 out[dtype] = sum(self.value(m) * f for m, f in present)  # type: ignore[operator]
         return out

@@ -66,7 +66,7 @@ def _split_row(line: str) -> list[str]:
     ncu quotes every cell, so a line with no quote inside a cell splits on ``","`` (the
     common case, about 5× faster); any other line goes through :mod:`csv`.
     """
-    if (len(line) > 1 and line[0] == '"' and line[-1] == '"' and "\0" not in line):
+    if len(line) > 1 and line[0] == '"' and line[-1] == '"' and "\0" not in line:
         cells = line[1:-1].split('","')
         if line.count('"') == 2 * len(cells):
             return cells
@@ -77,8 +77,9 @@ def _split_row(line: str) -> list[str]:
 PROGRESS_EVERY = 20_000
 
 
-def parse_ncu_csv(text: str, *, source: str = "<text>",
-                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
+def parse_ncu_csv(
+    text: str, *, source: str = "<text>", progress: Callable[[int, int], None] | None = None
+) -> list[KernelCounters]:
     """Parse Nsight Compute CSV output (details page or ``--page raw``) into records.
 
     Lines before the header (``==PROF==`` lines, the program's own output, a BOM) are
@@ -113,8 +114,9 @@ def parse_ncu_csv(text: str, *, source: str = "<text>",
     return _parse_lines(iter(lines), source, tick)
 
 
-def _parse_lines(lines: Iterator[str], source: str,
-                 tick: Callable[[int], None] | None) -> list[KernelCounters]:
+def _parse_lines(
+    lines: Iterator[str], source: str, tick: Callable[[int], None] | None
+) -> list[KernelCounters]:
     """Parse ncu CSV lines one at a time: ``tick(lines read)`` every :data:`PROGRESS_EVERY`
     lines and once at the end; the first defect in file order is the error."""
     header, header_no = _find_header(lines, source)
@@ -126,7 +128,7 @@ def _parse_lines(lines: Iterator[str], source: str,
             )
         parser: _Details | _Raw = _Details(header, source)
     elif "Kernel Name" not in header:
-        raise NotNcuOutputError(f"{source}: line {header_no}: header has no \"Kernel Name\" column")
+        raise NotNcuOutputError(f'{source}: line {header_no}: header has no "Kernel Name" column')
     else:
         parser = _Raw(header, source)
     line_no = header_no
@@ -158,17 +160,22 @@ def _find_header(lines: Iterator[str], source: str) -> tuple[list[str], int]:
     if first_bad is None:
         raise NotNcuOutputError(
             f"{source} is not Nsight Compute CSV output: line {count or 1}: no CSV "
-            "header (expected a line starting with \"ID\",\"Process ID\" from `ncu --csv`)"
+            'header (expected a line starting with "ID","Process ID" from `ncu --csv`)'
         )
     n, bad = first_bad
     raise NotNcuOutputError(
         f"{source} is not Nsight Compute CSV output: line {n}: {bad[:120]!r}; expected a "
-        "header starting with \"ID\",\"Process ID\" (from `ncu --csv`)"
+        'header starting with "ID","Process ID" (from `ncu --csv`)'
     )
 
 
-def _rows(lines: Iterator[str], header: list[str], header_no: int, source: str,
-          tick: Callable[[int], None] | None) -> Iterator[tuple[int, list[str]]]:
+def _rows(
+    lines: Iterator[str],
+    header: list[str],
+    header_no: int,
+    source: str,
+    tick: Callable[[int], None] | None,
+) -> Iterator[tuple[int, list[str]]]:
     """``(line number, cells)`` of each row after the header, checked against it."""
     width = len(header)
     for line_no, raw in enumerate(lines, header_no + 1):
@@ -181,9 +188,11 @@ def _rows(lines: Iterator[str], header: list[str], header_no: int, source: str,
         try:
             cells = _split_row(line)
         except csv.Error as exc:
-            raise NotNcuOutputError(f"{source}: line {line_no}: not a CSV row ({exc}): {line[:120]!r}") from exc
+            raise NotNcuOutputError(
+                f"{source}: line {line_no}: not a CSV row ({exc}): {line[:120]!r}"
+            ) from exc
         short = width - len(cells)
-        if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells):]):
+        if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells) :]):
             cells += [""] * short  # older ncu ends metric rows before the Rule columns
         if len(cells) != width:
             raise NotNcuOutputError(
@@ -216,7 +225,9 @@ def _kernel_info(header: list[str], cells: list[str]) -> dict[str, Any]:
     }
 
 
-def _metric_value(text: str, metric: str, line_no: int, source: str, na: set[str]) -> float | str | None:
+def _metric_value(
+    text: str, metric: str, line_no: int, source: str, na: set[str]
+) -> float | str | None:
     try:
         value = parse_number(text)
     except ValueError:
@@ -242,8 +253,9 @@ def _kernel_id(text: str, line_no: int, source: str) -> int:
     """The kernel ID of a row: ASCII digits only (``"²"`` passes ``isdigit()``, not this)."""
     kid = text.strip()
     if not _KERNEL_ID.fullmatch(kid):
-        raise NotNcuOutputError(f"{source}: line {line_no}: kernel ID {kid[:40]!r} is not a "
-                                "non-negative integer")
+        raise NotNcuOutputError(
+            f"{source}: line {line_no}: kernel ID {kid[:40]!r} is not a non-negative integer"
+        )
     return int(kid)
 
 
@@ -252,8 +264,9 @@ def _unit(metric: str, unit: str, line_no: int, source: str, missing: set[str]) 
     (noted in ``missing`` for one warning); a unit that does not fit is an error."""
     problem = unit_problem(metric, unit)
     if problem:
-        raise NotNcuOutputError(f"{source}: line {line_no}: {metric} is {problem}; values would "
-                                "be rescaled wrongly")
+        raise NotNcuOutputError(
+            f"{source}: line {line_no}: {metric} is {problem}; values would be rescaled wrongly"
+        )
     kind = metric_kind(metric)
     if not unit.strip() and kind in ("time", "bytes"):
         missing.add(metric)
@@ -322,18 +335,24 @@ class _Details:
         if known is None:
             missing: set[str] = set()
             known = self.units[(metric, raw_unit)] = (
-                _unit(metric, raw_unit, line_no, self.source, missing), bool(missing))
+                _unit(metric, raw_unit, line_no, self.source, missing),
+                bool(missing),
+            )
         if known[1]:
             self.missing.add(metric)
         return known[0]
 
     def finish(self) -> list[KernelCounters]:
         if not self.rows:
-            raise NotNcuOutputError(f"{self.source}: no kernel rows after the header (file cut short?)")
+            raise NotNcuOutputError(
+                f"{self.source}: no kernel rows after the header (file cut short?)"
+            )
         _warn_na(self.na, self.source)
         _warn_missing_units(self.missing, self.source)
         return [
-            KernelCounters(kid, metrics=e["metrics"], source=f"{self.source} (details page)", **e["info"])
+            KernelCounters(
+                kid, metrics=e["metrics"], source=f"{self.source} (details page)", **e["info"]
+            )
             for kid, e in self.kernels.items()
         ]
 
@@ -345,12 +364,14 @@ class _Raw:
         self.header, self.source = header, source
         col = {h: i for i, h in enumerate(header)}
         if "ID" not in col:
-            raise NotNcuOutputError(f"{source}: raw-page header has no \"ID\" column")
+            raise NotNcuOutputError(f'{source}: raw-page header has no "ID" column')
         self.id_at = col["ID"]
         self.metric_cols = [(i, h) for i, h in enumerate(header) if _METRIC_NAME.match(h)]
         if not self.metric_cols:
-            raise NotNcuOutputError(f"{source}: the header has no metric columns (names such as "
-                                    "gpu__time_duration.sum); not a raw page or details page")
+            raise NotNcuOutputError(
+                f"{source}: the header has no metric columns (names such as "
+                "gpu__time_duration.sum); not a raw page or details page"
+            )
         self.units: list[str] | None = None  # checked at the first kernel row
         self.units_row: tuple[int, list[str]] | None = None
         self.first = True
@@ -375,19 +396,28 @@ class _Raw:
             value = _metric_value(cells[i], name, line_no, self.source, self.na)
             if value is not None:
                 metrics[name] = (value, self.units[i])
-        self.records.append(KernelCounters(kid, metrics=metrics, source=f"{self.source} (raw page)",
-                                           **_kernel_info(self.header, cells)))
+        self.records.append(
+            KernelCounters(
+                kid,
+                metrics=metrics,
+                source=f"{self.source} (raw page)",
+                **_kernel_info(self.header, cells),
+            )
+        )
 
     def finish(self) -> list[KernelCounters]:
         if not self.records:
-            raise NotNcuOutputError(f"{self.source}: no kernel rows after the header (file cut short?)")
+            raise NotNcuOutputError(
+                f"{self.source}: no kernel rows after the header (file cut short?)"
+            )
         _warn_na(self.na, self.source)
         _warn_missing_units(self.missing, self.source)
         return self.records
 
 
-def read_ncu_csv(path: str | os.PathLike,
-                 progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
+def read_ncu_csv(
+    path: str | os.PathLike, progress: Callable[[int, int], None] | None = None
+) -> list[KernelCounters]:
     """Read an Nsight Compute CSV file (details or raw page); see :func:`parse_ncu_csv`.
 
     The file is streamed: read line by line and folded into per-kernel records as it goes,
@@ -415,11 +445,13 @@ def read_ncu_csv(path: str | os.PathLike,
 
             def tick(_lines: int) -> None:
                 progress(min(f.tell(), total), total)
+
         try:
             return _parse_lines(_text_lines(f), str(p), tick)
         except UnicodeDecodeError as exc:
-            raise NotNcuOutputError(f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 "
-                                    f"text ({exc.reason})") from exc
+            raise NotNcuOutputError(
+                f"{str(p)!r} is not Nsight Compute CSV output: not UTF-8 text ({exc.reason})"
+            ) from exc
         except OSError as exc:  # a folder (on some systems), an I/O error mid-file
             raise ConfigError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
 
@@ -518,8 +550,9 @@ def _report_nvtx(action: Any) -> tuple[str, ...]:
         return ()
 
 
-def load_counters(path: str | os.PathLike,
-                  progress: Callable[[int, int], None] | None = None) -> list[KernelCounters]:
+def load_counters(
+    path: str | os.PathLike, progress: Callable[[int, int], None] | None = None
+) -> list[KernelCounters]:
     """Read counters from an ncu CSV (any suffix) or a ``.ncu-rep`` report.
 
     ``progress(lines done, lines in all)`` is called while a CSV is parsed (see

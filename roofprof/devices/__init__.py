@@ -42,9 +42,26 @@ from roofprof.devices.base import (
 )
 from roofprof.errors import DeviceUnavailableError, UnknownNameError
 
-__all__ = ["BACKENDS", "CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl", "PreparedOp", "Probe",
-           "ProbeRun", "Selection", "available_devices", "backend", "backends", "compare", "cuda_devices", "select",
-           "select_device", "tolerance"]
+__all__ = [
+    "BACKENDS",
+    "CheckResult",
+    "Device",
+    "DeviceInfo",
+    "DeviceStatus",
+    "OpImpl",
+    "PreparedOp",
+    "Probe",
+    "ProbeRun",
+    "Selection",
+    "available_devices",
+    "backend",
+    "backends",
+    "compare",
+    "cuda_devices",
+    "select",
+    "select_device",
+    "tolerance",
+]
 
 #: The backend modules, in the order ``available_devices`` lists them. An entry is a module
 #: name (imported on first use, so a missing optional backend only makes its devices
@@ -83,8 +100,11 @@ def _load(entry: str | Any) -> ModuleType | Any:
     except ModuleNotFoundError as exc:
         if exc.name == entry:
             return _MissingBackend(entry, f"{entry} is not part of this roofprof build")
-        return _MissingBackend(entry, f"{entry} needs {exc.name!r}, which is not installed "
-                                      "(pip install 'roofprof[cuda12]' or '[cuda13]')")
+        return _MissingBackend(
+            entry,
+            f"{entry} needs {exc.name!r}, which is not installed "
+            "(pip install 'roofprof[cuda12]' or '[cuda13]')",
+        )
 
 
 def backends() -> list[Any]:
@@ -152,7 +172,9 @@ def _auto(loaded: list[Any]) -> Selection:
         return Selection(dev, f"auto: {b.WHAT} {status.name!r} works ({status.label})")
     if fallback is None:
         raise DeviceUnavailableError("auto: no usable device: " + "; ".join(why))
-    return Selection(fallback.open(0), f"auto: {'; '.join(why) or 'no other device'}; using the {fallback.WHAT}")
+    return Selection(
+        fallback.open(0), f"auto: {'; '.join(why) or 'no other device'}; using the {fallback.WHAT}"
+    )
 
 
 def select_device(spec: str = "auto") -> Selection:
@@ -177,11 +199,14 @@ def select_device(spec: str = "auto") -> Selection:
     index = int(m.group(2) or 0)
     if not usable:
         listed = [(b, rows if b is chosen else b.enumerate()) for b in loaded]
-        raise DeviceUnavailableError(f"device {spec!r} is not available: {_unusable_reason(rows)}; "
-                                     f"devices here: {', '.join(_choices(listed))}")
+        raise DeviceUnavailableError(
+            f"device {spec!r} is not available: {_unusable_reason(rows)}; "
+            f"devices here: {', '.join(_choices(listed))}"
+        )
     if index >= len(usable):
-        raise UnknownNameError("device", spec, _choices([(b, rows if b is chosen else b.enumerate())
-                                                         for b in loaded]))
+        raise UnknownNameError(
+            "device", spec, _choices([(b, rows if b is chosen else b.enumerate()) for b in loaded])
+        )
     status = usable[index]
     return Selection(chosen.open(index), f"{spec} requested ({status.name})")
 

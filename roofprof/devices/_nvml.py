@@ -32,19 +32,50 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ERROR_KINDS", "NA", "NvmlGpu", "NvmlUnavailable", "error_kind", "gpus", "index_for_pci", "init",
-           "load", "pci_bus_key", "query", "same_pci_bus", "session", "shutdown"]
+__all__ = [
+    "ERROR_KINDS",
+    "NA",
+    "NvmlGpu",
+    "NvmlUnavailable",
+    "error_kind",
+    "gpus",
+    "index_for_pci",
+    "init",
+    "load",
+    "pci_bus_key",
+    "query",
+    "same_pci_bus",
+    "session",
+    "shutdown",
+]
 
 #: What :func:`error_kind` returns: the pynvml class suffix in snake case, ``"missing"`` for a
 #: function this nvidia-ml-py lacks, ``"not_installed"`` without pynvml, ``"other"`` otherwise.
-ERROR_KINDS = ("not_installed", "library_not_found", "driver_not_loaded", "no_permission", "not_supported",
-               "function_not_found", "gpu_is_lost", "uninitialized", "missing", "other")
-_CLASS_KINDS = {"LibraryNotFound": "library_not_found", "DriverNotLoaded": "driver_not_loaded",
-                "NoPermission": "no_permission", "NotSupported": "not_supported",
-                "FunctionNotFound": "function_not_found", "GpuIsLost": "gpu_is_lost",
-                "Uninitialized": "uninitialized"}
-_START_MESSAGES = {"library_not_found": "no NVIDIA driver (NVML library not found)",
-                   "driver_not_loaded": "NVIDIA driver not loaded"}
+ERROR_KINDS = (
+    "not_installed",
+    "library_not_found",
+    "driver_not_loaded",
+    "no_permission",
+    "not_supported",
+    "function_not_found",
+    "gpu_is_lost",
+    "uninitialized",
+    "missing",
+    "other",
+)
+_CLASS_KINDS = {
+    "LibraryNotFound": "library_not_found",
+    "DriverNotLoaded": "driver_not_loaded",
+    "NoPermission": "no_permission",
+    "NotSupported": "not_supported",
+    "FunctionNotFound": "function_not_found",
+    "GpuIsLost": "gpu_is_lost",
+    "Uninitialized": "uninitialized",
+}
+_START_MESSAGES = {
+    "library_not_found": "no NVIDIA driver (NVML library not found)",
+    "driver_not_loaded": "NVIDIA driver not loaded",
+}
 
 
 class _NotAvailable:
@@ -122,8 +153,11 @@ def error_kind(exc: BaseException, nvml: Any = None) -> str:
 
 def _error_types(nv: Any) -> tuple[type[BaseException], ...]:
     cls = getattr(nv, "NVMLError", None)
-    return (cls, AttributeError) if isinstance(cls, type) and issubclass(cls, BaseException) else (
-        RuntimeError, AttributeError)
+    return (
+        (cls, AttributeError)
+        if isinstance(cls, type) and issubclass(cls, BaseException)
+        else (RuntimeError, AttributeError)
+    )
 
 
 def _start(nvml: Any) -> tuple[str, str]:
@@ -227,8 +261,7 @@ class NvmlGpu:
 
 
 def gpus(nvml: Any = None) -> tuple[list[NvmlGpu], str]:
-    """The GPUs NVML sees and, when there are none, why (one line). Never raises.
-    """
+    """The GPUs NVML sees and, when there are none, why (one line). Never raises."""
     reason = init(nvml)
     if reason:
         return [], reason

@@ -30,9 +30,23 @@ if TYPE_CHECKING:
     from roofprof.timing import Clock
     from roofprof.workload import Op
 
-__all__ = ["DEVICE_KINDS", "PROBE_KINDS", "CheckResult", "Device", "DeviceInfo", "DeviceStatus", "OpImpl",
-           "PreparedOp", "Probe", "ProbeRun", "Selection", "compare", "per_call_timing", "tolerance",
-           "torch_issue_overhead_s"]
+__all__ = [
+    "DEVICE_KINDS",
+    "PROBE_KINDS",
+    "CheckResult",
+    "Device",
+    "DeviceInfo",
+    "DeviceStatus",
+    "OpImpl",
+    "PreparedOp",
+    "Probe",
+    "ProbeRun",
+    "Selection",
+    "compare",
+    "per_call_timing",
+    "tolerance",
+    "torch_issue_overhead_s",
+]
 
 DEVICE_KINDS = ("cpu", "cuda")
 #: Kinds of probe: ``bandwidth`` (swept over working-set sizes → one ceiling per memory
@@ -140,12 +154,22 @@ def compare(out: np.ndarray, ref: np.ndarray, tolerance: float, note: str = "") 
     out64 = np.asarray(out, dtype=np.float64)
     ref64 = np.asarray(ref, dtype=np.float64)
     if out64.shape != ref64.shape:
-        return CheckResult(False, float("inf"), float("inf"), tolerance,
-                           f"shape {out64.shape} != reference {ref64.shape}. {note}".strip())
+        return CheckResult(
+            False,
+            float("inf"),
+            float("inf"),
+            tolerance,
+            f"shape {out64.shape} != reference {ref64.shape}. {note}".strip(),
+        )
     if not np.all(np.isfinite(out64)):
         bad = int(np.count_nonzero(~np.isfinite(out64)))
-        return CheckResult(False, float("inf"), float("inf"), tolerance,
-                           f"{bad} non-finite outputs (poison not overwritten?). {note}".strip())
+        return CheckResult(
+            False,
+            float("inf"),
+            float("inf"),
+            tolerance,
+            f"{bad} non-finite outputs (poison not overwritten?). {note}".strip(),
+        )
     abs_err = float(np.max(np.abs(out64 - ref64))) if out64.size else 0.0
     scale = float(np.max(np.abs(ref64))) if ref64.size else 0.0
     rel_err = abs_err / scale if scale > 0 else abs_err
@@ -153,7 +177,7 @@ def compare(out: np.ndarray, ref: np.ndarray, tolerance: float, note: str = "") 
 
 
 #: Machine epsilon (spacing of floats just above 1) of each dtype; tf32 keeps 10 mantissa bits.
-_EPS = {"fp64": 2.0 ** -52, "fp32": 2.0 ** -23, "tf32": 2.0 ** -10, "bf16": 2.0 ** -7, "fp16": 2.0 ** -10}
+_EPS = {"fp64": 2.0**-52, "fp32": 2.0**-23, "tf32": 2.0**-10, "bf16": 2.0**-7, "fp16": 2.0**-10}
 
 
 def tolerance(dtype: str, reduction: int = 1, *, ulps: float = 8.0, growth: float = 8.0) -> float:
@@ -262,8 +286,15 @@ class Probe:
 
     def describe(self) -> dict[str, Any]:
         """The catalogue entry without its runnable, for result files."""
-        return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "level": self.level,
-                "accounting": self.accounting, "note": self.note, "diagnostic": self.diagnostic}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "level": self.level,
+            "accounting": self.accounting,
+            "note": self.note,
+            "diagnostic": self.diagnostic,
+        }
 
 
 @runtime_checkable
@@ -377,4 +408,6 @@ def per_call_timing(timing: Any, prepared: Any) -> Any:
         return timing
     from dataclasses import replace
 
-    return replace(timing, samples_s=tuple(s / n for s in timing.samples_s), estimate_s=timing.estimate_s / n)
+    return replace(
+        timing, samples_s=tuple(s / n for s in timing.samples_s), estimate_s=timing.estimate_s / n
+    )

@@ -61,10 +61,33 @@ from roofprof.timing import PerfCounterClock
 if TYPE_CHECKING:
     from roofprof.roofline_plan import RooflinePlan
 
-__all__ = ["AUTO_FALLBACK", "KIND", "NAMES", "NP_DTYPES", "PROBE_SEED", "WHAT", "CpuDevice", "NumbaGemm", "NumpyGemm",
-           "ProbeArena", "aligned_empty", "allowed_cpus", "cache_sizes", "cpu_info", "cpu_probes",
-           "cpu_roofline_plan", "enumerate", "gemm_tolerance", "open", "roofline_plan", "setup_fma", "setup_gemm",
-           "setup_intensity", "setup_read", "setup_triad"]
+__all__ = [
+    "AUTO_FALLBACK",
+    "KIND",
+    "NAMES",
+    "NP_DTYPES",
+    "PROBE_SEED",
+    "WHAT",
+    "CpuDevice",
+    "NumbaGemm",
+    "NumpyGemm",
+    "ProbeArena",
+    "aligned_empty",
+    "allowed_cpus",
+    "cache_sizes",
+    "cpu_info",
+    "cpu_probes",
+    "cpu_roofline_plan",
+    "enumerate",
+    "gemm_tolerance",
+    "open",
+    "roofline_plan",
+    "setup_fma",
+    "setup_gemm",
+    "setup_intensity",
+    "setup_read",
+    "setup_triad",
+]
 
 #: The device kind (and device string) of this backend.
 KIND = "cpu"
@@ -157,8 +180,11 @@ def _max_clock_mhz(cpus: list[int]) -> float | None:
             values.append(int(text) / 1000.0)
     if values:
         return max(values)
-    mhz = [float(line.split(":", 1)[1]) for line in _read("/proc/cpuinfo").splitlines()
-           if line.lower().startswith("cpu mhz") and ":" in line]
+    mhz = [
+        float(line.split(":", 1)[1])
+        for line in _read("/proc/cpuinfo").splitlines()
+        if line.lower().startswith("cpu mhz") and ":" in line
+    ]
     return max(mhz) if mhz else None
 
 
@@ -178,15 +204,38 @@ def cpu_info() -> DeviceInfo:
 
     cpus = allowed_cpus()
     flags = _cpu_flags()
-    isa = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "avx2", "fma", "neon", "asimd", "sve")
-           if f in flags]
+    isa = [
+        f
+        for f in (
+            "avx512f",
+            "avx512_bf16",
+            "avx512_fp16",
+            "amx_tile",
+            "avx2",
+            "fma",
+            "neon",
+            "asimd",
+            "sve",
+        )
+        if f in flags
+    ]
     return DeviceInfo(
-        kind="cpu", index=0, name=_cpu_model(), compute_units=len(cpus),
-        memory_bytes=_meminfo("MemTotal") or 0, cache_bytes=cache_sizes(cpus),
-        clock_mhz=_max_clock_mhz(cpus), spec_id=None,
-        extra={"isa": " ".join(isa) or "unknown", "numba_threads": str(numba.get_num_threads()),
-               "numba": numba.__version__, "blas": _blas_name(), "cpus": ",".join(map(str, cpus)),
-               "machine": platform.machine()},
+        kind="cpu",
+        index=0,
+        name=_cpu_model(),
+        compute_units=len(cpus),
+        memory_bytes=_meminfo("MemTotal") or 0,
+        cache_bytes=cache_sizes(cpus),
+        clock_mhz=_max_clock_mhz(cpus),
+        spec_id=None,
+        extra={
+            "isa": " ".join(isa) or "unknown",
+            "numba_threads": str(numba.get_num_threads()),
+            "numba": numba.__version__,
+            "blas": _blas_name(),
+            "cpus": ",".join(map(str, cpus)),
+            "machine": platform.machine(),
+        },
         spec_note="CPUs have no datasheet rows in data/gpus.json: these ceilings are measured only",
     )
 
@@ -288,7 +337,9 @@ def _gemm_unsupported(op: Any, impl: str) -> str | None:
     if op.kind != "gemm":
         return f"{impl} on the CPU implements GEMM/GEMV ops only, not {op.kind!r}"
     if op.dtype not in NP_DTYPES:
-        return f"{impl} on the CPU runs fp32 and fp64 GEMMs only (no {op.dtype} BLAS/SIMD path here)"
+        return (
+            f"{impl} on the CPU runs fp32 and fp64 GEMMs only (no {op.dtype} BLAS/SIMD path here)"
+        )
     if min(op.m, op.n, op.k, op.batch) < 1:
         return f"empty GEMM shape m={op.m} n={op.n} k={op.k} batch={op.batch}"
     return None
@@ -302,24 +353,43 @@ class _PreparedGemm:
     :func:`~roofprof.devices.pool.cold_copies` copies so each call finds it out of cache.
     """
 
-    def __init__(self, op: Any, rng: np.random.Generator, device: CpuDevice, kernel: Callable[[np.ndarray, np.ndarray, np.ndarray], Any],
-                 name: str):
+    def __init__(
+        self,
+        op: Any,
+        rng: np.random.Generator,
+        device: CpuDevice,
+        kernel: Callable[[np.ndarray, np.ndarray, np.ndarray], Any],
+        name: str,
+    ):
         np_t = NP_DTYPES[op.dtype]
         item = np.dtype(np_t).itemsize
         lead = (op.batch,) if op.batch > 1 else ()
-        copies = cold_copies(item * op.batch * op.n * op.k, device.info.last_level_cache_bytes or (32 << 20))
+        copies = cold_copies(
+            item * op.batch * op.n * op.k, device.info.last_level_cache_bytes or (32 << 20)
+        )
         need = item * op.batch * (op.m * op.k + copies * op.n * op.k + op.m * op.n)
         free = device.free_memory_bytes() + device.inputs.bytes
         if need > 0.85 * free:
-            raise ConfigError(f"op {op.name!r} needs {need / 2**30:.2f} GiB for its buffers but only "
-                              f"{free / 2**30:.2f} GiB is free")
+            raise ConfigError(
+                f"op {op.name!r} needs {need / 2**30:.2f} GiB for its buffers but only "
+                f"{free / 2**30:.2f} GiB is free"
+            )
         self.op, self.rng, self.kernel, self.name = op, rng, kernel, name
         dt = np.dtype(np_t).str
-        self.a = device.inputs.get(("gemm-a", lead, op.m, op.k, dt),
-                                   lambda: tiled_normal((*lead, op.m, op.k), np_t, seed=1))
+        self.a = device.inputs.get(
+            ("gemm-a", lead, op.m, op.k, dt),
+            lambda: tiled_normal((*lead, op.m, op.k), np_t, seed=1),
+        )
         # the weights may be torch's (the same pool): a view, not a copy
-        self.ws = [np.asarray(device.inputs.get(weight_key(lead, op.n, op.k, op.dtype, i), lambda i=i: tiled_normal(
-            (*lead, op.n, op.k), np_t, seed=2 + i, std=op.k ** -0.5))) for i in range(copies)]
+        self.ws = [
+            np.asarray(
+                device.inputs.get(
+                    weight_key(lead, op.n, op.k, op.dtype, i),
+                    lambda i=i: tiled_normal((*lead, op.n, op.k), np_t, seed=2 + i, std=op.k**-0.5),
+                )
+            )
+            for i in range(copies)
+        ]
         self.w = self.ws[0]
         with small_pages():
             self.out = np.empty((*lead, op.m, op.n), dtype=np_t)
@@ -343,9 +413,13 @@ class _PreparedGemm:
             out = self.out[batches][:, rows][:, :, cols]
         else:
             a, w, out = self.a[rows], self.w[cols], self.out[rows][:, cols]
-        return compare(out, _kernels().gemm_nt_reference(a, w), tol,
-                       f"{self.name} vs float64 numpy on {len(rows)} sampled rows × {len(cols)} columns; "
-                       "output poisoned with NaN")
+        return compare(
+            out,
+            _kernels().gemm_nt_reference(a, w),
+            tol,
+            f"{self.name} vs float64 numpy on {len(rows)} sampled rows × {len(cols)} columns; "
+            "output poisoned with NaN",
+        )
 
     def release(self) -> None:
         self.a = self.w = self.out = None  # type: ignore[assignment]
@@ -414,15 +488,31 @@ def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
 
     if name == "quick":
         knobs: dict[str, Any] = dict(
-            point_budget_s=0.03, target_call_s=0.003, compute_budget_s=0.25, compute_call_s=0.02,
-            gemm_sizes=(1024, 2048), gemm_budget_s=0.2, intensities=tuple(2.0**e for e in (-3, -1, 1, 3, 5, 7, 9)),
-            intensity_budget_s=0.02, min_repeats=5, intensity_max_call_flops=5e9)
+            point_budget_s=0.03,
+            target_call_s=0.003,
+            compute_budget_s=0.25,
+            compute_call_s=0.02,
+            gemm_sizes=(1024, 2048),
+            gemm_budget_s=0.2,
+            intensities=tuple(2.0**e for e in (-3, -1, 1, 3, 5, 7, 9)),
+            intensity_budget_s=0.02,
+            min_repeats=5,
+            intensity_max_call_flops=5e9,
+        )
     else:
         knobs = dict(
-            point_budget_s=0.1, target_call_s=0.005, compute_budget_s=1.0, compute_call_s=0.03,
-            gemm_sizes=(1024, 2048, 3072), gemm_budget_s=0.6, intensities=tuple(2.0**e for e in range(-3, 11)),
-            intensity_budget_s=0.05, intensity_dtypes=("fp64", "fp32"), min_repeats=7,
-            intensity_max_call_flops=1.5e10)
+            point_budget_s=0.1,
+            target_call_s=0.005,
+            compute_budget_s=1.0,
+            compute_call_s=0.03,
+            gemm_sizes=(1024, 2048, 3072),
+            gemm_budget_s=0.6,
+            intensities=tuple(2.0**e for e in range(-3, 11)),
+            intensity_budget_s=0.05,
+            intensity_dtypes=("fp64", "fp32"),
+            min_repeats=7,
+            intensity_max_call_flops=1.5e10,
+        )
     return RooflinePlan.sized(info, name, **knobs)
 
 
@@ -449,6 +539,8 @@ def open(index: int = 0) -> CpuDevice:  # noqa: A001 - the backend protocol's na
 def roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
     """The roofline plan of a CPU described by ``info`` (:func:`cpu_roofline_plan`)."""
     return cpu_roofline_plan(info, name)
+
+
 # --------------------------------------------------------------------------- host threads
 
 

@@ -27,8 +27,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK", "InputPool", "cold_copies", "malloc_trimmer", "small_pages", "stays_warm", "tiled_normal",
-           "weight_key"]
+__all__ = [
+    "BLOCK",
+    "InputPool",
+    "cold_copies",
+    "malloc_trimmer",
+    "small_pages",
+    "stays_warm",
+    "tiled_normal",
+    "weight_key",
+]
 
 #: Length of the random block tiled over big arrays: a prime, so a row of any length (a
 #: power of two, a model dimension) never starts at the same place in the block twice in a row.
@@ -95,7 +103,9 @@ def small_pages() -> Iterator[None]:
     torch implementation's) use ordinary pages too, so numpy and numba operands now live as
     the others do. The roofline probes keep numpy's default. A numpy without the switch: a no-op.
     """
-    switch = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    switch = getattr(
+        getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None
+    )
     if switch is None:
         yield
         return
@@ -106,7 +116,9 @@ def small_pages() -> Iterator[None]:
         switch(before)
 
 
-def tiled_normal(shape: tuple[int, ...], dtype: Any, *, seed: int = 0, std: float = 1.0) -> np.ndarray:
+def tiled_normal(
+    shape: tuple[int, ...], dtype: Any, *, seed: int = 0, std: float = 1.0
+) -> np.ndarray:
     """A new array of N(0, std²) values: a random block of :data:`BLOCK` values, tiled.
 
     Drawing float64 normals runs at ~50 M values/s on a CPU core; a 1 GB weight would take

@@ -15,19 +15,30 @@ torch is imported only by the functions that need it.
 from __future__ import annotations
 
 from roofprof.distributed.bench import (
-           OPS,
-           CollectiveSample,
-           fit_alpha_beta,
-           log_sizes,
-           measure_collectives,
+    OPS,
+    CollectiveSample,
+    fit_alpha_beta,
+    log_sizes,
+    measure_collectives,
 )
 from roofprof.distributed.interconnect import (
-           InterconnectResult,
-           measure_interconnect,
-           write_interconnect,
+    InterconnectResult,
+    measure_interconnect,
+    write_interconnect,
 )
 from roofprof.distributed.ranks import RankContext, RankError, launch, torchrun_rendezvous
 
-__all__ = ["OPS", "CollectiveSample", "InterconnectResult", "RankContext", "RankError", "fit_alpha_beta",
-           "launch", "log_sizes", "measure_collectives", "measure_interconnect", "torchrun_rendezvous",
-           "write_interconnect"]
+__all__ = [
+    "OPS",
+    "CollectiveSample",
+    "InterconnectResult",
+    "RankContext",
+    "RankError",
+    "fit_alpha_beta",
+    "launch",
+    "log_sizes",
+    "measure_collectives",
+    "measure_interconnect",
+    "torchrun_rendezvous",
+    "write_interconnect",
+]

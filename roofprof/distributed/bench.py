@@ -31,8 +31,21 @@ from typing import Any, Protocol
 from roofprof.collectives import algbw, busbw, busbw_factor
 from roofprof.errors import ConfigError
 
-__all__ = ["OPS", "PATHS", "CollectiveSample", "CudaEventTimer", "CudaGraphTimer", "Timer", "WallTimer",
-           "fit_alpha_beta", "fits", "log_sizes", "measure_collectives", "op_call", "timers_for"]
+__all__ = [
+    "OPS",
+    "PATHS",
+    "CollectiveSample",
+    "CudaEventTimer",
+    "CudaGraphTimer",
+    "Timer",
+    "WallTimer",
+    "fit_alpha_beta",
+    "fits",
+    "log_sizes",
+    "measure_collectives",
+    "op_call",
+    "timers_for",
+]
 
 #: The ops measured (nccl-tests names, as :func:`roofprof.collectives.load_collectives` reads).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send")
@@ -132,7 +145,10 @@ class CudaGraphTimer:
 
 
 #: torch device type -> the execution paths measured there, each with its timer.
-PATHS: dict[str, tuple[Timer, ...]] = {"cpu": (WallTimer(),), "cuda": (CudaEventTimer(), CudaGraphTimer())}
+PATHS: dict[str, tuple[Timer, ...]] = {
+    "cpu": (WallTimer(),),
+    "cuda": (CudaEventTimer(), CudaGraphTimer()),
+}
 
 
 def timers_for(torch_device: str, paths: Iterable[str] | None = None) -> tuple[Timer, ...]:
@@ -148,7 +164,9 @@ def timers_for(torch_device: str, paths: Iterable[str] | None = None) -> tuple[T
     names = [t.path for t in offered]
     bad = [p for p in wanted if p not in names]
     if bad:
-        raise ConfigError(f"path {bad[0]!r} is not measured on {torch_device}; valid choices: {', '.join(names)}")
+        raise ConfigError(
+            f"path {bad[0]!r} is not measured on {torch_device}; valid choices: {', '.join(names)}"
+        )
     return tuple(t for t in offered if t.path in wanted)
 
 
@@ -180,8 +198,9 @@ class CollectiveSample:
         return {**asdict(self), "algbw": self.algbw, "busbw": self.busbw}
 
 
-def op_call(dist: Any, torch: Any, op: str, size_bytes: int, rank: int, ranks: int,
-            device: str) -> tuple[Callable[[], Any], int]:
+def op_call(
+    dist: Any, torch: Any, op: str, size_bytes: int, rank: int, ranks: int, device: str
+) -> tuple[Callable[[], Any], int]:
     """A zero-argument call doing ``op`` once on preallocated buffers, and its actual ``S``.
 
     ``S`` is rounded down to whole float32 elements (a multiple of ``ranks`` of them for
@@ -210,7 +229,9 @@ def op_call(dist: Any, torch: Any, op: str, size_bytes: int, rank: int, ranks: i
         nxt, prv = (rank + 1) % ranks, (rank - 1) % ranks
 
         def ring() -> None:
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, src, nxt), dist.P2POp(dist.irecv, dst, prv)])
+            reqs = dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, src, nxt), dist.P2POp(dist.irecv, dst, prv)]
+            )
             for r in reqs:
                 r.wait()
 
@@ -218,10 +239,18 @@ def op_call(dist: Any, torch: Any, op: str, size_bytes: int, rank: int, ranks: i
     raise ConfigError(f"unknown collective {op!r}; valid choices: {', '.join(OPS)}")
 
 
-def measure_collectives(ctx: Any, *, ops: Sequence[str] = OPS, sizes: Sequence[int],
-                        warmup: int = 5, calls: int = 20, timers: Sequence[Timer] | None = None,
-                        dist: Any = None, torch: Any = None,
-                        progress: Callable[[str], None] | None = None) -> list[CollectiveSample]:
+def measure_collectives(
+    ctx: Any,
+    *,
+    ops: Sequence[str] = OPS,
+    sizes: Sequence[int],
+    warmup: int = 5,
+    calls: int = 20,
+    timers: Sequence[Timer] | None = None,
+    dist: Any = None,
+    torch: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[CollectiveSample]:
     """Every op × size × timer on this rank's group; every rank returns the same samples.
 
     ``ctx`` is a :class:`~roofprof.distributed.ranks.RankContext` (or anything with
@@ -247,7 +276,9 @@ def measure_collectives(ctx: Any, *, ops: Sequence[str] = OPS, sizes: Sequence[i
         for op in ops:
             busbw_factor(op, ctx.world_size)
             for size in sizes:
-                fn, actual = op_call(dist, torch, op, size, ctx.rank, ctx.world_size, ctx.torch_device)
+                fn, actual = op_call(
+                    dist, torch, op, size, ctx.rank, ctx.world_size, ctx.torch_device
+                )
                 k = max(2, min(calls, (256 << 20) // max(actual, 1))) if calls >= 2 else calls
                 for _ in range(warmup):
                     fn()
@@ -257,11 +288,15 @@ def measure_collectives(ctx: Any, *, ops: Sequence[str] = OPS, sizes: Sequence[i
                 if progress is not None:
                     progress(f"{timer.path} {op} {actual} B")
     mean, worst = _over_ranks(dist, torch, local, ctx)
-    return [CollectiveSample(op, size, ctx.world_size, m, w, ctx.backend, path, k)
-            for (op, size, path, k), m, w in zip(rows, mean, worst, strict=True)]
+    return [
+        CollectiveSample(op, size, ctx.world_size, m, w, ctx.backend, path, k)
+        for (op, size, path, k), m, w in zip(rows, mean, worst, strict=True)
+    ]
 
 
-def _over_ranks(dist: Any, torch: Any, local: list[float], ctx: Any) -> tuple[list[float], list[float]]:
+def _over_ranks(
+    dist: Any, torch: Any, local: list[float], ctx: Any
+) -> tuple[list[float], list[float]]:
     """Mean and max of each rank's seconds over the group (two all-reduces of a small vector)."""
     t = torch.tensor(local, dtype=torch.float64, device=ctx.torch_device)
     worst = t.clone()
@@ -287,7 +322,9 @@ def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> dict[str, float | N
     sxx = sum(wi * wi * s * s for wi, (s, _) in zip(w, points, strict=True))
     sxy = sum(wi * wi * s * t for wi, (s, t) in zip(w, points, strict=True))
     det = sw * sxx - sx * sx
-    alpha, beta = ((sxx * sy - sx * sxy) / det, (sw * sxy - sx * sy) / det) if det > 0 else (sy / sw, 0.0)
+    alpha, beta = (
+        ((sxx * sy - sx * sxy) / det, (sw * sxy - sx * sy) / det) if det > 0 else (sy / sw, 0.0)
+    )
     if alpha < 0:  # through the origin
         alpha, beta = 0.0, sxy / sxx
     if beta < 0:  # flat: latency only
@@ -308,7 +345,14 @@ def fits(samples: Sequence[CollectiveSample]) -> list[dict[str, Any]]:
             continue
         fit = fit_alpha_beta(sorted(pts))
         beta = fit["beta_s_per_byte"] or 0.0
-        out.append({"op": op, "ranks": ranks, "path": path, **fit,
-                    "busbw_bytes_per_s": busbw_factor(op, ranks) / beta if beta > 0 else None,
-                    "sizes": len(pts)})
+        out.append(
+            {
+                "op": op,
+                "ranks": ranks,
+                "path": path,
+                **fit,
+                "busbw_bytes_per_s": busbw_factor(op, ranks) / beta if beta > 0 else None,
+                "sizes": len(pts),
+            }
+        )
     return out

@@ -28,7 +28,9 @@ SLOW_FRACTION = 0.05
 _METRICS = ("dram_bytes_per_s", "compute_flops_per_s")
 
 
-def flag_slow(rows: Sequence[dict[str, Any]], fraction: float = SLOW_FRACTION) -> list[dict[str, Any]]:
+def flag_slow(
+    rows: Sequence[dict[str, Any]], fraction: float = SLOW_FRACTION
+) -> list[dict[str, Any]]:
     """``rows`` with ``slow`` (bool), ``below_median`` (metric -> fraction below) and the medians.
 
     A metric missing on a row (None) is not judged for that row.
@@ -41,8 +43,9 @@ def flag_slow(rows: Sequence[dict[str, Any]], fraction: float = SLOW_FRACTION) -
     for r in rows:
         below = {m: 1.0 - r[m] / medians[m] for m in _METRICS if r.get(m) and medians[m]}
         slow = [m for m, b in below.items() if b > fraction]
-        out.append({**r, "below_median": below, "slow": bool(slow), "slow_on": slow,
-                    "medians": medians})
+        out.append(
+            {**r, "below_median": below, "slow": bool(slow), "slow_on": slow, "medians": medians}
+        )
     return out
 
 
@@ -62,14 +65,24 @@ def nvml_state(device: Any, nvml: Any = None) -> dict[str, Any]:
             if index is None:
                 return {**empty, "nvml": f"NVML lists no GPU at {pci}"}
             h = _nvml.query("nvmlDeviceGetHandleByIndex", index, default=None, nvml=nv)
-            sm = _nvml.query("nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1), default=None, nvml=nv)
-            mem = _nvml.query("nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2), default=None, nvml=nv)
+            sm = _nvml.query(
+                "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1), default=None, nvml=nv
+            )
+            mem = _nvml.query(
+                "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2), default=None, nvml=nv
+            )
             mask = _nvml.query("nvmlDeviceGetCurrentClocksEventReasons", h, default=None, nvml=nv)
             if mask is None:
-                mask = _nvml.query("nvmlDeviceGetCurrentClocksThrottleReasons", h, default=None, nvml=nv)
-            return {"sm_clock_mhz": sm, "mem_clock_mhz": mem,
-                    "clock_event_reasons": None if mask is None else list(reason_names(int(mask))),
-                    "nvml": "ok", "nvml_index": index}
+                mask = _nvml.query(
+                    "nvmlDeviceGetCurrentClocksThrottleReasons", h, default=None, nvml=nv
+                )
+            return {
+                "sm_clock_mhz": sm,
+                "mem_clock_mhz": mem,
+                "clock_event_reasons": None if mask is None else list(reason_names(int(mask))),
+                "nvml": "ok",
+                "nvml_index": index,
+            }
     except Exception as exc:  # noqa: BLE001 - NvmlUnavailable and friends: a sentinel row
         return {**empty, "nvml": f"unavailable ({exc})"}
 
@@ -81,11 +94,24 @@ def _summary(result: Any, ctx: Any) -> dict[str, Any]:
         dram = roof.memory_ceiling("dram").value
     except ConfigError:
         dram = None
-    dtype = info.default_dtype if info.default_dtype in roof.dtypes else (roof.dtypes[0] if roof.dtypes else None)
+    dtype = (
+        info.default_dtype
+        if info.default_dtype in roof.dtypes
+        else (roof.dtypes[0] if roof.dtypes else None)
+    )
     compute = roof.compute_ceiling(dtype).value if dtype else None
-    return {"rank": ctx.rank, "local_rank": ctx.local_rank, "torch_device": ctx.torch_device, "name": info.name,
-            "label": info.label, "dram_bytes_per_s": dram, "compute_flops_per_s": compute, "compute_dtype": dtype,
-            "complete": result.complete, "warnings": list(result.warnings)}
+    return {
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "torch_device": ctx.torch_device,
+        "name": info.name,
+        "label": info.label,
+        "dram_bytes_per_s": dram,
+        "compute_flops_per_s": compute,
+        "compute_dtype": dtype,
+        "complete": result.complete,
+        "warnings": list(result.warnings),
+    }
 
 
 def _rank(ctx: Any, plan: str) -> list[dict[str, Any]] | None:  # runs on every rank
@@ -105,8 +131,13 @@ def _rank(ctx: Any, plan: str) -> list[dict[str, Any]] | None:  # runs on every 
     return rows if ctx.is_root else None
 
 
-def measure_all_ranks(*, ranks: int | None = None, device: str = "auto", plan: str = "quick",
-                      timeout_s: float = 3600.0) -> list[dict[str, Any]] | None:
+def measure_all_ranks(
+    *,
+    ranks: int | None = None,
+    device: str = "auto",
+    plan: str = "quick",
+    timeout_s: float = 3600.0,
+) -> list[dict[str, Any]] | None:
     """Every rank's roofline summary, flagged (rank 0; None on the other torchrun ranks).
 
     Under torchrun the group is torchrun's (one node or many); otherwise ``ranks`` local

@@ -31,8 +31,15 @@ from roofprof.distributed.bench import (
 )
 from roofprof.distributed.ranks import device_type, torchrun_rendezvous
 
-__all__ = ["DEFAULT_SIZES", "InterconnectResult", "interconnect_result", "measure_interconnect", "nvidia_topology",
-           "plot_busbw", "write_interconnect"]
+__all__ = [
+    "DEFAULT_SIZES",
+    "InterconnectResult",
+    "interconnect_result",
+    "measure_interconnect",
+    "nvidia_topology",
+    "plot_busbw",
+    "write_interconnect",
+]
 
 #: torch device type -> (smallest, largest) default size in bytes.
 DEFAULT_SIZES = {"cpu": (1 << 10, 4 << 20), "cuda": (1 << 10, 1 << 30)}
@@ -65,10 +72,18 @@ class InterconnectResult:
         """JSON: ``results`` rows (what ``load_collectives`` reads), ``fits``, identity, provenance."""
         from roofprof.results import provenance
 
-        return {"results": [s.to_row() for s in self.samples], "fits": self.fits, "ranks": self.ranks,
-                "backend": self.backend, "device": self.device, "spec_id": self.spec_id,
-                "datasheet_busbw_bytes_per_s": dict(self.datasheet_busbw), "topology": self.topology,
-                "notes": list(self.notes), "provenance": provenance(device=self.device)}
+        return {
+            "results": [s.to_row() for s in self.samples],
+            "fits": self.fits,
+            "ranks": self.ranks,
+            "backend": self.backend,
+            "device": self.device,
+            "spec_id": self.spec_id,
+            "datasheet_busbw_bytes_per_s": dict(self.datasheet_busbw),
+            "topology": self.topology,
+            "notes": list(self.notes),
+            "provenance": provenance(device=self.device),
+        }
 
 
 def _identity(torch_device: str) -> tuple[str, str | None]:
@@ -83,29 +98,56 @@ def _identity(torch_device: str) -> tuple[str, str | None]:
         return info.name, info.spec_id
     except Exception:  # noqa: BLE001 - identity is decoration; the measurement stands
         pass
-    names = {"cpu": lambda d: platform.processor() or platform.machine() or "CPU",
-             "cuda": lambda d: torch.cuda.get_device_name(torch.device(d))}
+    names = {
+        "cpu": lambda d: platform.processor() or platform.machine() or "CPU",
+        "cuda": lambda d: torch.cuda.get_device_name(torch.device(d)),
+    }
     try:
         return str(names[torch_device.split(":", 1)[0]](torch_device)), None
     except Exception:  # noqa: BLE001
         return torch_device, None
 
 
-def _worker(ctx: Any, ops: Sequence[str], sizes: Sequence[int], warmup: int, calls: int,
-            paths: Sequence[str] | None) -> dict[str, Any] | None:
-    samples = measure_collectives(ctx, ops=ops, sizes=sizes, warmup=warmup, calls=calls,
-                                  timers=timers_for(ctx.torch_device, paths))
+def _worker(
+    ctx: Any,
+    ops: Sequence[str],
+    sizes: Sequence[int],
+    warmup: int,
+    calls: int,
+    paths: Sequence[str] | None,
+) -> dict[str, Any] | None:
+    samples = measure_collectives(
+        ctx,
+        ops=ops,
+        sizes=sizes,
+        warmup=warmup,
+        calls=calls,
+        timers=timers_for(ctx.torch_device, paths),
+    )
     if not ctx.is_root:
         return None
     name, spec_id = _identity(ctx.torch_device)
-    return {"samples": samples, "ranks": ctx.world_size, "backend": ctx.backend, "device": name,
-            "spec_id": spec_id}
+    return {
+        "samples": samples,
+        "ranks": ctx.world_size,
+        "backend": ctx.backend,
+        "device": name,
+        "spec_id": spec_id,
+    }
 
 
-def measure_interconnect(*, ranks: int | None = None, device: str = "auto", ops: Sequence[str] = OPS,
-                         min_bytes: int | None = None, max_bytes: int | None = None, warmup: int = 5,
-                         calls: int = 20, paths: Sequence[str] | None = None,
-                         timeout_s: float = 300.0) -> InterconnectResult | None:
+def measure_interconnect(
+    *,
+    ranks: int | None = None,
+    device: str = "auto",
+    ops: Sequence[str] = OPS,
+    min_bytes: int | None = None,
+    max_bytes: int | None = None,
+    warmup: int = 5,
+    calls: int = 20,
+    paths: Sequence[str] | None = None,
+    timeout_s: float = 300.0,
+) -> InterconnectResult | None:
     """Measure ``ops`` over log-spaced sizes between the ranks; rank 0's result (None elsewhere).
 
     Under torchrun (``RANK``/``WORLD_SIZE`` set) the group is torchrun's and ``ranks`` must be
@@ -129,7 +171,9 @@ def measure_interconnect(*, ranks: int | None = None, device: str = "auto", ops:
     if sizes[-1] > _MAX_BYTES:
         from roofprof.errors import ConfigError
 
-        raise ConfigError(f"largest size {sizes[-1]} B is above the {_MAX_BYTES >> 30} GiB a buffer may have here")
+        raise ConfigError(
+            f"largest size {sizes[-1]} B is above the {_MAX_BYTES >> 30} GiB a buffer may have here"
+        )
     for op in ops:
         if op not in OPS:
             from roofprof.errors import UnknownNameError
@@ -139,8 +183,10 @@ def measure_interconnect(*, ranks: int | None = None, device: str = "auto", ops:
     rdv = torchrun_rendezvous()
     if rdv is not None:
         if ranks is not None and ranks != rdv.world_size:
-            raise RankError(f"--ranks {ranks} under torchrun, whose WORLD_SIZE is {rdv.world_size}: "
-                            "leave --ranks out (torchrun starts the ranks)")
+            raise RankError(
+                f"--ranks {ranks} under torchrun, whose WORLD_SIZE is {rdv.world_size}: "
+                "leave --ranks out (torchrun starts the ranks)"
+            )
         raw = run_in_group(_worker, args, rdv, device, timeout_s, what=_WHAT)
     else:
         n = ranks if ranks is not None else _DEFAULT_RANKS[kind](local_device_count(kind))
@@ -150,8 +196,13 @@ def measure_interconnect(*, ranks: int | None = None, device: str = "auto", ops:
     return interconnect_result(**raw)
 
 
-def interconnect_result(samples: Sequence[CollectiveSample], ranks: int, backend: str, device: str,
-                        spec_id: str | None = None) -> InterconnectResult:
+def interconnect_result(
+    samples: Sequence[CollectiveSample],
+    ranks: int,
+    backend: str,
+    device: str,
+    spec_id: str | None = None,
+) -> InterconnectResult:
     """The result of measured ``samples``: the datasheet busbw per op of ``spec_id`` (or of the
     GPU whose name matches ``device``), the topology of this host, notes."""
     from roofprof.collectives import CollectiveModel
@@ -167,10 +218,20 @@ def interconnect_result(samples: Sequence[CollectiveSample], ranks: int, backend
     else:
         notes.append(f"{device}: no datasheet interconnect row; no datasheet line")
     if backend == "gloo":
-        notes.append("gloo on a CPU: the ranks share the host's cores and memory; times are structure, "
-                     "not an interconnect figure")
-    return InterconnectResult(tuple(samples), ranks, backend, device, spec.id if spec else None, datasheet,
-                              nvidia_topology(), tuple(notes))
+        notes.append(
+            "gloo on a CPU: the ranks share the host's cores and memory; times are structure, "
+            "not an interconnect figure"
+        )
+    return InterconnectResult(
+        tuple(samples),
+        ranks,
+        backend,
+        device,
+        spec.id if spec else None,
+        datasheet,
+        nvidia_topology(),
+        tuple(notes),
+    )
 
 
 def nvidia_topology(timeout_s: float = 20.0) -> str | None:
@@ -179,7 +240,9 @@ def nvidia_topology(timeout_s: float = 20.0) -> str | None:
     if exe is None:
         return None
     try:
-        done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            [exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 and done.stdout.strip() else None
@@ -198,13 +261,24 @@ def plot_busbw(result: InterconnectResult, path: str | Path) -> Path:
     colors: dict[str, Any] = {}
     for (op, path_kind), rows in sorted(groups.items()):
         rows.sort(key=lambda s: s.bytes)
-        line, = ax.plot([s.bytes for s in rows], [s.busbw / 1e9 for s in rows], marker="o", ms=3,
-                        linestyle="-" if path_kind == "eager" else ":", label=f"{op} ({path_kind})",
-                        color=colors.get(op))
+        (line,) = ax.plot(
+            [s.bytes for s in rows],
+            [s.busbw / 1e9 for s in rows],
+            marker="o",
+            ms=3,
+            linestyle="-" if path_kind == "eager" else ":",
+            label=f"{op} ({path_kind})",
+            color=colors.get(op),
+        )
         colors.setdefault(op, line.get_color())
     for op, bw in sorted(result.datasheet_busbw.items()):
-        ax.axhline(bw / 1e9, linestyle="--", linewidth=1, color=colors.get(op, "grey"),
-                   label=f"{op} datasheet ({result.spec_id})")
+        ax.axhline(
+            bw / 1e9,
+            linestyle="--",
+            linewidth=1,
+            color=colors.get(op, "grey"),
+            label=f"{op} datasheet ({result.spec_id})",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("size S (bytes, nccl-tests convention)")
@@ -216,7 +290,9 @@ def plot_busbw(result: InterconnectResult, path: str | Path) -> Path:
     return Path(path)
 
 
-def write_interconnect(result: InterconnectResult, folder: str | Path, *, plots: bool = True) -> list[Path]:
+def write_interconnect(
+    result: InterconnectResult, folder: str | Path, *, plots: bool = True
+) -> list[Path]:
     """``collectives.json`` (+ ``collectives.png``, ``topology.txt``) in ``folder``, atomically.
 
     Raises:

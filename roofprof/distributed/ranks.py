@@ -34,8 +34,19 @@ from typing import Any
 
 from roofprof.errors import ConfigError, RoofprofError
 
-__all__ = ["BACKENDS", "RankContext", "RankError", "Rendezvous", "device_type", "free_port", "launch",
-           "local_device_count", "one_rank_message", "run_in_group", "torchrun_rendezvous"]
+__all__ = [
+    "BACKENDS",
+    "RankContext",
+    "RankError",
+    "Rendezvous",
+    "device_type",
+    "free_port",
+    "launch",
+    "local_device_count",
+    "one_rank_message",
+    "run_in_group",
+    "torchrun_rendezvous",
+]
 
 #: torch device type -> torch.distributed backend.
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
@@ -47,8 +58,10 @@ class RankError(RoofprofError):
 
 def one_rank_message(what: str) -> str:
     """The one-line refusal for a single rank (nothing to measure between ranks)."""
-    return (f"{what} needs at least 2 ranks and there is 1: nothing to measure between ranks; "
-            "run with --ranks 2 (local processes) or under torchrun --nproc-per-node 2 or more")
+    return (
+        f"{what} needs at least 2 ranks and there is 1: nothing to measure between ranks; "
+        "run with --ranks 2 (local processes) or under torchrun --nproc-per-node 2 or more"
+    )
 
 
 @dataclass(frozen=True)
@@ -98,10 +111,14 @@ def torchrun_rendezvous(environ: Mapping[str, str] | None = None) -> Rendezvous 
         raise RankError(f"torchrun environment is malformed ({exc})") from None
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
     if missing:
-        raise RankError(f"RANK and WORLD_SIZE are set but {', '.join(missing)} is not: "
-                        "start the ranks with torchrun (it sets the whole rendezvous)")
+        raise RankError(
+            f"RANK and WORLD_SIZE are set but {', '.join(missing)} is not: "
+            "start the ranks with torchrun (it sets the whole rendezvous)"
+        )
     if not (0 <= rank < world):
-        raise RankError(f"torchrun environment is malformed: RANK {rank} outside WORLD_SIZE {world}")
+        raise RankError(
+            f"torchrun environment is malformed: RANK {rank} outside WORLD_SIZE {world}"
+        )
     return Rendezvous(rank, world, local, local_world)
 
 
@@ -118,13 +135,17 @@ def device_type(device: str) -> str:
         text = "cuda" if torch.cuda.is_available() else "cpu"
     kind = text.split(":", 1)[0]
     if kind not in BACKENDS:
-        raise ConfigError(f"--device {device}: no torch.distributed backend for it; "
-                          f"valid choices: auto, {', '.join(BACKENDS)}")
+        raise ConfigError(
+            f"--device {device}: no torch.distributed backend for it; "
+            f"valid choices: auto, {', '.join(BACKENDS)}"
+        )
     return kind
 
 
 def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
 def _cuda_count() -> int:
@@ -142,8 +163,10 @@ def local_device_count(kind: str) -> int:
 
 
 #: torch device type -> (the torch device of a local rank, what its devices are called).
-_PER_RANK: dict[str, tuple[Callable[[int], str], str]] = {"cpu": (lambda i: "cpu", "cores"),
-                                                          "cuda": (lambda i: f"cuda:{i}", "GPUs")}
+_PER_RANK: dict[str, tuple[Callable[[int], str], str]] = {
+    "cpu": (lambda i: "cpu", "cores"),
+    "cuda": (lambda i: f"cuda:{i}", "GPUs"),
+}
 
 
 def _torch_device(kind: str, local_rank: int) -> str:
@@ -154,8 +177,10 @@ def _check_fits(kind: str, local_ranks: int) -> None:
     have = local_device_count(kind)
     if local_ranks > have:
         unit = _PER_RANK[kind][1]
-        raise RankError(f"{local_ranks} ranks on this node but it has {have} {unit}: "
-                        f"use at most {have} ranks per node")
+        raise RankError(
+            f"{local_ranks} ranks on this node but it has {have} {unit}: "
+            f"use at most {have} ranks per node"
+        )
 
 
 def free_port() -> int:
@@ -174,8 +199,13 @@ def _join(rdv: Rendezvous, kind: str, timeout_s: float) -> RankContext:
     if backend == "nccl":
         torch.cuda.set_device(rdv.local_rank)
     try:
-        dist.init_process_group(backend, init_method=rdv.init_method, rank=rdv.rank,
-                                world_size=rdv.world_size, timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend,
+            init_method=rdv.init_method,
+            rank=rdv.rank,
+            world_size=rdv.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
     except Exception as exc:  # DistNetworkError, RuntimeError, TimeoutError: all one line
         raise RankError(f"rank {rdv.rank}: rendezvous failed ({_one_line(exc)})") from None
     return RankContext(rdv.rank, rdv.world_size, rdv.local_rank, dev, backend, timeout_s)
@@ -193,8 +223,14 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def run_in_group(worker: Callable[..., Any], args: tuple, rdv: Rendezvous, device: str,
-                 timeout_s: float, what: str = "this measurement") -> Any:
+def run_in_group(
+    worker: Callable[..., Any],
+    args: tuple,
+    rdv: Rendezvous,
+    device: str,
+    timeout_s: float,
+    what: str = "this measurement",
+) -> Any:
     """Join the group of ``rdv`` (torchrun), run ``worker(ctx, *args)`` here, leave the group.
 
     Every rank returns its worker's value (usually only rank 0's matters).
@@ -218,8 +254,16 @@ def run_in_group(worker: Callable[..., Any], args: tuple, rdv: Rendezvous, devic
         _leave()
 
 
-def _child(rank: int, world: int, port: int, kind: str, timeout_s: float, worker: Callable[..., Any],
-           args: tuple, results: Any) -> None:  # pragma: no cover - runs in a spawned process
+def _child(
+    rank: int,
+    world: int,
+    port: int,
+    kind: str,
+    timeout_s: float,
+    worker: Callable[..., Any],
+    args: tuple,
+    results: Any,
+) -> None:  # pragma: no cover - runs in a spawned process
     rdv = Rendezvous(rank, world, rank, world, f"tcp://127.0.0.1:{port}")
     try:
         ctx = _join(rdv, kind, timeout_s)
@@ -234,8 +278,15 @@ def _child(rank: int, world: int, port: int, kind: str, timeout_s: float, worker
         raise SystemExit(2) from None
 
 
-def launch(worker: Callable[..., Any], args: tuple = (), *, ranks: int, device: str = "auto",
-           timeout_s: float = 300.0, what: str = "this measurement") -> Any:
+def launch(
+    worker: Callable[..., Any],
+    args: tuple = (),
+    *,
+    ranks: int,
+    device: str = "auto",
+    timeout_s: float = 300.0,
+    what: str = "this measurement",
+) -> Any:
     """Run ``worker(ctx, *args)`` on ``ranks`` local processes; return rank 0's value.
 
     ``worker`` must be a module-level function (the processes are spawned, not forked).
@@ -255,13 +306,21 @@ def launch(worker: Callable[..., Any], args: tuple = (), *, ranks: int, device: 
     mp_ctx = mp.get_context("spawn")
     results = mp_ctx.Queue()
     port = free_port()
-    procs = [mp_ctx.Process(target=_child, args=(r, ranks, port, kind, timeout_s, worker, args, results),
-                            daemon=True) for r in range(ranks)]
+    procs = [
+        mp_ctx.Process(
+            target=_child,
+            args=(r, ranks, port, kind, timeout_s, worker, args, results),
+            daemon=True,
+        )
+        for r in range(ranks)
+    ]
     for p in procs:
         p.start()
     ok = False
     try:
-        value = _watch(procs, results, deadline=time.monotonic() + timeout_s + 60.0, timeout_s=timeout_s)
+        value = _watch(
+            procs, results, deadline=time.monotonic() + timeout_s + 60.0, timeout_s=timeout_s
+        )
         ok = True
         return value
     finally:
@@ -285,14 +344,18 @@ def _watch(procs: list[Any], results: Any, *, deadline: float, timeout_s: float)
                 try:  # its last message may still be in flight
                     rank_, status, value = results.get(timeout=1.0)
                 except queue_module.Empty:
-                    raise RankError(f"rank {rank} died (exit code {p.exitcode}) before reporting") from None
+                    raise RankError(
+                        f"rank {rank} died (exit code {p.exitcode}) before reporting"
+                    ) from None
                 if status == "error":
                     raise RankError(_dead_rank(procs, done) or str(value))
                 done[rank_] = value
         if time.monotonic() > deadline:
             late = [str(r) for r in range(len(procs)) if r not in done]
-            raise RankError(f"rank {', '.join(late)} did not finish within {timeout_s:g} s "
-                            "(the watchdog ended every rank)")
+            raise RankError(
+                f"rank {', '.join(late)} did not finish within {timeout_s:g} s "
+                "(the watchdog ended every rank)"
+            )
     return done.get(0)
 
 

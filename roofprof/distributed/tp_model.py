@@ -64,23 +64,36 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
         ConfigError: ``tp`` does not divide the heads, the intermediate size or the vocabulary,
             or KV heads neither divide nor are divided by ``tp``.
     """
-    bad = [(what, n) for what, n in (("attention heads", spec.num_heads),
-                                     ("intermediate size", spec.intermediate_size),
-                                     ("vocabulary", spec.vocab_size)) if n % tp]
+    bad = [
+        (what, n)
+        for what, n in (
+            ("attention heads", spec.num_heads),
+            ("intermediate size", spec.intermediate_size),
+            ("vocabulary", spec.vocab_size),
+        )
+        if n % tp
+    ]
     if bad:
         what, n = bad[0]
         raise ConfigError(f"--tp {tp} does not divide the {what} of {spec.id} ({n})")
     kv = spec.num_kv_heads
     if kv % tp and tp % kv:
-        raise ConfigError(f"--tp {tp}: the {kv} KV heads of {spec.id} can be neither split nor replicated evenly")
+        raise ConfigError(
+            f"--tp {tp}: the {kv} KV heads of {spec.id} can be neither split nor replicated evenly"
+        )
 
 
 def shard_spec(spec: ModelSpec, tp: int) -> ModelSpec:
     """The per-rank shapes as a model of their own (heads, KV heads, intermediate, vocab / tp):
     what the per-op profiler measures for one rank."""
     check_tp(spec, tp)
-    return replace(spec, num_heads=spec.num_heads // tp, num_kv_heads=max(spec.num_kv_heads // tp, 1),
-                   intermediate_size=spec.intermediate_size // tp, vocab_size=spec.vocab_size // tp)
+    return replace(
+        spec,
+        num_heads=spec.num_heads // tp,
+        num_kv_heads=max(spec.num_kv_heads // tp, 1),
+        intermediate_size=spec.intermediate_size // tp,
+        vocab_size=spec.vocab_size // tp,
+    )
 
 
 class TPLlama(torch.nn.Module):
@@ -117,12 +130,19 @@ class TPLlama(torch.nn.Module):
             self.norm = full.norm.detach().clone()
             self.layers = []
             for layer in full.layers:
-                self.layers.append({
-                    "attn_norm": layer.attn_norm.detach().clone(), "mlp_norm": layer.mlp_norm.detach().clone(),
-                    "q": layer.q_proj.weight[q].clone(), "k": layer.k_proj.weight[kv].clone(),
-                    "v": layer.v_proj.weight[kv].clone(), "o": layer.o_proj.weight[:, q].clone(),
-                    "gate": layer.gate_proj.weight[mlp].clone(), "up": layer.up_proj.weight[mlp].clone(),
-                    "down": layer.down_proj.weight[:, mlp].clone()})
+                self.layers.append(
+                    {
+                        "attn_norm": layer.attn_norm.detach().clone(),
+                        "mlp_norm": layer.mlp_norm.detach().clone(),
+                        "q": layer.q_proj.weight[q].clone(),
+                        "k": layer.k_proj.weight[kv].clone(),
+                        "v": layer.v_proj.weight[kv].clone(),
+                        "o": layer.o_proj.weight[:, q].clone(),
+                        "gate": layer.gate_proj.weight[mlp].clone(),
+                        "up": layer.up_proj.weight[mlp].clone(),
+                        "down": layer.down_proj.weight[:, mlp].clone(),
+                    }
+                )
         self.inv_freq = full.inv_freq
         self.hidden = h
 
@@ -133,7 +153,9 @@ class TPLlama(torch.nn.Module):
         past = cache.length if cache is not None else 0
         local = input_ids - self.vocab.start
         inside = (local >= 0) & (local < self.embed.shape[0])
-        x = F.embedding(local.clamp(0, self.embed.shape[0] - 1), self.embed) * inside[..., None].to(self.embed.dtype)
+        x = F.embedding(local.clamp(0, self.embed.shape[0] - 1), self.embed) * inside[..., None].to(
+            self.embed.dtype
+        )
         self.comm.all_reduce(x)
         positions = (torch.arange(s, device=input_ids.device) + past)[None].expand(b, s)
         cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)

@@ -56,19 +56,35 @@ class TPValidation:
     def to_dict(self) -> dict[str, Any]:
         from roofprof.results import provenance
 
-        comm = {label: {"prefill_s": p.prefill.by_kind().get("communication", 0.0),
-                        "decode_s": p.decode.by_kind().get("communication", 0.0)}
-                for label, p in self.predictions.items()}
-        return {"real": self.real.to_dict(), "model": self.model.id, "num_layers": self.model.num_layers,
-                "tp": self.tp, "dtype": self.dtype, "backend": "torch", "attention": "fused",
-                "threads_per_rank": self.threads_per_rank, "max_abs_logit_diff": self.max_abs_logit_diff,
-                "collectives": list(self.collectives), "predicted_communication": comm,
-                "prefill_samples_s": list(self.prefill_samples_s),
-                "decode_samples_s": list(self.decode_samples_s),
-                "comparison": [{k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
-                               for row in self.comparison()],
-                "notes": list(self.notes), "load_average_start_end": self.load_average,
-                "provenance": provenance(tp=self.tp)}
+        comm = {
+            label: {
+                "prefill_s": p.prefill.by_kind().get("communication", 0.0),
+                "decode_s": p.decode.by_kind().get("communication", 0.0),
+            }
+            for label, p in self.predictions.items()
+        }
+        return {
+            "real": self.real.to_dict(),
+            "model": self.model.id,
+            "num_layers": self.model.num_layers,
+            "tp": self.tp,
+            "dtype": self.dtype,
+            "backend": "torch",
+            "attention": "fused",
+            "threads_per_rank": self.threads_per_rank,
+            "max_abs_logit_diff": self.max_abs_logit_diff,
+            "collectives": list(self.collectives),
+            "predicted_communication": comm,
+            "prefill_samples_s": list(self.prefill_samples_s),
+            "decode_samples_s": list(self.decode_samples_s),
+            "comparison": [
+                {k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
+                for row in self.comparison()
+            ],
+            "notes": list(self.notes),
+            "load_average_start_end": self.load_average,
+            "provenance": provenance(tp=self.tp),
+        }
 
 
 def _max_over_ranks(seconds: float, device: str) -> float:
@@ -89,8 +105,17 @@ def _timed(fn: Any, *args: Any) -> float:
     return time.perf_counter() - t0
 
 
-def _rank(ctx: Any, spec: ModelSpec, dtype: str, batch: int, prompt: int, steps: int, warmup_steps: int,
-          repeats: int, threads: int) -> dict[str, Any] | None:  # runs on every rank
+def _rank(
+    ctx: Any,
+    spec: ModelSpec,
+    dtype: str,
+    batch: int,
+    prompt: int,
+    steps: int,
+    warmup_steps: int,
+    repeats: int,
+    threads: int,
+) -> dict[str, Any] | None:  # runs on every rank
     import torch
     import torch.distributed as dist
 
@@ -110,8 +135,10 @@ def _rank(ctx: Any, spec: ModelSpec, dtype: str, batch: int, prompt: int, steps:
     diff = float((got.float() - expected.float()).abs().max().item())
     scale = float(expected.float().abs().max().item()) or 1.0
     if not diff <= _TOLERANCE.get(dtype, 1e-3) * scale:
-        raise ConfigError(f"rank {ctx.rank}: the tensor-parallel logits differ from the single-rank model's "
-                          f"by {diff:.3g} (max |logit| {scale:.3g}): not timing a wrong model")
+        raise ConfigError(
+            f"rank {ctx.rank}: the tensor-parallel logits differ from the single-rank model's "
+            f"by {diff:.3g} (max |logit| {scale:.3g}): not timing a wrong model"
+        )
     prefill, decode = [], []
     per_rep = -(-steps // repeats)
     next_ids = torch.zeros((batch, 1), dtype=ids.dtype, device=ctx.torch_device)
@@ -128,18 +155,37 @@ def _rank(ctx: Any, spec: ModelSpec, dtype: str, batch: int, prompt: int, steps:
     e = torch.tensor([], dtype=tdt).element_size()
     sizes = sorted({batch * prompt * spec.hidden_size * e, batch * spec.hidden_size * e})
     samples = measure_collectives(ctx, ops=("all_reduce",), sizes=sizes, warmup=2, calls=5)
-    samples += measure_collectives(ctx, ops=("all_gather",), sizes=[batch * spec.vocab_size * e], warmup=2,
-                                   calls=5)
+    samples += measure_collectives(
+        ctx, ops=("all_gather",), sizes=[batch * spec.vocab_size * e], warmup=2, calls=5
+    )
     if not ctx.is_root:
         return None
-    return {"prefill": prefill, "decode": decode, "diff": diff, "collectives": [s.to_row() for s in samples]}
+    return {
+        "prefill": prefill,
+        "decode": decode,
+        "diff": diff,
+        "collectives": [s.to_row() for s in samples],
+    }
 
 
-def validate_tp(model: str | ModelSpec, *, tp: int = 2, device: str = "cpu", dtype: str = "fp32",
-                batch: int = 1, prompt_tokens: int = 128, decode_steps: int = 8, warmup_steps: int = 2,
-                prefill_repeats: int = 3, max_layers: int | None = None, threads: int | None = None,
-                roofline: str | None = "none", budget_s: float = 0.2, estimators: bool = True,
-                timeout_s: float = 600.0) -> TPValidation:
+def validate_tp(
+    model: str | ModelSpec,
+    *,
+    tp: int = 2,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    batch: int = 1,
+    prompt_tokens: int = 128,
+    decode_steps: int = 8,
+    warmup_steps: int = 2,
+    prefill_repeats: int = 3,
+    max_layers: int | None = None,
+    threads: int | None = None,
+    roofline: str | None = "none",
+    budget_s: float = 0.2,
+    estimators: bool = True,
+    timeout_s: float = 600.0,
+) -> TPValidation:
     """Run the ``tp``-rank Llama, check it, time it, and predict it (see the module doc).
 
     ``threads``: torch threads per rank (default: the cores shared out, at least 1);
@@ -170,17 +216,43 @@ def validate_tp(model: str | ModelSpec, *, tp: int = 2, device: str = "cpu", dty
         spec = dataclasses.replace(spec, num_layers=max_layers)
     kind = device_type(device)
     per_rank = threads or max(1, local_device_count("cpu") // tp)
-    args = (spec, dtype, batch, prompt_tokens, decode_steps, warmup_steps, prefill_repeats, per_rank)
+    args = (
+        spec,
+        dtype,
+        batch,
+        prompt_tokens,
+        decode_steps,
+        warmup_steps,
+        prefill_repeats,
+        per_rank,
+    )
     load_start = _load()
     raw = launch(_rank, args, ranks=tp, device=kind, timeout_s=timeout_s, what="validate --tp")
     load = None if load_start is None else (load_start, _load() or 0.0)
-    real = RealRun(spec.id, batch, prompt_tokens, _context(prompt_tokens, warmup_steps, decode_steps,
-                                                            prefill_repeats),
-                   statistics.median(raw["prefill"]), statistics.median(raw["decode"]), spec.num_layers,
-                   source=f"torch TP {tp} ranks ({kind}), slowest rank per pass",
-                   prefill_spread_s=_iqr(raw["prefill"]), decode_spread_s=_iqr(raw["decode"]))
-    result = TPValidation(real, spec, tp, dtype, per_rank, raw["diff"], tuple(raw["collectives"]),
-                          tuple(raw["prefill"]), tuple(raw["decode"]), load_average=load)
+    real = RealRun(
+        spec.id,
+        batch,
+        prompt_tokens,
+        _context(prompt_tokens, warmup_steps, decode_steps, prefill_repeats),
+        statistics.median(raw["prefill"]),
+        statistics.median(raw["decode"]),
+        spec.num_layers,
+        source=f"torch TP {tp} ranks ({kind}), slowest rank per pass",
+        prefill_spread_s=_iqr(raw["prefill"]),
+        decode_spread_s=_iqr(raw["decode"]),
+    )
+    result = TPValidation(
+        real,
+        spec,
+        tp,
+        dtype,
+        per_rank,
+        raw["diff"],
+        tuple(raw["collectives"]),
+        tuple(raw["prefill"]),
+        tuple(raw["decode"]),
+        load_average=load,
+    )
     if estimators:
         predictions, notes = _predict(result, kind, roofline, budget_s)
         result = replace(result, predictions=predictions, notes=notes)
@@ -208,8 +280,9 @@ def _iqr(values: list[float]) -> float:
     return q[2] - q[0]
 
 
-def _predict(result: TPValidation, kind: str, roofline: str | None,
-             budget_s: float) -> tuple[dict[str, Prediction], tuple[str, ...]]:
+def _predict(
+    result: TPValidation, kind: str, roofline: str | None, budget_s: float
+) -> tuple[dict[str, Prediction], tuple[str, ...]]:
     """The measured estimator (one rank's shapes, the rank's threads) + measured collectives,
     and the notes that go with them."""
     import warnings
@@ -224,19 +297,41 @@ def _predict(result: TPValidation, kind: str, roofline: str | None,
 
     points: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for row in result.collectives:
-        points.setdefault((row["op"], row["ranks"]), []).append((float(row["bytes"]), float(row["seconds"])))
-    table = CollectiveTable({k: tuple(sorted(v)) for k, v in points.items()}, "measured in the TP group")
+        points.setdefault((row["op"], row["ranks"]), []).append(
+            (float(row["bytes"]), float(row["seconds"]))
+        )
+    table = CollectiveTable(
+        {k: tuple(sorted(v)) for k, v in points.items()}, "measured in the TP group"
+    )
     # the table holds every size the pass issues; the fitted all-reduce α-β only prices others
-    fitted = [f for f in fits([CollectiveSample(**{k: row[k] for k in _SAMPLE_FIELDS})
-                               for row in result.collectives]) if f["op"] == "all_reduce"]
+    fitted = [
+        f
+        for f in fits(
+            [CollectiveSample(**{k: row[k] for k in _SAMPLE_FIELDS}) for row in result.collectives]
+        )
+        if f["op"] == "all_reduce"
+    ]
     alpha = fitted[0]["alpha_s"] if fitted else 0.0
     bus = (fitted[0]["busbw_bytes_per_s"] if fitted else None) or 1e9
     comm = CollectiveModel(bus, alpha, bus, table=table, source="measured in the TP group")
-    prof = Profiler(shard_spec(result.model, result.tp), kind, budget_s=budget_s,
-                    threads=result.threads_per_rank, roofline=roofline or "none")
+    prof = Profiler(
+        shard_spec(result.model, result.tp),
+        kind,
+        budget_s=budget_s,
+        threads=result.threads_per_rank,
+        roofline=roofline or "none",
+    )
     r = result.real
-    scenario = Scenario(result.model, "decode", r.batch, r.prompt_tokens, r.context_tokens, result.dtype,
-                        Counting(), Parallel(tp=result.tp))
+    scenario = Scenario(
+        result.model,
+        "decode",
+        r.batch,
+        r.prompt_tokens,
+        r.context_tokens,
+        result.dtype,
+        Counting(),
+        Parallel(tp=result.tp),
+    )
     out = {}
     est = prof.estimator()
     for label, e in (("measured", est), ("measured-no-launch", est.with_launch(False))):
@@ -244,10 +339,14 @@ def _predict(result: TPValidation, kind: str, roofline: str | None,
             warnings.simplefilter("ignore")
             pf = estimate_phase(models.ops(scenario.replace(phase="prefill")), e, comm)
             dc = estimate_phase(models.ops(scenario), e, comm)
-        out[label] = Prediction(result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype))
+        out[label] = Prediction(
+            result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype)
+        )
     notes = []
     if prof.device.info.shared_host:
-        notes.append(f"the {result.tp} ranks share this host's cores and memory bandwidth: each op is "
-                     f"profiled alone with {result.threads_per_rank} thread(s), the real run has every "
-                     "rank busy at once")
+        notes.append(
+            f"the {result.tp} ranks share this host's cores and memory bandwidth: each op is "
+            f"profiled alone with {result.threads_per_rank} thread(s), the real run has every "
+            "rank busy at once"
+        )
     return out, tuple(notes)

@@ -48,14 +48,31 @@ if TYPE_CHECKING:
     from roofprof.specs import ModelSpec
     from roofprof.workload import Counting, Scenario, Workload
 
-__all__ = ["FAMILIES", "MEASURABLE", "config_fields", "family_of", "llama_ops", "ops", "require_measurable"]
+__all__ = [
+    "FAMILIES",
+    "MEASURABLE",
+    "config_fields",
+    "family_of",
+    "llama_ops",
+    "ops",
+    "require_measurable",
+]
 
 #: Family name -> module with ``accepts(config)`` and ``ops(scenario)`` (its configs are
 #: recognised by :data:`roofprof.models.families.CONFIGS`).
-FAMILIES: Mapping[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "mistral": mistral, "qwen3": qwen3,
-                                      "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3,
-                                      "mixtral": mixtral, "qwen3_moe": qwen3_moe, "deepseek_v3": deepseek_v3,
-                                      "gpt_oss": gpt_oss}
+FAMILIES: Mapping[str, ModuleType] = {
+    "llama": llama,
+    "qwen2": qwen2,
+    "mistral": mistral,
+    "qwen3": qwen3,
+    "gemma2": gemma2,
+    "gemma3": gemma3,
+    "phi3": phi3,
+    "mixtral": mixtral,
+    "qwen3_moe": qwen3_moe,
+    "deepseek_v3": deepseek_v3,
+    "gpt_oss": gpt_oss,
+}
 
 
 #: Families whose ops can be timed and whose real model can be run: those with a torch side
@@ -83,8 +100,10 @@ def require_measurable(model: ModelSpec, what: str) -> None:
         from roofprof.errors import ConfigError
 
         measured = ", ".join(name for name in FAMILIES if name in families.TORCH_SIDES)
-        raise ConfigError(f"{what}: model {model.id} is of family {model.family!r}, which roofprof can "
-                          f"predict but not yet measure (measured families: {measured})")
+        raise ConfigError(
+            f"{what}: model {model.id} is of family {model.family!r}, which roofprof can "
+            f"predict but not yet measure (measured families: {measured})"
+        )
 
 
 def config_fields(model: ModelSpec) -> dict[str, Any]:
@@ -95,7 +114,9 @@ def config_fields(model: ModelSpec) -> dict[str, Any]:
     >>> config_fields(load_model("gemma-2-9b"))["counting_config"]["ignored_fields"][:2]
     ['attention_dropout', 'bos_token_id']
     """
-    return {"counting_config": {"family": model.family, "ignored_fields": list(model.ignored_fields)}}
+    return {
+        "counting_config": {"family": model.family, "ignored_fields": list(model.ignored_fields)}
+    }
 
 
 def ops(scenario: Scenario) -> Workload:
@@ -130,4 +151,6 @@ def llama_ops(
     """
     from roofprof.workload import Scenario, counting_of
 
-    return ops(Scenario(model, phase, batch, prompt_tokens, context_tokens, dtype, counting_of(convention)))
+    return ops(
+        Scenario(model, phase, batch, prompt_tokens, context_tokens, dtype, counting_of(convention))
+    )

@@ -46,12 +46,19 @@ __all__ = ["ROLES", "accepts", "ops"]
 _CONFIG = CONFIGS["deepseek_v3"]
 _ATTN, _PROJ, _ELEM = OP_GROUPS[0], OP_GROUPS[1], OP_GROUPS[4]
 #: DeepSeek-V3 op name -> (fn, chart group, short label): Llama's, MLA's and the MoE ops.
-ROLES = {**llama.ROLES, **MOE_ROLES,
-         "q_a_proj": ("linear", _PROJ, "qa"), "q_b_proj": ("linear", _PROJ, "qb"),
-         "kv_a_proj": ("linear", _PROJ, "kva"), "kv_b_proj": ("linear", _PROJ, "kvb"),
-         "q_a_norm": ("rmsnorm", _ELEM, "qanorm"), "kv_a_norm": ("rmsnorm", _ELEM, "kvanorm"),
-         "q_absorb": ("head_matmul", _PROJ, "qabs"), "v_absorb": ("head_matmul", _PROJ, "vabs"),
-         "latent_attention": ("mla_decode", _ATTN, "mla")}
+ROLES = {
+    **llama.ROLES,
+    **MOE_ROLES,
+    "q_a_proj": ("linear", _PROJ, "qa"),
+    "q_b_proj": ("linear", _PROJ, "qb"),
+    "kv_a_proj": ("linear", _PROJ, "kva"),
+    "kv_b_proj": ("linear", _PROJ, "kvb"),
+    "q_a_norm": ("rmsnorm", _ELEM, "qanorm"),
+    "kv_a_norm": ("rmsnorm", _ELEM, "kvanorm"),
+    "q_absorb": ("head_matmul", _PROJ, "qabs"),
+    "v_absorb": ("head_matmul", _PROJ, "vabs"),
+    "latent_attention": ("mla_decode", _ATTN, "mla"),
+}
 
 
 def accepts(config: Mapping[str, Any]) -> bool:
@@ -74,25 +81,54 @@ class _Builder(MoeOps, llama._Builder):
         return self.moe_mlp(ops[:at] + self.mla_ops(self.model.mla) + ops[end:])
 
     def low_rank_norm(self, name: str, rows: int, size: int) -> Op:
-        return self.elementwise(name, "norm", rows, size, 4.0, rows * size, rows * size, size * self.e,
-                                weight_bytes=size * self.e)
+        return self.elementwise(
+            name,
+            "norm",
+            rows,
+            size,
+            4.0,
+            rows * size,
+            rows * size,
+            size * self.e,
+            weight_bytes=size * self.e,
+        )
 
     def mla_ops(self, mla: MlaSpec) -> list[Op]:
         m, e, rows, b = self.model, self.e, self.rows, self.batch
         h, heads = m.hidden_size, self.heads
-        nope, rope, v, kvl = mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim, mla.kv_lora_rank
+        nope, rope, v, kvl = (
+            mla.qk_nope_head_dim,
+            mla.qk_rope_head_dim,
+            mla.v_head_dim,
+            mla.kv_lora_rank,
+        )
         qk = nope + rope
         ops = []
         if mla.q_lora_rank:
-            ops += [self.gemm("q_a_proj", rows, mla.q_lora_rank, h),
-                    self.low_rank_norm("q_a_norm", rows, mla.q_lora_rank),
-                    self.gemm("q_b_proj", rows, heads * qk, mla.q_lora_rank)]
+            ops += [
+                self.gemm("q_a_proj", rows, mla.q_lora_rank, h),
+                self.low_rank_norm("q_a_norm", rows, mla.q_lora_rank),
+                self.gemm("q_b_proj", rows, heads * qk, mla.q_lora_rank),
+            ]
         else:
             ops.append(self.gemm("q_proj", rows, heads * qk, h))
-        ops += [self.gemm("kv_a_proj", rows, kvl + rope, h), self.low_rank_norm("kv_a_norm", rows, kvl)]
+        ops += [
+            self.gemm("kv_a_proj", rows, kvl + rope, h),
+            self.low_rank_norm("kv_a_norm", rows, kvl),
+        ]
         roped = heads * rope + rope  # every head's RoPE query part and the one shared RoPE key
-        ops.append(self.elementwise("rope", "elementwise", rows, roped, 3.0, rows * roped, rows * roped,
-                                    extra_bytes=2 * rows * rope * e))
+        ops.append(
+            self.elementwise(
+                "rope",
+                "elementwise",
+                rows,
+                roped,
+                3.0,
+                rows * roped,
+                rows * roped,
+                extra_bytes=2 * rows * rope * e,
+            )
+        )
         cache_row = (kvl + rope) * self.ekv  # one token, one layer
         tq = self.q_tokens
         if self.phase == "prefill":
@@ -100,21 +136,53 @@ class _Builder(MoeOps, llama._Builder):
             pairs = b * heads * llama._causal_pairs(tq, None)
             flops = 2.0 * pairs * qk + 2.0 * pairs * v
             moved = rows * heads * (qk + qk + v + v) * e + rows * cache_row
-            ops.append(Op("attention", "attention", self.phase, tq, tq, qk, self.dtype, flops, moved,
-                          batch=b * heads, count=self.layers,
-                          note="causal, fused, decompressed MLA (keys/values from kv_b_proj); "
-                               "writes the latent + RoPE key to the cache"))
+            ops.append(
+                Op(
+                    "attention",
+                    "attention",
+                    self.phase,
+                    tq,
+                    tq,
+                    qk,
+                    self.dtype,
+                    flops,
+                    moved,
+                    batch=b * heads,
+                    count=self.layers,
+                    note="causal, fused, decompressed MLA (keys/values from kv_b_proj); "
+                    "writes the latent + RoPE key to the cache",
+                )
+            )
         else:
             keys = self.context_tokens + 1
             ops.append(self.head_gemm("q_absorb", rows, kvl, nope, heads))
             pairs = b * heads * tq * keys
             cache_read = b * keys * cache_row
             flops = 2.0 * pairs * (kvl + rope) + 2.0 * pairs * kvl
-            moved = rows * heads * (kvl + rope) * e + cache_read + rows * heads * kvl * e + rows * cache_row
-            ops.append(Op("latent_attention", "attention", self.phase, tq, keys, kvl + rope, self.dtype, flops,
-                          moved, batch=b * heads, count=self.layers, kv_bytes=cache_read,
-                          note="fused MLA decode over the latent cache (shared by all heads, like MQA), "
-                               "weight-absorbed as engines run it"))
+            moved = (
+                rows * heads * (kvl + rope) * e
+                + cache_read
+                + rows * heads * kvl * e
+                + rows * cache_row
+            )
+            ops.append(
+                Op(
+                    "latent_attention",
+                    "attention",
+                    self.phase,
+                    tq,
+                    keys,
+                    kvl + rope,
+                    self.dtype,
+                    flops,
+                    moved,
+                    batch=b * heads,
+                    count=self.layers,
+                    kv_bytes=cache_read,
+                    note="fused MLA decode over the latent cache (shared by all heads, like MQA), "
+                    "weight-absorbed as engines run it",
+                )
+            )
             ops.append(self.head_gemm("v_absorb", rows, v, kvl, heads))
         ops.append(self.gemm("o_proj", rows, h, heads * v))
         return ops
@@ -122,5 +190,11 @@ class _Builder(MoeOps, llama._Builder):
     def head_gemm(self, name: str, rows: int, n: int, k: int, heads: int) -> Op:
         """One ``rows × k → n`` GEMM per head (``kv_b``'s absorbed halves in decode)."""
         op = self.gemm(name, rows, n, k)
-        return replace(op, batch=heads, flops=op.flops * heads, weight_bytes=op.weight_bytes * heads,
-                       bytes=op.bytes * heads, note="one GEMM per head (weight absorption)")
+        return replace(
+            op,
+            batch=heads,
+            flops=op.flops * heads,
+            weight_bytes=op.weight_bytes * heads,
+            bytes=op.bytes * heads,
+            note="one GEMM per head (weight absorption)",
+        )

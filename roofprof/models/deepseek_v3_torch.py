@@ -75,9 +75,23 @@ from roofprof.models.moe_torch import (
 )
 from roofprof.specs import ModelSpec
 
-__all__ = ["AUTO_BACKEND", "BACKEND_NOTES", "PREPARERS", "ROUTED_SCALING_FACTOR", "MlaCache",
-           "TorchDeepseekV3", "build", "deepseek_route", "head_matmul", "hf_config", "mla_decode",
-           "mla_prefill_attention", "mla_rope", "new_cache", "tiny_spec"]
+__all__ = [
+    "AUTO_BACKEND",
+    "BACKEND_NOTES",
+    "PREPARERS",
+    "ROUTED_SCALING_FACTOR",
+    "MlaCache",
+    "TorchDeepseekV3",
+    "build",
+    "deepseek_route",
+    "head_matmul",
+    "hf_config",
+    "mla_decode",
+    "mla_prefill_attention",
+    "mla_rope",
+    "new_cache",
+    "tiny_spec",
+]
 
 #: DeepSeek-V3's published ``routed_scaling_factor`` (the spec does not carry it; its value
 #: changes no kernel).
@@ -88,12 +102,12 @@ AUTO_BACKEND = "torch"
 #: Per backend, the note ``validate`` adds to its result (text and JSON).
 BACKEND_NOTES = {
     "torch": "deepseek_v3 runs roofprof's plain-torch model, the counted MLA form: the cache holds "
-             "only the latent + RoPE key; prefill decompresses it (kv_b_proj), decode is "
-             "weight-absorbed (q_absorb, latent attention, v_absorb); transformers' "
-             "DeepseekV3ForCausalLM decompresses the whole cache every decode step instead",
+    "only the latent + RoPE key; prefill decompresses it (kv_b_proj), decode is "
+    "weight-absorbed (q_absorb, latent attention, v_absorb); transformers' "
+    "DeepseekV3ForCausalLM decompresses the whole cache every decode step instead",
     "hf": "transformers' DeepseekV3ForCausalLM caches the latent but decompresses the whole cache "
-          "with kv_b_proj and attends per head at every decode step; roofprof counts the "
-          "weight-absorbed engine form, so decode residuals here include that difference",
+    "with kv_b_proj and attends per head at every decode step; roofprof counts the "
+    "weight-absorbed engine form, so decode residuals here include that difference",
 }
 
 
@@ -117,8 +131,9 @@ def mla_rope(q_rope: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor, sin:
     return rotate(q_rope, c.unsqueeze(2), s.unsqueeze(2)), rotate(k_rope, c, s)
 
 
-def mla_prefill_attention(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor,
-                          k_rope: torch.Tensor, scale: float) -> torch.Tensor:
+def mla_prefill_attention(
+    q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor, k_rope: torch.Tensor, scale: float
+) -> torch.Tensor:
     """Causal attention over decompressed keys and values.
 
     ``q_nope [b,s,h,n]``, ``q_rope [b,s,h,r]`` (RoPE'd), ``kv [b,t,h,n+v]`` (``kv_b_proj`` of
@@ -129,13 +144,16 @@ def mla_prefill_attention(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.
     b, s, h, n = q_nope.shape
     t = kv.shape[1]
     q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
-    k = torch.cat([kv[..., :n], k_rope[:, :, None].expand(b, t, h, k_rope.shape[-1])], dim=-1).transpose(1, 2)
+    k = torch.cat(
+        [kv[..., :n], k_rope[:, :, None].expand(b, t, h, k_rope.shape[-1])], dim=-1
+    ).transpose(1, 2)
     v = kv[..., n:].transpose(1, 2)
     if t == s:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, scale=scale)
     else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(s, t, q.dtype, q.device),
-                                             scale=scale)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal_mask(s, t, q.dtype, q.device), scale=scale
+        )
     return out.transpose(1, 2).reshape(b, s, -1)
 
 
@@ -144,7 +162,9 @@ def head_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.bmm(x.transpose(0, 1), w).transpose(0, 1)
 
 
-def mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: torch.Tensor, scale: float) -> torch.Tensor:
+def mla_decode(
+    q_latent: torch.Tensor, q_rope: torch.Tensor, cache: torch.Tensor, scale: float
+) -> torch.Tensor:
     """Weight-absorbed MLA attention over the latent cache.
 
     ``q_latent [b,s,h,c]`` (``q_absorb``'s output), ``q_rope [b,s,h,r]``, ``cache [b,t,c+r]``
@@ -163,8 +183,13 @@ def mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: torch.Tensor
     return out.view(b, s, h, c)
 
 
-def deepseek_route(logits: torch.Tensor, bias: torch.Tensor, k: int, groups: tuple[int, int],
-                   scale: float = ROUTED_SCALING_FACTOR) -> tuple[torch.Tensor, torch.Tensor]:
+def deepseek_route(
+    logits: torch.Tensor,
+    bias: torch.Tensor,
+    k: int,
+    groups: tuple[int, int],
+    scale: float = ROUTED_SCALING_FACTOR,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """DeepSeek-V3's router: weights ``[T,k]`` (activation dtype) and expert indices ``[T,k]``.
 
     Sigmoid of ``logits [T,E]`` (float32); the choice adds ``bias`` (``e_score_correction_bias``);
@@ -225,15 +250,17 @@ class MlaCache:
 def _groups(spec: ModelSpec) -> tuple[int, int]:
     groups = spec.moe.groups or (1, 1)
     if spec.moe.experts % groups[0] or spec.moe.experts // groups[0] < 2:
-        raise ConfigError(f"{spec.id}: {spec.moe.experts} routed experts do not split into n_group "
-                          f"{groups[0]} groups of at least 2")
+        raise ConfigError(
+            f"{spec.id}: {spec.moe.experts} routed experts do not split into n_group "
+            f"{groups[0]} groups of at least 2"
+        )
     return groups
 
 
 def _attention_scale(spec: ModelSpec) -> float:
     """``qk_head_dim ** -0.5``, times YaRN's ``mscale²`` when the config's RoPE scaling sets
     ``mscale_all_dim`` (transformers' ``yarn_apply_mscale``)."""
-    scale = spec.mla.qk_head_dim ** -0.5
+    scale = spec.mla.qk_head_dim**-0.5
     rs = spec.rope_scaling_dict or {}
     if rs.get("rope_type", rs.get("type", "default")) != "default" and rs.get("mscale_all_dim"):
         factor = float(rs.get("factor", 1.0))
@@ -261,7 +288,9 @@ class MlaLayer(nn.Module):
             self.q_proj = nn.Linear(h, heads * a.qk_head_dim, **kw)
         self.kv_a_proj = nn.Linear(h, a.kv_lora_rank + a.qk_rope_head_dim, **kw)
         self.kv_a_norm = nn.Parameter(torch.ones(a.kv_lora_rank, dtype=dtype, device=device))
-        self.kv_b_proj = nn.Linear(a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim), **kw)
+        self.kv_b_proj = nn.Linear(
+            a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim), **kw
+        )
         self.o_proj = nn.Linear(heads * a.v_head_dim, h, **kw)
         if moe:
             e, inter = m.moe.experts, m.moe.expert_intermediate_size
@@ -283,9 +312,11 @@ class MlaLayer(nn.Module):
         """Split ``kv_b_proj``'s weight into the absorbed per-head matrices (call after
         changing it): ``w_uk [h, nope, c]`` (q_absorb) and ``w_uv [h, c, v]`` (v_absorb)."""
         a, heads = self.m.mla, self.m.num_heads
-        w = self.kv_b_proj.weight.detach().view(heads, a.qk_nope_head_dim + a.v_head_dim, a.kv_lora_rank)
-        self.w_uk = w[:, :a.qk_nope_head_dim].contiguous()
-        self.w_uv = w[:, a.qk_nope_head_dim:].transpose(1, 2).contiguous()
+        w = self.kv_b_proj.weight.detach().view(
+            heads, a.qk_nope_head_dim + a.v_head_dim, a.kv_lora_rank
+        )
+        self.w_uk = w[:, : a.qk_nope_head_dim].contiguous()
+        self.w_uv = w[:, a.qk_nope_head_dim :].transpose(1, 2).contiguous()
 
     def attention(self, x, cos, sin, cache: MlaCache | None, index: int, eps: float):
         a, heads = self.m.mla, self.m.num_heads
@@ -317,8 +348,9 @@ class MlaLayer(nn.Module):
             return self.down_proj(silu_mul(self.gate_proj(hs), self.up_proj(hs)))
         b, s, h = hs.shape
         x = hs.reshape(-1, h)
-        weights, index = deepseek_route(F.linear(x, self.router), self.router_bias,
-                                        self.m.moe.experts_per_token, self.groups)
+        weights, index = deepseek_route(
+            F.linear(x, self.router), self.router_bias, self.m.moe.experts_per_token, self.groups
+        )
         out = torch.zeros_like(x)
         for e, pos, tok in dispatch(index, self.router.shape[0]):
             y = expert_linear(expert_silu_mul(expert_linear(x[tok], self.gate_up[e])), self.down[e])
@@ -345,16 +377,26 @@ class TorchDeepseekV3(nn.Module):
         super().__init__()
         self.spec, self.attention, self.eps = spec, "fused", spec.rms_norm_eps
         meta = "meta"
-        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size, _weight=torch.empty(
-            spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta))
+        self.embed = nn.Embedding(
+            spec.vocab_size,
+            spec.hidden_size,
+            _weight=torch.empty(spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta),
+        )
         dense = spec.moe.dense_layers
-        self.layers = nn.ModuleList(MlaLayer(spec, dtype, meta, i >= dense) for i in range(spec.num_layers))
+        self.layers = nn.ModuleList(
+            MlaLayer(spec, dtype, meta, i >= dense) for i in range(spec.num_layers)
+        )
         self.norm = nn.Parameter(torch.ones(spec.hidden_size, dtype=dtype, device=meta))
-        self.lm_head = (None if spec.tie_word_embeddings else
-                        nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, dtype=dtype, device=meta))
+        self.lm_head = (
+            None
+            if spec.tie_word_embeddings
+            else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, dtype=dtype, device=meta)
+        )
         self.to_empty(device=device)
         rope = spec.mla.qk_rope_head_dim
-        self.register_buffer("inv_freq", rope_inv_freq(rope, spec.rope_theta).to(device), persistent=False)
+        self.register_buffer(
+            "inv_freq", rope_inv_freq(rope, spec.rope_theta).to(device), persistent=False
+        )
         fill_weights_(self, init)
         with torch.no_grad():
             for layer in self.layers:
@@ -393,16 +435,32 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     moe, a = spec.moe, spec.mla
     n_group, topk_group = moe.groups or (1, 1)
     kw: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-        moe_intermediate_size=moe.expert_intermediate_size, num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_heads,
-        n_shared_experts=moe.shared_experts, n_routed_experts=moe.experts,
-        num_experts_per_tok=moe.experts_per_token, first_k_dense_replace=moe.dense_layers,
-        n_group=n_group, topk_group=topk_group, norm_topk_prob=True,
-        routed_scaling_factor=ROUTED_SCALING_FACTOR, kv_lora_rank=a.kv_lora_rank, q_lora_rank=a.q_lora_rank,
-        qk_rope_head_dim=a.qk_rope_head_dim, qk_nope_head_dim=a.qk_nope_head_dim, v_head_dim=a.v_head_dim,
-        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
-        rms_norm_eps=spec.rms_norm_eps, rope_interleave=True, experts_implementation="eager")
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        moe_intermediate_size=moe.expert_intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        n_shared_experts=moe.shared_experts,
+        n_routed_experts=moe.experts,
+        num_experts_per_tok=moe.experts_per_token,
+        first_k_dense_replace=moe.dense_layers,
+        n_group=n_group,
+        topk_group=topk_group,
+        norm_topk_prob=True,
+        routed_scaling_factor=ROUTED_SCALING_FACTOR,
+        kv_lora_rank=a.kv_lora_rank,
+        q_lora_rank=a.q_lora_rank,
+        qk_rope_head_dim=a.qk_rope_head_dim,
+        qk_nope_head_dim=a.qk_nope_head_dim,
+        v_head_dim=a.v_head_dim,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps,
+        rope_interleave=True,
+        experts_implementation="eager",
+    )
     if spec.rope_scaling is not None:
         kw["rope_scaling"] = spec.rope_scaling_dict
     if spec.max_position_embeddings < 2**31 - 1:
@@ -432,11 +490,32 @@ def tiny_spec(**changes: Any) -> ModelSpec:
 
     from roofprof.models.moe_config import MlaSpec, MoeSpec
 
-    spec = ModelSpec("tiny-deepseek-v3", 64, 96, 3, 4, 4, 24, 100, False, 256, family="deepseek_v3",
-                     rope_theta=1e4, rms_norm_eps=1e-6,
-                     moe=MoeSpec(8, 2, 32, shared_experts=1, shared_intermediate_size=32, dense_layers=1,
-                                 router_bias=True, groups=(4, 2)),
-                     mla=MlaSpec(32, 16, 16, 8, 16))
+    spec = ModelSpec(
+        "tiny-deepseek-v3",
+        64,
+        96,
+        3,
+        4,
+        4,
+        24,
+        100,
+        False,
+        256,
+        family="deepseek_v3",
+        rope_theta=1e4,
+        rms_norm_eps=1e-6,
+        moe=MoeSpec(
+            8,
+            2,
+            32,
+            shared_experts=1,
+            shared_intermediate_size=32,
+            dense_layers=1,
+            router_bias=True,
+            groups=(4, 2),
+        ),
+        mla=MlaSpec(32, 16, 16, 8, 16),
+    )
     return dataclasses.replace(spec, **changes)
 
 
@@ -471,12 +550,20 @@ def _prep_rope(ops: Any, op: Any):
 
         ref_q = rot(ops.to_numpy(q)[..., nope:], cs[:, :, None], sn[:, :, None])
         ref_k = rot(ops.to_numpy(compressed)[..., c:], cs, sn)
-        out = np.concatenate([ops.to_numpy(qr).reshape(b * s, -1), ops.to_numpy(kr).reshape(b * s, -1)], axis=1)
+        out = np.concatenate(
+            [ops.to_numpy(qr).reshape(b * s, -1), ops.to_numpy(kr).reshape(b * s, -1)], axis=1
+        )
         return out, np.concatenate([ref_q.reshape(b * s, -1), ref_k.reshape(b * s, -1)], axis=1)
 
-    return ops.prepared(op, [call], reference, 1, 12,
-                        "mla_rope: interleaved RoPE on every head's rope part and the shared key (views)",
-                        [q, compressed, cos, sin])
+    return ops.prepared(
+        op,
+        [call],
+        reference,
+        1,
+        12,
+        "mla_rope: interleaved RoPE on every head's rope part and the shared key (views)",
+        [q, compressed, cos, sin],
+    )
 
 
 def _attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
@@ -505,32 +592,50 @@ def _prep_prefill_attention(ops: Any, op: Any):
     def reference():
         out = ops.to_numpy(call()).reshape(b, s, heads, v)[0][:, hs]
         qn, kvn, kr = ops.to_numpy(q[0]), ops.to_numpy(kv[0]), ops.to_numpy(entry[0, :, c:])
-        ref = [_attention_ref(qn[:, h], np.concatenate([kvn[:, h, :nope], kr], axis=-1), kvn[:, h, nope:], scale)
-               for h in hs]
+        ref = [
+            _attention_ref(
+                qn[:, h], np.concatenate([kvn[:, h, :nope], kr], axis=-1), kvn[:, h, nope:], scale
+            )
+            for h in hs
+        ]
         return out.transpose(1, 0, 2), np.stack(ref)
 
-    return ops.prepared(op, [call], reference, s, 6,
-                        "mla_prefill_attention: keys [k_nope, shared k_rope] per head, causal SDPA "
-                        f"(head dims {nope + r}/{v})", [q, kv, entry])
+    return ops.prepared(
+        op,
+        [call],
+        reference,
+        s,
+        6,
+        "mla_prefill_attention: keys [k_nope, shared k_rope] per head, causal SDPA "
+        f"(head dims {nope + r}/{v})",
+        [q, kv, entry],
+    )
 
 
 def _prep_head_matmul(ops: Any, op: Any):
     heads = op.batch
     copies = batched_weight_copies(ops, op)
     if op.name == "q_absorb":  # the no-RoPE part of q_b_proj's output, a strided view
-        x = ops.randn((op.m, heads, op.k + ops.model.mla.qk_rope_head_dim), op)[..., :op.k]
+        x = ops.randn((op.m, heads, op.k + ops.model.mla.qk_rope_head_dim), op)[..., : op.k]
     else:
         x = ops.randn((op.m, heads, op.k), op)
-    ws = [ops.randn((heads, op.k, op.n), op, std=op.k ** -0.5) for _ in range(copies)]
+    ws = [ops.randn((heads, op.k, op.n), op, std=op.k**-0.5) for _ in range(copies)]
     rows = ops.sample_rows(op.m)
 
     def reference():
         out = ops.to_numpy(head_matmul(x, ws[0])[rows])
         return out, np.einsum("thk,hkn->thn", ops.to_numpy(x[rows]), ops.to_numpy(ws[0]))
 
-    return ops.prepared(op, [(lambda w=w: head_matmul(x, w)) for w in ws], reference, op.k, 1,
-                        f"head_matmul: torch.bmm over {heads} heads (absorbed kv_b half), "
-                        f"weights rotated over {copies} copies", [x, ws])
+    return ops.prepared(
+        op,
+        [(lambda w=w: head_matmul(x, w)) for w in ws],
+        reference,
+        op.k,
+        1,
+        f"head_matmul: torch.bmm over {heads} heads (absorbed kv_b half), "
+        f"weights rotated over {copies} copies",
+        [x, ws],
+    )
 
 
 def _prep_mla_decode(ops: Any, op: Any):
@@ -539,7 +644,7 @@ def _prep_mla_decode(ops: Any, op: Any):
     c, r = a.kv_lora_rank, a.qk_rope_head_dim
     scale = _attention_scale(ops.model)
     q_latent = ops.randn((b * s, heads, c), op).view(b, s, heads, c)
-    q_rope = ops.randn((b, s, heads, a.qk_head_dim), op)[..., a.qk_nope_head_dim:]
+    q_rope = ops.randn((b, s, heads, a.qk_head_dim), op)[..., a.qk_nope_head_dim :]
     old = ops.randn((b, keys - s, c + r), op) if keys > s else None
     entry = ops.randn((b, s, c + r), op)
 
@@ -555,13 +660,22 @@ def _prep_mla_decode(ops: Any, op: Any):
         out = ops.to_numpy(call())[0][:, hs]
         full = ops.to_numpy(cache()[0])
         ql, qr = ops.to_numpy(q_latent[0]), ops.to_numpy(q_rope[0])
-        ref = [_attention_ref(np.concatenate([ql[:, h], qr[:, h]], axis=-1), full, full[:, :c], scale)
-               for h in hs]
+        ref = [
+            _attention_ref(np.concatenate([ql[:, h], qr[:, h]], axis=-1), full, full[:, :c], scale)
+            for h in hs
+        ]
         return out.transpose(1, 0, 2), np.stack(ref)
 
-    return ops.prepared(op, [call], reference, keys, 6,
-                        f"cache append by concatenation, then mla_decode: {heads} heads as query rows "
-                        f"of one SDPA over the latent cache of {keys} tokens", [q_latent, q_rope, old, entry])
+    return ops.prepared(
+        op,
+        [call],
+        reference,
+        keys,
+        6,
+        f"cache append by concatenation, then mla_decode: {heads} heads as query rows "
+        f"of one SDPA over the latent cache of {keys} tokens",
+        [q_latent, q_rope, old, entry],
+    )
 
 
 def _prep_route(ops: Any, op: Any):
@@ -587,13 +701,25 @@ def _prep_route(ops: Any, op: Any):
         w = w / (w.sum(-1, keepdims=True) + 1e-20) * ROUTED_SCALING_FACTOR
         return np.sort(ops.to_numpy(weights[rows]), axis=-1), np.sort(w, axis=-1)
 
-    return ops.prepared(op, [lambda: dispatch(deepseek_route(logits, bias, k, groups)[1], moe.experts)],
-                        reference, op.n, 24,
-                        f"deepseek_route: sigmoid + bias, {groups[1]} of {groups[0]} groups, top-{k}, "
-                        "renormalised, scaled; one-hot dispatch (transformers' eager)", [logits, bias])
+    return ops.prepared(
+        op,
+        [lambda: dispatch(deepseek_route(logits, bias, k, groups)[1], moe.experts)],
+        reference,
+        op.n,
+        24,
+        f"deepseek_route: sigmoid + bias, {groups[1]} of {groups[0]} groups, top-{k}, "
+        "renormalised, scaled; one-hot dispatch (transformers' eager)",
+        [logits, bias],
+    )
 
 
 #: ``Op.fn`` -> TorchOps preparer: the MoE ones (:mod:`roofprof.models.moe_torch`) with
 #: DeepSeek's router, and the MLA ops.
-PREPARERS = {**MOE_PREPARERS, "topk_route": _prep_route, "rope": _prep_rope, "sdpa": _prep_prefill_attention,
-             "head_matmul": _prep_head_matmul, "mla_decode": _prep_mla_decode}
+PREPARERS = {
+    **MOE_PREPARERS,
+    "topk_route": _prep_route,
+    "rope": _prep_rope,
+    "sdpa": _prep_prefill_attention,
+    "head_matmul": _prep_head_matmul,
+    "mla_decode": _prep_mla_decode,
+}

@@ -22,8 +22,15 @@ from typing import Any
 
 from roofprof.errors import UnknownNameError
 
-__all__ = ["CONFIGS", "TORCH_SIDES", "FamilyConfig", "TorchSide", "family_of", "fields_read",
-           "torch_side"]
+__all__ = [
+    "CONFIGS",
+    "TORCH_SIDES",
+    "FamilyConfig",
+    "TorchSide",
+    "family_of",
+    "fields_read",
+    "torch_side",
+]
 
 
 @dataclass(frozen=True)
@@ -42,22 +49,66 @@ class FamilyConfig:
 
 
 #: Config fields every family reads (sizes, RoPE, norm epsilon; ``hidden_act`` is checked).
-COMMON_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
-                 "max_position_embeddings", "rope_theta", "rope_scaling", "rope_parameters",
-                 "rms_norm_eps", "hidden_act", "attention_bias", "mlp_bias")
+COMMON_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "tie_word_embeddings",
+    "max_position_embeddings",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "rms_norm_eps",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+)
 _QWEN = ("use_sliding_window", "sliding_window", "max_window_layers")
-_GEMMA = ("hidden_activation", "query_pre_attn_scalar", "sliding_window", "layer_types",
-          "attn_logit_softcapping", "final_logit_softcapping", "use_bidirectional_attention")
+_GEMMA = (
+    "hidden_activation",
+    "query_pre_attn_scalar",
+    "sliding_window",
+    "layer_types",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "use_bidirectional_attention",
+)
 _MIXTRAL = ("num_local_experts", "num_experts_per_tok", "sliding_window")
-_QWEN3_MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
-              "mlp_only_layers", "shared_expert_intermediate_size")
-_DEEPSEEK_V3 = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-                "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "n_group",
-                "topk_group", "topk_method", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                "qk_rope_head_dim", "v_head_dim")
-_GPT_OSS = ("num_local_experts", "num_experts_per_tok", "experts_per_token", "layer_types",
-            "sliding_window")
+_QWEN3_MOE = (
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "shared_expert_intermediate_size",
+)
+_DEEPSEEK_V3 = (
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "n_group",
+    "topk_group",
+    "topk_method",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)
+_GPT_OSS = (
+    "num_local_experts",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "layer_types",
+    "sliding_window",
+)
 
 #: Family name -> the configs it reads (one row per module of :data:`roofprof.models.FAMILIES`).
 CONFIGS: Mapping[str, FamilyConfig] = {
@@ -66,11 +117,14 @@ CONFIGS: Mapping[str, FamilyConfig] = {
     "mistral": FamilyConfig(("mistral",), ("MistralForCausalLM",), ("sliding_window",)),
     "qwen3": FamilyConfig(("qwen3",), ("Qwen3ForCausalLM",), _QWEN),
     "gemma2": FamilyConfig(("gemma2",), ("Gemma2ForCausalLM",), _GEMMA),
-    "gemma3": FamilyConfig(("gemma3", "gemma3_text"),
-                           ("Gemma3ForConditionalGeneration", "Gemma3ForCausalLM"),
-                           (*_GEMMA, "rope_local_base_freq", "sliding_window_pattern")),
-    "phi3": FamilyConfig(("phi3",), ("Phi3ForCausalLM",),
-                         ("sliding_window", "partial_rotary_factor")),
+    "gemma3": FamilyConfig(
+        ("gemma3", "gemma3_text"),
+        ("Gemma3ForConditionalGeneration", "Gemma3ForCausalLM"),
+        (*_GEMMA, "rope_local_base_freq", "sliding_window_pattern"),
+    ),
+    "phi3": FamilyConfig(
+        ("phi3",), ("Phi3ForCausalLM",), ("sliding_window", "partial_rotary_factor")
+    ),
     "mixtral": FamilyConfig(("mixtral",), ("MixtralForCausalLM",), _MIXTRAL),
     "qwen3_moe": FamilyConfig(("qwen3_moe",), ("Qwen3MoeForCausalLM",), (*_QWEN, *_QWEN3_MOE)),
     "deepseek_v3": FamilyConfig(("deepseek_v3",), ("DeepseekV3ForCausalLM",), _DEEPSEEK_V3),
@@ -117,10 +171,12 @@ TORCH_SIDES: Mapping[str, TorchSide] = {
     "gemma3": TorchSide("Gemma3ForCausalLM", "Gemma3TextConfig", "roofprof.models.gemma_torch"),
     "phi3": TorchSide("Phi3ForCausalLM", "Phi3Config", "roofprof.models.phi3_torch"),
     "mixtral": TorchSide("MixtralForCausalLM", "MixtralConfig", "roofprof.models.mixtral_torch"),
-    "qwen3_moe": TorchSide("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
-                           "roofprof.models.qwen3_moe_torch"),
-    "deepseek_v3": TorchSide("DeepseekV3ForCausalLM", "DeepseekV3Config",
-                             "roofprof.models.deepseek_v3_torch"),
+    "qwen3_moe": TorchSide(
+        "Qwen3MoeForCausalLM", "Qwen3MoeConfig", "roofprof.models.qwen3_moe_torch"
+    ),
+    "deepseek_v3": TorchSide(
+        "DeepseekV3ForCausalLM", "DeepseekV3Config", "roofprof.models.deepseek_v3_torch"
+    ),
     "gpt_oss": TorchSide("GptOssForCausalLM", "GptOssConfig", "roofprof.models.gpt_oss_torch"),
 }
 

@@ -43,8 +43,20 @@ from roofprof.models.llama_torch import (
 )
 from roofprof.specs import ModelSpec
 
-__all__ = ["PREPARERS", "GemmaLayer", "TorchGemma", "attention_gemma_eager", "build", "embed_scale",
-           "gelu_tanh_mul", "gemma_head_rms_norm", "gemma_rms_norm", "hf_config", "new_cache", "softcap"]
+__all__ = [
+    "PREPARERS",
+    "GemmaLayer",
+    "TorchGemma",
+    "attention_gemma_eager",
+    "build",
+    "embed_scale",
+    "gelu_tanh_mul",
+    "gemma_head_rms_norm",
+    "gemma_rms_norm",
+    "hf_config",
+    "new_cache",
+    "softcap",
+]
 
 
 # --------------------------------------------------------------------------- the ops
@@ -57,7 +69,9 @@ def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> 
     return (h * (1.0 + weight.float())).type_as(x)
 
 
-def gemma_head_rms_norm(x: torch.Tensor, weight: torch.Tensor, head_dim: int, eps: float = 1e-6) -> torch.Tensor:
+def gemma_head_rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, head_dim: int, eps: float = 1e-6
+) -> torch.Tensor:
     """Gemma 3's q/k norm: :func:`gemma_rms_norm` over each head of ``x [..., heads·head_dim]``."""
     return gemma_rms_norm(x.view(*x.shape[:-1], -1, head_dim), weight, eps)
 
@@ -74,7 +88,7 @@ def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
 
 def embed_scale(x: torch.Tensor, hidden_size: int) -> torch.Tensor:
     """The embedding output times ``sqrt(hidden_size)`` (rounded to the activation dtype first)."""
-    return x * torch.tensor(hidden_size ** 0.5, dtype=x.dtype)
+    return x * torch.tensor(hidden_size**0.5, dtype=x.dtype)
 
 
 def attention_gemma_eager(q, k, v, mask, scale: float, cap: float | None):
@@ -109,14 +123,16 @@ class GemmaLayer(LlamaLayer):
             k = self.k_proj(hs).view(b, s, -1, d).transpose(1, 2)
         return q, k, self.v_proj(hs).view(b, s, -1, d).transpose(1, 2)
 
-    def forward(self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask):
+    def forward(
+        self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask
+    ):
         g = self.m.gemma
         window = self.m.sliding_window if g.local_layers[index] else None
         q, k, v = self.qkv(gemma_rms_norm(x, self.attn_norm, eps), eps)
         q, k = apply_rope(q, k, cos, sin)
         if cache is not None:
             k, v = cache.update(index, k, v, window)
-        scale = g.query_pre_attn_scalar ** -0.5
+        scale = g.query_pre_attn_scalar**-0.5
         if attention == "fused" and g.attn_logit_softcapping is None:
             a = attention_sdpa(q, k, v, scale=scale, window=window)
         else:
@@ -141,8 +157,11 @@ class TorchGemma(TorchLlama):
     def __init__(self, spec: ModelSpec, **kwargs: Any):
         super().__init__(spec, **kwargs)
         g = spec.gemma
-        local = rope_inv_freq(spec.head_dim, g.rope_local_theta or spec.rope_theta,
-                              None if g.rope_local_theta else spec.rope_scaling_dict)
+        local = rope_inv_freq(
+            spec.head_dim,
+            g.rope_local_theta or spec.rope_theta,
+            None if g.rope_local_theta else spec.rope_scaling_dict,
+        )
         self.register_buffer("inv_freq_local", local.to(self.inv_freq.device), persistent=False)
         if g.attn_logit_softcapping is not None:
             self.attention = "unfused"
@@ -159,8 +178,10 @@ class TorchGemma(TorchLlama):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         x, positions, mask = self.start(input_ids, cache)
-        tables = {False: rope_cos_sin(positions, self.inv_freq, x.dtype),
-                  True: rope_cos_sin(positions, self.inv_freq_local, x.dtype)}
+        tables = {
+            False: rope_cos_sin(positions, self.inv_freq, x.dtype),
+            True: rope_cos_sin(positions, self.inv_freq_local, x.dtype),
+        }
         for i, layer in enumerate(self.layers):
             cos, sin = tables[self.spec.gemma.local_layers[i]]
             x = layer(x, cos, sin, cache, i, self.attention, self.eps, mask)
@@ -177,8 +198,15 @@ def new_cache(spec: ModelSpec) -> KVCache:
 
 def build(spec: ModelSpec, dtype: torch.dtype, device: str, attention: str) -> nn.Module:
     """The plain-torch Gemma 2 or Gemma 3 model of ``spec``, random weights."""
-    return TorchGemma(spec, dtype=dtype, device=device, attention=attention, rope_theta=spec.rope_theta,
-                      rope_scaling=spec.rope_scaling_dict, eps=spec.rms_norm_eps).eval()
+    return TorchGemma(
+        spec,
+        dtype=dtype,
+        device=device,
+        attention=attention,
+        rope_theta=spec.rope_theta,
+        rope_scaling=spec.rope_scaling_dict,
+        eps=spec.rms_norm_eps,
+    ).eval()
 
 
 def hf_config(spec: ModelSpec) -> dict[str, Any]:
@@ -190,14 +218,26 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     """
     g = spec.gemma
     kw: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
-        rms_norm_eps=spec.rms_norm_eps, query_pre_attn_scalar=round(g.query_pre_attn_scalar),
-        sliding_window=spec.sliding_window, hidden_activation="gelu_pytorch_tanh",
-        layer_types=["sliding_attention" if local else "full_attention"
-                     for local in g.local_layers[: spec.num_layers]],
-        attn_logit_softcapping=g.attn_logit_softcapping, final_logit_softcapping=g.final_logit_softcapping)
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps,
+        query_pre_attn_scalar=round(g.query_pre_attn_scalar),
+        sliding_window=spec.sliding_window,
+        hidden_activation="gelu_pytorch_tanh",
+        layer_types=[
+            "sliding_attention" if local else "full_attention"
+            for local in g.local_layers[: spec.num_layers]
+        ],
+        attn_logit_softcapping=g.attn_logit_softcapping,
+        final_logit_softcapping=g.final_logit_softcapping,
+    )
     if spec.rope_scaling_dict:
         kw["rope_scaling"] = spec.rope_scaling_dict
     if g.rope_local_theta is not None:
@@ -215,7 +255,9 @@ def _elementwise(ops, op, inputs, call, reference, kernels: int, note: str, redu
     rows = ops.sample_rows(op.m)
 
     def check():
-        return ops.to_numpy(call()[rows]).reshape(len(rows), -1), reference(rows).reshape(len(rows), -1)
+        return ops.to_numpy(call()[rows]).reshape(len(rows), -1), reference(rows).reshape(
+            len(rows), -1
+        )
 
     return ops.prepared(op, [call], check, reduction, kernels, note, inputs)
 
@@ -233,10 +275,18 @@ def _prepare_norm(ops, op, per_head: bool):
 
     def reference(rows):
         xr = ops.to_numpy(x[rows]).reshape(len(rows), -1, d)
-        return (1.0 + ops.to_numpy(w)) * xr / np.sqrt((xr ** 2).mean(-1, keepdims=True) + eps)
+        return (1.0 + ops.to_numpy(w)) * xr / np.sqrt((xr**2).mean(-1, keepdims=True) + eps)
 
-    return _elementwise(ops, op, [x, w], call, reference, 7 + (2 if op.dtype != "fp32" else 0),
-                        "Gemma RMSNorm x·(1+w), float32 inside" + (f", per {d}-wide head" if per_head else ""), d)
+    return _elementwise(
+        ops,
+        op,
+        [x, w],
+        call,
+        reference,
+        7 + (2 if op.dtype != "fp32" else 0),
+        "Gemma RMSNorm x·(1+w), float32 inside" + (f", per {d}-wide head" if per_head else ""),
+        d,
+    )
 
 
 def _prepare_gelu(ops, op):
@@ -246,9 +296,11 @@ def _prepare_gelu(ops, op):
 
     def reference(rows):
         x, y = ops.to_numpy(g[rows]), ops.to_numpy(u[rows])
-        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) * y
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))) * y
 
-    return _elementwise(ops, op, [g, u], lambda: gelu_tanh_mul(g, u), reference, 2, "F.gelu(gate, tanh) * up")
+    return _elementwise(
+        ops, op, [g, u], lambda: gelu_tanh_mul(g, u), reference, 2, "F.gelu(gate, tanh) * up"
+    )
 
 
 def _prepare_softcap(ops, op):
@@ -261,7 +313,9 @@ def _prepare_softcap(ops, op):
     def reference(rows):
         return cap * np.tanh(ops.to_numpy(x[rows]) / cap)
 
-    return _elementwise(ops, op, [x], lambda: softcap(x, cap), reference, 3, f"soft-cap {cap:g}·tanh(x/{cap:g})")
+    return _elementwise(
+        ops, op, [x], lambda: softcap(x, cap), reference, 3, f"soft-cap {cap:g}·tanh(x/{cap:g})"
+    )
 
 
 def _prepare_scale(ops, op):
@@ -269,14 +323,18 @@ def _prepare_scale(ops, op):
     h = ops.model.hidden_size
 
     def reference(rows):
-        return ops.to_numpy(x[rows]) * float(torch.tensor(h ** 0.5, dtype=x.dtype))
+        return ops.to_numpy(x[rows]) * float(torch.tensor(h**0.5, dtype=x.dtype))
 
-    return _elementwise(ops, op, [x], lambda: embed_scale(x, h), reference, 1, "embedding × sqrt(hidden)")
+    return _elementwise(
+        ops, op, [x], lambda: embed_scale(x, h), reference, 1, "embedding × sqrt(hidden)"
+    )
 
 
 #: ``Op.fn`` -> preparer for :class:`roofprof.torch_ops.TorchOps`: Gemma's norms, GeGLU, soft-caps.
 PREPARERS = {
     "gemma_rmsnorm": lambda ops, op: _prepare_norm(ops, op, per_head=False),
     "gemma_head_rmsnorm": lambda ops, op: _prepare_norm(ops, op, per_head=True),
-    "gelu_tanh_mul": _prepare_gelu, "softcap": _prepare_softcap, "scale": _prepare_scale,
+    "gelu_tanh_mul": _prepare_gelu,
+    "softcap": _prepare_softcap,
+    "scale": _prepare_scale,
 }

@@ -35,9 +35,15 @@ __all__ = ["ROLES", "accepts", "ops"]
 _CONFIG = CONFIGS["gpt_oss"]
 _LOCAL = ("attention", "attn_scores", "attn_softmax", "attn_pv")
 #: gpt-oss op name -> (fn, chart group, short label): Llama's, the MoE ops, local attention.
-ROLES = {**llama.ROLES, **MOE_ROLES, "expert_act": ("moe_clamped_swiglu", OP_GROUPS[4], "eact"),
-         **{f"{name}_local": (llama.ROLES[name][0], llama.ROLES[name][1], llama.ROLES[name][2] + "L")
-            for name in _LOCAL}}
+ROLES = {
+    **llama.ROLES,
+    **MOE_ROLES,
+    "expert_act": ("moe_clamped_swiglu", OP_GROUPS[4], "eact"),
+    **{
+        f"{name}_local": (llama.ROLES[name][0], llama.ROLES[name][1], llama.ROLES[name][2] + "L")
+        for name in _LOCAL
+    },
+}
 
 
 def accepts(config: Mapping[str, Any]) -> bool:
@@ -60,8 +66,12 @@ class _Builder(MoeOps, llama._Builder):
         op = super().gemm(name, rows, n, k, scope)
         pattern = self.model.pattern
         if name == "o_proj" and pattern is not None and pattern.o_bias:
-            op = replace(op, flops=op.flops + rows * n, bytes=op.bytes + n * self.e,
-                         weight_bytes=op.weight_bytes + n * self.e)
+            op = replace(
+                op,
+                flops=op.flops + rows * n,
+                bytes=op.bytes + n * self.e,
+                weight_bytes=op.weight_bytes + n * self.e,
+            )
         return op
 
     def attention(self) -> list[Op]:
@@ -77,12 +87,21 @@ class _Builder(MoeOps, llama._Builder):
             finally:
                 self.model = m
         if sliding:
-            out += [replace(op, name=f"{op.name}_local", count=sliding) for op in super().attention()]
+            out += [
+                replace(op, name=f"{op.name}_local", count=sliding) for op in super().attention()
+            ]
         if pattern is not None and pattern.sinks:  # one sink logit per head and query row
             sink = self.heads * self.e
-            out = [replace(op, flops=op.flops + 2.0 * self.batch * self.heads * self.q_tokens,
-                           bytes=op.bytes + sink, weight_bytes=op.weight_bytes + sink,
-                           note=op.note + "; attention sinks (one logit per head)")
-                   if op.name in ("attention", "attention_local", "attn_softmax", "attn_softmax_local")
-                   else op for op in out]
+            out = [
+                replace(
+                    op,
+                    flops=op.flops + 2.0 * self.batch * self.heads * self.q_tokens,
+                    bytes=op.bytes + sink,
+                    weight_bytes=op.weight_bytes + sink,
+                    note=op.note + "; attention sinks (one logit per head)",
+                )
+                if op.name in ("attention", "attention_local", "attn_softmax", "attn_softmax_local")
+                else op
+                for op in out
+            ]
         return out

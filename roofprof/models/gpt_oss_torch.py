@@ -60,10 +60,27 @@ from roofprof.models.moe_torch import PREPARERS as MOE_PREPARERS
 from roofprof.models.moe_torch import batched_weight_copies, dispatch, expert_combine_
 from roofprof.specs import ModelSpec
 
-__all__ = ["PREPARERS", "SWIGLU_ALPHA", "SWIGLU_LIMIT", "GptOssLayer", "TorchGptOss", "apply_rope_halves",
-           "attention_sinks", "build", "clamped_swiglu", "expert_proj", "gpt_oss_rms_norm", "hf_config",
-           "layer_types", "moe_forward", "new_cache", "rope_parameters", "rope_tables",
-           "route_topk_softmax", "sink_softmax"]
+__all__ = [
+    "PREPARERS",
+    "SWIGLU_ALPHA",
+    "SWIGLU_LIMIT",
+    "GptOssLayer",
+    "TorchGptOss",
+    "apply_rope_halves",
+    "attention_sinks",
+    "build",
+    "clamped_swiglu",
+    "expert_proj",
+    "gpt_oss_rms_norm",
+    "hf_config",
+    "layer_types",
+    "moe_forward",
+    "new_cache",
+    "rope_parameters",
+    "rope_tables",
+    "route_topk_softmax",
+    "sink_softmax",
+]
 
 #: transformers' ``GptOssConfig`` defaults (the published configs do not change them; the
 #: ``swiglu_limit`` field is not read into the spec).
@@ -101,7 +118,10 @@ def rope_parameters(spec: ModelSpec) -> tuple[torch.Tensor, float]:
     def corr(rotations: float) -> float:
         return d * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low, high = corr(float(scaling.get("beta_fast") or 32)), corr(float(scaling.get("beta_slow") or 1))
+    low, high = (
+        corr(float(scaling.get("beta_fast") or 32)),
+        corr(float(scaling.get("beta_slow") or 1)),
+    )
     if scaling.get("truncate", True):
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, d - 1)
@@ -155,7 +175,9 @@ def expert_proj(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> to
     return x @ weight + bias
 
 
-def clamped_swiglu(gate_up: torch.Tensor, limit: float = SWIGLU_LIMIT, alpha: float = SWIGLU_ALPHA) -> torch.Tensor:
+def clamped_swiglu(
+    gate_up: torch.Tensor, limit: float = SWIGLU_LIMIT, alpha: float = SWIGLU_ALPHA
+) -> torch.Tensor:
     """``(clamp(up, ±limit) + 1) · g·σ(alpha·g)``, ``g = min(gate, limit)``; gate and up interleaved."""
     gate, up = gate_up[..., ::2], gate_up[..., 1::2]
     gate = gate.clamp(min=None, max=limit)
@@ -163,13 +185,23 @@ def clamped_swiglu(gate_up: torch.Tensor, limit: float = SWIGLU_LIMIT, alpha: fl
     return (up + 1) * (gate * torch.sigmoid(gate * alpha))
 
 
-def moe_forward(x: torch.Tensor, router: torch.Tensor, router_bias: torch.Tensor, gate_up: torch.Tensor,
-                gate_up_bias: torch.Tensor, down: torch.Tensor, down_bias: torch.Tensor, k: int) -> torch.Tensor:
+def moe_forward(
+    x: torch.Tensor,
+    router: torch.Tensor,
+    router_bias: torch.Tensor,
+    gate_up: torch.Tensor,
+    gate_up_bias: torch.Tensor,
+    down: torch.Tensor,
+    down_bias: torch.Tensor,
+    k: int,
+) -> torch.Tensor:
     """gpt-oss's MoE MLP of ``x [T, H]``: router ``[E, H]`` (+ bias), gate_up ``[E, H, 2I]``, down ``[E, I, H]``."""
     weights, index = route_topk_softmax(F.linear(x, router, router_bias), k)
     out = torch.zeros_like(x)
     for e, pos, tok in dispatch(index, router.shape[0]):
-        y = expert_proj(clamped_swiglu(expert_proj(x[tok], gate_up[e], gate_up_bias[e])), down[e], down_bias[e])
+        y = expert_proj(
+            clamped_swiglu(expert_proj(x[tok], gate_up[e], gate_up_bias[e])), down[e], down_bias[e]
+        )
         expert_combine_(out, y, tok, pos, weights)
     return out
 
@@ -214,11 +246,21 @@ class GptOssLayer(LlamaLayer):
 
     def mlp(self, hs):
         b, s, h = hs.shape
-        y = moe_forward(hs.reshape(-1, h), self.router, self.router_bias, self.gate_up, self.gate_up_bias,
-                        self.down, self.down_bias, self.m.moe.experts_per_token)
+        y = moe_forward(
+            hs.reshape(-1, h),
+            self.router,
+            self.router_bias,
+            self.gate_up,
+            self.gate_up_bias,
+            self.down,
+            self.down_bias,
+            self.m.moe.experts_per_token,
+        )
         return y.view(b, s, h)
 
-    def forward(self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask):
+    def forward(
+        self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask
+    ):
         q, k, v = self.qkv(gpt_oss_rms_norm(x, self.attn_norm, eps), eps)
         q, k = apply_rope_halves(q, k, cos, sin)
         if cache is not None:
@@ -265,8 +307,15 @@ def new_cache(spec: ModelSpec) -> KVCache:
 
 def build(spec: ModelSpec, dtype: torch.dtype, device: str, attention: str) -> TorchGptOss:
     """roofprof's plain-torch gpt-oss of ``spec`` (random weights; attention always eager)."""
-    return TorchGptOss(spec, dtype=dtype, device=device, attention=attention, rope_theta=spec.rope_theta,
-                       rope_scaling=spec.rope_scaling_dict, eps=spec.rms_norm_eps).eval()
+    return TorchGptOss(
+        spec,
+        dtype=dtype,
+        device=device,
+        attention=attention,
+        rope_theta=spec.rope_theta,
+        rope_scaling=spec.rope_scaling_dict,
+        eps=spec.rms_norm_eps,
+    ).eval()
 
 
 def hf_config(spec: ModelSpec) -> dict[str, Any]:
@@ -280,14 +329,24 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     moe = spec.moe
     rope = {**(spec.rope_scaling_dict or {"rope_type": "default"}), "rope_theta": spec.rope_theta}
     kw: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=moe.expert_intermediate_size,
-        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
-        tie_word_embeddings=spec.tie_word_embeddings, rms_norm_eps=spec.rms_norm_eps,
-        num_local_experts=moe.experts, num_experts_per_tok=moe.experts_per_token,
-        sliding_window=spec.sliding_window or 128, layer_types=layer_types(spec),
-        attention_bias=spec.attention_bias, rope_parameters=rope, swiglu_limit=SWIGLU_LIMIT,
-        experts_implementation="eager")
+        hidden_size=spec.hidden_size,
+        intermediate_size=moe.expert_intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        rms_norm_eps=spec.rms_norm_eps,
+        num_local_experts=moe.experts,
+        num_experts_per_tok=moe.experts_per_token,
+        sliding_window=spec.sliding_window or 128,
+        layer_types=layer_types(spec),
+        attention_bias=spec.attention_bias,
+        rope_parameters=rope,
+        swiglu_limit=SWIGLU_LIMIT,
+        experts_implementation="eager",
+    )
     if spec.max_position_embeddings < 2**31 - 1:
         kw["max_position_embeddings"] = spec.max_position_embeddings
     return kw
@@ -309,11 +368,18 @@ def _prepare_norm(ops, op):
 
     def reference():
         xr = ops.to_numpy(x[rows])
-        ref = ops.to_numpy(w) * xr / np.sqrt((xr ** 2).mean(-1, keepdims=True) + eps)
+        ref = ops.to_numpy(w) * xr / np.sqrt((xr**2).mean(-1, keepdims=True) + eps)
         return ops.to_numpy(gpt_oss_rms_norm(x, w, eps)[rows]), ref
 
-    return ops.prepared(op, [lambda: gpt_oss_rms_norm(x, w, eps)], reference, op.n,
-                        6 + (2 if op.dtype != "fp32" else 0), "GptOssRMSNorm (float32 inside, weight too)", [x, w])
+    return ops.prepared(
+        op,
+        [lambda: gpt_oss_rms_norm(x, w, eps)],
+        reference,
+        op.n,
+        6 + (2 if op.dtype != "fp32" else 0),
+        "GptOssRMSNorm (float32 inside, weight too)",
+        [x, w],
+    )
 
 
 def _prepare_rope(ops, op):
@@ -326,18 +392,26 @@ def _prepare_rope(ops, op):
     cos, sin = rope_tables(pos, inv_freq, factor, ops.dtype_of(op))
 
     def call():
-        return apply_rope_halves(ql.view(b, s, -1, d).transpose(1, 2), kl.view(b, s, -1, d).transpose(1, 2),
-                                 cos, sin)
+        return apply_rope_halves(
+            ql.view(b, s, -1, d).transpose(1, 2), kl.view(b, s, -1, d).transpose(1, 2), cos, sin
+        )
 
     def reference():
         q, _ = call()
         qn = ops.to_numpy(ql).reshape(b, s, -1, d).transpose(0, 2, 1, 3)
         c, sn = ops.to_numpy(cos)[:, None], ops.to_numpy(sin)[:, None]
-        x1, x2 = qn[..., : d // 2], qn[..., d // 2:]
+        x1, x2 = qn[..., : d // 2], qn[..., d // 2 :]
         return ops.to_numpy(q), np.concatenate([x1 * c - x2 * sn, x2 * c + x1 * sn], axis=-1)
 
-    return ops.prepared(op, [call], reference, 1, 12, "gpt-oss RoPE on half-width tables (chunk, 4 mul, "
-                        "sub, add, cat on q and k)", [ql, kl, cos, sin])
+    return ops.prepared(
+        op,
+        [call],
+        reference,
+        1,
+        12,
+        "gpt-oss RoPE on half-width tables (chunk, 4 mul, sub, add, cat on q and k)",
+        [ql, kl, cos, sin],
+    )
 
 
 def _window(ops, op) -> int | None:
@@ -376,7 +450,7 @@ def _prepare_attention(ops, op):
     q = ops.randn((b, s, heads, d), op).transpose(1, 2)
     k_new, v_new = (ops.randn((b, s, kvh, d), op).transpose(1, 2) for _ in range(2))
     ctx = keys - s if op.phase == "decode" else 0
-    k_cache, v_cache = ((ops.randn((b, kvh, ctx, d), op) for _ in range(2)) if ctx else (None, None))
+    k_cache, v_cache = (ops.randn((b, kvh, ctx, d), op) for _ in range(2)) if ctx else (None, None)
     sinks = _sinks(ops, op)
     window = _window(ops, op)
     mask = causal_mask(s, keys, ops.dtype_of(op), q.device, window) if s > 1 else None
@@ -398,14 +472,24 @@ def _prepare_attention(ops, op):
         rep = heads // kvh
         kvs = [h // rep for h in hs]
         allowed = _allowed(s, keys, window) if s > 1 else None
-        ref = _np_sink_attention(ops.to_numpy(q[:, hs]), ops.to_numpy(k[:, kvs]), ops.to_numpy(v[:, kvs]),
-                                 ops.to_numpy(sinks)[hs], allowed)
+        ref = _np_sink_attention(
+            ops.to_numpy(q[:, hs]),
+            ops.to_numpy(k[:, kvs]),
+            ops.to_numpy(v[:, kvs]),
+            ops.to_numpy(sinks)[hs],
+            allowed,
+        )
         return out, ref.transpose(0, 2, 1, 3)
 
-    note = ("eager attention with sinks (transformers runs gpt-oss eager: no fused kernel takes sinks), "
-            + ("causal over the prompt" if s > 1 else f"over a KV cache of {keys} tokens")
-            + (f", window {window}" if window else "") + ", cache append by concatenation")
-    return ops.prepared(op, [call], reference, keys, 9, note, [q, k_new, v_new, k_cache, v_cache, sinks])
+    note = (
+        "eager attention with sinks (transformers runs gpt-oss eager: no fused kernel takes sinks), "
+        + ("causal over the prompt" if s > 1 else f"over a KV cache of {keys} tokens")
+        + (f", window {window}" if window else "")
+        + ", cache append by concatenation"
+    )
+    return ops.prepared(
+        op, [call], reference, keys, 9, note, [q, k_new, v_new, k_cache, v_cache, sinks]
+    )
 
 
 def _prepare_softmax(ops, op):
@@ -422,17 +506,28 @@ def _prepare_softmax(ops, op):
         sk = np.broadcast_to(ops.to_numpy(sinks)[:2].reshape(1, -1, 1, 1), (*x.shape[:-1], 1))
         top = np.maximum(x.max(-1, keepdims=True), sk)
         e = np.exp(x - top)
-        return ops.to_numpy(sink_softmax(scores, sinks)[:, :2]), e / (e.sum(-1, keepdims=True) + np.exp(sk - top))
+        return ops.to_numpy(sink_softmax(scores, sinks)[:, :2]), e / (
+            e.sum(-1, keepdims=True) + np.exp(sk - top)
+        )
 
-    return ops.prepared(op, [lambda: sink_softmax(scores, sinks)], reference, keys, 4,
-                        "softmax with one sink logit per head (cat, max, subtract, softmax; eager)", [scores, sinks])
+    return ops.prepared(
+        op,
+        [lambda: sink_softmax(scores, sinks)],
+        reference,
+        keys,
+        4,
+        "softmax with one sink logit per head (cat, max, subtract, softmax; eager)",
+        [scores, sinks],
+    )
 
 
 def _prepare_pv(ops, op):
     m = ops.model
     heads, kvh, d = m.num_heads, m.num_kv_heads, m.head_dim
     b, s, keys = max(1, op.batch // heads), op.m, op.k
-    full = torch.softmax(ops.randn((b, heads, s, keys + 1), op).float(), dim=-1).to(ops.dtype_of(op))
+    full = torch.softmax(ops.randn((b, heads, s, keys + 1), op).float(), dim=-1).to(
+        ops.dtype_of(op)
+    )
     p = full[..., :-1]  # the sink column dropped: a view, as sink_softmax returns it
     v = ops.randn((b, kvh, keys, d), op)
 
@@ -440,8 +535,15 @@ def _prepare_pv(ops, op):
         out = ops.to_numpy(attention_pv(p, v)).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
         return out, ops.to_numpy(p) @ np.repeat(ops.to_numpy(v), heads // kvh, axis=1)
 
-    return ops.prepared(op, [lambda: attention_pv(p, v)], reference, keys, 3,
-                        "P·V on the sink softmax's view, V repeated for GQA (eager)", [full, v])
+    return ops.prepared(
+        op,
+        [lambda: attention_pv(p, v)],
+        reference,
+        keys,
+        3,
+        "P·V on the sink softmax's view, V repeated for GQA (eager)",
+        [full, v],
+    )
 
 
 def _prepare_route(ops, op):
@@ -456,9 +558,15 @@ def _prepare_route(ops, op):
         e = np.exp(top - top.max(-1, keepdims=True))
         return ops.to_numpy(weights[rows]), e / e.sum(-1, keepdims=True)
 
-    return ops.prepared(op, [lambda: dispatch(route_topk_softmax(logits, k)[1], experts)], reference, k, 7,
-                        "top-k on the logits, softmax over the k, one-hot dispatch (transformers' eager)",
-                        [logits])
+    return ops.prepared(
+        op,
+        [lambda: dispatch(route_topk_softmax(logits, k)[1], experts)],
+        reference,
+        k,
+        7,
+        "top-k on the logits, softmax over the k, one-hot dispatch (transformers' eager)",
+        [logits],
+    )
 
 
 def _prepare_expert_proj(ops, op):
@@ -467,8 +575,13 @@ def _prepare_expert_proj(ops, op):
     x = ops.randn((op.m * op.batch, op.k), op)
     groups = [torch.arange(g * op.m, (g + 1) * op.m, device=x.device) for g in range(op.batch)]
     xs = [x[tok] for tok in groups]
-    sets = [(ops.randn((op.batch, op.k, op.n), op, std=op.k ** -0.5), ops.randn((op.batch, op.n), op, std=0.1))
-            for _ in range(copies)]
+    sets = [
+        (
+            ops.randn((op.batch, op.k, op.n), op, std=op.k**-0.5),
+            ops.randn((op.batch, op.n), op, std=0.1),
+        )
+        for _ in range(copies)
+    ]
 
     def run(w, bias):
         if gathered:
@@ -481,10 +594,16 @@ def _prepare_expert_proj(ops, op):
         out = ops.to_numpy(run(w, bias)[-1][rows])
         return out, ops.to_numpy(xs[-1][rows]) @ ops.to_numpy(w[-1]) + ops.to_numpy(bias[-1])
 
-    return ops.prepared(op, [(lambda ws=ws: run(*ws)) for ws in sets], reference, op.k, 2 * op.batch,
-                        f"x @ W + b per touched expert ({op.batch} × {op.m} rows"
-                        f"{', rows gathered' if gathered else ''}), weights rotated over {copies} copies",
-                        [x, xs, sets])
+    return ops.prepared(
+        op,
+        [(lambda ws=ws: run(*ws)) for ws in sets],
+        reference,
+        op.k,
+        2 * op.batch,
+        f"x @ W + b per touched expert ({op.batch} × {op.m} rows"
+        f"{', rows gathered' if gathered else ''}), weights rotated over {copies} copies",
+        [x, xs, sets],
+    )
 
 
 def _prepare_swiglu(ops, op):
@@ -494,14 +613,31 @@ def _prepare_swiglu(ops, op):
         rows = ops.sample_rows(op.m)
         x = ops.to_numpy(parts[-1][rows])
         g, u = np.minimum(x[:, ::2], SWIGLU_LIMIT), np.clip(x[:, 1::2], -SWIGLU_LIMIT, SWIGLU_LIMIT)
-        return ops.to_numpy(clamped_swiglu(parts[-1])[rows]), (u + 1) * g / (1 + np.exp(-SWIGLU_ALPHA * g))
+        return ops.to_numpy(clamped_swiglu(parts[-1])[rows]), (u + 1) * g / (
+            1 + np.exp(-SWIGLU_ALPHA * g)
+        )
 
-    return ops.prepared(op, [lambda: [clamped_swiglu(p) for p in parts]], reference, 1, 7 * op.batch,
-                        "clamp gate and up, gate·σ(1.702·gate)·(up + 1) per touched expert", [parts])
+    return ops.prepared(
+        op,
+        [lambda: [clamped_swiglu(p) for p in parts]],
+        reference,
+        1,
+        7 * op.batch,
+        "clamp gate and up, gate·σ(1.702·gate)·(up + 1) per touched expert",
+        [parts],
+    )
 
 
 #: ``Op.fn`` -> preparer for :class:`roofprof.torch_ops.TorchOps` (these win over the shared ones):
 #: the MoE ones of :mod:`roofprof.models.moe_torch` (``moe_combine``), then gpt-oss's own.
-PREPARERS = {**MOE_PREPARERS, "rmsnorm": _prepare_norm, "rope": _prepare_rope, "sdpa": _prepare_attention,
-             "softmax": _prepare_softmax, "pv_matmul": _prepare_pv, "topk_route": _prepare_route,
-             "moe_linear": _prepare_expert_proj, "moe_clamped_swiglu": _prepare_swiglu}
+PREPARERS = {
+    **MOE_PREPARERS,
+    "rmsnorm": _prepare_norm,
+    "rope": _prepare_rope,
+    "sdpa": _prepare_attention,
+    "softmax": _prepare_softmax,
+    "pv_matmul": _prepare_pv,
+    "topk_route": _prepare_route,
+    "moe_linear": _prepare_expert_proj,
+    "moe_clamped_swiglu": _prepare_swiglu,
+}

@@ -70,8 +70,19 @@ def build(scenario: Scenario, builder_class: type[_Builder]) -> Workload:
     """The workload of ``scenario`` built by ``builder_class`` (the Llama builder or a subclass)."""
     s = scenario
     builder = builder_class(s)
-    return Workload(s.model, s.phase, s.batch, s.prompt_tokens, s.context_tokens, s.dtype, s.counting,
-                    tuple(builder.ops()), s.weights, s.kv_dtype, s.parallel)
+    return Workload(
+        s.model,
+        s.phase,
+        s.batch,
+        s.prompt_tokens,
+        s.context_tokens,
+        s.dtype,
+        s.counting,
+        tuple(builder.ops()),
+        s.weights,
+        s.kv_dtype,
+        s.parallel,
+    )
 
 
 #: Projections that carry a bias when ``ModelSpec.attention_bias`` (Qwen2's q/k/v).
@@ -89,23 +100,44 @@ def _causal_pairs(tokens: int, window: int | None) -> float:
     return window * (window + 1) / 2 + (tokens - window) * float(window)
 
 
-_PROJ, _MLP, _ATTN, _HEAD, _ELEM = OP_GROUPS[1], OP_GROUPS[2], OP_GROUPS[0], OP_GROUPS[3], OP_GROUPS[4]
+_PROJ, _MLP, _ATTN, _HEAD, _ELEM = (
+    OP_GROUPS[1],
+    OP_GROUPS[2],
+    OP_GROUPS[0],
+    OP_GROUPS[3],
+    OP_GROUPS[4],
+)
 _COMM = OP_GROUPS[5]
 #: Llama op name -> (fn, chart group, short label).
 ROLES = {
-    "embedding": ("gather", _HEAD, "emb"), "lm_head": ("linear", _HEAD, "head"),
-    "q_proj": ("linear", _PROJ, "q"), "k_proj": ("linear", _PROJ, "k"), "v_proj": ("linear", _PROJ, "v"),
-    "o_proj": ("linear", _PROJ, "o"), "gate_proj": ("linear", _MLP, "gate"), "up_proj": ("linear", _MLP, "up"),
-    "down_proj": ("linear", _MLP, "down"), "attn_norm": ("rmsnorm", _ELEM, "anorm"),
-    "mlp_norm": ("rmsnorm", _ELEM, "mnorm"), "final_norm": ("rmsnorm", _ELEM, "fnorm"),
-    "rope": ("rope", _ELEM, "rope"), "attn_residual": ("add", _ELEM, "res1"),
-    "mlp_residual": ("add", _ELEM, "res2"), "silu_mul": ("silu_mul", _ELEM, "silu"),
-    "attention": ("sdpa", _ATTN, "attn"), "attn_scores": ("qk_matmul", _ATTN, "QK"),
-    "attn_softmax": ("softmax", _ATTN, "softmax"), "attn_pv": ("pv_matmul", _ATTN, "PV"),
-    "embedding_allreduce": ("allreduce", _COMM, "embAR"), "attn_allreduce": ("allreduce", _COMM, "AR1"),
-    "mlp_allreduce": ("allreduce", _COMM, "AR2"), "attn_reduce_scatter": ("reduce_scatter", _COMM, "RS1"),
-    "attn_all_gather": ("all_gather", _COMM, "AG1"), "mlp_reduce_scatter": ("reduce_scatter", _COMM, "RS2"),
-    "mlp_all_gather": ("all_gather", _COMM, "AG2"), "logits_gather": ("all_gather", _COMM, "logits"),
+    "embedding": ("gather", _HEAD, "emb"),
+    "lm_head": ("linear", _HEAD, "head"),
+    "q_proj": ("linear", _PROJ, "q"),
+    "k_proj": ("linear", _PROJ, "k"),
+    "v_proj": ("linear", _PROJ, "v"),
+    "o_proj": ("linear", _PROJ, "o"),
+    "gate_proj": ("linear", _MLP, "gate"),
+    "up_proj": ("linear", _MLP, "up"),
+    "down_proj": ("linear", _MLP, "down"),
+    "attn_norm": ("rmsnorm", _ELEM, "anorm"),
+    "mlp_norm": ("rmsnorm", _ELEM, "mnorm"),
+    "final_norm": ("rmsnorm", _ELEM, "fnorm"),
+    "rope": ("rope", _ELEM, "rope"),
+    "attn_residual": ("add", _ELEM, "res1"),
+    "mlp_residual": ("add", _ELEM, "res2"),
+    "silu_mul": ("silu_mul", _ELEM, "silu"),
+    "attention": ("sdpa", _ATTN, "attn"),
+    "attn_scores": ("qk_matmul", _ATTN, "QK"),
+    "attn_softmax": ("softmax", _ATTN, "softmax"),
+    "attn_pv": ("pv_matmul", _ATTN, "PV"),
+    "embedding_allreduce": ("allreduce", _COMM, "embAR"),
+    "attn_allreduce": ("allreduce", _COMM, "AR1"),
+    "mlp_allreduce": ("allreduce", _COMM, "AR2"),
+    "attn_reduce_scatter": ("reduce_scatter", _COMM, "RS1"),
+    "attn_all_gather": ("all_gather", _COMM, "AG1"),
+    "mlp_reduce_scatter": ("reduce_scatter", _COMM, "RS2"),
+    "mlp_all_gather": ("all_gather", _COMM, "AG2"),
+    "logits_gather": ("all_gather", _COMM, "logits"),
     "pp_send": ("send", _COMM, "send"),
 }
 
@@ -135,17 +167,38 @@ class _Builder:
         self.tp = tp  # per-rank sizes (all equal to the model's at tp 1)
         self.heads = m.num_heads // tp
         self.q_size = m.q_size // tp
-        self.kv_size = max(m.num_kv_heads // tp, 1) * m.head_dim  # KV heads replicated past their count
+        self.kv_size = (
+            max(m.num_kv_heads // tp, 1) * m.head_dim
+        )  # KV heads replicated past their count
         self.inter = m.intermediate_size // tp
         self.vocab = -(-m.vocab_size // tp)  # vocabulary padded to a multiple of tp
 
-    def collective(self, name: str, rows: int, elements: int, ranks: int, scope: str = "layer",
-                   count: int | None = None) -> Op:
+    def collective(
+        self,
+        name: str,
+        rows: int,
+        elements: int,
+        ranks: int,
+        scope: str = "layer",
+        count: int | None = None,
+    ) -> Op:
         """A collective over ``rows × elements`` activations (``S`` in bytes, no FLOPs)."""
         size = rows * elements * self.e
-        return Op(name, "communication", self.phase, rows, elements, 0, self.dtype, 0.0, size, batch=ranks,
-                  count=count if count is not None else (self.layers if scope == "layer" else 1), scope=scope,
-                  note=f"{ranks} ranks, S = {size:.0f} B")
+        return Op(
+            name,
+            "communication",
+            self.phase,
+            rows,
+            elements,
+            0,
+            self.dtype,
+            0.0,
+            size,
+            batch=ranks,
+            count=count if count is not None else (self.layers if scope == "layer" else 1),
+            scope=scope,
+            note=f"{ranks} ranks, S = {size:.0f} B",
+        )
 
     def communication(self, where: str, rows: int) -> list[Op]:
         """The tensor-parallel collectives after the row-parallel GEMM of ``where``."""
@@ -153,8 +206,10 @@ class _Builder:
             return []
         h = self.model.hidden_size
         if self.parallel.sequence_parallel:
-            return [self.collective(f"{where}_reduce_scatter", rows, h, self.tp),
-                    self.collective(f"{where}_all_gather", rows, h, self.tp)]
+            return [
+                self.collective(f"{where}_reduce_scatter", rows, h, self.tp),
+                self.collective(f"{where}_all_gather", rows, h, self.tp),
+            ]
         return [self.collective(f"{where}_allreduce", rows, h, self.tp)]
 
     def ew(self, name: str) -> float:
@@ -166,30 +221,74 @@ class _Builder:
         e = self.e
         weights = n * k * self.ew(name)
         flops = 2.0 * rows * n * k
-        if self.model.attention_bias and name in _BIASED:  # bias folded in: n more weights, rows·n adds
+        if (
+            self.model.attention_bias and name in _BIASED
+        ):  # bias folded in: n more weights, rows·n adds
             weights += n * e
             flops += rows * n
-        return Op(name, "gemm", self.phase, rows, n, k, self.dtype, flops,
-                  weights + rows * k * e + rows * n * e, count=self.layers if scope == "layer" else 1,
-                  weight_bytes=weights, scope=scope)
+        return Op(
+            name,
+            "gemm",
+            self.phase,
+            rows,
+            n,
+            k,
+            self.dtype,
+            flops,
+            weights + rows * k * e + rows * n * e,
+            count=self.layers if scope == "layer" else 1,
+            weight_bytes=weights,
+            scope=scope,
+        )
 
-    def elementwise(self, name: str, kind: str, rows: int, n: int, flops_per_elem: float,
-                    elems_read: float, elems_written: float, extra_bytes: float = 0.0, scope: str = "layer",
-                    weight_bytes: float = 0.0) -> Op:
+    def elementwise(
+        self,
+        name: str,
+        kind: str,
+        rows: int,
+        n: int,
+        flops_per_elem: float,
+        elems_read: float,
+        elems_written: float,
+        extra_bytes: float = 0.0,
+        scope: str = "layer",
+        weight_bytes: float = 0.0,
+    ) -> Op:
         fused = self.counting.elementwise == "fused"
         moved = 0.0 if fused else (elems_read + elems_written) * self.e + extra_bytes
-        return Op(name, kind, self.phase, rows, n, 0, self.dtype, flops_per_elem * rows * n, moved,
-                  count=self.layers if scope == "layer" else 1, scope=scope,
-                  weight_bytes=0.0 if fused else weight_bytes,
-                  note="fused into neighbouring kernels: no traffic of its own" if fused else "")
+        return Op(
+            name,
+            kind,
+            self.phase,
+            rows,
+            n,
+            0,
+            self.dtype,
+            flops_per_elem * rows * n,
+            moved,
+            count=self.layers if scope == "layer" else 1,
+            scope=scope,
+            weight_bytes=0.0 if fused else weight_bytes,
+            note="fused into neighbouring kernels: no traffic of its own" if fused else "",
+        )
 
     def norm(self, name: str, rows: int, scope: str = "layer") -> Op:
         h = self.model.hidden_size
         if scope == "layer" and self.tp > 1 and self.parallel.sequence_parallel:
             rows = -(-rows // self.tp)  # sequence parallel: each rank normalises its rows/tp
         # square, sum, scale by rsqrt, multiply by the weight: ~4 FLOP per element
-        return self.elementwise(name, "norm", rows, h, 4.0, rows * h, rows * h, h * self.e, scope,
-                                weight_bytes=h * self.e)
+        return self.elementwise(
+            name,
+            "norm",
+            rows,
+            h,
+            4.0,
+            rows * h,
+            rows * h,
+            h * self.e,
+            scope,
+            weight_bytes=h * self.e,
+        )
 
     # -- the pass ----------------------------------------------------------------------
     def ops(self) -> list[Op]:
@@ -213,48 +312,88 @@ class _Builder:
         ops.append(self.gemm("k_proj", rows, kvs, h))
         ops.append(self.gemm("v_proj", rows, kvs, h))
         # RoPE on q and k: x·cos + rotate(x)·sin, 3 FLOP per element; reads the cos/sin rows
-        ops.append(self.elementwise("rope", "elementwise", rows, qs + kvs, 3.0,
-                                    rows * (qs + kvs), rows * (qs + kvs),
-                                    extra_bytes=2 * rows * m.head_dim * e))
+        ops.append(
+            self.elementwise(
+                "rope",
+                "elementwise",
+                rows,
+                qs + kvs,
+                3.0,
+                rows * (qs + kvs),
+                rows * (qs + kvs),
+                extra_bytes=2 * rows * m.head_dim * e,
+            )
+        )
         ops.extend(self.attention())
         ops.append(self.gemm("o_proj", rows, h, qs))
         ops.extend(self.communication("attn", rows))
-        ops.append(self.elementwise("attn_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
+        ops.append(
+            self.elementwise("attn_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h)
+        )
         ops.append(self.norm("mlp_norm", rows))
         ops.append(self.gemm("gate_proj", rows, inter, h))
         ops.append(self.gemm("up_proj", rows, inter, h))
         # SiLU(gate)·up: x/(1+exp(-x)) then a multiply, ~5 FLOP per element
-        ops.append(self.elementwise("silu_mul", "elementwise", rows, inter, 5.0,
-                                    2 * rows * inter, rows * inter))
+        ops.append(
+            self.elementwise(
+                "silu_mul", "elementwise", rows, inter, 5.0, 2 * rows * inter, rows * inter
+            )
+        )
         ops.append(self.gemm("down_proj", rows, h, inter))
         ops.extend(self.communication("mlp", rows))
-        ops.append(self.elementwise("mlp_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h))
-        head_rows = self.batch if (self.phase == "decode" or self.counting.lm_head == "last") else rows
+        ops.append(
+            self.elementwise("mlp_residual", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h)
+        )
+        head_rows = (
+            self.batch if (self.phase == "decode" or self.counting.lm_head == "last") else rows
+        )
         ops.append(self.norm("final_norm", head_rows, scope="model"))
         ops.append(self.gemm("lm_head", head_rows, self.vocab, h, scope="model"))
         if self.tp > 1:  # each rank holds vocab/tp logits: gathered (S = the full logits)
-            ops.append(self.collective("logits_gather", head_rows, self.vocab * self.tp, self.tp, "model"))
+            ops.append(
+                self.collective("logits_gather", head_rows, self.vocab * self.tp, self.tp, "model")
+            )
         if self.parallel.pp > 1:  # hidden state and residual to the next stage
-            ops.append(self.collective("pp_send", rows, 2 * h, 2, "model", count=self.parallel.pp - 1))
+            ops.append(
+                self.collective("pp_send", rows, 2 * h, 2, "model", count=self.parallel.pp - 1)
+            )
         return ops
 
     def embedding(self) -> Op:
         m, e, rows = self.model, self.e, self.rows
         if self.counting.embedding == "matmul":
             op = self.gemm("embedding", rows, m.hidden_size, m.vocab_size, scope="model")
-            return Op(**{**op.__dict__, "kind": "embedding",
-                         "note": "counted as a one-hot matmul over the whole table (2·P·T convention)"})
+            return Op(
+                **{
+                    **op.__dict__,
+                    "kind": "embedding",
+                    "note": "counted as a one-hot matmul over the whole table (2·P·T convention)",
+                }
+            )
         table_rows = rows * m.hidden_size * self.ew("embedding")
         if self.tp > 1:
             table_rows /= self.tp  # each rank reads its shard's rows (on average)
-        return Op("embedding", "embedding", self.phase, rows, m.hidden_size, 0, self.dtype, 0.0,
-                  table_rows + rows * m.hidden_size * e + rows * 4, scope="model", weight_bytes=table_rows,
-                  note="gather of one table row per token")
+        return Op(
+            "embedding",
+            "embedding",
+            self.phase,
+            rows,
+            m.hidden_size,
+            0,
+            self.dtype,
+            0.0,
+            table_rows + rows * m.hidden_size * e + rows * 4,
+            scope="model",
+            weight_bytes=table_rows,
+            note="gather of one table row per token",
+        )
 
     def attention(self) -> list[Op]:
         m, e = self.model, self.e
         b, tq, d = self.batch, self.q_tokens, m.head_dim
-        keys = self.prompt_tokens if self.phase == "prefill" else m.kv_tokens(self.context_tokens + 1)
+        keys = (
+            self.prompt_tokens if self.phase == "prefill" else m.kv_tokens(self.context_tokens + 1)
+        )
         window = m.sliding_window
         heads = self.heads
         kv_row = 2 * self.kv_size * self.ekv  # K and V of one token, one layer (KV-cache dtype)
@@ -271,17 +410,66 @@ class _Builder:
             pairs = b * heads * (_causal_pairs(tq, window) if causal else tq * keys)
             flops = 2 * 2.0 * pairs * d  # QKᵀ and PV
             moved = q_bytes + kv_read + q_bytes + new_kv_bytes
-            return [Op("attention", "attention", self.phase, tq, keys, d, self.dtype, flops, moved,
-                       batch=b * heads, count=self.layers, kv_bytes=kv_cache_read,
-                       note=("causal, " if causal else "") + "fused (FlashAttention-style): scores stay on chip")]
+            return [
+                Op(
+                    "attention",
+                    "attention",
+                    self.phase,
+                    tq,
+                    keys,
+                    d,
+                    self.dtype,
+                    flops,
+                    moved,
+                    batch=b * heads,
+                    count=self.layers,
+                    kv_bytes=kv_cache_read,
+                    note=("causal, " if causal else "")
+                    + "fused (FlashAttention-style): scores stay on chip",
+                )
+            ]
         scores = b * heads * tq * keys
-        qk = Op("attn_scores", "attention", self.phase, tq, keys, d, self.dtype, 2.0 * scores * d,
-                q_bytes + kv_read / 2 + scores * e + new_kv_bytes, batch=b * heads, count=self.layers,
-                kv_bytes=kv_cache_read / 2, note="QKᵀ over the full square, masked (eager)")
-        softmax = Op("attn_softmax", "attention", self.phase, b * heads * tq, keys, 0, self.dtype,
-                     5.0 * scores, 2.0 * scores * e, count=self.layers,
-                     note="scale, mask, max, exp, sum, divide: ~5 FLOP per score, not on tensor cores")
-        pv = Op("attn_pv", "attention", self.phase, tq, d, keys, self.dtype, 2.0 * scores * d,
-                scores * e + kv_read / 2 + q_bytes, batch=b * heads, count=self.layers,
-                kv_bytes=kv_cache_read / 2, note="PV (eager)")
+        qk = Op(
+            "attn_scores",
+            "attention",
+            self.phase,
+            tq,
+            keys,
+            d,
+            self.dtype,
+            2.0 * scores * d,
+            q_bytes + kv_read / 2 + scores * e + new_kv_bytes,
+            batch=b * heads,
+            count=self.layers,
+            kv_bytes=kv_cache_read / 2,
+            note="QKᵀ over the full square, masked (eager)",
+        )
+        softmax = Op(
+            "attn_softmax",
+            "attention",
+            self.phase,
+            b * heads * tq,
+            keys,
+            0,
+            self.dtype,
+            5.0 * scores,
+            2.0 * scores * e,
+            count=self.layers,
+            note="scale, mask, max, exp, sum, divide: ~5 FLOP per score, not on tensor cores",
+        )
+        pv = Op(
+            "attn_pv",
+            "attention",
+            self.phase,
+            tq,
+            d,
+            keys,
+            self.dtype,
+            2.0 * scores * d,
+            scores * e + kv_read / 2 + q_bytes,
+            batch=b * heads,
+            count=self.layers,
+            kv_bytes=kv_cache_read / 2,
+            note="PV (eager)",
+        )
         return [qk, softmax, pv]

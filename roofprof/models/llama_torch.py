@@ -38,13 +38,42 @@ from torch import nn
 
 from roofprof.specs import ModelSpec
 
-__all__ = ["PREPARERS", "SDPA_GQA", "TORCH_DTYPES", "KVCache", "LlamaLayer", "TorchLlama", "apply_rope", "attention_eager",
-           "attention_pv", "attention_scores", "attention_sdpa", "attention_softmax", "build", "causal_mask",
-           "fill_random_", "fill_weights_", "head_rms_norm", "hf_config", "new_cache", "repeat_kv", "rms_norm", "rope_cos_sin",
-           "rope_inv_freq", "rotate_half", "silu_mul", "torch_dtype"]
+__all__ = [
+    "PREPARERS",
+    "SDPA_GQA",
+    "TORCH_DTYPES",
+    "KVCache",
+    "LlamaLayer",
+    "TorchLlama",
+    "apply_rope",
+    "attention_eager",
+    "attention_pv",
+    "attention_scores",
+    "attention_sdpa",
+    "attention_softmax",
+    "build",
+    "causal_mask",
+    "fill_random_",
+    "fill_weights_",
+    "head_rms_norm",
+    "hf_config",
+    "new_cache",
+    "repeat_kv",
+    "rms_norm",
+    "rope_cos_sin",
+    "rope_inv_freq",
+    "rotate_half",
+    "silu_mul",
+    "torch_dtype",
+]
 
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
-                "tf32": torch.float32}
+TORCH_DTYPES = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp64": torch.float64,
+    "tf32": torch.float32,
+}
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -56,8 +85,10 @@ def torch_dtype(dtype: str) -> torch.dtype:
     from roofprof.errors import ConfigError
 
     if dtype not in TORCH_DTYPES:
-        raise ConfigError(f"dtype {dtype!r} has no torch eager implementation here; use one of "
-                          f"{', '.join(TORCH_DTYPES)}")
+        raise ConfigError(
+            f"dtype {dtype!r} has no torch eager implementation here; use one of "
+            f"{', '.join(TORCH_DTYPES)}"
+        )
     return TORCH_DTYPES[dtype]
 
 
@@ -73,7 +104,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.
     return weight * h.to(input_dtype)
 
 
-def head_rms_norm(x: torch.Tensor, weight: torch.Tensor, head_dim: int, eps: float = 1e-6) -> torch.Tensor:
+def head_rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, head_dim: int, eps: float = 1e-6
+) -> torch.Tensor:
     """Qwen3's q/k norm: :func:`rms_norm` over each ``head_dim`` slice of ``x [..., heads·head_dim]``,
     returned as ``[..., heads, head_dim]`` (a view of the projection, as transformers' ``view``)."""
     return rms_norm(x.view(*x.shape[:-1], -1, head_dim), weight, eps)
@@ -117,8 +150,13 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x[:, :, None, :, :].expand(b, kvh, n_rep, s, d).reshape(b, kvh * n_rep, s, d)
 
 
-def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                   window: int | None = None) -> torch.Tensor:
+def attention_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    window: int | None = None,
+) -> torch.Tensor:
     """Fused attention (``F.scaled_dot_product_attention``), causal when there are several queries.
 
     ``q [b,h,s,d]``, ``k, v [b,kvh,t,d]`` → ``[b,s,h·d]`` (contiguous, ready for ``o_proj``).
@@ -131,8 +169,9 @@ def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     if window is not None and s > 1 and t > window:
         n_rep = q.shape[1] // k.shape[1]
         mask = causal_mask(s, t, q.dtype, q.device, window)
-        out = F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask,
-                                             **kwargs_scale)
+        out = F.scaled_dot_product_attention(
+            q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask, **kwargs_scale
+        )
         return out.transpose(1, 2).contiguous().reshape(q.shape[0], s, -1)
     n_rep = q.shape[1] // k.shape[1]
     kwargs: dict[str, Any] = {}
@@ -141,14 +180,18 @@ def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
             kwargs["enable_gqa"] = True
         else:
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
-    if s > 1 and k.shape[2] > s:  # prefill into an empty cache: keys beyond the queries are masked anyway
+    if (
+        s > 1 and k.shape[2] > s
+    ):  # prefill into an empty cache: keys beyond the queries are masked anyway
         k, v = k[:, :, :s], v[:, :, :s]
     out = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, **kwargs, **kwargs_scale)
     b = q.shape[0]
     return out.transpose(1, 2).contiguous().reshape(b, s, -1)
 
 
-def causal_mask(s: int, t: int, dtype: torch.dtype, device, window: int | None = None) -> torch.Tensor:
+def causal_mask(
+    s: int, t: int, dtype: torch.dtype, device, window: int | None = None
+) -> torch.Tensor:
     """Additive mask ``[1,1,s,t]``: query ``i`` (at position ``t-s+i``) sees keys ``≤`` its position
     (and, with ``window``, only the last ``window`` of them)."""
     rows = torch.arange(s, device=device)[:, None] + (t - s)
@@ -161,11 +204,14 @@ def causal_mask(s: int, t: int, dtype: torch.dtype, device, window: int | None =
     return mask[None, None]
 
 
-def attention_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
-                     scale: float | None = None) -> torch.Tensor:
+def attention_scores(
+    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float | None = None
+) -> torch.Tensor:
     """Eager attention, step 1: ``QKᵀ·scale (+ mask)`` over the full square (transformers' eager path)."""
     n_rep = q.shape[1] // k.shape[1]
-    w = torch.matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    w = torch.matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * (
+        q.shape[-1] ** -0.5 if scale is None else scale
+    )
     if mask is not None:
         w = w + mask
     return w
@@ -192,7 +238,9 @@ def attention_eager(q, k, v, mask, scale: float | None = None):
 # --------------------------------------------------------------------------- RoPE tables
 
 
-def rope_inv_freq(head_dim: int, theta: float = 500000.0, scaling: Mapping[str, Any] | None = None) -> torch.Tensor:
+def rope_inv_freq(
+    head_dim: int, theta: float = 500000.0, scaling: Mapping[str, Any] | None = None
+) -> torch.Tensor:
     """Inverse frequencies, with Llama 3's ``rope_type: llama3`` scaling (or ``linear``: all
     divided by ``factor``) when given."""
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
@@ -202,7 +250,10 @@ def rope_inv_freq(head_dim: int, theta: float = 500000.0, scaling: Mapping[str, 
     if kind != "llama3":
         return inv
     factor = float(scaling["factor"])
-    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+    low, high = (
+        float(scaling.get("low_freq_factor", 1.0)),
+        float(scaling.get("high_freq_factor", 4.0)),
+    )
     old_len = float(scaling.get("original_max_position_embeddings", 8192))
     low_wl, high_wl = old_len / low, old_len / high
     wavelen = 2 * math.pi / inv
@@ -223,7 +274,9 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.d
 # --------------------------------------------------------------------------- weights
 
 
-_FILL_CHUNK: dict[tuple, torch.Tensor] = {}  # the one random chunk fill_random_ tiles (per dtype, device)
+_FILL_CHUNK: dict[
+    tuple, torch.Tensor
+] = {}  # the one random chunk fill_random_ tiles (per dtype, device)
 
 
 def _fill_chunk(dtype, device, block: int) -> torch.Tensor:
@@ -255,7 +308,9 @@ def fill_weights_(model: nn.Module, init: bool = True) -> nn.Module:
     return model
 
 
-def fill_random_(t: torch.Tensor, std: float = 0.02, seed: int = 0, block: int = 1 << 20) -> torch.Tensor:
+def fill_random_(
+    t: torch.Tensor, std: float = 0.02, seed: int = 0, block: int = 1 << 20
+) -> torch.Tensor:
     """Fill ``t`` in place with normal values (``std``), fast: one random chunk, tiled.
 
     torch's CPU generator runs at a few hundred MB/s, so a 5 GB model would take half a
@@ -274,7 +329,7 @@ def fill_random_(t: torch.Tensor, std: float = 0.02, seed: int = 0, block: int =
     step = 16 * block  # large copies (small copy_ calls run far below memory speed on the CPU)
     for start in range(0, n, step):
         stop = min(n, start + step)
-        torch.mul(chunk[offset: offset + stop - start], std, out=flat[start:stop])
+        torch.mul(chunk[offset : offset + stop - start], std, out=flat[start:stop])
     return t
 
 
@@ -305,7 +360,10 @@ class KVCache:
             keys = torch.cat([self.keys[layer], k], dim=-2)
             values = torch.cat([self.values[layer], v], dim=-2)
         if window is not None and keys.shape[-2] >= window:
-            self.keys[layer], self.values[layer] = keys[:, :, 1 - window:], values[:, :, 1 - window:]
+            self.keys[layer], self.values[layer] = (
+                keys[:, :, 1 - window :],
+                values[:, :, 1 - window :],
+            )
         else:
             self.keys[layer], self.values[layer] = keys, values
         if layer == 0:
@@ -350,7 +408,9 @@ class LlamaLayer(nn.Module):
     def mlp(self, hs):
         return self.down_proj(silu_mul(self.gate_proj(hs), self.up_proj(hs)))
 
-    def forward(self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask):
+    def forward(
+        self, x, cos, sin, cache: KVCache | None, index: int, attention: str, eps: float, mask
+    ):
         window = self.m.sliding_window
         residual = x
         q, k, v = self.qkv(rms_norm(x, self.attn_norm, eps), eps)
@@ -391,23 +451,43 @@ class TorchLlama(nn.Module):
     #: the final norm, ``norm(x, weight, eps)`` (a family with its own RMSNorm sets it)
     final_norm: Callable[..., torch.Tensor] = staticmethod(rms_norm)
 
-    def __init__(self, spec: ModelSpec, *, dtype=torch.float32, device="cpu", attention: str = "fused",
-                 rope_theta: float = 500000.0, rope_scaling: Mapping[str, Any] | None = None,
-                 eps: float = 1e-5, init: bool = True):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        dtype=torch.float32,
+        device="cpu",
+        attention: str = "fused",
+        rope_theta: float = 500000.0,
+        rope_scaling: Mapping[str, Any] | None = None,
+        eps: float = 1e-5,
+        init: bool = True,
+    ):
         super().__init__()
         self.spec, self.attention, self.eps = spec, attention, eps
         meta = "meta"  # build without torch's (slow) default init, then allocate for real
         # _weight given: no default init, whose first meta-device normal_ imports torch's meta
         # registrations (~1-2 s on a small CPU)
-        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size, _weight=torch.empty(
-            spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta))
-        self.layers = nn.ModuleList(self.layer_class(spec, dtype, meta) for _ in range(spec.num_layers))
+        self.embed = nn.Embedding(
+            spec.vocab_size,
+            spec.hidden_size,
+            _weight=torch.empty(spec.vocab_size, spec.hidden_size, dtype=dtype, device=meta),
+        )
+        self.layers = nn.ModuleList(
+            self.layer_class(spec, dtype, meta) for _ in range(spec.num_layers)
+        )
         self.norm = nn.Parameter(torch.ones(spec.hidden_size, dtype=dtype, device=meta))
-        self.lm_head = (None if spec.tie_word_embeddings else
-                        nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, dtype=dtype, device=meta))
+        self.lm_head = (
+            None
+            if spec.tie_word_embeddings
+            else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, dtype=dtype, device=meta)
+        )
         self.to_empty(device=device)
-        self.register_buffer("inv_freq", rope_inv_freq(spec.head_dim, rope_theta, rope_scaling).to(device),
-                             persistent=False)
+        self.register_buffer(
+            "inv_freq",
+            rope_inv_freq(spec.head_dim, rope_theta, rope_scaling).to(device),
+            persistent=False,
+        )
         fill_weights_(self, init)
 
     def start(self, input_ids: torch.Tensor, cache: KVCache | None):
@@ -446,8 +526,15 @@ def new_cache(spec: ModelSpec) -> KVCache:
 
 def build(spec: ModelSpec, dtype: torch.dtype, device: str, attention: str) -> nn.Module:
     """The plain-torch model of a Llama, Qwen2, Qwen3 or Mistral spec, random weights."""
-    return TorchLlama(spec, dtype=dtype, device=device, attention=attention, rope_theta=spec.rope_theta,
-                      rope_scaling=spec.rope_scaling_dict, eps=spec.rms_norm_eps).eval()
+    return TorchLlama(
+        spec,
+        dtype=dtype,
+        device=device,
+        attention=attention,
+        rope_theta=spec.rope_theta,
+        rope_scaling=spec.rope_scaling_dict,
+        eps=spec.rms_norm_eps,
+    ).eval()
 
 
 def hf_config(spec: ModelSpec) -> dict[str, Any]:
@@ -458,11 +545,21 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     2
     """
     kw: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
-        rms_norm_eps=spec.rms_norm_eps, rope_scaling=spec.rope_scaling_dict, attention_bias=spec.attention_bias,
-        sliding_window=spec.sliding_window, use_sliding_window=False)
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps,
+        rope_scaling=spec.rope_scaling_dict,
+        attention_bias=spec.attention_bias,
+        sliding_window=spec.sliding_window,
+        use_sliding_window=False,
+    )
     if spec.max_position_embeddings < 2**31 - 1:
         kw["max_position_embeddings"] = spec.max_position_embeddings
     return kw
@@ -484,11 +581,13 @@ def _prepare_norm(ops, op):
 
     def reference():
         xr = ops.to_numpy(x[rows]).reshape(len(rows), -1, d)
-        ref = ops.to_numpy(w) * xr / np.sqrt((xr ** 2).mean(-1, keepdims=True) + eps)
+        ref = ops.to_numpy(w) * xr / np.sqrt((xr**2).mean(-1, keepdims=True) + eps)
         return ops.to_numpy(call()[rows]).reshape(len(rows), -1), ref.reshape(len(rows), -1)
 
     kernels = 6 + (2 if op.dtype != "fp32" else 0)  # to, pow, mean, add, rsqrt, mul, to, mul
-    note = "RMSNorm as transformers (float32 inside)" + ("" if d == op.n else f", per {d}-wide head")
+    note = "RMSNorm as transformers (float32 inside)" + (
+        "" if d == op.n else f", per {d}-wide head"
+    )
     return ops.prepared(op, [call], reference, d, kernels, note, [x, w])
 
 

@@ -46,12 +46,21 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     """
     moe = spec.moe
     kw: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=moe.expert_intermediate_size,
-        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
-        tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta, rms_norm_eps=spec.rms_norm_eps,
-        num_local_experts=moe.experts, num_experts_per_tok=moe.experts_per_token,
-        sliding_window=spec.sliding_window, experts_implementation="eager")
+        hidden_size=spec.hidden_size,
+        intermediate_size=moe.expert_intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps,
+        num_local_experts=moe.experts,
+        num_experts_per_tok=moe.experts_per_token,
+        sliding_window=spec.sliding_window,
+        experts_implementation="eager",
+    )
     if spec.max_position_embeddings < 2**31 - 1:
         kw["max_position_embeddings"] = spec.max_position_embeddings
     return kw
@@ -59,8 +68,15 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
 
 def build(spec: ModelSpec, dtype, device, attention: str) -> TorchMixtral:
     """roofprof's plain-torch Mixtral of ``spec`` (random weights)."""
-    return TorchMixtral(spec, dtype=dtype, device=device, attention=attention, rope_theta=spec.rope_theta,
-                        rope_scaling=spec.rope_scaling_dict, eps=spec.rms_norm_eps).eval()
+    return TorchMixtral(
+        spec,
+        dtype=dtype,
+        device=device,
+        attention=attention,
+        rope_theta=spec.rope_theta,
+        rope_scaling=spec.rope_scaling_dict,
+        eps=spec.rms_norm_eps,
+    ).eval()
 
 
 def new_cache(spec: ModelSpec) -> KVCache:
@@ -78,12 +94,16 @@ class MoeLayer(LlamaLayer):
         h, moe = m.hidden_size, m.moe
         inter = moe.expert_intermediate_size
         self.router = nn.Parameter(torch.empty(moe.experts, h, dtype=dtype, device=device))
-        self.gate_up = nn.Parameter(torch.empty(moe.experts, 2 * inter, h, dtype=dtype, device=device))
+        self.gate_up = nn.Parameter(
+            torch.empty(moe.experts, 2 * inter, h, dtype=dtype, device=device)
+        )
         self.down = nn.Parameter(torch.empty(moe.experts, h, inter, dtype=dtype, device=device))
 
     def mlp(self, hs):
         b, s, h = hs.shape
-        y = moe_forward(hs.reshape(-1, h), self.router, self.gate_up, self.down, self.m.moe.experts_per_token)
+        y = moe_forward(
+            hs.reshape(-1, h), self.router, self.gate_up, self.down, self.m.moe.experts_per_token
+        )
         return y.view(b, s, h)
 
 

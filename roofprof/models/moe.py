@@ -51,12 +51,16 @@ __all__ = ["DENSE_MLP", "MOE_ROLES", "MoeOps", "parse_routing", "summary"]
 _MLP, _ELEM = OP_GROUPS[2], OP_GROUPS[4]
 #: MoE op name -> (fn, chart group, short label), merged into each MoE family's ROLES.
 MOE_ROLES = {
-    "router": ("linear", _MLP, "router"), "route": ("topk_route", _ELEM, "topk"),
-    "expert_gate_up_proj": ("moe_linear", _MLP, "egateup"), "expert_down_proj": ("moe_linear", _MLP, "edown"),
+    "router": ("linear", _MLP, "router"),
+    "route": ("topk_route", _ELEM, "topk"),
+    "expert_gate_up_proj": ("moe_linear", _MLP, "egateup"),
+    "expert_down_proj": ("moe_linear", _MLP, "edown"),
     "expert_act": ("moe_silu_mul", _ELEM, "eact"),
     "expert_combine": ("moe_combine", _ELEM, "ecomb"),
-    "shared_gate_proj": ("linear", _MLP, "sgate"), "shared_up_proj": ("linear", _MLP, "sup"),
-    "shared_down_proj": ("linear", _MLP, "sdown"), "shared_act": ("silu_mul", _ELEM, "sact"),
+    "shared_gate_proj": ("linear", _MLP, "sgate"),
+    "shared_up_proj": ("linear", _MLP, "sup"),
+    "shared_down_proj": ("linear", _MLP, "sdown"),
+    "shared_act": ("silu_mul", _ELEM, "sact"),
     "shared_add": ("add", _ELEM, "sadd"),
 }
 #: Op names of a dense MLP (replaced by the MoE ops; kept in a family's dense layers).
@@ -97,13 +101,23 @@ def parse_routing(text: str) -> Routing:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(f"--routing {text!r}: cannot read it as JSON ({type(exc).__name__})") from None
+        raise ConfigError(
+            f"--routing {text!r}: cannot read it as JSON ({type(exc).__name__})"
+        ) from None
     loads = raw.get("experts") if isinstance(raw, dict) else raw
-    if not (isinstance(loads, list) and loads and all(
+    if not (
+        isinstance(loads, list)
+        and loads
+        and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
-            for x in loads) and sum(loads) > 0):
-        raise ConfigError(f"--routing {text!r}: expected a list of non-negative expert loads "
-                          "(or {\"experts\": [...]}) with a positive sum")
+            for x in loads
+        )
+        and sum(loads) > 0
+    ):
+        raise ConfigError(
+            f"--routing {text!r}: expected a list of non-negative expert loads "
+            '(or {"experts": [...]}) with a positive sum'
+        )
     total = float(sum(loads))
     return Routing("measured", shares=tuple(x / total for x in loads), source=path.name)
 
@@ -124,7 +138,9 @@ class MoeOps:
         moe_layers = self.layers - moe.dense_layers
         at = next(i for i, op in enumerate(ops) if op.name == DENSE_MLP[0])
         end = next(i for i, op in enumerate(ops) if op.name == DENSE_MLP[-1]) + 1
-        dense = [replace(op, count=moe.dense_layers) for op in ops[at:end]] if moe.dense_layers else []
+        dense = (
+            [replace(op, count=moe.dense_layers) for op in ops[at:end]] if moe.dense_layers else []
+        )
         routed = [replace(op, count=moe_layers) for op in self.moe_ops(moe)]
         return ops[:at] + dense + routed + ops[end:]
 
@@ -136,35 +152,68 @@ class MoeOps:
         touched = _touched(moe, rows)
         per_expert = slots / touched if touched else 0.0
         busiest = moe.routing.busiest_tokens(E, k, rows)
-        note = (f"{touched:.2f} of {E} experts touched per layer ({moe.routing.kind} routing, T = {rows} "
-                f"tokens); {per_expert:.1f} tokens per touched expert, busiest ~{busiest:.1f}")
+        note = (
+            f"{touched:.2f} of {E} experts touched per layer ({moe.routing.kind} routing, T = {rows} "
+            f"tokens); {per_expert:.1f} tokens per touched expert, busiest ~{busiest:.1f}"
+        )
         router = self.gemm("router", rows, E, h)
         if moe.router_bias:
-            router = replace(router, flops=router.flops + rows * E, bytes=router.bytes + E * e,
-                             weight_bytes=router.weight_bytes + E * e)
-        route = self.elementwise("route", "elementwise", rows, E, 5.0, rows * E, rows * k,
-                                 extra_bytes=rows * k * 4)
-        ops = [router, replace(route, note=route.note or f"softmax/sigmoid over {E} logits, top-{k}")]
+            router = replace(
+                router,
+                flops=router.flops + rows * E,
+                bytes=router.bytes + E * e,
+                weight_bytes=router.weight_bytes + E * e,
+            )
+        route = self.elementwise(
+            "route", "elementwise", rows, E, 5.0, rows * E, rows * k, extra_bytes=rows * k * 4
+        )
+        ops = [
+            router,
+            replace(route, note=route.note or f"softmax/sigmoid over {E} logits, top-{k}"),
+        ]
         act_flops = 8.0 if moe.activation == "clamped_swiglu" else 5.0
         gate_up = self.expert_gemm("expert_gate_up_proj", slots, touched, 2 * inter, h, note)
         groups, per_group = gate_up.batch, gate_up.m
-        act = self.elementwise("expert_act", "elementwise", slots, inter, act_flops, 2 * slots * inter,
-                               slots * inter)
-        combine = self.elementwise("expert_combine", "elementwise", rows, h, 2.0 * k, slots * h, rows * h,
-                                   extra_bytes=slots * e)
-        ops += [gate_up, replace(act, m=per_group, batch=groups),
-                self.expert_gemm("expert_down_proj", slots, touched, h, inter, note),
-                replace(combine, m=per_group, batch=groups,
-                        note=combine.note or f"each of {groups} touched experts' outputs, weighted, added")]
+        act = self.elementwise(
+            "expert_act", "elementwise", slots, inter, act_flops, 2 * slots * inter, slots * inter
+        )
+        combine = self.elementwise(
+            "expert_combine",
+            "elementwise",
+            rows,
+            h,
+            2.0 * k,
+            slots * h,
+            rows * h,
+            extra_bytes=slots * e,
+        )
+        ops += [
+            gate_up,
+            replace(act, m=per_group, batch=groups),
+            self.expert_gemm("expert_down_proj", slots, touched, h, inter, note),
+            replace(
+                combine,
+                m=per_group,
+                batch=groups,
+                note=combine.note or f"each of {groups} touched experts' outputs, weighted, added",
+            ),
+        ]
         if moe.shared_experts:
             si = -(-moe.shared_experts * moe.shared_intermediate_size // self.tp)
-            ops += [self.gemm("shared_gate_proj", rows, si, h), self.gemm("shared_up_proj", rows, si, h),
-                    self.elementwise("shared_act", "elementwise", rows, si, 5.0, 2 * rows * si, rows * si),
-                    self.gemm("shared_down_proj", rows, h, si),
-                    self.elementwise("shared_add", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h)]
+            ops += [
+                self.gemm("shared_gate_proj", rows, si, h),
+                self.gemm("shared_up_proj", rows, si, h),
+                self.elementwise(
+                    "shared_act", "elementwise", rows, si, 5.0, 2 * rows * si, rows * si
+                ),
+                self.gemm("shared_down_proj", rows, h, si),
+                self.elementwise("shared_add", "elementwise", rows, h, 1.0, 2 * rows * h, rows * h),
+            ]
         return ops
 
-    def expert_gemm(self: Any, name: str, slots: int, touched: float, n: int, k_dim: int, note: str) -> Op:
+    def expert_gemm(
+        self: Any, name: str, slots: int, touched: float, n: int, k_dim: int, note: str
+    ) -> Op:
         """``touched`` expert GEMMs over ``slots`` routed (token, expert) rows in all."""
         e, moe = self.e, self.model.moe
         weights = touched * n * k_dim * self.ew(name)
@@ -174,13 +223,26 @@ class MoeOps:
             flops += slots * n
         groups = max(int(round(touched)), 1)
         rows = max(round(slots / touched), 1) if touched else 1
-        return Op(name, "gemm", self.phase, rows, n, k_dim, self.dtype, flops,
-                  weights + slots * k_dim * e + slots * n * e, batch=groups, count=self.layers,
-                  weight_bytes=weights, note=note)
+        return Op(
+            name,
+            "gemm",
+            self.phase,
+            rows,
+            n,
+            k_dim,
+            self.dtype,
+            flops,
+            weights + slots * k_dim * e + slots * n * e,
+            batch=groups,
+            count=self.layers,
+            weight_bytes=weights,
+            note=note,
+        )
 
 
-def summary(model: Any, prefill_tokens: int, decode_tokens: int, kv_dtype_bytes: float,
-            context_tokens: int) -> dict[str, Any]:
+def summary(
+    model: Any, prefill_tokens: int, decode_tokens: int, kv_dtype_bytes: float, context_tokens: int
+) -> dict[str, Any]:
     """The ``moe`` block of ``predict --format json`` (parameters, routing, experts touched).
 
     >>> from roofprof.specs import load_model
@@ -189,8 +251,11 @@ def summary(model: Any, prefill_tokens: int, decode_tokens: int, kv_dtype_bytes:
     (2.0, 12.9)
     """
     counts = param_counts(model)
-    out: dict[str, Any] = {"total_params": counts.total, "active_params": counts.active,
-                           "active_params_excluding_embedding": counts.active_excluding_embedding}
+    out: dict[str, Any] = {
+        "total_params": counts.total,
+        "active_params": counts.active,
+        "active_params_excluding_embedding": counts.active_excluding_embedding,
+    }
     moe = model.moe
     if moe is not None:
         E, k = moe.experts, moe.experts_per_token
@@ -198,14 +263,27 @@ def summary(model: Any, prefill_tokens: int, decode_tokens: int, kv_dtype_bytes:
 
         def phase(tokens: int) -> dict[str, Any]:
             touched = _touched(moe, tokens)
-            return {"tokens": tokens, "experts_touched_per_layer": round(touched, 4),
-                    "tokens_per_touched_expert": tokens * k / touched if touched else 0.0,
-                    "busiest_expert_tokens": moe.routing.busiest_tokens(E, k, tokens),
-                    "expert_params_read": touched * expert_bytes * (model.num_layers - moe.dense_layers)}
+            return {
+                "tokens": tokens,
+                "experts_touched_per_layer": round(touched, 4),
+                "tokens_per_touched_expert": tokens * k / touched if touched else 0.0,
+                "busiest_expert_tokens": moe.routing.busiest_tokens(E, k, tokens),
+                "expert_params_read": touched
+                * expert_bytes
+                * (model.num_layers - moe.dense_layers),
+            }
 
-        out.update({"experts": E, "experts_per_token": k, "shared_experts": moe.shared_experts,
-                    "dense_layers": moe.dense_layers, "routing": moe.routing.describe(),
-                    "prefill": phase(prefill_tokens), "decode": phase(decode_tokens)})
+        out.update(
+            {
+                "experts": E,
+                "experts_per_token": k,
+                "shared_experts": moe.shared_experts,
+                "dense_layers": moe.dense_layers,
+                "routing": moe.routing.describe(),
+                "prefill": phase(prefill_tokens),
+                "decode": phase(decode_tokens),
+            }
+        )
     elements, holds = kv_elements_per_token(model, context_tokens + 1)
     out["kv_cache"] = {"holds": holds, "bytes_per_sequence": elements * kv_dtype_bytes}
     return out

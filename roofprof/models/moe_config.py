@@ -27,8 +27,17 @@ from typing import Any
 
 from roofprof.errors import ConfigError
 
-__all__ = ["UNIFORM", "AttentionPattern", "MlaSpec", "MoeSpec", "ParamCounts", "Routing", "family_fields",
-           "kv_elements_per_token", "param_counts"]
+__all__ = [
+    "UNIFORM",
+    "AttentionPattern",
+    "MlaSpec",
+    "MoeSpec",
+    "ParamCounts",
+    "Routing",
+    "family_fields",
+    "kv_elements_per_token",
+    "param_counts",
+]
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,10 @@ class Routing:
             weights = [(i + 1) ** -self.exponent for i in range(experts)]
         else:
             if len(self.shares) != experts:
-                raise ConfigError(f"routing {self.source or 'shares'} gives {len(self.shares)} experts; "
-                                  f"the model has {experts}")
+                raise ConfigError(
+                    f"routing {self.source or 'shares'} gives {len(self.shares)} experts; "
+                    f"the model has {experts}"
+                )
             weights = list(self.shares)
         if sum(1 for w in weights if w > 0) < k:
             raise ConfigError(f"routing {self.source or 'shares'} loads fewer than k = {k} experts")
@@ -87,10 +98,14 @@ class Routing:
         if self.kind == "uniform":
             return "uniform routing (each token picks k of E experts at random): E·(1 − (1 − k/E)^T) experts touched"
         if self.kind == "zipf":
-            return (f"Zipf routing (expert i's share ∝ i^-{self.exponent:g}); expert i touched with "
-                    "probability 1 − (1 − min(1, k·share_i))^T")
-        return (f"measured routing ({self.source}); expert i touched with probability "
-                "1 − (1 − min(1, k·share_i))^T")
+            return (
+                f"Zipf routing (expert i's share ∝ i^-{self.exponent:g}); expert i touched with "
+                "probability 1 − (1 − min(1, k·share_i))^T"
+            )
+        return (
+            f"measured routing ({self.source}); expert i touched with probability "
+            "1 − (1 − min(1, k·share_i))^T"
+        )
 
 
 def _capped(weights: list[float], k: int) -> tuple[float, ...]:
@@ -178,8 +193,16 @@ class MlaSpec:
     def params(self, hidden: int, heads: int) -> int:
         """Parameters of one MLA block (projections and the two low-rank norms)."""
         ql, kvl = self.q_lora_rank, self.kv_lora_rank
-        q = (hidden * ql + ql + ql * heads * self.qk_head_dim) if ql else hidden * heads * self.qk_head_dim
-        kv = hidden * (kvl + self.qk_rope_head_dim) + kvl + kvl * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        q = (
+            (hidden * ql + ql + ql * heads * self.qk_head_dim)
+            if ql
+            else hidden * heads * self.qk_head_dim
+        )
+        kv = (
+            hidden * (kvl + self.qk_rope_head_dim)
+            + kvl
+            + kvl * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        )
         return q + kv + heads * self.v_head_dim * hidden
 
 
@@ -249,8 +272,9 @@ def kv_elements_per_token(m: Any, tokens: int) -> tuple[float, str]:
     window = m.sliding_window
     if sliding and window is not None:
         full = m.num_layers - sliding
-        return float(row * (full * tokens + sliding * min(tokens, window))), \
-            f"K and V; {sliding} layers capped at {window} tokens"
+        return float(
+            row * (full * tokens + sliding * min(tokens, window))
+        ), f"K and V; {sliding} layers capped at {window} tokens"
     return float(row * m.num_layers * m.kv_tokens(tokens)), "K and V"
 
 
@@ -274,8 +298,12 @@ def _int(cfg: Mapping[str, Any], key: str, label: str, minimum: int = 1) -> int:
     value = cfg.get(key)
     if value is None:
         raise ConfigError(f"{label}: missing field {key!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not value.is_integer()) or not minimum <= value <= 2**31 - 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not value.is_integer())
+        or not minimum <= value <= 2**31 - 1
+    ):
         kind = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
         raise ConfigError(f"{label}: field {key!r} must be {kind}, got {value!r}")
     return int(value)
@@ -290,11 +318,15 @@ def _flag(cfg: Mapping[str, Any], key: str, default: bool, label: str) -> bool:
     return value
 
 
-def _moe(cfg: Mapping[str, Any], label: str, experts_key: str, inter_key: str, **extra: Any) -> MoeSpec:
+def _moe(
+    cfg: Mapping[str, Any], label: str, experts_key: str, inter_key: str, **extra: Any
+) -> MoeSpec:
     experts = _int(cfg, experts_key, label)
     k = _int(cfg, "num_experts_per_tok", label)
     if k > experts:
-        raise ConfigError(f"{label}: num_experts_per_tok {k} is more than the {experts} experts ({experts_key})")
+        raise ConfigError(
+            f"{label}: num_experts_per_tok {k} is more than the {experts} experts ({experts_key})"
+        )
     return MoeSpec(experts, k, _int(cfg, inter_key, label), **extra)
 
 
@@ -304,33 +336,56 @@ def _unmodelled(label: str, what: str) -> ConfigError:
 
 def _mixtral(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
     window = None if cfg.get("sliding_window") is None else _int(cfg, "sliding_window", label)
-    return {"moe": _moe(cfg, label, "num_local_experts", "intermediate_size"), "sliding_window": window}
+    return {
+        "moe": _moe(cfg, label, "num_local_experts", "intermediate_size"),
+        "sliding_window": window,
+    }
 
 
 def _qwen3_moe(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
     if _flag(cfg, "use_sliding_window", False, label):
         raise _unmodelled(label, "field 'use_sliding_window' true (per-layer windows)")
     if cfg.get("decoder_sparse_step", 1) != 1:
-        raise _unmodelled(label, f"field 'decoder_sparse_step' {cfg.get('decoder_sparse_step')!r} "
-                                 "(MoE on every n-th layer; only 1 is)")
+        raise _unmodelled(
+            label,
+            f"field 'decoder_sparse_step' {cfg.get('decoder_sparse_step')!r} "
+            "(MoE on every n-th layer; only 1 is)",
+        )
     if cfg.get("mlp_only_layers"):
         raise _unmodelled(label, "field 'mlp_only_layers' (dense layers between MoE layers)")
     if cfg.get("shared_expert_intermediate_size"):
-        raise _unmodelled(label, "field 'shared_expert_intermediate_size' (Qwen2-MoE's gated shared expert)")
-    return {"moe": _moe(cfg, label, "num_experts", "moe_intermediate_size"), "qk_norm": True,
-            "attention_bias": _flag(cfg, "attention_bias", False, label)}
+        raise _unmodelled(
+            label, "field 'shared_expert_intermediate_size' (Qwen2-MoE's gated shared expert)"
+        )
+    return {
+        "moe": _moe(cfg, label, "num_experts", "moe_intermediate_size"),
+        "qk_norm": True,
+        "attention_bias": _flag(cfg, "attention_bias", False, label),
+    }
 
 
 def _deepseek_v3(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
     layers = _int(cfg, "num_hidden_layers", label)
-    dense = _int(cfg, "first_k_dense_replace", label, minimum=0) if "first_k_dense_replace" in cfg else 0
+    dense = (
+        _int(cfg, "first_k_dense_replace", label, minimum=0)
+        if "first_k_dense_replace" in cfg
+        else 0
+    )
     if dense > layers:
-        raise ConfigError(f"{label}: first_k_dense_replace {dense} is more than num_hidden_layers {layers}")
+        raise ConfigError(
+            f"{label}: first_k_dense_replace {dense} is more than num_hidden_layers {layers}"
+        )
     if cfg.get("moe_layer_freq", 1) != 1:
-        raise _unmodelled(label, f"field 'moe_layer_freq' {cfg.get('moe_layer_freq')!r} (only 1 is)")
+        raise _unmodelled(
+            label, f"field 'moe_layer_freq' {cfg.get('moe_layer_freq')!r} (only 1 is)"
+        )
     if _flag(cfg, "attention_bias", False, label):
         raise _unmodelled(label, "field 'attention_bias' true for MLA")
-    shared = _int(cfg, "n_shared_experts", label, minimum=0) if cfg.get("n_shared_experts") is not None else 0
+    shared = (
+        _int(cfg, "n_shared_experts", label, minimum=0)
+        if cfg.get("n_shared_experts") is not None
+        else 0
+    )
     groups = cfg.get("n_group")
     if groups is not None:
         n_group, topk_group = _int(cfg, "n_group", label), _int(cfg, "topk_group", label)
@@ -338,35 +393,72 @@ def _deepseek_v3(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
             raise ConfigError(f"{label}: topk_group {topk_group} is more than n_group {n_group}")
         groups = (n_group, topk_group)
     inter = _int(cfg, "moe_intermediate_size", label)
-    moe = _moe(cfg, label, "n_routed_experts", "moe_intermediate_size", shared_experts=shared,
-               shared_intermediate_size=inter if shared else 0, dense_layers=dense,
-               router_bias=cfg.get("topk_method", "noaux_tc") == "noaux_tc", groups=groups)
+    moe = _moe(
+        cfg,
+        label,
+        "n_routed_experts",
+        "moe_intermediate_size",
+        shared_experts=shared,
+        shared_intermediate_size=inter if shared else 0,
+        dense_layers=dense,
+        router_bias=cfg.get("topk_method", "noaux_tc") == "noaux_tc",
+        groups=groups,
+    )
     q_lora = None if cfg.get("q_lora_rank") is None else _int(cfg, "q_lora_rank", label)
-    mla = MlaSpec(q_lora, _int(cfg, "kv_lora_rank", label), _int(cfg, "qk_nope_head_dim", label),
-                  _int(cfg, "qk_rope_head_dim", label), _int(cfg, "v_head_dim", label))
+    mla = MlaSpec(
+        q_lora,
+        _int(cfg, "kv_lora_rank", label),
+        _int(cfg, "qk_nope_head_dim", label),
+        _int(cfg, "qk_rope_head_dim", label),
+        _int(cfg, "v_head_dim", label),
+    )
     return {"moe": moe, "mla": mla, "head_dim": mla.qk_head_dim}
 
 
 def _gpt_oss(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
-    moe = _moe(cfg, label, "num_local_experts", "intermediate_size", router_bias=True, expert_bias=True,
-               activation="clamped_swiglu")
-    if cfg.get("experts_per_token") is not None and cfg["experts_per_token"] != moe.experts_per_token:
-        raise ConfigError(f"{label}: experts_per_token {cfg['experts_per_token']!r} contradicts "
-                          f"num_experts_per_tok {moe.experts_per_token}")
+    moe = _moe(
+        cfg,
+        label,
+        "num_local_experts",
+        "intermediate_size",
+        router_bias=True,
+        expert_bias=True,
+        activation="clamped_swiglu",
+    )
+    if (
+        cfg.get("experts_per_token") is not None
+        and cfg["experts_per_token"] != moe.experts_per_token
+    ):
+        raise ConfigError(
+            f"{label}: experts_per_token {cfg['experts_per_token']!r} contradicts "
+            f"num_experts_per_tok {moe.experts_per_token}"
+        )
     layers = _int(cfg, "num_hidden_layers", label)
     types = cfg.get("layer_types")
     if types is None:
         types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
     if not isinstance(types, list) or len(types) != layers:
         raise ConfigError(f"{label}: field 'layer_types' must list one type per layer ({layers})")
-    unknown = sorted({t for t in types if t not in ("sliding_attention", "full_attention")}, key=str)
+    unknown = sorted(
+        {t for t in types if t not in ("sliding_attention", "full_attention")}, key=str
+    )
     if unknown:
         raise _unmodelled(label, f"layer type {unknown[0]!r} in 'layer_types'")
     sliding = sum(t == "sliding_attention" for t in types)
     window = _int(cfg, "sliding_window", label) if sliding else None
-    return {"moe": moe, "sliding_window": window,
-            "attention_bias": _flag(cfg, "attention_bias", True, label),
-            "pattern": AttentionPattern(sliding, sinks=True, o_bias=_flag(cfg, "attention_bias", True, label))}
+    return {
+        "moe": moe,
+        "sliding_window": window,
+        "attention_bias": _flag(cfg, "attention_bias", True, label),
+        "pattern": AttentionPattern(
+            sliding, sinks=True, o_bias=_flag(cfg, "attention_bias", True, label)
+        ),
+    }
 
 
-_READERS = {"mixtral": _mixtral, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss}
+_READERS = {
+    "mixtral": _mixtral,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v3": _deepseek_v3,
+    "gpt_oss": _gpt_oss,
+}

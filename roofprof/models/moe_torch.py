@@ -28,11 +28,21 @@ import torch.nn.functional as F
 
 from roofprof.models.llama_torch import silu_mul
 
-__all__ = ["PREPARERS", "dispatch", "expert_combine_", "expert_linear", "batched_weight_copies", "expert_silu_mul", "moe_forward",
-           "topk_route"]
+__all__ = [
+    "PREPARERS",
+    "dispatch",
+    "expert_combine_",
+    "expert_linear",
+    "batched_weight_copies",
+    "expert_silu_mul",
+    "moe_forward",
+    "topk_route",
+]
 
 
-def topk_route(logits: torch.Tensor, k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_route(
+    logits: torch.Tensor, k: int, normalize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Routing weights ``[T, k]`` (activation dtype) and expert indices ``[T, k]`` of ``logits [T, E]``.
 
     Softmax in float32, top-k, the k weights renormalised to sum 1 (``normalize``), as
@@ -67,14 +77,21 @@ def expert_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return silu_mul(gate, up)
 
 
-def expert_combine_(out: torch.Tensor, y: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor,
-                    weights: torch.Tensor) -> torch.Tensor:
+def expert_combine_(
+    out: torch.Tensor, y: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
     """Add one expert's output ``y``, scaled by each token's routing weight, into ``out`` (in place)."""
     return out.index_add_(0, tok, y * weights[tok, pos, None])
 
 
-def moe_forward(x: torch.Tensor, router: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, k: int,
-                normalize: bool = True) -> torch.Tensor:
+def moe_forward(
+    x: torch.Tensor,
+    router: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    k: int,
+    normalize: bool = True,
+) -> torch.Tensor:
     """The MoE MLP of ``x [T, H]``: router ``[E, H]``, gate_up ``[E, 2I, H]``, down ``[E, H, I]``."""
     weights, index = topk_route(F.linear(x, router), k, normalize)
     out = torch.zeros_like(x)
@@ -105,9 +122,15 @@ def _route(ops: Any, op: Any):
         top = -np.sort(-p, axis=-1)[:, :k]
         return ops.to_numpy(out[rows]), top / top.sum(-1, keepdims=True)
 
-    return ops.prepared(op, [lambda: dispatch(topk_route(logits, k)[1], experts)], reference, op.n,
-                         8, "softmax (float32), top-k, renormalise, one-hot dispatch (transformers' eager)",
-                         [logits])
+    return ops.prepared(
+        op,
+        [lambda: dispatch(topk_route(logits, k)[1], experts)],
+        reference,
+        op.n,
+        8,
+        "softmax (float32), top-k, renormalise, one-hot dispatch (transformers' eager)",
+        [logits],
+    )
 
 
 def _groups(op: Any, device: Any) -> list[torch.Tensor]:
@@ -130,8 +153,10 @@ def batched_weight_copies(ops: Any, op: Any) -> int:
     if ops.memory_bytes is not None and copies * weight_bytes > ops.memory_bytes:
         from roofprof.errors import ConfigError
 
-        raise ConfigError(f"op {op.name}: weights need {copies * weight_bytes / 1e9:.2f} GB, "
-                          f"{ops.memory_bytes / 1e9:.2f} GB free")
+        raise ConfigError(
+            f"op {op.name}: weights need {copies * weight_bytes / 1e9:.2f} GB, "
+            f"{ops.memory_bytes / 1e9:.2f} GB free"
+        )
     return copies
 
 
@@ -141,7 +166,7 @@ def _moe_linear(ops: Any, op: Any):
     x = ops.randn((op.m * op.batch, op.k), op)
     groups = _groups(op, x.device)
     xs = [x[tok] for tok in groups]
-    sets = [ops.randn((op.batch, op.n, op.k), op, std=op.k ** -0.5) for _ in range(copies)]
+    sets = [ops.randn((op.batch, op.n, op.k), op, std=op.k**-0.5) for _ in range(copies)]
 
     def run(w):
         if gathered:
@@ -153,10 +178,16 @@ def _moe_linear(ops: Any, op: Any):
         out = ops.to_numpy(run(sets[0])[-1][rows])
         return out, ops.to_numpy(xs[-1][rows]) @ ops.to_numpy(sets[0][-1]).T
 
-    return ops.prepared(op, [(lambda w=w: run(w)) for w in sets], reference, op.k, op.batch,
-                         f"F.linear per touched expert ({op.batch} × {op.m} rows"
-                         f"{', rows gathered' if gathered else ''}), weights rotated over {copies} copies",
-                         [x, xs, sets])
+    return ops.prepared(
+        op,
+        [(lambda w=w: run(w)) for w in sets],
+        reference,
+        op.k,
+        op.batch,
+        f"F.linear per touched expert ({op.batch} × {op.m} rows"
+        f"{', rows gathered' if gathered else ''}), weights rotated over {copies} copies",
+        [x, xs, sets],
+    )
 
 
 def _moe_silu_mul(ops: Any, op: Any):
@@ -164,11 +195,18 @@ def _moe_silu_mul(ops: Any, op: Any):
 
     def reference():
         rows = ops.sample_rows(op.m)
-        g, u = ops.to_numpy(parts[-1][rows, :op.n]), ops.to_numpy(parts[-1][rows, op.n:])
+        g, u = ops.to_numpy(parts[-1][rows, : op.n]), ops.to_numpy(parts[-1][rows, op.n :])
         return ops.to_numpy(expert_silu_mul(parts[-1])[rows]), g / (1 + np.exp(-g)) * u
 
-    return ops.prepared(op, [lambda: [expert_silu_mul(p) for p in parts]], reference, 1, 3 * op.batch,
-                         "chunk, F.silu(gate) * up per touched expert", [parts])
+    return ops.prepared(
+        op,
+        [lambda: [expert_silu_mul(p) for p in parts]],
+        reference,
+        1,
+        3 * op.batch,
+        "chunk, F.silu(gate) * up per touched expert",
+        [parts],
+    )
 
 
 def _moe_combine(ops: Any, op: Any):
@@ -191,14 +229,31 @@ def _moe_combine(ops: Any, op: Any):
     def reference():
         acc = np.zeros((tokens, op.n))
         for y, t, p in zip(ys, toks, pos, strict=True):
-            np.add.at(acc, ops.to_numpy(t).astype(int), ops.to_numpy(y) * ops.to_numpy(weights)[ops.to_numpy(t).astype(int),
-                                                                                 ops.to_numpy(p).astype(int), None])
+            np.add.at(
+                acc,
+                ops.to_numpy(t).astype(int),
+                ops.to_numpy(y)
+                * ops.to_numpy(weights)[
+                    ops.to_numpy(t).astype(int), ops.to_numpy(p).astype(int), None
+                ],
+            )
         return ops.to_numpy(call()), acc
 
-    return ops.prepared(op, [call], reference, k, 1 + 2 * op.batch,
-                         "zeros, then per touched expert: scale by routing weight, index_add_", [ys, weights])
+    return ops.prepared(
+        op,
+        [call],
+        reference,
+        k,
+        1 + 2 * op.batch,
+        "zeros, then per touched expert: scale by routing weight, index_add_",
+        [ys, weights],
+    )
 
 
 #: ``Op.fn`` -> preparer ``(torch_ops, op) -> PreparedTorchOp`` for the MoE ops.
-PREPARERS = {"topk_route": _route, "moe_linear": _moe_linear, "moe_silu_mul": _moe_silu_mul,
-             "moe_combine": _moe_combine}
+PREPARERS = {
+    "topk_route": _route,
+    "moe_linear": _moe_linear,
+    "moe_silu_mul": _moe_silu_mul,
+    "moe_combine": _moe_combine,
+}

@@ -24,9 +24,12 @@ __all__ = ["ROLES", "accepts", "ops"]
 
 _CONFIG = CONFIGS["phi3"]
 #: Phi-3 op name -> (fn, chart group, short label): Llama's with the fused projections.
-ROLES = {**llama.ROLES, "qkv_proj": ("linear", OP_GROUPS[1], "qkv"),
-         "gate_up_proj": ("linear", OP_GROUPS[2], "gateup"),
-         "silu_mul": ("chunk_silu_mul", OP_GROUPS[4], "silu")}
+ROLES = {
+    **llama.ROLES,
+    "qkv_proj": ("linear", OP_GROUPS[1], "qkv"),
+    "gate_up_proj": ("linear", OP_GROUPS[2], "gateup"),
+    "silu_mul": ("chunk_silu_mul", OP_GROUPS[4], "silu"),
+}
 
 
 def accepts(config: Mapping[str, Any]) -> bool:
@@ -50,7 +53,7 @@ class _Builder(llama._Builder):
         names = [op.name for op in ops]
         rows, h = self.rows, self.model.hidden_size
         q = names.index("q_proj")
-        ops[q:q + 3] = [self.gemm("qkv_proj", rows, self.q_size + 2 * self.kv_size, h)]
+        ops[q : q + 3] = [self.gemm("qkv_proj", rows, self.q_size + 2 * self.kv_size, h)]
         g = [op.name for op in ops].index("gate_proj")
-        ops[g:g + 2] = [self.gemm("gate_up_proj", rows, 2 * self.inter, h)]
+        ops[g : g + 2] = [self.gemm("gate_up_proj", rows, 2 * self.inter, h)]
         return ops

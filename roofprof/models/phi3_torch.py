@@ -26,7 +26,15 @@ from roofprof.models.llama_torch import KVCache, LlamaLayer, TorchLlama
 from roofprof.models.llama_torch import hf_config as llama_hf_config
 from roofprof.specs import ModelSpec
 
-__all__ = ["PREPARERS", "Phi3Layer", "TorchPhi3", "build", "chunk_silu_mul", "hf_config", "new_cache"]
+__all__ = [
+    "PREPARERS",
+    "Phi3Layer",
+    "TorchPhi3",
+    "build",
+    "chunk_silu_mul",
+    "hf_config",
+    "new_cache",
+]
 
 
 def chunk_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -55,8 +63,8 @@ class Phi3Layer(LlamaLayer):
         m, d = self.m, self.m.head_dim
         qkv = self.qkv_proj(hs)
         q = qkv[..., : m.q_size].view(b, s, -1, d).transpose(1, 2)
-        k = qkv[..., m.q_size: m.q_size + m.kv_size].view(b, s, -1, d).transpose(1, 2)
-        v = qkv[..., m.q_size + m.kv_size:].view(b, s, -1, d).transpose(1, 2)
+        k = qkv[..., m.q_size : m.q_size + m.kv_size].view(b, s, -1, d).transpose(1, 2)
+        v = qkv[..., m.q_size + m.kv_size :].view(b, s, -1, d).transpose(1, 2)
         return q, k, v
 
     def mlp(self, hs):
@@ -76,8 +84,15 @@ def new_cache(spec: ModelSpec) -> KVCache:
 
 def build(spec: ModelSpec, dtype: torch.dtype, device: str, attention: str) -> nn.Module:
     """The plain-torch Phi-3 model of ``spec``, random weights."""
-    return TorchPhi3(spec, dtype=dtype, device=device, attention=attention, rope_theta=spec.rope_theta,
-                     rope_scaling=spec.rope_scaling_dict, eps=spec.rms_norm_eps).eval()
+    return TorchPhi3(
+        spec,
+        dtype=dtype,
+        device=device,
+        attention=attention,
+        rope_theta=spec.rope_theta,
+        rope_scaling=spec.rope_scaling_dict,
+        eps=spec.rms_norm_eps,
+    ).eval()
 
 
 def hf_config(spec: ModelSpec) -> dict[str, Any]:
@@ -97,11 +112,18 @@ def _prepare_chunk_silu_mul(ops, op):
         import numpy as np
 
         xr = ops.to_numpy(x[rows])
-        gate, up = xr[:, : op.n], xr[:, op.n:]
+        gate, up = xr[:, : op.n], xr[:, op.n :]
         return ops.to_numpy(chunk_silu_mul(x)[rows]), up * gate / (1 + np.exp(-gate))
 
-    return ops.prepared(op, [lambda: chunk_silu_mul(x)], reference, 1, 2,
-                        "gate_up.chunk(2); up * F.silu(gate) (strided halves)", [x])
+    return ops.prepared(
+        op,
+        [lambda: chunk_silu_mul(x)],
+        reference,
+        1,
+        2,
+        "gate_up.chunk(2); up * F.silu(gate) (strided halves)",
+        [x],
+    )
 
 
 #: ``Op.fn`` -> preparer for :class:`roofprof.torch_ops.TorchOps`: the fused-MLP activation.

@@ -25,8 +25,11 @@ __all__ = ["ROLES", "accepts", "ops"]
 
 _CONFIG = CONFIGS["qwen3"]
 #: Qwen3 op name -> (fn, chart group, short label): Llama's plus the q/k norms.
-ROLES = {**llama.ROLES, "q_norm": ("rmsnorm", OP_GROUPS[4], "qnorm"),
-         "k_norm": ("rmsnorm", OP_GROUPS[4], "knorm")}
+ROLES = {
+    **llama.ROLES,
+    "q_norm": ("rmsnorm", OP_GROUPS[4], "qnorm"),
+    "k_norm": ("rmsnorm", OP_GROUPS[4], "knorm"),
+}
 
 
 def accepts(config: Mapping[str, Any]) -> bool:
@@ -45,13 +48,24 @@ class _Builder(llama._Builder):
     def head_norm(self, name: str, rows: int, size: int) -> Op:
         """RMSNorm over each head_dim slice of ``size`` elements (~4 FLOP each, weight head_dim)."""
         d = self.model.head_dim
-        return self.elementwise(name, "norm", rows, size, 4.0, rows * size, rows * size, d * self.e,
-                                weight_bytes=d * self.e)
+        return self.elementwise(
+            name,
+            "norm",
+            rows,
+            size,
+            4.0,
+            rows * size,
+            rows * size,
+            d * self.e,
+            weight_bytes=d * self.e,
+        )
 
     def _ops(self) -> list[Op]:
         ops = super()._ops()
         at = next(i for i, op in enumerate(ops) if op.name == "rope")
         if self.model.qk_norm:
-            ops[at:at] = [self.head_norm("q_norm", self.rows, self.q_size),
-                          self.head_norm("k_norm", self.rows, self.kv_size)]
+            ops[at:at] = [
+                self.head_norm("q_norm", self.rows, self.q_size),
+                self.head_norm("k_norm", self.rows, self.kv_size),
+            ]
         return ops

@@ -26,13 +26,25 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     """Keyword arguments of transformers' ``Qwen3MoeConfig`` for ``spec`` (eager experts path)."""
     moe = spec.moe
     kw: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-        moe_intermediate_size=moe.expert_intermediate_size, num_experts=moe.experts,
-        num_experts_per_tok=moe.experts_per_token, norm_topk_prob=True, decoder_sparse_step=1,
-        mlp_only_layers=[], num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
-        tie_word_embeddings=spec.tie_word_embeddings, rope_theta=spec.rope_theta,
-        rms_norm_eps=spec.rms_norm_eps, attention_bias=spec.attention_bias, experts_implementation="eager")
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        moe_intermediate_size=moe.expert_intermediate_size,
+        num_experts=moe.experts,
+        num_experts_per_tok=moe.experts_per_token,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps,
+        attention_bias=spec.attention_bias,
+        experts_implementation="eager",
+    )
     if spec.max_position_embeddings < 2**31 - 1:
         kw["max_position_embeddings"] = spec.max_position_embeddings
     return kw
@@ -45,8 +57,10 @@ def build(spec: ModelSpec, dtype, device, attention: str) -> mixtral_torch.Torch
         ConfigError: ``attention_bias`` true (the plain-torch model has no q/k/v biases).
     """
     if spec.attention_bias:
-        raise ConfigError(f"{spec.id}: attention_bias true has no plain-torch Qwen3-MoE model; "
-                          "use the transformers backend")
+        raise ConfigError(
+            f"{spec.id}: attention_bias true has no plain-torch Qwen3-MoE model; "
+            "use the transformers backend"
+        )
     return mixtral_torch.build(spec, dtype, device, attention)
 
 

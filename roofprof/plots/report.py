@@ -15,16 +15,30 @@ from roofprof.plots import pyplot, save
 from roofprof.units import si as _si
 from roofprof.workload import OP_GROUPS
 
-__all__ = ["breakdown_chart", "clock_chart", "estimator_chart", "roofline_chart",
-           "sweep_chart"]
+__all__ = ["breakdown_chart", "clock_chart", "estimator_chart", "roofline_chart", "sweep_chart"]
 
 PHASE_STYLE = {"prefill": ("tab:red", "^"), "decode": ("tab:blue", "o")}
-LEVEL_COLOR = {"dram": "tab:blue", "l3": "tab:cyan", "l2": "tab:green", "l1": "tab:olive",
-               "smem": "tab:purple"}
-GROUP_COLOR = dict(zip(OP_GROUPS, ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green",
-                                   "tab:red"), strict=True))
-ESTIMATOR_COLOR = {"spec": "tab:gray", "empirical": "tab:cyan", "measured": "tab:blue",
-                   "measured-no-launch": "lightsteelblue", "real": "black"}
+LEVEL_COLOR = {
+    "dram": "tab:blue",
+    "l3": "tab:cyan",
+    "l2": "tab:green",
+    "l1": "tab:olive",
+    "smem": "tab:purple",
+}
+GROUP_COLOR = dict(
+    zip(
+        OP_GROUPS,
+        ("tab:purple", "tab:blue", "tab:orange", "tab:gray", "tab:green", "tab:red"),
+        strict=True,
+    )
+)
+ESTIMATOR_COLOR = {
+    "spec": "tab:gray",
+    "empirical": "tab:cyan",
+    "measured": "tab:blue",
+    "measured-no-launch": "lightsteelblue",
+    "real": "black",
+}
 
 
 def _group(op: Any) -> str:
@@ -36,8 +50,15 @@ def _group(op: Any) -> str:
 # --------------------------------------------------------------------------- roofline
 
 
-def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: str = "fp32",
-                   title: str = "", path: str | Path | None = None) -> bytes:
+def roofline_chart(
+    roofline,
+    profiles: Mapping[str, Any],
+    *,
+    spec=None,
+    dtype: str = "fp32",
+    title: str = "",
+    path: str | Path | None = None,
+) -> bytes:
     """Measured ceilings (solid), datasheet ceilings (dashed), and every measured op placed on them.
 
     ``profiles`` maps phase → :class:`~roofprof.profiling.ProfileResult`; each op with a chosen
@@ -99,8 +120,13 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
                 xytext=(0, -11),
                 textcoords="offset points",
             )
-        ax.annotate(f"{peaks[0].name}: {_si(peak, 'FLOP/s')} ({tag})", (grid[5], peak), fontsize=8,
-                    xytext=(0, 3), textcoords="offset points")
+        ax.annotate(
+            f"{peaks[0].name}: {_si(peak, 'FLOP/s')} ({tag})",
+            (grid[5], peak),
+            fontsize=8,
+            xytext=(0, 3),
+            textcoords="offset points",
+        )
         ridge = peak / r.memory_bandwidth("dram") if "dram" in r.levels else None
         if ridge and style == "-":
             ax.axvline(ridge, color="gray", ls=":", lw=1)
@@ -131,8 +157,13 @@ def roofline_chart(roofline, profiles: Mapping[str, Any], *, spec=None, dtype: s
     ] = {}  # ops measured as one shape sit on one spot: one label "q/o"
     for phase, name, x, y in points:
         merged.setdefault((phase, x, y), []).append(name)
-    _label_points(ax, [("/".join(names), x, y, PHASE_STYLE.get(phase, ("black", ""))[0])
-                       for (phase, x, y), names in merged.items()])
+    _label_points(
+        ax,
+        [
+            ("/".join(names), x, y, PHASE_STYLE.get(phase, ("black", ""))[0])
+            for (phase, x, y), names in merged.items()
+        ],
+    )
     ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum DRAM traffic)")
     ax.set_ylabel(f"performance ({dtype} FLOP/s)")
     ax.set_title(title or "Roofline with every measured op")
@@ -193,8 +224,11 @@ def breakdown_chart(
     """
     plt = pyplot()
     labels = list(predictions)
-    comm = any(o.op.kind == "communication" for p in predictions.values()
-               for o in getattr(getattr(p, "decode", None), "ops", ()))
+    comm = any(
+        o.op.kind == "communication"
+        for p in predictions.values()
+        for o in getattr(getattr(p, "decode", None), "ops", ())
+    )
     shown = OP_GROUPS if comm else OP_GROUPS[:5]
     fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.62 * max(len(labels), 1)), dpi=100)
     for ax, phase in zip(axes, ("prefill", "decode"), strict=True):
@@ -206,8 +240,14 @@ def breakdown_chart(
                 groups[_group(o.op)] += o.seconds
             left = 0.0
             for g, v in groups.items():
-                ax.barh(i, v, left=left, color=GROUP_COLOR[g], edgecolor="white",
-                        label=g if (i == 0 and phase == "prefill") else None)
+                ax.barh(
+                    i,
+                    v,
+                    left=left,
+                    color=GROUP_COLOR[g],
+                    edgecolor="white",
+                    label=g if (i == 0 and phase == "prefill") else None,
+                )
                 left += v
             ax.annotate(
                 _si(left, "s"), (left, i), xytext=(4, -3), textcoords="offset points", fontsize=8
@@ -215,8 +255,13 @@ def breakdown_chart(
         if real is not None:
             value = real.prefill_s if phase == "prefill" else real.decode_s
             ax.axvline(value, color="black", lw=1.6)
-            ax.annotate(f"real {_si(value, 's')}", (value, len(labels) - 0.5), xytext=(3, 0),
-                        textcoords="offset points", fontsize=8)
+            ax.annotate(
+                f"real {_si(value, 's')}",
+                (value, len(labels) - 0.5),
+                xytext=(3, 0),
+                textcoords="offset points",
+                fontsize=8,
+            )
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels(labels)
         ax.invert_yaxis()

@@ -86,8 +86,14 @@ def plot_roofline(
     for p, color in zip(points, colors, strict=False):
         if not (math.isfinite(p.intensity) and p.flops_per_s > 0):
             continue
-        ax.scatter([p.intensity], [p.flops_per_s], s=28, color=color or "black", zorder=5,
-                   marker="o" if p.source != "measured" else "D")
+        ax.scatter(
+            [p.intensity],
+            [p.flops_per_s],
+            s=28,
+            color=color or "black",
+            zorder=5,
+            marker="o" if p.source != "measured" else "D",
+        )
         ax.annotate(
             p.name,
             (p.intensity, p.flops_per_s),
@@ -121,8 +127,10 @@ def plot_prediction(prediction, path: str | Path) -> Path:
                 Point(f"{op.phase[0]}:{op.name}", op.flops, op.bytes, o.estimate.seconds, op.dtype)
             )
             colors.append(_PHASE_COLOR[op.phase])
-    title = (f"{prediction.model.id} on {prediction.machine} ({prediction.estimator}): "
-             f"prefill ops red, decode ops blue")
+    title = (
+        f"{prediction.model.id} on {prediction.machine} ({prediction.estimator}): "
+        f"prefill ops red, decode ops blue"
+    )
     return plot_roofline(
         roof,
         points,

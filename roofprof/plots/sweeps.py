@@ -69,8 +69,15 @@ def plot_staircase(result: Any, path: str | Path, *, title: str | None = None) -
             continue
         color = _PROBE_COLORS[i % len(_PROBE_COLORS)]
         xs = [p["working_set_bytes"] for p in points]
-        ax.plot(xs, [p["best_bytes_per_s"] / 1e9 for p in points], "o-", color=color, ms=4, lw=1.4,
-                label=f"{probe} (best of each size)")
+        ax.plot(
+            xs,
+            [p["best_bytes_per_s"] / 1e9 for p in points],
+            "o-",
+            color=color,
+            ms=4,
+            lw=1.4,
+            label=f"{probe} (best of each size)",
+        )
         ax.plot(
             xs,
             [p["median_bytes_per_s"] / 1e9 for p in points],
@@ -171,8 +178,14 @@ def plot_intensity_sweep(result: Any, path: str | Path, *, title: str | None = N
                 color=color,
                 label=f"{probe}: measured (best), smaller working set (compute-bound)",
             )
-        ax.plot(xs, [p["median_flops_per_s"] / 1e9 for p in pts], ".", color=color, alpha=0.45,
-                label=f"{probe}: measured (median)")
+        ax.plot(
+            xs,
+            [p["median_flops_per_s"] / 1e9 for p in pts],
+            ".",
+            color=color,
+            alpha=0.45,
+            label=f"{probe}: measured (median)",
+        )
         if roof is None:
             continue
         try:

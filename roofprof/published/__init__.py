@@ -32,6 +32,20 @@ from roofprof.published.corpus import (
     published_sources,
 )
 
-__all__ = ["ESTIMATORS", "Case", "CeilingRecord", "PublishedRow", "PublishedValidation", "Skipped", "case_seconds",
-           "cases", "ceiling_gpus", "load_end_to_end", "load_microbenchmarks", "published_roofline",
-           "published_sources", "summarize", "validate_published"]
+__all__ = [
+    "ESTIMATORS",
+    "Case",
+    "CeilingRecord",
+    "PublishedRow",
+    "PublishedValidation",
+    "Skipped",
+    "case_seconds",
+    "cases",
+    "ceiling_gpus",
+    "load_end_to_end",
+    "load_microbenchmarks",
+    "published_roofline",
+    "published_sources",
+    "summarize",
+    "validate_published",
+]

@@ -22,9 +22,20 @@ from roofprof.serving import batched_run
 from roofprof.specs import list_models, load_gpu
 from roofprof.workload import Counting, Parallel, Scenario, Workload
 
-__all__ = ["PHASES", "SINGLE_PHASES", "Case", "Skipped", "base_roofline", "case_flops_bytes", "case_seconds", "cases",
-           "collectives",
-           "empirical_roofline", "spec_roofline", "workload"]
+__all__ = [
+    "PHASES",
+    "SINGLE_PHASES",
+    "Case",
+    "Skipped",
+    "base_roofline",
+    "case_flops_bytes",
+    "case_seconds",
+    "cases",
+    "collectives",
+    "empirical_roofline",
+    "spec_roofline",
+    "workload",
+]
 
 PHASES = ("decode", "prefill", "offline", "batched")
 #: Phases of one request at a time (batch 1, or an offline batch of 32 the calibration fits);
@@ -69,8 +80,13 @@ class Skipped:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"row": self.row_id, "model": self.model, "gpu": self.gpu, "engine": self.engine,
-                "reason": self.reason}
+        return {
+            "row": self.row_id,
+            "model": self.model,
+            "gpu": self.gpu,
+            "engine": self.engine,
+            "reason": self.reason,
+        }
 
 
 def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[Skipped]]:
@@ -78,6 +94,7 @@ def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[
     out: list[Case] = []
     skipped: list[Skipped] = []
     for r in rows if rows is not None else load_end_to_end():
+
         def skip(reason: str, r: PublishedRow = r) -> None:
             skipped.append(Skipped(r.id, r.model, r.gpu_id or r.gpu, r.engine, reason))
 
@@ -88,32 +105,86 @@ def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[
             skip(f"no shipped config {r.model_id!r}")
             continue
         try:
-            base = Scenario.of(r.model_id, "decode", batch=r.batch or 1, prompt_tokens=r.prompt_tokens or 1,
-                               dtype=r.dtype or "bf16", weights=r.weights, kv_dtype=r.kv_dtype,
-                               parallel=Parallel(tp=r.tp), convention=_counting(r.engine_profile))
+            base = Scenario.of(
+                r.model_id,
+                "decode",
+                batch=r.batch or 1,
+                prompt_tokens=r.prompt_tokens or 1,
+                dtype=r.dtype or "bf16",
+                weights=r.weights,
+                kv_dtype=r.kv_dtype,
+                parallel=Parallel(tp=r.tp),
+                convention=_counting(r.engine_profile),
+            )
         except RoofprofError as exc:
             skip(str(exc))
             continue
-        ctx = r.decode_context_tokens if r.decode_context_tokens is not None else (r.prompt_tokens or 0)
+        ctx = (
+            r.decode_context_tokens
+            if r.decode_context_tokens is not None
+            else (r.prompt_tokens or 0)
+        )
         if r.phase in ("decode", "decode+prefill") and r.figure("tpot_s"):
-            out.append(Case(r, "decode", "tpot_s", r.figure("tpot_s"), r.is_derived("tpot_s"),
-                            ((base.replace(context_tokens=ctx), 1),)))
+            out.append(
+                Case(
+                    r,
+                    "decode",
+                    "tpot_s",
+                    r.figure("tpot_s"),
+                    r.is_derived("tpot_s"),
+                    ((base.replace(context_tokens=ctx), 1),),
+                )
+            )
         if r.phase in ("prefill", "decode+prefill") and r.figure("ttft_s"):
-            out.append(Case(r, "prefill", "ttft_s", r.figure("ttft_s"), r.is_derived("ttft_s"),
-                            ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),)))
+            out.append(
+                Case(
+                    r,
+                    "prefill",
+                    "ttft_s",
+                    r.figure("ttft_s"),
+                    r.is_derived("ttft_s"),
+                    ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),),
+                )
+            )
         if r.phase == "offline" and r.figure("offline_run_s"):
-            out.append(Case(r, "offline", "offline_run_s", r.figure("offline_run_s"), True,
-                            ((base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),
-                             (base.replace(context_tokens=ctx), int(r.output_tokens or 0)))))
+            out.append(
+                Case(
+                    r,
+                    "offline",
+                    "offline_run_s",
+                    r.figure("offline_run_s"),
+                    True,
+                    (
+                        (base.replace(phase="prefill", context_tokens=r.prompt_tokens), 1),
+                        (base.replace(context_tokens=ctx), int(r.output_tokens or 0)),
+                    ),
+                )
+            )
         if r.phase == "batched" and r.figure("s_per_token"):
             try:
-                run = batched_run(base, batch=r.batch, prompt_tokens=r.prompt_tokens or 0,
-                                  output_tokens=r.output_tokens or 0, batching=r.batching or "static", gpu=r.gpu_id)
+                run = batched_run(
+                    base,
+                    batch=r.batch,
+                    prompt_tokens=r.prompt_tokens or 0,
+                    output_tokens=r.output_tokens or 0,
+                    batching=r.batching or "static",
+                    gpu=r.gpu_id,
+                )
             except RoofprofError as exc:
                 skip(str(exc))
                 continue
-            out.append(Case(r, "batched", "s_per_token", r.figure("s_per_token"), True, run.passes(),
-                            run.tokens(r.tokens_counted or "output"), run.batching))
+            out.append(
+                Case(
+                    r,
+                    "batched",
+                    "s_per_token",
+                    r.figure("s_per_token"),
+                    True,
+                    run.passes(),
+                    run.tokens(r.tokens_counted or "output"),
+                    run.batching,
+                )
+            )
     return out, skipped
 
 
@@ -133,7 +204,9 @@ def case_seconds(case: Case, estimator: Estimator) -> float:
     """Predicted seconds of ``case`` (every pass through ``estimator``, times its count);
     a tensor-parallel case's collectives are priced by :func:`collectives`."""
     comm = collectives(case.gpu) if case.row.tp > 1 else None
-    total = sum(n * estimate_phase(workload(s), estimator, comm).seconds for s, n in case.passes if n)
+    total = sum(
+        n * estimate_phase(workload(s), estimator, comm).seconds for s, n in case.passes if n
+    )
     return total / case.tokens
 
 

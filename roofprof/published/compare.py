@@ -57,8 +57,16 @@ from roofprof.rollup import RooflineEstimator
 from roofprof.roofline import Roofline
 from roofprof.specs import load_gpu
 
-__all__ = ["ESTIMATORS", "Case", "PublishedValidation", "Skipped", "case_seconds", "cases", "summarize",
-           "validate_published"]
+__all__ = [
+    "ESTIMATORS",
+    "Case",
+    "PublishedValidation",
+    "Skipped",
+    "case_seconds",
+    "cases",
+    "summarize",
+    "validate_published",
+]
 
 ESTIMATORS = ("spec", "empirical", "calibrated")
 
@@ -76,8 +84,11 @@ def _achieved(case: Case, seconds: float) -> dict[str, float | None]:
     else:
         rate = flops / seconds
         out["mfu_datasheet"] = rate / spec.compute_peak(dtype) if dtype in spec.dtypes else None
-        out["mfu_published"] = (rate / emp.compute_peak(dtype) if isinstance(emp, Roofline) and dtype in emp.dtypes
-                                else None)
+        out["mfu_published"] = (
+            rate / emp.compute_peak(dtype)
+            if isinstance(emp, Roofline) and dtype in emp.dtypes
+            else None
+        )
     return out
 
 
@@ -93,15 +104,25 @@ class PublishedValidation:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"estimators": list(self.estimators), "rows": [dict(r) for r in self.rows],
-                "summary": [dict(s) for s in self.summary], "skipped": [s.to_dict() for s in self.skipped],
-                "calibration": dict(self.calibration), "seconds": self.seconds,
-                "residual": "predicted / published - 1 (positive: the prediction is slower than the measurement)",
-                "calibrated_is": "leave-one-out: each row predicted from a fit without that row"}
+        return {
+            "estimators": list(self.estimators),
+            "rows": [dict(r) for r in self.rows],
+            "summary": [dict(s) for s in self.summary],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "calibration": dict(self.calibration),
+            "seconds": self.seconds,
+            "residual": "predicted / published - 1 (positive: the prediction is slower than the measurement)",
+            "calibrated_is": "leave-one-out: each row predicted from a fit without that row",
+        }
 
 
-def validate_published(estimators: Sequence[str] = ESTIMATORS, *, gpu: str | None = None, engine: str | None = None,
-                       phase: str | None = None) -> PublishedValidation:
+def validate_published(
+    estimators: Sequence[str] = ESTIMATORS,
+    *,
+    gpu: str | None = None,
+    engine: str | None = None,
+    phase: str | None = None,
+) -> PublishedValidation:
     """Every modelled published figure against each estimator, with residuals and MBU/MFU.
 
     ``gpu``, ``engine`` (profile name or engine text) and ``phase`` filter the rows shown
@@ -124,24 +145,45 @@ def validate_published(estimators: Sequence[str] = ESTIMATORS, *, gpu: str | Non
         from roofprof.calibration import leave_one_out
 
         loo = leave_one_out(all_cases)
-        calibration = {"procedure": "leave-one-out: for each row, every profile is refitted on the corpus "
-                                    "without that row (roofprof.calibration.fit), then the row is predicted"}
+        calibration = {
+            "procedure": "leave-one-out: for each row, every profile is refitted on the corpus "
+            "without that row (roofprof.calibration.fit), then the row is predicted"
+        }
 
     def keep(c: Case) -> bool:
-        return ((gpu_id is None or c.gpu == gpu_id) and (phase is None or c.phase == phase)
-                and (engine is None or engine in (c.engine, c.row.engine)))
+        return (
+            (gpu_id is None or c.gpu == gpu_id)
+            and (phase is None or c.phase == phase)
+            and (engine is None or engine in (c.engine, c.row.engine))
+        )
 
     rows = []
     for c in (c for c in all_cases if keep(c)):
         rec: dict[str, Any] = {
-            "row": c.row.id, "case": c.label, "cite": c.row.cite(), "model": c.row.model_id, "gpu": c.gpu,
-            "engine": c.row.engine, "engine_profile": c.engine, "phase": c.phase, "metric": c.metric,
-            "published_s": c.published_s, "published_derived": c.derived, "flags": list(c.row.flags),
-            **c.passes[0][0].precisions(), "batch": c.passes[0][0].batch,
-            "prompt_tokens": c.passes[0][0].prompt_tokens, **_achieved(c, c.published_s)}
+            "row": c.row.id,
+            "case": c.label,
+            "cite": c.row.cite(),
+            "model": c.row.model_id,
+            "gpu": c.gpu,
+            "engine": c.row.engine,
+            "engine_profile": c.engine,
+            "phase": c.phase,
+            "metric": c.metric,
+            "published_s": c.published_s,
+            "published_derived": c.derived,
+            "flags": list(c.row.flags),
+            **c.passes[0][0].precisions(),
+            "batch": c.passes[0][0].batch,
+            "prompt_tokens": c.passes[0][0].prompt_tokens,
+            **_achieved(c, c.published_s),
+        }
         if c.batching:
-            rec.update(batching=c.batching, output_tokens=c.row.output_tokens, tokens_counted=c.row.tokens_counted,
-                       concurrency="stated" if c.row.batch else "kv-capacity")
+            rec.update(
+                batching=c.batching,
+                output_tokens=c.row.output_tokens,
+                tokens_counted=c.row.tokens_counted,
+                concurrency="stated" if c.row.batch else "kv-capacity",
+            )
         for name in estimators:
             seconds, reason = None, ""
             if name == "spec":
@@ -161,12 +203,21 @@ def validate_published(estimators: Sequence[str] = ESTIMATORS, *, gpu: str | Non
                 rec[f"{name}_note"] = reason
         rows.append(rec)
     shown_skipped = [s for s in skipped if gpu_id is None or s.gpu == gpu_id]
-    return PublishedValidation(tuple(rows), tuple(summarize(rows, estimators)), tuple(shown_skipped),
-                               tuple(estimators), calibration, time.perf_counter() - started)
+    return PublishedValidation(
+        tuple(rows),
+        tuple(summarize(rows, estimators)),
+        tuple(shown_skipped),
+        tuple(estimators),
+        calibration,
+        time.perf_counter() - started,
+    )
 
 
-def summarize(rows: Sequence[Mapping[str, Any]], estimators: Sequence[str],
-              by: Sequence[str] = ("phase", "gpu", "engine_profile")) -> list[dict[str, Any]]:
+def summarize(
+    rows: Sequence[Mapping[str, Any]],
+    estimators: Sequence[str],
+    by: Sequence[str] = ("phase", "gpu", "engine_profile"),
+) -> list[dict[str, Any]]:
     """Median and worst |residual| per estimator: over all single-request rows (``all``), per
     phase, and per GPU and engine over the single-request rows; batched rows (static batches,
     loaded or saturated servers) form their own ``phase=batched`` group and, by how they batch,
@@ -188,15 +239,29 @@ def summarize(rows: Sequence[Mapping[str, Any]], estimators: Sequence[str],
         for value in sorted({r[key] for r in members_of}):
             groups.append((key, value, [r for r in members_of if r[key] == value]))
     for value in sorted({r.get("batching") or "static" for r in batched}):
-        groups.append(("batching", value, [r for r in batched if (r.get("batching") or "static") == value]))
+        groups.append(
+            ("batching", value, [r for r in batched if (r.get("batching") or "static") == value])
+        )
     for name in estimators:
         for key, value, members in groups:
-            res = [(abs(r[f"{name}_residual"]), r) for r in members if r.get(f"{name}_residual") is not None]
+            res = [
+                (abs(r[f"{name}_residual"]), r)
+                for r in members
+                if r.get(f"{name}_residual") is not None
+            ]
             if not res:
                 continue
             worst = max(res, key=lambda t: t[0])
-            out.append({"estimator": name, "group": key, "value": value, "n": len(res),
-                        "median_abs_residual": statistics.median(v for v, _ in res),
-                        "worst_abs_residual": worst[0], "worst_case": worst[1]["case"],
-                        "worst_residual": worst[1][f"{name}_residual"]})
+            out.append(
+                {
+                    "estimator": name,
+                    "group": key,
+                    "value": value,
+                    "n": len(res),
+                    "median_abs_residual": statistics.median(v for v, _ in res),
+                    "worst_abs_residual": worst[0],
+                    "worst_case": worst[1]["case"],
+                    "worst_residual": worst[1][f"{name}_residual"],
+                }
+            )
     return out

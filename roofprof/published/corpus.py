@@ -33,11 +33,29 @@ from roofprof._resources import data_root
 from roofprof.errors import ConfigError
 from roofprof.roofline import Ceiling, Roofline
 
-__all__ = ["CeilingRecord", "PublishedRow", "ceiling_gpus", "load_end_to_end", "load_microbenchmarks",
-           "published_roofline", "published_sources"]
+__all__ = [
+    "CeilingRecord",
+    "PublishedRow",
+    "ceiling_gpus",
+    "load_end_to_end",
+    "load_microbenchmarks",
+    "published_roofline",
+    "published_sources",
+]
 
 _FILES = ("end_to_end.json", "microbenchmarks.json")
-_ROW_REQUIRED = ("id", "model", "gpu", "engine", "engine_profile", "phase", "figures", "source", "quote", "flags")
+_ROW_REQUIRED = (
+    "id",
+    "model",
+    "gpu",
+    "engine",
+    "engine_profile",
+    "phase",
+    "figures",
+    "source",
+    "quote",
+    "flags",
+)
 _CEILING_REQUIRED = ("id", "gpu", "kind", "unit", "source", "quote", "use_as_ceiling")
 
 
@@ -142,7 +160,9 @@ def published_sources(folder: str | None = None) -> Mapping[str, Mapping[str, st
     return _read(_FILES[0], folder).get("sources", {})
 
 
-def _check(path: str, row: Any, index: int, required: tuple[str, ...], sources: Mapping[str, Any]) -> None:
+def _check(
+    path: str, row: Any, index: int, required: tuple[str, ...], sources: Mapping[str, Any]
+) -> None:
     label = row.get("id", f"#{index}") if isinstance(row, Mapping) else f"#{index}"
     if not isinstance(row, Mapping):
         raise ConfigError(f"{path}: row {label} is not an object")
@@ -168,16 +188,39 @@ def load_end_to_end(folder: str | None = None) -> tuple[PublishedRow, ...]:
         _check(path, r, i, _ROW_REQUIRED, sources)
         for f in r["figures"]:
             if not isinstance(f, Mapping) or "metric" not in f or "derived" not in f:
-                raise ConfigError(f"{path}: row {r['id']} has a figure without 'metric' and 'derived'")
-        rows.append(PublishedRow(
-            id=r["id"], model=r["model"], model_id=r.get("model_id"), gpu=r["gpu"], gpu_id=r.get("gpu_id"),
-            gpu_count=int(r.get("gpu_count") or 1), tp=int(r.get("tp") or 1), engine=r["engine"],
-            engine_version=r.get("engine_version", ""), engine_profile=r["engine_profile"], phase=r["phase"],
-            weights=r.get("weights"), dtype=r.get("dtype"), kv_dtype=r.get("kv_dtype"), batch=r.get("batch"),
-            prompt_tokens=r.get("prompt_tokens"), output_tokens=r.get("output_tokens"),
-            decode_context_tokens=r.get("decode_context_tokens"), figures=tuple(r["figures"]),
-            flags=tuple(r["flags"]), skip=r.get("skip"), source=r["source"], quote=r["quote"],
-            notes=r.get("notes", ""), batching=r.get("batching"), tokens_counted=r.get("tokens_counted")))
+                raise ConfigError(
+                    f"{path}: row {r['id']} has a figure without 'metric' and 'derived'"
+                )
+        rows.append(
+            PublishedRow(
+                id=r["id"],
+                model=r["model"],
+                model_id=r.get("model_id"),
+                gpu=r["gpu"],
+                gpu_id=r.get("gpu_id"),
+                gpu_count=int(r.get("gpu_count") or 1),
+                tp=int(r.get("tp") or 1),
+                engine=r["engine"],
+                engine_version=r.get("engine_version", ""),
+                engine_profile=r["engine_profile"],
+                phase=r["phase"],
+                weights=r.get("weights"),
+                dtype=r.get("dtype"),
+                kv_dtype=r.get("kv_dtype"),
+                batch=r.get("batch"),
+                prompt_tokens=r.get("prompt_tokens"),
+                output_tokens=r.get("output_tokens"),
+                decode_context_tokens=r.get("decode_context_tokens"),
+                figures=tuple(r["figures"]),
+                flags=tuple(r["flags"]),
+                skip=r.get("skip"),
+                source=r["source"],
+                quote=r["quote"],
+                notes=r.get("notes", ""),
+                batching=r.get("batching"),
+                tokens_counted=r.get("tokens_counted"),
+            )
+        )
     return tuple(rows)
 
 
@@ -194,18 +237,37 @@ def load_microbenchmarks(folder: str | None = None) -> tuple[CeilingRecord, ...]
     for i, r in enumerate(data["rows"]):
         _check(path, r, i, _CEILING_REQUIRED, sources)
         if r["use_as_ceiling"] and not (r.get("gpu_id") and r.get("ceiling")):
-            raise ConfigError(f"{path}: row {r['id']} is used as a ceiling but has no gpu_id or ceiling value")
-        out.append(CeilingRecord(
-            id=r["id"], gpu=r["gpu"], gpu_id=r.get("gpu_id"), kind=r["kind"], ceiling=r.get("ceiling"),
-            unit=r["unit"], dtype=r.get("dtype"), level=r.get("level"), values=r.get("values") or {},
-            tool=r.get("tool", ""), conditions=r.get("conditions", ""), flags=tuple(r.get("flags", ())),
-            use_as_ceiling=bool(r["use_as_ceiling"]), source=r["source"], quote=r["quote"], notes=r.get("notes", "")))
+            raise ConfigError(
+                f"{path}: row {r['id']} is used as a ceiling but has no gpu_id or ceiling value"
+            )
+        out.append(
+            CeilingRecord(
+                id=r["id"],
+                gpu=r["gpu"],
+                gpu_id=r.get("gpu_id"),
+                kind=r["kind"],
+                ceiling=r.get("ceiling"),
+                unit=r["unit"],
+                dtype=r.get("dtype"),
+                level=r.get("level"),
+                values=r.get("values") or {},
+                tool=r.get("tool", ""),
+                conditions=r.get("conditions", ""),
+                flags=tuple(r.get("flags", ())),
+                use_as_ceiling=bool(r["use_as_ceiling"]),
+                source=r["source"],
+                quote=r["quote"],
+                notes=r.get("notes", ""),
+            )
+        )
     return tuple(out)
 
 
 def ceiling_gpus() -> tuple[str, ...]:
     """GPU ids (``data/gpus.json``) with at least one published ceiling, sorted."""
-    return tuple(sorted({c.gpu_id for c in load_microbenchmarks() if c.use_as_ceiling and c.gpu_id}))
+    return tuple(
+        sorted({c.gpu_id for c in load_microbenchmarks() if c.use_as_ceiling and c.gpu_id})
+    )
 
 
 def published_roofline(gpu: str, *, fill_from_spec: bool = True) -> Roofline:
@@ -225,22 +287,45 @@ def published_roofline(gpu: str, *, fill_from_spec: bool = True) -> Roofline:
     spec = load_gpu(gpu)
     chosen = [c for c in load_microbenchmarks() if c.use_as_ceiling and c.gpu_id == spec.id]
     if not chosen:
-        raise ConfigError(f"no published ceilings for {spec.id}; GPUs with published ceilings: "
-                          f"{', '.join(ceiling_gpus())} (or give a measured --roofline)")
+        raise ConfigError(
+            f"no published ceilings for {spec.id}; GPUs with published ceilings: "
+            f"{', '.join(ceiling_gpus())} (or give a measured --roofline)"
+        )
     ceilings = []
     for c in chosen:
-        cite = f"{c.id} · {_cite_source(c.source)}: {c.quote}" + (f" [{', '.join(c.flags)}]" if c.flags else "")
+        cite = f"{c.id} · {_cite_source(c.source)}: {c.quote}" + (
+            f" [{', '.join(c.flags)}]" if c.flags else ""
+        )
         if c.kind == "memory":
-            ceilings.append(Ceiling(f"{c.tool} ({c.id})", "memory", float(c.ceiling), level=c.level or "dram",
-                                    source="measured", note=f"published: {cite}"))
+            ceilings.append(
+                Ceiling(
+                    f"{c.tool} ({c.id})",
+                    "memory",
+                    float(c.ceiling),
+                    level=c.level or "dram",
+                    source="measured",
+                    note=f"published: {cite}",
+                )
+            )
         elif c.kind == "compute":
-            ceilings.append(Ceiling(f"{c.dtype} {c.tool} ({c.id})", "compute", float(c.ceiling), dtype=c.dtype,
-                                    source="measured", note=f"published: {cite}"))
+            ceilings.append(
+                Ceiling(
+                    f"{c.dtype} {c.tool} ({c.id})",
+                    "compute",
+                    float(c.ceiling),
+                    dtype=c.dtype,
+                    source="measured",
+                    note=f"published: {cite}",
+                )
+            )
     if fill_from_spec:
         have_dtypes = {c.dtype for c in ceilings if c.kind == "compute"}
         spec_roof = Roofline.from_spec(spec)
         for c in spec_roof.ceilings:
             if (c.kind == "compute" and c.dtype not in have_dtypes) or (
-                    c.kind == "memory" and not any(x.kind == "memory" for x in ceilings)):
-                ceilings.append(Ceiling(**{**c.__dict__, "note": "no published figure: datasheet value"}))
+                c.kind == "memory" and not any(x.kind == "memory" for x in ceilings)
+            ):
+                ceilings.append(
+                    Ceiling(**{**c.__dict__, "note": "no published figure: datasheet value"})
+                )
     return Roofline(device=f"{spec.name} (published ceilings)", ceilings=tuple(ceilings))

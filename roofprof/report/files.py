@@ -279,8 +279,18 @@ def _clock_samples(result) -> list[tuple[str, float | None, float | None]]:
 
 def roofline_summary_payload(result, written: Sequence[Path]) -> dict[str, Any]:
     """``roofprof roofline --format json``: device, ceilings, spec comparison, files written."""
-    keys = ("name", "kind", "level", "dtype", "value", "unit", "clock_mhz", "median_value",
-            "noisy", "source")
+    keys = (
+        "name",
+        "kind",
+        "level",
+        "dtype",
+        "value",
+        "unit",
+        "clock_mhz",
+        "median_value",
+        "noisy",
+        "source",
+    )
     return {
         "device": result.device.to_dict(),
         "complete": result.complete,

@@ -134,8 +134,9 @@ def render_html(result, payload: dict[str, Any], charts: dict[str, bytes]) -> st
         )
     for phase, prof in result.profiles.items():
         w = prof.workload
-        tokens = (f"prompt {w.prompt_tokens}" if phase == "prefill"
-                  else f"context {w.context_tokens}")
+        tokens = (
+            f"prompt {w.prompt_tokens}" if phase == "prefill" else f"context {w.context_tokens}"
+        )
         add(f"<h2>Measured ops: {phase}</h2>")
         add(
             f"<p class='muted'>batch {w.batch}, "
@@ -298,8 +299,10 @@ def html_page(title: str, parts: Sequence[str]) -> str:
     >>> html_page("t<1>", ["<p>x</p>"]).count("t&lt;1&gt;")
     1
     """
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
-            f"<style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>")
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>"
+    )
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int = 1) -> str:
@@ -422,6 +425,9 @@ def _impl_cell(m) -> str:
     """One implementation in the ops table: its time, or its status with the reason on hover."""
     if m.ok:
         return f"{_esc(m.impl)}: {si(m.seconds, 's')}"
-    mark = {"unsupported": "—", "failed": "<b style='color:#b00'>FAILED check</b>",
-            "error": "<b style='color:#b00'>error</b>"}.get(m.status, _esc(m.status))
+    mark = {
+        "unsupported": "—",
+        "failed": "<b style='color:#b00'>FAILED check</b>",
+        "error": "<b style='color:#b00'>error</b>",
+    }.get(m.status, _esc(m.status))
     return f"<span title='{_esc(m.note)}'>{_esc(m.impl)}: {mark}</span>"

@@ -219,8 +219,10 @@ def print_calibration(
     console.print(f"written: {escape(str(path))}")
 
 
-_HTML_LABELS = {"all": "all single-request",
-                "batched": "batched (loaded; s per token; never fitted)"}
+_HTML_LABELS = {
+    "all": "all single-request",
+    "batched": "batched (loaded; s per token; never fitted)",
+}
 
 
 def published_html_summary() -> tuple[list[str], list[list[str]], bytes | None]:

@@ -56,20 +56,28 @@ def _parallel_rows(table: Table, d: dict) -> None:
         return
     pf, dc = d["prefill"]["breakdown"], d["decode"]["breakdown"]
     par = d["parallel"]
-    table.add_row(f"communication (TP {par['tp']}, PP {par['pp']})",
-                  f"{100 * pf.get('communication_share', 0.0):.1f}%",
-                  f"{100 * dc.get('communication_share', 0.0):.1f}%")
+    table.add_row(
+        f"communication (TP {par['tp']}, PP {par['pp']})",
+        f"{100 * pf.get('communication_share', 0.0):.1f}%",
+        f"{100 * dc.get('communication_share', 0.0):.1f}%",
+    )
     if "memory" in d:
         m = d["memory"]
-        table.add_row("memory per GPU", "", f"{si(m['per_gpu_bytes'], 'B')} of "
-                      f"{si(m['capacity_bytes'], 'B')} ({'fits' if m['fits'] else 'does not fit'}; "
-                      f"max batch {m['max_batch']})")
+        table.add_row(
+            "memory per GPU",
+            "",
+            f"{si(m['per_gpu_bytes'], 'B')} of "
+            f"{si(m['capacity_bytes'], 'B')} ({'fits' if m['fits'] else 'does not fit'}; "
+            f"max batch {m['max_batch']})",
+        )
     if "pipeline" in d:
         pp = d["pipeline"]
-        table.add_row("pipeline steady state",
-                      f"{pp['prefill']['steady_state_tokens_per_second']:,.0f} tok/s",
-                      f"{pp['decode']['steady_state_tokens_per_second']:,.0f} tok/s "
-                      f"(bubble {100 * pp['decode']['bubble_fraction_batch1']:.0f}% at 1 batch)")
+        table.add_row(
+            "pipeline steady state",
+            f"{pp['prefill']['steady_state_tokens_per_second']:,.0f} tok/s",
+            f"{pp['decode']['steady_state_tokens_per_second']:,.0f} tok/s "
+            f"(bubble {100 * pp['decode']['bubble_fraction_batch1']:.0f}% at 1 batch)",
+        )
 
 
 def print_predictions(predictions: Sequence, console: Console | None = None) -> None:
@@ -78,8 +86,11 @@ def print_predictions(predictions: Sequence, console: Console | None = None) -> 
     first = predictions[0]
     d0 = first.to_dict()
     ridge = d0["ridge_flops_per_byte"]
-    ridge_text = (f"ridge {ridge:.0f} FLOP/byte" if ridge is not None and math.isfinite(ridge)
-                  else f"ridge n/a (no {d0['dtype']} compute ceiling)")
+    ridge_text = (
+        f"ridge {ridge:.0f} FLOP/byte"
+        if ridge is not None and math.isfinite(ridge)
+        else f"ridge n/a (no {d0['dtype']} compute ceiling)"
+    )
     console.print(
         f"[bold]{escape(first.model.id)}[/] on [bold]{escape(first.machine)}[/], {d0['dtype']}, "
         f"estimator [bold]{escape(first.estimator)}[/]; {ridge_text}"
@@ -87,8 +98,10 @@ def print_predictions(predictions: Sequence, console: Console | None = None) -> 
     console.print(f"[dim]counting: {escape(d0['counting'])}[/]")
     if len(predictions) == 1:
         pf, dc = d0["prefill"], d0["decode"]
-        table = Table(title=f"batch {d0['batch']}, prompt {d0['prompt_tokens']} tokens, "
-                            f"decode context {d0['context_tokens']} tokens")
+        table = Table(
+            title=f"batch {d0['batch']}, prompt {d0['prompt_tokens']} tokens, "
+            f"decode context {d0['context_tokens']} tokens"
+        )
         table.add_column("")
         table.add_column("prefill (TTFT, no network)", justify="right")
         table.add_column("decode (one step)", justify="right")
@@ -174,11 +187,17 @@ def op_table(prediction, title: str | None = None) -> Table:
         for o in phase.ops:
             op = o.op
             shape = f"{op.m}×{op.n}×{op.k}" + (f" ({op.batch})" if op.batch > 1 else "")
-            table.add_row(op.phase, escape(op.name) + (f" ×{op.count}" if op.count > 1 else ""),
-                          shape,
-                          si(op.total_flops, "FLOP"), si(op.total_bytes, "B"),
-                          f"{op.intensity:,.1f}" if op.bytes else "∞", si(o.seconds, "s"),
-                          f"{100 * o.seconds / total:.1f}%", o.estimate.bound)
+            table.add_row(
+                op.phase,
+                escape(op.name) + (f" ×{op.count}" if op.count > 1 else ""),
+                shape,
+                si(op.total_flops, "FLOP"),
+                si(op.total_bytes, "B"),
+                f"{op.intensity:,.1f}" if op.bytes else "∞",
+                si(o.seconds, "s"),
+                f"{100 * o.seconds / total:.1f}%",
+                o.estimate.bound,
+            )
     return table
 
 
@@ -246,10 +265,15 @@ def profile_table(result, title: str | None = None) -> Table:
     w = result.workload
     table = Table(
         title=title
-        or escape(f"{w.model.id} {w.phase}: batch {w.batch}, "
-                  + (f"prompt {w.prompt_tokens}" if w.phase == "prefill"
-                     else f"context {w.context_tokens}")
-                  + f", {w.dtype} (layer ops ×{w.model.num_layers})")
+        or escape(
+            f"{w.model.id} {w.phase}: batch {w.batch}, "
+            + (
+                f"prompt {w.prompt_tokens}"
+                if w.phase == "prefill"
+                else f"context {w.context_tokens}"
+            )
+            + f", {w.dtype} (layer ops ×{w.model.num_layers})"
+        )
     )
     for col in (
         "op",
@@ -275,7 +299,8 @@ def profile_table(result, title: str | None = None) -> Table:
         op, p = o.op, o.placement()
         shape = f"{op.m}×{op.n}×{op.k}" + (f" ({op.batch})" if op.batch > 1 else "")
         impls = " ".join(
-            f"{escape(m.impl)} {si(m.seconds, 's')}" if m.ok
+            f"{escape(m.impl)} {si(m.seconds, 's')}"
+            if m.ok
             else f"{escape(m.impl)} [red]{escape(m.status)}[/]"
             for m in o.measurements
             if m is not o.chosen and m.status != "unsupported"
@@ -331,8 +356,10 @@ def print_profiles(results: Sequence, console: Console | None = None) -> None:
     console.print(f"[dim]counting: {escape(first.workload.counting.describe())}[/]")
     for r in results:
         console.print(profile_table(r))
-        console.print(f"measured sum: [bold]{si(r.seconds, 's')}[/]"
-                      + (f" ({r.workload.tokens / r.seconds:,.1f} tokens/s)" if r.seconds else ""))
+        console.print(
+            f"measured sum: [bold]{si(r.seconds, 's')}[/]"
+            + (f" ({r.workload.tokens / r.seconds:,.1f} tokens/s)" if r.seconds else "")
+        )
         for wmsg in r.warnings:
             console.print(f"[yellow]warning:[/] {escape(wmsg)}")
     if len(results) > 1:
@@ -407,9 +434,11 @@ def print_validation(result, console: Console | None = None) -> None:
     """The real run (what ran, timings, scaling) and each estimator's residual."""
     console = console or _console()
     r = result.real
-    what = (f"{result.model.id} — {result.backend}, attention "
-            f"{'SDPA' if result.attention == 'fused' else 'eager'}, {result.dtype}, "
-            f"{result.device.get('label')}, threads {result.threads}, clock {result.clock}")
+    what = (
+        f"{result.model.id} — {result.backend}, attention "
+        f"{'SDPA' if result.attention == 'fused' else 'eager'}, {result.dtype}, "
+        f"{result.device.get('label')}, threads {result.threads}, clock {result.clock}"
+    )
     console.print(f"[bold]real run[/]: {escape(what)}")
     console.print(
         f"prefill {r.batch}×{r.prompt_tokens} tokens: [bold]{si(r.prefill_s, 's')}[/] "
@@ -463,20 +492,33 @@ def roofline_table(result) -> Table:
     spec_rows = {r["ceiling"]: r for r in result.spec_comparison.get("rows", [])}
     dev = result.device
     units = dev.compute_unit_name  # declared by the backend ("cores", "SMs")
-    table = Table(title=f"Measured roofline: {escape(dev.name)} ({escape(dev.label)}, "
-                        f"{dev.compute_units} {units})")
-    for col, just in (("ceiling", "left"), ("kind", "left"), ("level/dtype", "left"),
-                      ("best", "right"), ("median", "right"), ("clock MHz", "right"),
-                      ("spec %", "right"), ("", "left")):
+    table = Table(
+        title=f"Measured roofline: {escape(dev.name)} ({escape(dev.label)}, "
+        f"{dev.compute_units} {units})"
+    )
+    for col, just in (
+        ("ceiling", "left"),
+        ("kind", "left"),
+        ("level/dtype", "left"),
+        ("best", "right"),
+        ("median", "right"),
+        ("clock MHz", "right"),
+        ("spec %", "right"),
+        ("", "left"),
+    ):
         table.add_column(col, justify=just)
     for c in result.ceilings:
         spec = spec_rows.get(c["name"])
-        table.add_row(escape(c["name"]), c["kind"], escape(c.get("level") or c.get("dtype") or ""),
-                      _rate(c["value"], c["unit"]),
-                      _rate(c["median_value"], c["unit"]) if c.get("median_value") else "",
-                      f"{c['clock_mhz']:.0f}" if c.get("clock_mhz") else "",
-                      f"{spec['percent_of_spec']:.0f}%" if spec else "—",
-                      "noisy" if c.get("noisy") else "")
+        table.add_row(
+            escape(c["name"]),
+            c["kind"],
+            escape(c.get("level") or c.get("dtype") or ""),
+            _rate(c["value"], c["unit"]),
+            _rate(c["median_value"], c["unit"]) if c.get("median_value") else "",
+            f"{c['clock_mhz']:.0f}" if c.get("clock_mhz") else "",
+            f"{spec['percent_of_spec']:.0f}%" if spec else "—",
+            "noisy" if c.get("noisy") else "",
+        )
     return table
 
 
@@ -487,15 +529,18 @@ def print_roofline_summary(result, written: Sequence[Path], console: Console | N
     r = result.roofline
     for d in r.dtypes:
         if "dram" in r.levels:
-            con.print(f"ridge {d}: {r.ridge(d):,.2f} FLOP/byte "
-                      f"(peak {r.compute_peak(d) / 1e9:,.1f} GFLOP/s, "
-                      f"DRAM {r.memory_bandwidth('dram') / 1e9:,.1f} GB/s)")
+            con.print(
+                f"ridge {d}: {r.ridge(d):,.2f} FLOP/byte "
+                f"(peak {r.compute_peak(d) / 1e9:,.1f} GFLOP/s, "
+                f"DRAM {r.memory_bandwidth('dram') / 1e9:,.1f} GB/s)"
+            )
     if not result.spec_comparison.get("available"):
         con.print(f"spec comparison: {escape(str(result.spec_comparison.get('note', 'none')))}")
     for w in result.warnings:
         con.print(f"[yellow]warning:[/] {escape(w)}")
-    con.print(f"measured in {result.elapsed_s:.1f} s; "
-              f"wrote {escape(', '.join(str(p) for p in written))}")
+    con.print(
+        f"measured in {result.elapsed_s:.1f} s; wrote {escape(', '.join(str(p) for p in written))}"
+    )
 
 
 def _wide_console(stderr: bool = False) -> Console:
@@ -517,8 +562,11 @@ def doctor_table(rows: Sequence[dict[str, Any]]) -> Table:
     table.add_column("status")
     table.add_column("detail")
     for r in rows:
-        table.add_row(escape(r["component"]), "[green]ok[/]" if r["ok"] else "[yellow]missing[/]",
-                      escape(r["detail"]))
+        table.add_row(
+            escape(r["component"]),
+            "[green]ok[/]" if r["ok"] else "[yellow]missing[/]",
+            escape(r["detail"]),
+        )
     return table
 
 
@@ -538,16 +586,26 @@ def _intensity(value: float | None) -> str:
     return "—" if value is None else f"{value:,.3g}"
 
 
-def counters_table(records: Sequence[Any], placements: Sequence[Any] | None = None,
-                   title: str = "") -> Table:
+def counters_table(
+    records: Sequence[Any], placements: Sequence[Any] | None = None, title: str = ""
+) -> Table:
     """One row per kernel: time, FLOPs by pipe, bytes and intensity per level (and the roofline)."""
     from roofprof.counters import LEVELS
 
     table = Table(title=escape(title) if title else None, show_lines=False)
-    for col, justify in (("kernel", "left"), ("range", "left"), ("time", "right"),
-                         ("FLOPs", "right"), ("pipe", "left"), ("DRAM", "right"), ("L2", "right"),
-                         ("L1", "right"), ("I L1", "right"), ("I L2", "right"),
-                         ("I DRAM", "right")):
+    for col, justify in (
+        ("kernel", "left"),
+        ("range", "left"),
+        ("time", "right"),
+        ("FLOPs", "right"),
+        ("pipe", "left"),
+        ("DRAM", "right"),
+        ("L2", "right"),
+        ("L1", "right"),
+        ("I L1", "right"),
+        ("I L2", "right"),
+        ("I DRAM", "right"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     if placements:
         table.add_column("limit", justify="left")
@@ -572,18 +630,25 @@ def counters_table(records: Sequence[Any], placements: Sequence[Any] | None = No
     return table
 
 
-def print_counters(records: Sequence[Any], placements: Sequence[Any] | None = None,
-                   title: str = "") -> None:
+def print_counters(
+    records: Sequence[Any], placements: Sequence[Any] | None = None, title: str = ""
+) -> None:
     """:func:`counters_table`, then the notes on lower bounds and missing FLOP counters."""
     console = Console(width=160)
     console.print(counters_table(records, placements, title))
     lsu = "l1tex__t_sectors_pipe_lsu_mem_global"
-    notes = sorted({f"L1 bytes of {r.name[:40]}...: global loads+stores only "
-                    "(sectors x 32 B), a lower bound"
-                    for r in records if (r.byte_source("l1") or ("",))[0].startswith(lsu)})
+    notes = sorted(
+        {
+            f"L1 bytes of {r.name[:40]}...: global loads+stores only "
+            "(sectors x 32 B), a lower bound"
+            for r in records
+            if (r.byte_source("l1") or ("",))[0].startswith(lsu)
+        }
+    )
     if any(r.flops is None for r in records):
-        notes.append("FLOPs —: no FLOP counters in this file "
-                     "(collect with --metrics-set hierarchical)")
+        notes.append(
+            "FLOPs —: no FLOP counters in this file (collect with --metrics-set hierarchical)"
+        )
     for note in notes:
         console.print(f"[dim]{escape(note)}[/dim]")
 
@@ -593,16 +658,27 @@ def counters_comparison_tables(payloads: dict[str, dict[str, Any]]) -> list[Tabl
     tables = []
     for phase, payload in payloads.items():
         table = Table(title=f"{escape(phase)}: counters vs the workload model (flagged beyond 10%)")
-        for col in ("op@impl", "kernels", "time", "FLOPs counter/analytic",
-                    "DRAM bytes counter/minimum", "expected pipe", "flags"):
+        for col in (
+            "op@impl",
+            "kernels",
+            "time",
+            "FLOPs counter/analytic",
+            "DRAM bytes counter/minimum",
+            "expected pipe",
+            "flags",
+        ):
             table.add_column(col)
         for c in payload.get("ops", []):
             pipe = c["expected_pipe_fraction"]
-            table.add_row(escape(c["op"]), str(c["kernels"]), _fmt(c["time_s"], "s"),
-                          "—" if c["flop_ratio"] is None else f"{c['flop_ratio']:.2f}",
-                          "—" if c["excess_traffic"] is None else f"{c['excess_traffic']:.2f}",
-                          "—" if pipe is None else f"{100 * pipe:.0f}%",
-                          escape(", ".join(c["flags"]) or "ok"))
+            table.add_row(
+                escape(c["op"]),
+                str(c["kernels"]),
+                _fmt(c["time_s"], "s"),
+                "—" if c["flop_ratio"] is None else f"{c['flop_ratio']:.2f}",
+                "—" if c["excess_traffic"] is None else f"{c['excess_traffic']:.2f}",
+                "—" if pipe is None else f"{100 * pipe:.0f}%",
+                escape(", ".join(c["flags"]) or "ok"),
+            )
         tables.append(table)
     return tables
 

@@ -50,8 +50,14 @@ def _section_roofline(dev: Any, st: RunState, deadline: float) -> tuple[str, str
         write_results(st, complete=False)
 
     plan = st.roofline_plan or ("quick" if st.quick else "full")
-    result = measure_roofline(dev, plan=plan, progress=progress, checkpoint=keep, probes=names,
-                              deadline_s=deadline - time.perf_counter())
+    result = measure_roofline(
+        dev,
+        plan=plan,
+        progress=progress,
+        checkpoint=keep,
+        probes=names,
+        deadline_s=deadline - time.perf_counter(),
+    )
     status = "ok" if result.complete else "timeout"
     result.write(st.out / "selftest_roofline.json")
     st.results["roofline"] = _roofline_summary(result)

@@ -66,8 +66,14 @@ def write_results(st: RunState, complete: bool) -> None:
     res["complete"] = complete
     res["elapsed_s"] = st.elapsed()
     res["targets"] = [t.to_dict() for t in evaluate_targets(res)]
-    res["clock_scaled"] = clock_scaled((res.get("roofline") or {}).get("ceilings") or [], res.get("spec"))
-    res["provenance"] = provenance(device=res.get("device"), gpu=res.get("gpu", {}).get("facts"),
-                                   budget_s=st.budget_s, quick=st.quick)
+    res["clock_scaled"] = clock_scaled(
+        (res.get("roofline") or {}).get("ceilings") or [], res.get("spec")
+    )
+    res["provenance"] = provenance(
+        device=res.get("device"),
+        gpu=res.get("gpu", {}).get("facts"),
+        budget_s=st.budget_s,
+        quick=st.quick,
+    )
     write_json_atomic(st.out / "selftest.json", res)
     write_text_atomic(st.out / "selftest.md", markdown_report(res))

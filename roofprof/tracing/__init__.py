@@ -23,14 +23,34 @@ from typing import Any
 from roofprof.tracing.costs import Cost, OpCall, TensorMeta, cost_of, register_cost
 from roofprof.tracing.tracer import Tracer, region, step
 
-__all__ = ["Cost", "OpCall", "TensorMeta", "Tracer", "cost_of", "import_trace", "region", "register_cost",
-           "step", "trace"]
+__all__ = [
+    "Cost",
+    "OpCall",
+    "TensorMeta",
+    "Tracer",
+    "cost_of",
+    "import_trace",
+    "region",
+    "register_cost",
+    "step",
+    "trace",
+]
 
 
-def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, warmup: int = 0,
-          steps: int | None = None, cold: bool = False, region: str | None = None,
-          module_depth: int | None = None, replay_budget_s: float = 0.02,
-          kernel_profiler: Any = None, nvtx_signatures: bool = False) -> Tracer:
+def trace(
+    device: Any = "auto",
+    *,
+    roofline: Any = "auto",
+    replay: bool = True,
+    warmup: int = 0,
+    steps: int | None = None,
+    cold: bool = False,
+    region: str | None = None,
+    module_depth: int | None = None,
+    replay_budget_s: float = 0.02,
+    kernel_profiler: Any = None,
+    nvtx_signatures: bool = False,
+) -> Tracer:
     """Trace the code in a ``with`` block: every aten op, costed, timed and placed.
 
     Args:
@@ -60,9 +80,19 @@ def trace(device: Any = "auto", *, roofline: Any = "auto", replay: bool = True, 
         ConfigError: bad arguments, an unreadable roofline, a region that never occurred.
         DeviceUnavailableError: the device asked for is not usable.
     """
-    return Tracer(device=device, roofline=roofline, replay=replay, warmup=warmup, steps=steps, cold=cold,
-                  region=region, module_depth=module_depth, replay_budget_s=replay_budget_s,
-                  kernel_profiler=kernel_profiler, nvtx_signatures=nvtx_signatures)
+    return Tracer(
+        device=device,
+        roofline=roofline,
+        replay=replay,
+        warmup=warmup,
+        steps=steps,
+        cold=cold,
+        region=region,
+        module_depth=module_depth,
+        replay_budget_s=replay_budget_s,
+        kernel_profiler=kernel_profiler,
+        nvtx_signatures=nvtx_signatures,
+    )
 
 
 def import_trace(path: Any, **kwargs: Any):

@@ -37,18 +37,31 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise ConfigError(f"cannot read trace {p}: {exc.strerror or exc}") from None
     except (ValueError, gzip.BadGzipFile):
-        raise ConfigError(f"{p} is not a JSON trace (torch.profiler's export_chrome_trace writes one)") from None
-    events = data.get("traceEvents") if isinstance(data, dict) else data if isinstance(data, list) else None
-    if not isinstance(events, list) or not any(isinstance(e, dict) and e.get("cat") == "cpu_op" for e in events):
+        raise ConfigError(
+            f"{p} is not a JSON trace (torch.profiler's export_chrome_trace writes one)"
+        ) from None
+    events = (
+        data.get("traceEvents")
+        if isinstance(data, dict)
+        else data
+        if isinstance(data, list)
+        else None
+    )
+    if not isinstance(events, list) or not any(
+        isinstance(e, dict) and e.get("cat") == "cpu_op" for e in events
+    ):
         raise ConfigError(f"{p} is not a torch profiler trace (no cpu_op events in traceEvents)")
     ops = [e for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op"]
     if not any("Input Dims" in (e.get("args") or {}) for e in ops):
-        raise ConfigError(f"{p} has no shapes: record it with torch.profiler.profile(record_shapes=True)")
+        raise ConfigError(
+            f"{p} has no shapes: record it with torch.profiler.profile(record_shapes=True)"
+        )
     return events
 
 
-def _select(ops: list[dict[str, Any]], costed: Any,
-            owner: dict[Any, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def _select(
+    ops: list[dict[str, Any]], costed: Any, owner: dict[Any, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The ops to count: the outermost op of each nest that has a cost rule (what it calls
     inside is part of it), else the innermost ops (leaves) with their own time. ``owner``
     (filled when given) maps the ``External id`` of every op inside a chosen one to it, so
@@ -105,7 +118,11 @@ def _call(name: str, args: dict[str, Any]) -> OpCall:
         t = types[i] if i < len(types) else ""
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):  # TensorList
             values.append([TensorMeta(tuple(x), dtype_name(t)) for x in d])
-        elif isinstance(d, list) and (t.lower() in C10_DTYPE_NAMES or dtype_name(t) != t.lower()) and t != "Scalar":
+        elif (
+            isinstance(d, list)
+            and (t.lower() in C10_DTYPE_NAMES or dtype_name(t) != t.lower())
+            and t != "Scalar"
+        ):
             values.append(TensorMeta(tuple(d), dtype_name(t)))
         else:
             values.append(_scalar(concrete[i]) if i < len(concrete) else None)
@@ -113,11 +130,23 @@ def _call(name: str, args: dict[str, Any]) -> OpCall:
     return OpCall(name, tuple(values), {}, outputs, tags, mutable, view)
 
 
-_TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64", "int64": "int64",
-                 "int32": "int32", "int8": "int8", "uint8": "uint8", "bool": "bool", "int16": "int16"}
+_TORCH_DTYPES = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "int64": "int64",
+    "int32": "int32",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "int16": "int16",
+}
 
 
-def _infer(name: str, values: list[Any]) -> tuple[tuple[TensorMeta, ...], frozenset[str], bool, bool]:
+def _infer(
+    name: str, values: list[Any]
+) -> tuple[tuple[TensorMeta, ...], frozenset[str], bool, bool]:
     """Outputs, tags, view and mutability of ``name`` from running it on the meta device."""
     try:
         import torch
@@ -133,7 +162,9 @@ def _infer(name: str, values: list[Any]) -> tuple[tuple[TensorMeta, ...], frozen
 
     def to_meta(v: Any) -> Any:
         if isinstance(v, TensorMeta):
-            return torch.empty(v.shape, dtype=getattr(torch, _TORCH_DTYPES.get(v.dtype, "float32")), device="meta")
+            return torch.empty(
+                v.shape, dtype=getattr(torch, _TORCH_DTYPES.get(v.dtype, "float32")), device="meta"
+            )
         if isinstance(v, list):
             return [to_meta(x) for x in v]
         return v
@@ -141,7 +172,11 @@ def _infer(name: str, values: list[Any]) -> tuple[tuple[TensorMeta, ...], frozen
     try:
         out = packet(*[to_meta(v) for v in values])
         outs = out if isinstance(out, (list, tuple)) else (out,)
-        metas = tuple(TensorMeta(tuple(o.shape), dtype_name(o.dtype)) for o in outs if isinstance(o, torch.Tensor))
+        metas = tuple(
+            TensorMeta(tuple(o.shape), dtype_name(o.dtype))
+            for o in outs
+            if isinstance(o, torch.Tensor)
+        )
     except Exception:  # noqa: BLE001 - arguments the trace did not record: outputs unknown
         metas = ()
     return metas, tags, view, schema.is_mutable
@@ -157,7 +192,13 @@ class _Imported:
         self.calls, self.wall_s = 0, 0.0
 
 
-def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto", module_depth: int | None = None):
+def import_trace(
+    path: str | Path,
+    *,
+    device: Any = "cpu",
+    roofline: Any = "auto",
+    module_depth: int | None = None,
+):
     """A :class:`~roofprof.tracing.result.TraceResult` from a torch profiler Chrome trace.
 
     ``device`` and ``roofline`` choose the roofline the ops are placed on (give the
@@ -173,7 +214,11 @@ def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto
 
     events = read_events(path)
     ops = [e for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op" and "ts" in e]
-    kernels = [e for e in events if isinstance(e, dict) and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    kernels = [
+        e
+        for e in events
+        if isinstance(e, dict) and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
     imp = _Imported(select(device) if isinstance(device, str) else device, roofline, module_depth)
     start = min(e["ts"] for e in ops)
     imp.wall_s = (max(e["ts"] + e.get("dur", 0) for e in [*ops, *kernels]) - start) * 1e-6
@@ -181,14 +226,25 @@ def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto
     def signature(e: dict) -> Any:
         a = e.get("args") or {}
         name = e.get("name", "?")
-        key = (name, json.dumps(a.get("Input Dims")), json.dumps(a.get("Input type")),
-               json.dumps(a.get("Concrete Inputs")))
+        key = (
+            name,
+            json.dumps(a.get("Input Dims")),
+            json.dumps(a.get("Input type")),
+            json.dumps(a.get("Concrete Inputs")),
+        )
         stats = imp.sigs.get(key)
         if stats is None:
             call = _call(name, a) if "::" in name else OpCall(name)
             tensors = call.tensors
-            stats = SignatureStats(name, "default", tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors),
-                                   call, cost_of(call), None)
+            stats = SignatureStats(
+                name,
+                "default",
+                tuple(t.shape for t in tensors),
+                tuple(t.dtype for t in tensors),
+                call,
+                cost_of(call),
+                None,
+            )
             imp.sigs[key] = stats
         return stats
 
@@ -215,7 +271,17 @@ def import_trace(path: str | Path, *, device: Any = "cpu", roofline: Any = "auto
         imp.calls += 1
     imp.sigs = {k: v for k, v in imp.sigs.items() if v.count}
     for name, spans in unattributed.items():
-        stats = SignatureStats(f"kernel::{name}", "-", (), (), OpCall(f"kernel::{name}"), None, None, len(spans),
-                               union_s(spans) * 1e3, kernel_only=True)
+        stats = SignatureStats(
+            f"kernel::{name}",
+            "-",
+            (),
+            (),
+            OpCall(f"kernel::{name}"),
+            None,
+            None,
+            len(spans),
+            union_s(spans) * 1e3,
+            kernel_only=True,
+        )
         imp.sigs[("kernel", name)] = stats
     return build_result(imp)

@@ -37,24 +37,61 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Cost", "OpCall", "TensorMeta", "causal_pairs", "cost_of", "dtype_name", "register_cost",
-           "registered_costs", "NORM_FLOPS_PER_ELEMENT", "POINTWISE_FLOPS", "SOFTMAX_FLOPS_PER_ELEMENT"]
+__all__ = [
+    "Cost",
+    "OpCall",
+    "TensorMeta",
+    "causal_pairs",
+    "cost_of",
+    "dtype_name",
+    "register_cost",
+    "registered_costs",
+    "NORM_FLOPS_PER_ELEMENT",
+    "POINTWISE_FLOPS",
+    "SOFTMAX_FLOPS_PER_ELEMENT",
+]
 
 #: torch dtype name -> (roofprof dtype name, bytes per element)
 _DTYPES: dict[str, tuple[str, float]] = {
-    "float32": ("fp32", 4), "float": ("fp32", 4), "float64": ("fp64", 8), "double": ("fp64", 8),
-    "float16": ("fp16", 2), "half": ("fp16", 2), "bfloat16": ("bf16", 2),
-    "float8_e4m3fn": ("fp8", 1), "float8_e5m2": ("fp8", 1), "tf32": ("tf32", 4),
-    "int64": ("int64", 8), "long": ("int64", 8), "int32": ("int32", 4), "int": ("int32", 4),
-    "int16": ("int16", 2), "short": ("int16", 2), "int8": ("int8", 1), "uint8": ("uint8", 1),
-    "bool": ("bool", 1), "complex64": ("c64", 8), "complex128": ("c128", 16),
+    "float32": ("fp32", 4),
+    "float": ("fp32", 4),
+    "float64": ("fp64", 8),
+    "double": ("fp64", 8),
+    "float16": ("fp16", 2),
+    "half": ("fp16", 2),
+    "bfloat16": ("bf16", 2),
+    "float8_e4m3fn": ("fp8", 1),
+    "float8_e5m2": ("fp8", 1),
+    "tf32": ("tf32", 4),
+    "int64": ("int64", 8),
+    "long": ("int64", 8),
+    "int32": ("int32", 4),
+    "int": ("int32", 4),
+    "int16": ("int16", 2),
+    "short": ("int16", 2),
+    "int8": ("int8", 1),
+    "uint8": ("uint8", 1),
+    "bool": ("bool", 1),
+    "complex64": ("c64", 8),
+    "complex128": ("c128", 16),
 }
 _ITEMSIZE = {name: size for name, size in _DTYPES.values()}
 #: profiler ``Input type`` strings (c10 scalar type names) -> torch dtype names
-C10_DTYPE_NAMES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
-        "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
-        "unsigned char": "uint8", "bool": "bool", "c10::float8_e4m3fn": "float8_e4m3fn",
-        "c10::float8_e5m2": "float8_e5m2", "c10::complex<float>": "complex64"}
+C10_DTYPE_NAMES = {
+    "float": "float32",
+    "double": "float64",
+    "c10::half": "float16",
+    "c10::bfloat16": "bfloat16",
+    "long int": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "c10::float8_e4m3fn": "float8_e4m3fn",
+    "c10::float8_e5m2": "float8_e5m2",
+    "c10::complex<float>": "complex64",
+}
 
 
 def dtype_name(dtype: Any) -> str:
@@ -95,8 +132,11 @@ class TensorMeta:
         """Elements addressed once each: a stride-0 (broadcast) dimension counts once."""
         if self.stride is None:
             return self.numel
-        return math.prod(s for s, st in zip(self.shape, self.stride, strict=False) if st != 0) \
-            if all(self.shape) else 0
+        return (
+            math.prod(s for s, st in zip(self.shape, self.stride, strict=False) if st != 0)
+            if all(self.shape)
+            else 0
+        )
 
     @property
     def nbytes(self) -> float:
@@ -104,7 +144,11 @@ class TensorMeta:
         return self.distinct_numel * self.itemsize
 
     def key(self) -> tuple:
-        return (self.storage, self.offset, self.shape, self.stride) if self.storage is not None else (id(self),)
+        return (
+            (self.storage, self.offset, self.shape, self.stride)
+            if self.storage is not None
+            else (id(self),)
+        )
 
 
 @dataclass(frozen=True)
@@ -129,7 +173,9 @@ class OpCall:
     @property
     def tensors(self) -> list[TensorMeta]:
         """Tensor arguments in order (lists of tensors flattened)."""
-        return [t for t in _flatten([*self.args, *self.kwargs.values()]) if isinstance(t, TensorMeta)]
+        return [
+            t for t in _flatten([*self.args, *self.kwargs.values()]) if isinstance(t, TensorMeta)
+        ]
 
     def arg(self, i: int, name: str | None = None, default: Any = None) -> Any:
         if name is not None and name in self.kwargs:
@@ -189,8 +235,10 @@ def _out_numel(call: OpCall) -> int:
     if not shapes:
         return 0
     rank = max(len(s) for s in shapes)
-    dims = [max((s[len(s) - rank + i] if len(s) - rank + i >= 0 else 1) for s in shapes)
-            for i in range(rank)]
+    dims = [
+        max((s[len(s) - rank + i] if len(s) - rank + i >= 0 else 1) for s in shapes)
+        for i in range(rank)
+    ]
     return math.prod(dims)
 
 
@@ -257,6 +305,7 @@ def _rule(*names: str):
         for n in names:
             _REGISTRY[f"aten::{n}"] = fn
         return fn
+
     return deco
 
 
@@ -293,18 +342,33 @@ def _baddbmm(call: OpCall) -> Cost:
     return Cost(2 * bs * m * n * k, _read(call.tensors), _write(call, a.dtype), "matmul")
 
 
-@_rule("convolution", "_convolution", "_slow_conv2d_forward", "mkldnn_convolution",
-       "cudnn_convolution", "convolution_overrideable", "conv2d", "conv1d", "conv3d")
+@_rule(
+    "convolution",
+    "_convolution",
+    "_slow_conv2d_forward",
+    "mkldnn_convolution",
+    "cudnn_convolution",
+    "convolution_overrideable",
+    "conv2d",
+    "conv1d",
+    "conv3d",
+)
 def _conv(call: OpCall) -> Cost:
     x, w = call.args[0], call.args[1]
-    transposed = bool(call.arg(6, "transposed", False)) if call.op.endswith("convolution") else False
+    transposed = (
+        bool(call.arg(6, "transposed", False)) if call.op.endswith("convolution") else False
+    )
     if call.outputs:
         out_shape = call.outputs[0].shape
     else:  # a trace: stride 1, no padding assumed is wrong; use the given args when present
         stride = call.arg(3, "stride", [1]) or [1]
         padding = call.arg(4, "padding", [0]) or [0]
-        spatial = [(x.shape[2 + i] + 2 * padding[min(i, len(padding) - 1)] - w.shape[2 + i])
-                   // stride[min(i, len(stride) - 1)] + 1 for i in range(len(w.shape) - 2)]
+        spatial = [
+            (x.shape[2 + i] + 2 * padding[min(i, len(padding) - 1)] - w.shape[2 + i])
+            // stride[min(i, len(stride) - 1)]
+            + 1
+            for i in range(len(w.shape) - 2)
+        ]
         out_shape = (x.shape[0], w.shape[0], *spatial)
     from torch.utils.flop_counter import conv_flop_count  # torch's own convention
 
@@ -332,14 +396,21 @@ def _sdpa(call: OpCall, causal_index: int) -> Cost:
     pairs = causal_pairs(lq, lk) if causal else lq * lk
     flops = 2 * batch * hq * pairs * (dqk + dv)
     read = _read([q, k, v] + [t for t in call.tensors[3:]])
-    out = call.outputs[0].numel * call.outputs[0].itemsize if call.outputs else batch * hq * lq * dv * q.itemsize
+    out = (
+        call.outputs[0].numel * call.outputs[0].itemsize
+        if call.outputs
+        else batch * hq * lq * dv * q.itemsize
+    )
     lse = call.outputs[1].nbytes if len(call.outputs) > 1 and call.outputs[1].numel else 0
     note = ("causal (top-left)" if causal else "full") + (" GQA" if k.shape[-3] != hq else "")
     return Cost(flops, read, out + lse, "attention", note)
 
 
-_rule("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-      "_flash_attention_forward")(lambda c: _sdpa(c, 4))
+_rule(
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_flash_attention_forward",
+)(lambda c: _sdpa(c, 4))
 _rule("_scaled_dot_product_efficient_attention")(lambda c: _sdpa(c, 6))
 _rule("_scaled_dot_product_cudnn_attention")(lambda c: _sdpa(c, 6))
 _rule("scaled_dot_product_attention")(lambda c: _sdpa(c, 5))
@@ -358,14 +429,26 @@ def _norm(kind: str):
         x = call.args[0]
         writes = call.outputs[0].nbytes if call.outputs else x.numel * x.itemsize
         stats = sum(o.nbytes for o in call.outputs[1:] if o.numel)
-        return Cost(NORM_FLOPS_PER_ELEMENT[kind] * x.numel, _read(call.tensors), writes + stats, "norm", kind)
+        return Cost(
+            NORM_FLOPS_PER_ELEMENT[kind] * x.numel,
+            _read(call.tensors),
+            writes + stats,
+            "norm",
+            kind,
+        )
+
     return fn
 
 
 _rule("native_layer_norm", "layer_norm")(_norm("layer_norm"))
 _rule("_fused_rms_norm", "rms_norm")(_norm("rms_norm"))
-_rule("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-      "batch_norm", "_batch_norm_impl_index")(_norm("batch_norm"))
+_rule(
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training",
+    "batch_norm",
+    "_batch_norm_impl_index",
+)(_norm("batch_norm"))
 _rule("native_group_norm", "group_norm")(_norm("group_norm"))
 
 
@@ -404,42 +487,112 @@ def _cast(call: OpCall) -> Cost:
     return Cost(0, _read(call.tensors[:1]), _write(call), "copy")
 
 
-@_rule("index_copy_", "index_put_", "index_add_", "scatter_", "scatter_add_", "index_copy", "index_put",
-       "slice_scatter", "select_scatter")
+@_rule(
+    "index_copy_",
+    "index_put_",
+    "index_add_",
+    "scatter_",
+    "scatter_add_",
+    "index_copy",
+    "index_put",
+    "slice_scatter",
+    "select_scatter",
+)
 def _scatter(call: OpCall) -> Cost:
     values = call.tensors[1:]  # in place: the written slice (values) read and written
     moved = _read(values)
-    return Cost(0, moved, max((t.nbytes for t in values if t.dtype not in ("int64", "int32")), default=0),
-                "copy", "slice written")
+    return Cost(
+        0,
+        moved,
+        max((t.nbytes for t in values if t.dtype not in ("int64", "int32")), default=0),
+        "copy",
+        "slice written",
+    )
 
 
-@_rule("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "lift_fresh",
-       "detach", "alias", "set_", "_local_scalar_dense", "item", "sym_size", "sym_stride", "sym_numel")
+@_rule(
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "resize_",
+    "lift_fresh",
+    "detach",
+    "alias",
+    "set_",
+    "_local_scalar_dense",
+    "item",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+)
 def _free(call: OpCall) -> Cost:
     return Cost(0, 0, 0, "view")
 
 
-@_rule("zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_", "zero_", "arange",
-       "new_zeros", "new_ones", "new_full", "scalar_tensor", "rand", "randn", "rand_like", "randn_like",
-       "normal_", "uniform_", "bernoulli_", "randint", "tril", "triu", "eye")
+@_rule(
+    "zeros",
+    "ones",
+    "full",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "fill_",
+    "zero_",
+    "arange",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "scalar_tensor",
+    "rand",
+    "randn",
+    "rand_like",
+    "randn_like",
+    "normal_",
+    "uniform_",
+    "bernoulli_",
+    "randint",
+    "tril",
+    "triu",
+    "eye",
+)
 def _create(call: OpCall) -> Cost:
-    written = call.outputs[0].numel * call.outputs[0].itemsize if call.outputs else (
-        call.tensors[0].nbytes if call.mutable and call.tensors else 0)
+    written = (
+        call.outputs[0].numel * call.outputs[0].itemsize
+        if call.outputs
+        else (call.tensors[0].nbytes if call.mutable and call.tensors else 0)
+    )
     read = call.tensors[0].nbytes if call.op.endswith(("tril", "triu")) and call.tensors else 0
     return Cost(0, read, written, "create")
 
 
 # -- pooling, concatenation, padding ------------------------------------------------------
-@_rule("max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d", "max_pool1d", "avg_pool2d",
-       "avg_pool1d", "avg_pool3d", "_adaptive_avg_pool2d", "adaptive_avg_pool2d", "_adaptive_avg_pool3d",
-       "adaptive_max_pool2d", "mkldnn_max_pool2d")
+@_rule(
+    "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+    "max_pool2d",
+    "max_pool1d",
+    "avg_pool2d",
+    "avg_pool1d",
+    "avg_pool3d",
+    "_adaptive_avg_pool2d",
+    "adaptive_avg_pool2d",
+    "_adaptive_avg_pool3d",
+    "adaptive_max_pool2d",
+    "mkldnn_max_pool2d",
+)
 def _pool(call: OpCall) -> Cost:
     """One comparison or add per input element in each window: ``out · prod(kernel)``
     (adaptive pools: one per input element)."""
     x = call.args[0]
     kernel = call.arg(1, "kernel_size", None)
     out = _out_numel(call) if call.outputs else x.numel
-    if isinstance(kernel, (list, tuple)) and kernel and not call.op.split("::")[-1].lstrip("_").startswith("adaptive"):
+    if (
+        isinstance(kernel, (list, tuple))
+        and kernel
+        and not call.op.split("::")[-1].lstrip("_").startswith("adaptive")
+    ):
         k = kernel if len(kernel) > 1 else list(kernel) * (len(x.shape) - 2)
         flops = out * math.prod(k)
     else:
@@ -447,8 +600,20 @@ def _pool(call: OpCall) -> Cost:
     return Cost(flops, _read([x]), _write(call, x.dtype), "pool")
 
 
-@_rule("cat", "stack", "constant_pad_nd", "reflection_pad2d", "replicate_pad2d", "repeat", "roll", "flip",
-       "tile", "_unsafe_index", "upsample_nearest2d", "upsample_bilinear2d")
+@_rule(
+    "cat",
+    "stack",
+    "constant_pad_nd",
+    "reflection_pad2d",
+    "replicate_pad2d",
+    "repeat",
+    "roll",
+    "flip",
+    "tile",
+    "_unsafe_index",
+    "upsample_nearest2d",
+    "upsample_bilinear2d",
+)
 def _move(call: OpCall) -> Cost:
     return Cost(0, _read(call.tensors), _write(call), "copy")
 
@@ -457,14 +622,22 @@ def _move(call: OpCall) -> Cost:
 def _norm_backward(kind: str, factor: int = 2):
     def fn(call: OpCall) -> Cost:
         grad = call.tensors[0]
-        return Cost(factor * NORM_FLOPS_PER_ELEMENT[kind] * grad.numel, _read(call.tensors), _write(call),
-                    "norm", f"{kind} backward ({factor}x forward)")
+        return Cost(
+            factor * NORM_FLOPS_PER_ELEMENT[kind] * grad.numel,
+            _read(call.tensors),
+            _write(call),
+            "norm",
+            f"{kind} backward ({factor}x forward)",
+        )
+
     return fn
 
 
 _rule("native_layer_norm_backward")(_norm_backward("layer_norm"))
 _rule("_fused_rms_norm_backward")(_norm_backward("rms_norm"))
-_rule("native_batch_norm_backward", "_native_batch_norm_legit_backward")(_norm_backward("batch_norm"))
+_rule("native_batch_norm_backward", "_native_batch_norm_legit_backward")(
+    _norm_backward("batch_norm")
+)
 _rule("native_group_norm_backward")(_norm_backward("group_norm"))
 
 
@@ -477,7 +650,9 @@ def _softmax_backward(call: OpCall) -> Cost:
 @_rule("embedding_dense_backward")
 def _embedding_backward(call: OpCall) -> Cost:
     g, idx = call.tensors[0], call.tensors[1]  # scatter-add of the touched rows into the table
-    return Cost(g.numel, g.nbytes + idx.nbytes + g.numel * g.itemsize, _write(call), "gather", "backward")
+    return Cost(
+        g.numel, g.nbytes + idx.nbytes + g.numel * g.itemsize, _write(call), "gather", "backward"
+    )
 
 
 def _torch_registry(call: OpCall) -> Cost | None:
@@ -495,15 +670,22 @@ def _torch_registry(call: OpCall) -> Cost | None:
 
     def meta(v: Any) -> Any:
         if isinstance(v, TensorMeta):
-            return torch.empty_strided(v.shape, v.stride or _contiguous(v.shape), device="meta",
-                                       dtype=getattr(torch, _TORCH_NAMES.get(v.dtype, "float32")))
+            return torch.empty_strided(
+                v.shape,
+                v.stride or _contiguous(v.shape),
+                device="meta",
+                dtype=getattr(torch, _TORCH_NAMES.get(v.dtype, "float32")),
+            )
         if isinstance(v, (list, tuple)):
             return type(v)(meta(x) for x in v)
         return v
 
     outs = meta(tuple(call.results or call.outputs))
-    flops = fn(*meta(call.args), **{k: meta(v) for k, v in call.kwargs.items()},
-               out_val=outs if len(outs) != 1 else outs[0])
+    flops = fn(
+        *meta(call.args),
+        **{k: meta(v) for k, v in call.kwargs.items()},
+        out_val=outs if len(outs) != 1 else outs[0],
+    )
     kind = next((k for part, k in _REGISTRY_KINDS if part in name), "matmul")
     return Cost(flops, _read(call.tensors), _write(call), kind, "torch flop_registry")
 
@@ -511,8 +693,18 @@ def _torch_registry(call: OpCall) -> Cost | None:
 #: (substring of the aten op name, cost kind) for ops costed by torch's flop registry
 _REGISTRY_KINDS = (("conv", "conv"), ("attention", "attention"))
 
-_TORCH_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64", "int64": "int64",
-                "int32": "int32", "int8": "int8", "uint8": "uint8", "bool": "bool", "fp8": "float8_e4m3fn"}
+_TORCH_NAMES = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "int64": "int64",
+    "int32": "int32",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "fp8": "float8_e4m3fn",
+}
 
 
 def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
@@ -528,15 +720,63 @@ def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
 #: Transcendentals count 1 (one instruction sequence per element, as exp); composite
 #: activations count their arithmetic around it.
 POINTWISE_FLOPS: dict[str, int] = {
-    "gelu": 8, "silu": 4, "sigmoid": 4, "tanh": 1, "exp": 1, "log": 1, "relu": 1, "threshold": 1,
-    "addcmul": 2, "addcdiv": 2, "lerp": 3, "hardswish": 4, "softplus": 3, "elu": 3, "leaky_relu": 2,
-    "erf": 1, "sqrt": 1, "rsqrt": 1, "pow": 1, "where": 0, "masked_fill": 0, "clamp": 1, "abs": 1,
-    "neg": 1, "mul": 1, "add": 1, "sub": 1, "div": 1, "native_dropout": 2, "mish": 5,
-    "gelu_backward": 12, "silu_backward": 6, "sigmoid_backward": 2, "threshold_backward": 1,
+    "gelu": 8,
+    "silu": 4,
+    "sigmoid": 4,
+    "tanh": 1,
+    "exp": 1,
+    "log": 1,
+    "relu": 1,
+    "threshold": 1,
+    "addcmul": 2,
+    "addcdiv": 2,
+    "lerp": 3,
+    "hardswish": 4,
+    "softplus": 3,
+    "elu": 3,
+    "leaky_relu": 2,
+    "erf": 1,
+    "sqrt": 1,
+    "rsqrt": 1,
+    "pow": 1,
+    "where": 0,
+    "masked_fill": 0,
+    "clamp": 1,
+    "abs": 1,
+    "neg": 1,
+    "mul": 1,
+    "add": 1,
+    "sub": 1,
+    "div": 1,
+    "native_dropout": 2,
+    "mish": 5,
+    "gelu_backward": 12,
+    "silu_backward": 6,
+    "sigmoid_backward": 2,
+    "threshold_backward": 1,
     "tanh_backward": 2,
 }
-_REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "linalg_vector_norm", "var",
-               "std", "var_mean", "std_mean", "argmax", "argmin", "logsumexp", "cumsum", "all", "any"}
+_REDUCTIONS = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "prod",
+    "norm",
+    "linalg_vector_norm",
+    "var",
+    "std",
+    "var_mean",
+    "std_mean",
+    "argmax",
+    "argmin",
+    "logsumexp",
+    "cumsum",
+    "all",
+    "any",
+}
 
 
 def _base(op: str) -> str:
@@ -584,10 +824,36 @@ def cost_of(call: OpCall) -> Cost | None:
 
 
 #: views by name, for calls from a trace (no schema at hand)
-_VIEW_NAMES = {"view", "reshape", "_reshape_alias", "_unsafe_view", "t", "transpose", "permute", "expand",
-               "slice", "select", "unsqueeze", "squeeze", "as_strided", "narrow", "unflatten", "flatten",
-               "split", "split_with_sizes", "chunk", "unbind", "view_as", "expand_as", "alias", "detach",
-               "unfold", "diagonal", "numpy_T", "movedim"}
+_VIEW_NAMES = {
+    "view",
+    "reshape",
+    "_reshape_alias",
+    "_unsafe_view",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "slice",
+    "select",
+    "unsqueeze",
+    "squeeze",
+    "as_strided",
+    "narrow",
+    "unflatten",
+    "flatten",
+    "split",
+    "split_with_sizes",
+    "chunk",
+    "unbind",
+    "view_as",
+    "expand_as",
+    "alias",
+    "detach",
+    "unfold",
+    "diagonal",
+    "numpy_T",
+    "movedim",
+}
 
 
 def tensor_args(values: Sequence[Any]) -> list[TensorMeta]:

@@ -27,8 +27,14 @@ from roofprof.counters.hierarchical import group_by_range
 from roofprof.counters.metrics import KernelCounters
 from roofprof.errors import DeviceUnavailableError
 
-__all__ = ["SIG_RANGE_PREFIX", "child_command", "counters_by_signature", "merge_counters", "require_counters",
-           "trace_counters"]
+__all__ = [
+    "SIG_RANGE_PREFIX",
+    "child_command",
+    "counters_by_signature",
+    "merge_counters",
+    "require_counters",
+    "trace_counters",
+]
 
 #: NVTX range of a signature's first call in the ``--counters`` child
 SIG_RANGE_PREFIX = "roofprof.sig_"
@@ -53,19 +59,38 @@ def require_counters(device: Any, ncu: str | None = None) -> str:
         missing.append(str(exc))
         path = ""
     if missing:
-        raise DeviceUnavailableError("--counters (Nsight Compute per traced op) needs " + "; and ".join(missing))
+        raise DeviceUnavailableError(
+            "--counters (Nsight Compute per traced op) needs " + "; and ".join(missing)
+        )
     return path
 
 
-def child_command(script: str | Path, args: Sequence[str], *, device: str, region: str | None = None,
-                  warmup: int = 0, steps: int | None = None) -> list[str]:
+def child_command(
+    script: str | Path,
+    args: Sequence[str],
+    *,
+    device: str,
+    region: str | None = None,
+    warmup: int = 0,
+    steps: int | None = None,
+) -> list[str]:
     """The argument list (never a shell string) of the NVTX child run under ncu.
 
     >>> child_command("m.py", ["--n", "2"], device="cuda:0", warmup=1)[3:9]
     ['trace', 'm.py', '--device', 'cuda:0', '--nvtx-signatures', '--warmup']
     """
-    cmd = [sys.executable, "-m", "roofprof", "trace", str(script), "--device", device, "--nvtx-signatures",
-           "--warmup", str(warmup)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "roofprof",
+        "trace",
+        str(script),
+        "--device",
+        device,
+        "--nvtx-signatures",
+        "--warmup",
+        str(warmup),
+    ]
     if steps is not None:
         cmd += ["--steps", str(steps)]
     if region is not None:
@@ -86,9 +111,12 @@ def counters_by_signature(records: Iterable[KernelCounters]) -> dict[str, dict[s
     for name, kernels in group_by_range(records).items():
         if not name.startswith(SIG_RANGE_PREFIX):
             continue
-        out[name[len(SIG_RANGE_PREFIX):]] = {
-            "flops": _total(k.flops for k in kernels), "dram_bytes": _total(k.dram_bytes for k in kernels),
-            "time_s": _total(k.time_s for k in kernels), "kernels": len(kernels)}
+        out[name[len(SIG_RANGE_PREFIX) :]] = {
+            "flops": _total(k.flops for k in kernels),
+            "dram_bytes": _total(k.dram_bytes for k in kernels),
+            "time_s": _total(k.time_s for k in kernels),
+            "kernels": len(kernels),
+        }
     return out
 
 
@@ -104,15 +132,33 @@ def merge_counters(result: Any, records: Iterable[KernelCounters]) -> Any:
     rows = []
     for r in result.ops:
         m = by_sig.get(r.signature) if r.signature else None
-        rows.append(r if m is None else dataclasses.replace(
-            r, measured_flops=m["flops"], measured_dram_bytes=m["dram_bytes"], measured_time_s=m["time_s"],
-            measured_kernels=m["kernels"]))
+        rows.append(
+            r
+            if m is None
+            else dataclasses.replace(
+                r,
+                measured_flops=m["flops"],
+                measured_dram_bytes=m["dram_bytes"],
+                measured_time_s=m["time_s"],
+                measured_kernels=m["kernels"],
+            )
+        )
     return dataclasses.replace(result, ops=tuple(rows))
 
 
-def trace_counters(result: Any, script: str | Path, args: Sequence[str], out_csv: str | Path, *, device: str,
-                   region: str | None = None, warmup: int = 0, steps: int | None = None,
-                   ncu: str | None = None, **ncu_options: Any) -> Any:
+def trace_counters(
+    result: Any,
+    script: str | Path,
+    args: Sequence[str],
+    out_csv: str | Path,
+    *,
+    device: str,
+    region: str | None = None,
+    warmup: int = 0,
+    steps: int | None = None,
+    ncu: str | None = None,
+    **ncu_options: Any,
+) -> Any:
     """Run the NVTX child under Nsight Compute and merge its counters into ``result``.
 
     Raises:

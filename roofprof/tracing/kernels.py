@@ -35,8 +35,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["CALL_PREFIX", "TRACER_RANGE", "WINDOW_RANGE", "HostEvent", "KernelEvent", "KernelJoin",
-           "KernelProfiler", "KernelRow", "TorchKernelProfiler", "join_kernels", "union_s"]
+__all__ = [
+    "CALL_PREFIX",
+    "TRACER_RANGE",
+    "WINDOW_RANGE",
+    "HostEvent",
+    "KernelEvent",
+    "KernelJoin",
+    "KernelProfiler",
+    "KernelRow",
+    "TorchKernelProfiler",
+    "join_kernels",
+    "union_s",
+]
 
 #: host range around each recorded op call: ``roofprof#<n>``
 CALL_PREFIX = "roofprof#"
@@ -131,7 +142,7 @@ def _call_number(name: str) -> int | None:
     if not name.startswith(CALL_PREFIX):
         return None
     try:
-        return int(name[len(CALL_PREFIX):])
+        return int(name[len(CALL_PREFIX) :])
     except ValueError:
         return None
 
@@ -161,13 +172,18 @@ def join_kernels(host: Sequence[HostEvent], kernels: Sequence[KernelEvent]) -> K
             per_call.setdefault(_call_number(rng.name), []).append((k.start_ns, k.end_ns))  # type: ignore[arg-type]
             joined += 1
             continue
-        at, thread = (op.start_ns, op.thread) if op is not None else (
-            k.launched_ns if k.launched_ns is not None else k.start_ns, None)
+        at, thread = (
+            (op.start_ns, op.thread)
+            if op is not None
+            else (k.launched_ns if k.launched_ns is not None else k.start_ns, None)
+        )
         if windows.find(at) is None or tracer.find(at, thread) is not None:  # window: any thread
             continue
         loose.setdefault(k.name, []).append((k.start_ns, k.end_ns))
-    rows = sorted((KernelRow(name, len(iv), union_s(iv)) for name, iv in loose.items()),
-                  key=lambda r: -r.time_s)
+    rows = sorted(
+        (KernelRow(name, len(iv), union_s(iv)) for name, iv in loose.items()),
+        key=lambda r: -r.time_s,
+    )
     return KernelJoin({n: union_s(iv) for n, iv in per_call.items()}, tuple(rows), joined)
 
 
@@ -197,8 +213,9 @@ class TorchKernelProfiler:
         import torch
 
         self._torch = torch
-        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                        torch.profiler.ProfilerActivity.CUDA])
+        self._prof = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        )
 
     def __enter__(self) -> TorchKernelProfiler:
         self._prof.__enter__()
@@ -219,11 +236,22 @@ class TorchKernelProfiler:
         for e in self._prof.profiler.kineto_results.events():
             activity = str(e.activity_type()) if hasattr(e, "activity_type") else ""
             if e.device_type() == cpu:
-                if activity in _HOST_ACTIVITIES or not activity:  # not cuda_runtime: another id space
-                    host.append(HostEvent(e.correlation_id(), e.name(), e.start_ns(), e.end_ns(),
-                                          e.start_thread_id()))
+                if (
+                    activity in _HOST_ACTIVITIES or not activity
+                ):  # not cuda_runtime: another id space
+                    host.append(
+                        HostEvent(
+                            e.correlation_id(),
+                            e.name(),
+                            e.start_ns(),
+                            e.end_ns(),
+                            e.start_thread_id(),
+                        )
+                    )
             elif (activity in _DEVICE_ACTIVITIES or not activity) and not e.is_user_annotation():
-                kernels.append(KernelEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id()))
+                kernels.append(
+                    KernelEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id())
+                )
         return host, kernels
 
 

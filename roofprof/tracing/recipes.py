@@ -63,6 +63,9 @@ def build(spec: TensorSpec, torch: Any) -> Any:
     extent = 1 + sum((s - 1) * st for s, st in zip(spec.shape, spec.stride, strict=False) if s > 0)
     if 0 in spec.shape:
         extent = 0
-    base = torch.randn(extent, dtype=spec.dtype, device=spec.device) if spec.dtype.is_floating_point \
+    base = (
+        torch.randn(extent, dtype=spec.dtype, device=spec.device)
+        if spec.dtype.is_floating_point
         else torch.zeros(extent, dtype=spec.dtype, device=spec.device)
+    )
     return base.as_strided(spec.shape, spec.stride)

@@ -13,9 +13,29 @@ from roofprof.units import clean, si
 
 __all__ = ["csv_text", "summary_lines", "text_table", "write_report"]
 
-_COLUMNS = ("op", "shapes", "dtypes", "count", "kind", "flops", "bytes", "intensity", "time_s",
-            "time_per_call_s", "replay_s", "roof", "percent_of_roof", "bound", "flags", "modules",
-            "signature", "measured_flops", "measured_dram_bytes", "measured_time_s", "measured_kernels")
+_COLUMNS = (
+    "op",
+    "shapes",
+    "dtypes",
+    "count",
+    "kind",
+    "flops",
+    "bytes",
+    "intensity",
+    "time_s",
+    "time_per_call_s",
+    "replay_s",
+    "roof",
+    "percent_of_roof",
+    "bound",
+    "flags",
+    "modules",
+    "signature",
+    "measured_flops",
+    "measured_dram_bytes",
+    "measured_time_s",
+    "measured_kernels",
+)
 
 
 def _pct(x: float | None) -> str:
@@ -38,13 +58,17 @@ def summary_lines(result: Any) -> list[str]:
 
 
 def _shape(r: Any) -> str:
-    return " ".join("x".join(map(str, s)) or "()" for s in r.shapes[:3]) + (" …" if len(r.shapes) > 3 else "")
+    return " ".join("x".join(map(str, s)) or "()" for s in r.shapes[:3]) + (
+        " …" if len(r.shapes) > 3 else ""
+    )
 
 
 def text_table(result: Any, top: int | None = 20) -> str:
     """Plain-text table: the ``top`` slowest signatures, then the modules, then the summary."""
-    head = f"{'op':<34} {'shapes':<30} {'n':>5} {'time':>9} {'ctx/call':>9} {'replay':>9} " \
-           f"{'GFLOP':>8} {'MB':>8} {'F/B':>7} {'%roof':>6} {'bound':<8} flags"
+    head = (
+        f"{'op':<34} {'shapes':<30} {'n':>5} {'time':>9} {'ctx/call':>9} {'replay':>9} "
+        f"{'GFLOP':>8} {'MB':>8} {'F/B':>7} {'%roof':>6} {'bound':<8} flags"
+    )
     lines = [head, "-" * len(head)]
     for r in result.ops[:top]:
         lines.append(
@@ -54,22 +78,30 @@ def text_table(result: Any, top: int | None = 20) -> str:
             f"{'-' if r.bytes is None else f'{r.bytes / 1e6:.2f}':>8} "
             f"{'-' if r.intensity is None else f'{r.intensity:.1f}':>7} "
             f"{'-' if r.percent_of_roof is None else f'{r.percent_of_roof:.0f}':>6} {r.bound:<8} "
-            f"{','.join(r.flags)}")
+            f"{','.join(r.flags)}"
+        )
     if top is not None and len(result.ops) > top:
         lines.append(f"... {len(result.ops) - top} more signatures")
     if result.modules:
         lines += ["", f"{'module':<48} {'phase':<9} {'calls':>6} {'time':>9} {'GFLOP':>9}"]
         for m in result.modules[:top]:
-            lines.append(f"{m.module[:48]:<48} {m.phase:<9} {m.calls:>6} {si(m.time_s, 's'):>9} "
-                         f"{m.flops / 1e9:>9.3f}")
+            lines.append(
+                f"{m.module[:48]:<48} {m.phase:<9} {m.calls:>6} {si(m.time_s, 's'):>9} "
+                f"{m.flops / 1e9:>9.3f}"
+            )
     measured = [r for r in result.ops if r.measured_kernels]
     if measured:
-        lines += ["", f"{'Nsight Compute (one call)':<34} {'GFLOP':>9} {'ncu GFLOP':>10} {'MB':>9} "
-                  f"{'ncu DRAM MB':>12} {'ncu time':>9} {'kernels':>7}"]
+        lines += [
+            "",
+            f"{'Nsight Compute (one call)':<34} {'GFLOP':>9} {'ncu GFLOP':>10} {'MB':>9} "
+            f"{'ncu DRAM MB':>12} {'ncu time':>9} {'kernels':>7}",
+        ]
         for r in measured[:top]:
-            lines.append(f"{r.op.split('::')[-1][:34]:<34} {_num(r.flops, 1e9):>9} {_num(r.measured_flops, 1e9):>10} "
-                         f"{_num(r.bytes, 1e6):>9} {_num(r.measured_dram_bytes, 1e6):>12} "
-                         f"{si(r.measured_time_s, 's', missing='-'):>9} {r.measured_kernels:>7}")
+            lines.append(
+                f"{r.op.split('::')[-1][:34]:<34} {_num(r.flops, 1e9):>9} {_num(r.measured_flops, 1e9):>10} "
+                f"{_num(r.bytes, 1e6):>9} {_num(r.measured_dram_bytes, 1e6):>12} "
+                f"{si(r.measured_time_s, 's', missing='-'):>9} {r.measured_kernels:>7}"
+            )
     return "\n".join([*lines, "", *summary_lines(result)])
 
 
@@ -112,29 +144,65 @@ def _num(x: float | None, scale: float = 1.0, fmt: str = "{:.3g}") -> str:
 
 def _cards(result: Any) -> str:
     s = result.summary
-    cards = [("window (instrumented)", si(s.wall_s, "s"), f"op time {si(s.op_time_s, 's')}, "
-              f"unattributed {si(s.unattributed_s, 's')}"),
-             ("coverage", _pct(s.coverage), "of op time has a FLOP formula and a byte model"),
-             ("ops", f"{s.calls:,}", f"calls, {s.unique_ops} unique signatures"),
-             (f"MFU / MBU ({s.dtype})", f"{_pct(s.mfu_measured)} / {_pct(s.mbu_measured)}",
-              "of the measured roofline"),
-             ("MFU / MBU, datasheet", f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)}",
-              "of the datasheet peaks" if result.datasheet else "no datasheet row for this device")]
-    return "<div class='cards'>" + "".join(
-        f"<div class='card'><div class='lbl'>{html.escape(a)}</div><div class='big'>{html.escape(b)}</div>"
-        f"<div>{html.escape(c)}</div></div>" for a, b, c in cards) + "</div>"
+    cards = [
+        (
+            "window (instrumented)",
+            si(s.wall_s, "s"),
+            f"op time {si(s.op_time_s, 's')}, unattributed {si(s.unattributed_s, 's')}",
+        ),
+        ("coverage", _pct(s.coverage), "of op time has a FLOP formula and a byte model"),
+        ("ops", f"{s.calls:,}", f"calls, {s.unique_ops} unique signatures"),
+        (
+            f"MFU / MBU ({s.dtype})",
+            f"{_pct(s.mfu_measured)} / {_pct(s.mbu_measured)}",
+            "of the measured roofline",
+        ),
+        (
+            "MFU / MBU, datasheet",
+            f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)}",
+            "of the datasheet peaks" if result.datasheet else "no datasheet row for this device",
+        ),
+    ]
+    return (
+        "<div class='cards'>"
+        + "".join(
+            f"<div class='card'><div class='lbl'>{html.escape(a)}</div><div class='big'>{html.escape(b)}</div>"
+            f"<div>{html.escape(c)}</div></div>"
+            for a, b, c in cards
+        )
+        + "</div>"
+    )
 
 
 def _ceilings(result: Any, table: Any) -> str:
     rows = []
-    sheet = {(c.kind, c.dtype, c.level): c.value for c in result.datasheet.ceilings} if result.datasheet else {}
+    sheet = (
+        {(c.kind, c.dtype, c.level): c.value for c in result.datasheet.ceilings}
+        if result.datasheet
+        else {}
+    )
     for c in result.roofline.ceilings if result.roofline else ():
         unit = "FLOP/s" if c.kind == "compute" else "B/s"
         spec = sheet.get((c.kind, c.dtype, c.level))
-        rows.append([c.name, c.dtype or c.level, c.source, si(c.value, unit), si(spec, unit, missing="-"),
-                     _pct(c.value / spec) if spec else "-"])
-    return table(["ceiling", "dtype / level", "source", "value", "datasheet", "of datasheet"], rows,
-                 numeric_from=3) if rows else "<p class='muted'>no roofline (roofline='none')</p>"
+        rows.append(
+            [
+                c.name,
+                c.dtype or c.level,
+                c.source,
+                si(c.value, unit),
+                si(spec, unit, missing="-"),
+                _pct(c.value / spec) if spec else "-",
+            ]
+        )
+    return (
+        table(
+            ["ceiling", "dtype / level", "source", "value", "datasheet", "of datasheet"],
+            rows,
+            numeric_from=3,
+        )
+        if rows
+        else "<p class='muted'>no roofline (roofline='none')</p>"
+    )
 
 
 def _html(result: Any, png: bytes | None) -> str:
@@ -142,41 +210,111 @@ def _html(result: Any, png: bytes | None) -> str:
 
     s = result.summary
     counters = any(r.measured_kernels for r in result.ops)
-    parts = [f"<h1>roofprof trace on {html.escape(s.device)}</h1>",
-             f"<p class='muted'>roofline: {html.escape(s.roofline_source)}; FMA = 2 FLOPs; minimum bytes "
-             "(views 0, broadcasts once, gathers the rows touched); times in context, replays in isolation.</p>",
-             _cards(result), "<h2>Roofline</h2>", html_image(png, "roofline with the slowest ops placed"),
-             _ceilings(result, html_table)]
+    parts = [
+        f"<h1>roofprof trace on {html.escape(s.device)}</h1>",
+        f"<p class='muted'>roofline: {html.escape(s.roofline_source)}; FMA = 2 FLOPs; minimum bytes "
+        "(views 0, broadcasts once, gathers the rows touched); times in context, replays in isolation.</p>",
+        _cards(result),
+        "<h2>Roofline</h2>",
+        html_image(png, "roofline with the slowest ops placed"),
+        _ceilings(result, html_table),
+    ]
     flagged: dict[str, list[str]] = {}
     for r in result.ops:
         for f in r.flags:
             flagged.setdefault(f, []).append(r.op.split("::")[-1])
     if flagged:
-        parts.append("<h2>Flags</h2><ul>" + "".join(
-            f"<li><b>{html.escape(f)}</b> ({len(ops)} signatures: {html.escape(', '.join(dict.fromkeys(ops)))}"
-            f"): {html.escape(_FLAG_TEXT.get(f, ''))}</li>" for f, ops in flagged.items()) + "</ul>")
-    head = ["op", "shapes", "dtypes", "kind", "n", "time", "ctx/call", "replay", "GFLOP", "MB", "F/B", "roof",
-            "% roof", "bound", "flags", "modules"]
+        parts.append(
+            "<h2>Flags</h2><ul>"
+            + "".join(
+                f"<li><b>{html.escape(f)}</b> ({len(ops)} signatures: {html.escape(', '.join(dict.fromkeys(ops)))}"
+                f"): {html.escape(_FLAG_TEXT.get(f, ''))}</li>"
+                for f, ops in flagged.items()
+            )
+            + "</ul>"
+        )
+    head = [
+        "op",
+        "shapes",
+        "dtypes",
+        "kind",
+        "n",
+        "time",
+        "ctx/call",
+        "replay",
+        "GFLOP",
+        "MB",
+        "F/B",
+        "roof",
+        "% roof",
+        "bound",
+        "flags",
+        "modules",
+    ]
     rows = []
     for r in result.ops:
-        row = [r.op, _shape(r), " ".join(r.dtypes[:3]), r.kind, r.count, si(r.time_s, "s"),
-               si(r.time_per_call_s, "s"), si(r.replay_s, "s", missing="-"), _num(r.flops, 1e9),
-               _num(r.bytes, 1e6), _num(r.intensity, 1, "{:.1f}"), r.roof, _num(r.percent_of_roof, 1, "{:.0f}"),
-               r.bound, ", ".join(r.flags), ", ".join(r.modules[:3])]
+        row = [
+            r.op,
+            _shape(r),
+            " ".join(r.dtypes[:3]),
+            r.kind,
+            r.count,
+            si(r.time_s, "s"),
+            si(r.time_per_call_s, "s"),
+            si(r.replay_s, "s", missing="-"),
+            _num(r.flops, 1e9),
+            _num(r.bytes, 1e6),
+            _num(r.intensity, 1, "{:.1f}"),
+            r.roof,
+            _num(r.percent_of_roof, 1, "{:.0f}"),
+            r.bound,
+            ", ".join(r.flags),
+            ", ".join(r.modules[:3]),
+        ]
         if counters:
-            row[15:15] = [_num(r.measured_flops, 1e9), _num(r.measured_dram_bytes, 1e6),
-                          si(r.measured_time_s, "s", missing="-")]
+            row[15:15] = [
+                _num(r.measured_flops, 1e9),
+                _num(r.measured_dram_bytes, 1e6),
+                si(r.measured_time_s, "s", missing="-"),
+            ]
         rows.append(row)
     if counters:
         head[15:15] = ["ncu GFLOP", "ncu DRAM MB", "ncu time"]
-    parts += ["<h2>Ops (one row per unique signature, slowest first)</h2>", html_table(head, rows, numeric_from=4)]
-    parts += ["<h2>Modules</h2>", html_table(
-        ["module", "phase", "calls", "time", "GFLOP", "MB"],
-        [[m.module, m.phase, m.calls, si(m.time_s, "s"), _num(m.flops, 1e9), _num(m.bytes, 1e6)]
-         for m in result.modules], numeric_from=2)]
-    parts.append("<p class='muted'>" + "<br>".join(html.escape(line) for line in summary_lines(result)) + "</p>")
-    parts.append("<p>Files: " + ", ".join(f"<a href='{n}'>{n}</a>" for n in
-                                         ("trace.json", "ops.csv", "modules.csv", "roofline.png")) + "</p>")
+    parts += [
+        "<h2>Ops (one row per unique signature, slowest first)</h2>",
+        html_table(head, rows, numeric_from=4),
+    ]
+    parts += [
+        "<h2>Modules</h2>",
+        html_table(
+            ["module", "phase", "calls", "time", "GFLOP", "MB"],
+            [
+                [
+                    m.module,
+                    m.phase,
+                    m.calls,
+                    si(m.time_s, "s"),
+                    _num(m.flops, 1e9),
+                    _num(m.bytes, 1e6),
+                ]
+                for m in result.modules
+            ],
+            numeric_from=2,
+        ),
+    ]
+    parts.append(
+        "<p class='muted'>"
+        + "<br>".join(html.escape(line) for line in summary_lines(result))
+        + "</p>"
+    )
+    parts.append(
+        "<p>Files: "
+        + ", ".join(
+            f"<a href='{n}'>{n}</a>"
+            for n in ("trace.json", "ops.csv", "modules.csv", "roofline.png")
+        )
+        + "</p>"
+    )
     return html_page(f"roofprof trace: {s.device}", parts)
 
 

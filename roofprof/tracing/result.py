@@ -18,8 +18,16 @@ from typing import Any
 
 from roofprof.roofline import Point, Roofline, place
 
-__all__ = ["ModuleRow", "OpRow", "TraceResult", "TraceSummary", "build_result", "place_row", "resolve_for",
-           "DISAGREE_FRACTION"]
+__all__ = [
+    "ModuleRow",
+    "OpRow",
+    "TraceResult",
+    "TraceSummary",
+    "build_result",
+    "place_row",
+    "resolve_for",
+    "DISAGREE_FRACTION",
+]
 
 #: in-context vs replayed time disagreeing by more than this is flagged
 DISAGREE_FRACTION = 0.20
@@ -64,7 +72,11 @@ class OpRow:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["shapes"] = [list(s) for s in self.shapes]
-        d["dtypes"], d["flags"], d["modules"] = list(self.dtypes), list(self.flags), list(self.modules)
+        d["dtypes"], d["flags"], d["modules"] = (
+            list(self.dtypes),
+            list(self.flags),
+            list(self.modules),
+        )
         return d
 
 
@@ -118,16 +130,21 @@ class TraceResult:
     datasheet: Roofline | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": asdict(self.summary), "ops": [r.to_dict() for r in self.ops],
-                "modules": [asdict(m) for m in self.modules],
-                "roofline": self.roofline.to_dict() if self.roofline else None,
-                "datasheet": self.datasheet.to_dict() if self.datasheet else None}
+        return {
+            "summary": asdict(self.summary),
+            "ops": [r.to_dict() for r in self.ops],
+            "modules": [asdict(m) for m in self.modules],
+            "roofline": self.roofline.to_dict() if self.roofline else None,
+            "datasheet": self.datasheet.to_dict() if self.datasheet else None,
+        }
 
     def to_dataframe(self, what: str = "ops"):
         """``ops`` or ``modules`` as a pandas DataFrame (pandas imported here)."""
         import pandas as pd
 
-        rows = [r.to_dict() for r in self.ops] if what == "ops" else [asdict(m) for m in self.modules]
+        rows = (
+            [r.to_dict() for r in self.ops] if what == "ops" else [asdict(m) for m in self.modules]
+        )
         return pd.DataFrame(rows)
 
     def table(self, top: int | None = 20) -> str:
@@ -154,11 +171,17 @@ class TraceResult:
 
         if self.roofline is None:
             raise ConfigError("no roofline to plot on (traced with roofline='none')")
-        points = [Point(_label(r), r.flops, r.bytes, r.time_per_call_s, _dtype_on(self.roofline, r.dtypes))
-                  for r in self.ops if r.flops and r.bytes and r.time_per_call_s > 0][:top]
+        points = [
+            Point(
+                _label(r), r.flops, r.bytes, r.time_per_call_s, _dtype_on(self.roofline, r.dtypes)
+            )
+            for r in self.ops
+            if r.flops and r.bytes and r.time_per_call_s > 0
+        ][:top]
         spec = None if self.summary.roofline_source == "datasheet" else self.datasheet
-        return plot_roofline(self.roofline, points, path, spec=spec,
-                             title=f"roofprof trace on {self.summary.device}")
+        return plot_roofline(
+            self.roofline, points, path, spec=spec, title=f"roofprof trace on {self.summary.device}"
+        )
 
     def json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, default=str)
@@ -175,8 +198,14 @@ def _dtype_on(roofline: Roofline, dtypes: Sequence[str]) -> str:
     return roofline.dtypes[0] if roofline.dtypes else "fp32"
 
 
-def place_row(flops: float, bytes_: float, seconds: float, dtypes: Sequence[str], roofline: Roofline | None,
-              name: str = "op") -> tuple[str, float | None, str]:
+def place_row(
+    flops: float,
+    bytes_: float,
+    seconds: float,
+    dtypes: Sequence[str],
+    roofline: Roofline | None,
+    name: str = "op",
+) -> tuple[str, float | None, str]:
     """(roof, percent of roof, bound) of one op on ``roofline``: the compute roof of its
     dtype (the first of ``dtypes`` the roofline has; memory-only ops use any) and DRAM."""
     if roofline is None or seconds <= 0 or not roofline.dtypes:
@@ -209,8 +238,15 @@ def _replay(stats: Any, device: Any, cold: bool, budget_s: float) -> float | Non
             fn(*args, **kwargs)
 
         with torch.no_grad():
-            t = benchmark(call, clock=device.clock(), budget_s=budget_s, warmup_s=budget_s / 4,
-                          flush=device.flush if cold else None, min_repeats=3, max_repeats=200)
+            t = benchmark(
+                call,
+                clock=device.clock(),
+                budget_s=budget_s,
+                warmup_s=budget_s / 4,
+                flush=device.flush if cold else None,
+                min_repeats=3,
+                max_repeats=200,
+            )
         return t.median_s
     except Exception:  # noqa: BLE001 - data-dependent or stateful ops: reported in context only
         return None
@@ -230,9 +266,11 @@ def resolve_for(device: Any, spec: Any) -> tuple[Roofline | None, str]:
         if roofline is None:
             from roofprof.errors import ConfigError
 
-            raise ConfigError(f"{device.info.name} has no datasheet roofline "
-                              f"({device.info.spec_note or 'no match in data/gpus.json'}); "
-                              "use --roofline auto or a roofline.json")
+            raise ConfigError(
+                f"{device.info.name} has no datasheet roofline "
+                f"({device.info.spec_note or 'no match in data/gpus.json'}); "
+                "use --roofline auto or a roofline.json"
+            )
         return roofline, "datasheet"
     return resolve_roofline(spec, device)
 
@@ -243,7 +281,9 @@ def build_result(tracer: Any) -> TraceResult:
 
     device = tracer._device
     resolved = getattr(tracer, "_roofline", None)
-    roofline, source = resolved if resolved is not None else resolve_for(device, tracer.roofline_spec)
+    roofline, source = (
+        resolved if resolved is not None else resolve_for(device, tracer.roofline_spec)
+    )
     datasheet = spec_roofline(device)
 
     rows: list[OpRow] = []
@@ -264,13 +304,21 @@ def build_result(tracer: Any) -> TraceResult:
                 flags.append("no-cost")
             roof, pct, bound = "-", None, "-"
         else:
-            roof, pct, bound = place_row(cost.flops, cost.bytes, per_call, stats.dtypes, roofline, stats.op)
-        if replay_s and per_call > 0 and abs(replay_s - per_call) > DISAGREE_FRACTION * max(replay_s, per_call) \
-                and max(replay_s, per_call) > 20e-6:
+            roof, pct, bound = place_row(
+                cost.flops, cost.bytes, per_call, stats.dtypes, roofline, stats.op
+            )
+        if (
+            replay_s
+            and per_call > 0
+            and abs(replay_s - per_call) > DISAGREE_FRACTION * max(replay_s, per_call)
+            and max(replay_s, per_call) > 20e-6
+        ):
             flags.append("replay-disagrees")
         if cost is not None and cost.bytes and roofline is not None and "dram" in roofline.levels:
             bw = roofline.memory_bandwidth("dram")
-            fastest = min(t for t in (per_call, replay_s or math.inf) if t > 0) if per_call > 0 else None
+            fastest = (
+                min(t for t in (per_call, replay_s or math.inf) if t > 0) if per_call > 0 else None
+            )
             if fastest and cost.bytes / fastest > bw:
                 flags.append("cache-resident")
         names = []
@@ -283,18 +331,43 @@ def build_result(tracer: Any) -> TraceResult:
             if cost is not None:
                 agg[2] += cost.flops * n
                 agg[3] += cost.bytes * n
-        rows.append(OpRow(stats.op, stats.overload, stats.shapes, stats.dtypes, stats.count,
-                          cost.kind if cost else ("kernel" if kernel_only else "unknown"),
-                          cost.flops if cost else None,
-                          cost.bytes if cost else None, (cost.intensity if cost and cost.bytes else None),
-                          stats.time_s, per_call, replay_s, roof, pct, bound, tuple(flags),
-                          tuple(dict.fromkeys(names)), cost.note if cost else "",
-                          getattr(stats, "key", "")))
+        rows.append(
+            OpRow(
+                stats.op,
+                stats.overload,
+                stats.shapes,
+                stats.dtypes,
+                stats.count,
+                cost.kind if cost else ("kernel" if kernel_only else "unknown"),
+                cost.flops if cost else None,
+                cost.bytes if cost else None,
+                (cost.intensity if cost and cost.bytes else None),
+                stats.time_s,
+                per_call,
+                replay_s,
+                roof,
+                pct,
+                bound,
+                tuple(flags),
+                tuple(dict.fromkeys(names)),
+                cost.note if cost else "",
+                getattr(stats, "key", ""),
+            )
+        )
     rows.sort(key=lambda r: -r.time_s)
-    mod_rows = tuple(sorted((ModuleRow(n, p, int(a[0]), a[1], a[2], a[3]) for (n, p), a in modules.items()),
-                            key=lambda m: -m.time_s))
-    return TraceResult(tuple(rows), mod_rows, _summary(tracer, rows, roofline, source, datasheet), roofline,
-                       datasheet)
+    mod_rows = tuple(
+        sorted(
+            (ModuleRow(n, p, int(a[0]), a[1], a[2], a[3]) for (n, p), a in modules.items()),
+            key=lambda m: -m.time_s,
+        )
+    )
+    return TraceResult(
+        tuple(rows),
+        mod_rows,
+        _summary(tracer, rows, roofline, source, datasheet),
+        roofline,
+        datasheet,
+    )
 
 
 def _cut(fqn: str, depth: int | None) -> str:
@@ -303,8 +376,13 @@ def _cut(fqn: str, depth: int | None) -> str:
     return ".".join(fqn.split(".")[: depth + 1])
 
 
-def _summary(tracer: Any, rows: Sequence[OpRow], roofline: Roofline | None, source: str,
-             datasheet: Roofline | None) -> TraceSummary:
+def _summary(
+    tracer: Any,
+    rows: Sequence[OpRow],
+    roofline: Roofline | None,
+    source: str,
+    datasheet: Roofline | None,
+) -> TraceSummary:
     op_time = sum(r.time_s for r in rows)
     covered = sum(r.time_s for r in rows if r.flops is not None and r.bytes is not None)
     flops = sum((r.flops or 0) * r.count for r in rows)
@@ -324,6 +402,20 @@ def _summary(tracer: Any, rows: Sequence[OpRow], roofline: Roofline | None, sour
 
     mfu_m, mbu_m = util(roofline)
     mfu_d, mbu_d = util(datasheet)
-    return TraceSummary(tracer._device.info.label + f" ({tracer._device.info.name})", source, tracer.wall_s,
-                        op_time, max(0.0, tracer.wall_s - op_time), tracer.calls, len(rows),
-                        covered / op_time if op_time > 0 else 1.0, flops, bytes_, dtype, mfu_m, mbu_m, mfu_d, mbu_d)
+    return TraceSummary(
+        tracer._device.info.label + f" ({tracer._device.info.name})",
+        source,
+        tracer.wall_s,
+        op_time,
+        max(0.0, tracer.wall_s - op_time),
+        tracer.calls,
+        len(rows),
+        covered / op_time if op_time > 0 else 1.0,
+        flops,
+        bytes_,
+        dtype,
+        mfu_m,
+        mbu_m,
+        mfu_d,
+        mbu_d,
+    )

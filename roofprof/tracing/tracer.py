@@ -37,6 +37,7 @@ from roofprof.tracing.recipes import Recipe, map_nested, spec_of
 
 __all__ = ["Recipe", "SignatureStats", "Tracer", "region", "signature_id", "step"]
 
+
 @dataclass
 class SignatureStats:
     """Everything recorded for one unique signature."""
@@ -50,7 +51,9 @@ class SignatureStats:
     recipe: Recipe | None
     count: int = 0
     time_s: float = 0.0
-    modules: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (fqn, phase) -> [n, s]
+    modules: dict[tuple[str, str], list[float]] = field(
+        default_factory=dict
+    )  # (fqn, phase) -> [n, s]
     kernel_only: bool = False  # a device kernel no recorded op launched (time only)
     key: str = ""  # :func:`signature_id`: the same in every process that runs the same call
 
@@ -82,13 +85,20 @@ def _meta(t: Any) -> TensorMeta:
 
 def _describe(x: Any, torch: Any) -> Any:
     if isinstance(x, torch.Tensor):
-        return (tuple(x.shape), tuple(x.stride()) if x.layout == torch.strided else (), str(x.dtype))
+        return (
+            tuple(x.shape),
+            tuple(x.stride()) if x.layout == torch.strided else (),
+            str(x.dtype),
+        )
     if isinstance(x, (list, tuple)):
         return tuple(_describe(v, torch) for v in x)
     if isinstance(x, (int, float, bool, str, type(None))):
         return x
-    return type(x).__name__ if not isinstance(x, (torch.dtype, torch.device, torch.layout,
-                                                  torch.memory_format)) else str(x)
+    return (
+        type(x).__name__
+        if not isinstance(x, (torch.dtype, torch.device, torch.layout, torch.memory_format))
+        else str(x)
+    )
 
 
 # -- regions marked inside a script -------------------------------------------------------
@@ -133,12 +143,25 @@ class Tracer:
     counts and each entry is a step.
     """
 
-    def __init__(self, *, device: Any = "auto", roofline: Any = "auto", replay: bool = True,
-                 warmup: int = 0, steps: int | None = None, cold: bool = False, region: str | None = None,
-                 module_depth: int | None = None, replay_budget_s: float = 0.02,
-                 kernel_profiler: Any = None, nvtx_signatures: bool = False):
+    def __init__(
+        self,
+        *,
+        device: Any = "auto",
+        roofline: Any = "auto",
+        replay: bool = True,
+        warmup: int = 0,
+        steps: int | None = None,
+        cold: bool = False,
+        region: str | None = None,
+        module_depth: int | None = None,
+        replay_budget_s: float = 0.02,
+        kernel_profiler: Any = None,
+        nvtx_signatures: bool = False,
+    ):
         if warmup < 0 or (steps is not None and steps < 1):
-            raise ConfigError(f"need warmup >= 0 and steps >= 1, got warmup={warmup}, steps={steps}")
+            raise ConfigError(
+                f"need warmup >= 0 and steps >= 1, got warmup={warmup}, steps={steps}"
+            )
         self.device_spec, self.roofline_spec = device, roofline
         self.replay, self.cold, self.region = replay, cold, region
         self.warmup, self.steps, self.module_depth = warmup, steps, module_depth
@@ -166,7 +189,9 @@ class Tracer:
     def _in_window(self) -> bool:
         if self.region is not None and not self._in_region:
             return False
-        return self._step >= self.warmup and (self.steps is None or self._step < self.warmup + self.steps)
+        return self._step >= self.warmup and (
+            self.steps is None or self._step < self.warmup + self.steps
+        )
 
     def _sync_window(self) -> None:
         active = self._in_window()
@@ -216,8 +241,12 @@ class Tracer:
         from roofprof.devices import select
         from roofprof.tracing.result import resolve_for
 
-        self._device = select(self.device_spec) if isinstance(self.device_spec, str) else self.device_spec
-        self._roofline = resolve_for(self._device, self.roofline_spec)  # bad input fails before the run
+        self._device = (
+            select(self.device_spec) if isinstance(self.device_spec, str) else self.device_spec
+        )
+        self._roofline = resolve_for(
+            self._device, self.roofline_spec
+        )  # bad input fails before the run
         self._async = bool(self._device.info.asynchronous)
         self._torch_device = self._device.info.torch_device
         if self._async and not self.nvtx_signatures:  # ncu and CUPTI's tracer exclude each other
@@ -246,8 +275,10 @@ class Tracer:
             if exc_type is None:
                 self._join(*self._profiler.events())
         if exc_type is None and self.region is not None and not self.region_seen:
-            raise ConfigError(f"region {self.region!r} never occurred in the traced code; mark it with "
-                              f"`with roofprof.trace.region({self.region!r}):`")
+            raise ConfigError(
+                f"region {self.region!r} never occurred in the traced code; mark it with "
+                f"`with roofprof.trace.region({self.region!r}):`"
+            )
 
     def _join(self, host: Iterable[HostEvent], kernels: Iterable[KernelEvent]) -> None:
         """Device time of each pending call from the profiler's events; kernels of no
@@ -263,7 +294,9 @@ class Tracer:
             name = f"kernel::{row.name}"
             stats = self.sigs.get(("kernel", row.name))
             if stats is None:
-                stats = SignatureStats(name, "-", (), (), OpCall(name), None, None, kernel_only=True)
+                stats = SignatureStats(
+                    name, "-", (), (), OpCall(name), None, None, kernel_only=True
+                )
                 self.sigs[("kernel", row.name)] = stats
             stats.count += row.count
             stats.time_s += row.time_s
@@ -338,7 +371,9 @@ class Tracer:
             self._sync_device()
         return out
 
-    def _new_signature(self, func: Any, args: tuple, kwargs: dict, out: Any, torch: Any) -> SignatureStats:
+    def _new_signature(
+        self, func: Any, args: tuple, kwargs: dict, out: Any, torch: Any
+    ) -> SignatureStats:
         schema = func._schema
         tensors = torch.Tensor
         margs = map_nested(args, _meta, tensors)
@@ -351,16 +386,36 @@ class Tracer:
         if name == "aten::embedding" and len(args) > 1 and isinstance(args[1], tensors):
             index_rows = int(torch.unique(args[1]).numel())
         results = tuple(_meta(o) if isinstance(o, tensors) else None for o in outs)
-        call = OpCall(name, tuple(margs), mkwargs, mouts, frozenset(str(t).split(".")[-1] for t in func.tags),
-                      schema.is_mutable, view, schema.overload_name or "default", index_rows, results)
+        call = OpCall(
+            name,
+            tuple(margs),
+            mkwargs,
+            mouts,
+            frozenset(str(t).split(".")[-1] for t in func.tags),
+            schema.is_mutable,
+            view,
+            schema.overload_name or "default",
+            index_rows,
+            results,
+        )
         try:
-            recipe = Recipe(func, map_nested(args, lambda t: spec_of(t, torch), tensors),
-                            map_nested(kwargs, lambda t: spec_of(t, torch), tensors))
+            recipe = Recipe(
+                func,
+                map_nested(args, lambda t: spec_of(t, torch), tensors),
+                map_nested(kwargs, lambda t: spec_of(t, torch), tensors),
+            )
         except Exception:  # noqa: BLE001 - exotic tensors (sparse, nested): in-context only
             recipe = None
         tmetas = [t for t in _flat(margs) if isinstance(t, TensorMeta)]
-        return SignatureStats(name, call.overload, tuple(t.shape for t in tmetas), tuple(t.dtype for t in tmetas),
-                              call, cost_of(call), recipe)
+        return SignatureStats(
+            name,
+            call.overload,
+            tuple(t.shape for t in tmetas),
+            tuple(t.dtype for t in tmetas),
+            call,
+            cost_of(call),
+            recipe,
+        )
 
 
 def _flat(x: Any) -> list[Any]:

@@ -74,15 +74,62 @@ from roofprof.devices.cuda.impls import (
 from roofprof.devices.cuda.probes import cuda_probes, launch_latency, skipped_probes
 from roofprof.devices.cuda.reference import CupyReference, PreparedRef, attention_group
 
-__all__ = ["AUTO_FALLBACK", "CUBLAS_DTYPES", "DELAY_TARGET_S", "GEMV_MAX_M", "INSTALL_HINT", "ITEMSIZE", "KIND", "NAMES",
-           "CublasGemm", "CudaDevice", "CudaEventClock", "CudaKernelError", "CupyBuffers", "CupyKernels",
-           "CupyReference", "KernelModules", "NumbaKernels", "PreparedGemm", "PreparedRef", "TorchBuffers",
-           "TorchGemm", "WHAT", "attention_group", "bf16_bits", "bf16_to_f32", "check_tolerance", "cublas_gemm_nt",
-           "cuda_implementations", "cuda_probes", "cuda_roofline_plan", "dtype_unsupported", "enumerate",
-           "flush_bytes_for", "fmt_bytes", "gemm_buffer_bytes", "gemm_probe_setup", "gemv_prepared", "host_f64",
-           "kernels_module", "launch_latency", "memory_refusal", "numba_cuda_reason", "nvrtc_version", "open", "parse_cc",
-           "read_identity", "roofline_plan", "sample_indices", "scale_to_clock", "skipped_probes", "spec_clocks",
-           "storage_dtype", "torch_cuda_reason", "torch_gemm_nt"]
+__all__ = [
+    "AUTO_FALLBACK",
+    "CUBLAS_DTYPES",
+    "DELAY_TARGET_S",
+    "GEMV_MAX_M",
+    "INSTALL_HINT",
+    "ITEMSIZE",
+    "KIND",
+    "NAMES",
+    "CublasGemm",
+    "CudaDevice",
+    "CudaEventClock",
+    "CudaKernelError",
+    "CupyBuffers",
+    "CupyKernels",
+    "CupyReference",
+    "KernelModules",
+    "NumbaKernels",
+    "PreparedGemm",
+    "PreparedRef",
+    "TorchBuffers",
+    "TorchGemm",
+    "WHAT",
+    "attention_group",
+    "bf16_bits",
+    "bf16_to_f32",
+    "check_tolerance",
+    "cublas_gemm_nt",
+    "cuda_implementations",
+    "cuda_probes",
+    "cuda_roofline_plan",
+    "dtype_unsupported",
+    "enumerate",
+    "flush_bytes_for",
+    "fmt_bytes",
+    "gemm_buffer_bytes",
+    "gemm_probe_setup",
+    "gemv_prepared",
+    "host_f64",
+    "kernels_module",
+    "launch_latency",
+    "memory_refusal",
+    "numba_cuda_reason",
+    "nvrtc_version",
+    "open",
+    "parse_cc",
+    "read_identity",
+    "roofline_plan",
+    "sample_indices",
+    "scale_to_clock",
+    "skipped_probes",
+    "spec_clocks",
+    "storage_dtype",
+    "torch_cuda_reason",
+    "torch_gemm_nt",
+]
 
 #: The device kind of this backend; device strings are ``cuda``, ``cuda:N`` (or ``gpu[:N]``).
 KIND = "cuda"
@@ -128,7 +175,11 @@ def enumerate(*, nvml: Any = None, cupy: Any = None) -> list[DeviceStatus]:  # n
     names, cuda_reason = _cuda_names(cupy)
     if names:
         return [DeviceStatus(f"{KIND}:{i}", name, True) for i, name in builtins.enumerate(names)]
-    return [DeviceStatus(KIND, "-", False, f"{nvml_reason}; {cuda_reason}" if nvml_reason else cuda_reason)]
+    return [
+        DeviceStatus(
+            KIND, "-", False, f"{nvml_reason}; {cuda_reason}" if nvml_reason else cuda_reason
+        )
+    ]
 
 
 def open(index: int = 0) -> CudaDevice:  # noqa: A001 - backend protocol

@@ -22,9 +22,24 @@ from roofprof._resources import kernels_module
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.units import fmt_bytes
 
-__all__ = ["INSTALL_HINT", "MIN_FLUSH_BYTES", "USABLE_FRACTION", "CudaEventClock", "CudaKernelError",
-           "KernelModules", "cuda_error_types", "cuda_message", "dtype_unsupported", "flush_bytes_for",
-           "fmt_bytes", "import_cupy", "kernels_module", "memory_refusal", "nvrtc_version", "parse_cc"]
+__all__ = [
+    "INSTALL_HINT",
+    "MIN_FLUSH_BYTES",
+    "USABLE_FRACTION",
+    "CudaEventClock",
+    "CudaKernelError",
+    "KernelModules",
+    "cuda_error_types",
+    "cuda_message",
+    "dtype_unsupported",
+    "flush_bytes_for",
+    "fmt_bytes",
+    "import_cupy",
+    "kernels_module",
+    "memory_refusal",
+    "nvrtc_version",
+    "parse_cc",
+]
 
 
 #: At most this fraction of the free device memory is handed out (the rest is headroom for
@@ -37,12 +52,22 @@ INSTALL_HINT = "pip install 'roofprof[cuda12]' (CUDA 12 driver) or 'roofprof[cud
 # Compute capability needed by each (path, dtype). Paths: "mma.sync" (probes.cu, gemm_mma.cu),
 # "fma" (CUDA-core probes), "gemv" (gemv.cu), "cublas" (cuBLAS GEMM).
 _MIN_CC: dict[tuple[str, str], tuple[int, int]] = {
-    ("mma.sync", "bf16"): (8, 0), ("mma.sync", "fp16"): (8, 0), ("mma.sync", "tf32"): (8, 0),
-    ("mma.sync", "int8"): (8, 0), ("mma.sync", "fp8"): (8, 9),
-    ("fma", "fp64"): (5, 0), ("fma", "fp32"): (5, 0), ("fma", "fp16x2"): (5, 3), ("fma", "bf16x2"): (8, 0),
-    ("gemv", "bf16"): (8, 0), ("gemv", "fp16"): (7, 0),
-    ("cublas", "fp64"): (5, 0), ("cublas", "fp32"): (5, 0), ("cublas", "tf32"): (8, 0),
-    ("cublas", "fp16"): (7, 0), ("cublas", "bf16"): (8, 0),
+    ("mma.sync", "bf16"): (8, 0),
+    ("mma.sync", "fp16"): (8, 0),
+    ("mma.sync", "tf32"): (8, 0),
+    ("mma.sync", "int8"): (8, 0),
+    ("mma.sync", "fp8"): (8, 9),
+    ("fma", "fp64"): (5, 0),
+    ("fma", "fp32"): (5, 0),
+    ("fma", "fp16x2"): (5, 3),
+    ("fma", "bf16x2"): (8, 0),
+    ("gemv", "bf16"): (8, 0),
+    ("gemv", "fp16"): (7, 0),
+    ("cublas", "fp64"): (5, 0),
+    ("cublas", "fp32"): (5, 0),
+    ("cublas", "tf32"): (8, 0),
+    ("cublas", "fp16"): (7, 0),
+    ("cublas", "bf16"): (8, 0),
 }
 
 
@@ -89,13 +114,20 @@ def dtype_unsupported(cc: tuple[int, int], dtype: str, path: str) -> str | None:
     if need is None:
         return f"no {path} path for {dtype} here"
     if tuple(cc) < need:
-        return (f"{dtype} {path} needs compute capability {need[0]}.{need[1]} or newer "
-                f"(sm_{need[0]}{need[1]}+); this GPU is sm_{cc[0]}{cc[1]}")
+        return (
+            f"{dtype} {path} needs compute capability {need[0]}.{need[1]} or newer "
+            f"(sm_{need[0]}{need[1]}+); this GPU is sm_{cc[0]}{cc[1]}"
+        )
     return None
 
 
-def memory_refusal(need_bytes: float, free_bytes: float, what: str, label: str = "the GPU",
-                   fraction: float = USABLE_FRACTION) -> str | None:
+def memory_refusal(
+    need_bytes: float,
+    free_bytes: float,
+    what: str,
+    label: str = "the GPU",
+    fraction: float = USABLE_FRACTION,
+) -> str | None:
     """The refusal message when ``need_bytes`` exceed ``fraction`` of ``free_bytes`` (None: fits).
 
     >>> memory_refusal(10 * 2**30, 8 * 2**30, "op q_proj", "cuda:0")
@@ -105,8 +137,10 @@ def memory_refusal(need_bytes: float, free_bytes: float, what: str, label: str =
     """
     if need_bytes <= fraction * free_bytes:
         return None
-    return (f"{what} needs {fmt_bytes(need_bytes)} of device memory but only {fmt_bytes(free_bytes)} of "
-            f"{label} is free (at most {fraction:.0%} of it is used); free memory or use smaller shapes")
+    return (
+        f"{what} needs {fmt_bytes(need_bytes)} of device memory but only {fmt_bytes(free_bytes)} of "
+        f"{label} is free (at most {fraction:.0%} of it is used); free memory or use smaller shapes"
+    )
 
 
 def flush_bytes_for(l2_bytes: int) -> int:
@@ -144,8 +178,11 @@ def import_cupy():
 def cuda_error_types(cp: Any) -> tuple[type[BaseException], ...]:
     """The CUDA error classes of this CuPy (runtime, driver, cuBLAS) for ``except`` clauses."""
     types: list[type[BaseException]] = []
-    for path in ("cupy_backends.cuda.api.runtime", "cupy_backends.cuda.api.driver",
-                 "cupy_backends.cuda.libs.cublas"):
+    for path in (
+        "cupy_backends.cuda.api.runtime",
+        "cupy_backends.cuda.api.driver",
+        "cupy_backends.cuda.libs.cublas",
+    ):
         try:
             mod = importlib.import_module(path)
         except Exception:  # noqa: BLE001 - a missing library (e.g. no cuBLAS) just drops its class
@@ -154,7 +191,10 @@ def cuda_error_types(cp: Any) -> tuple[type[BaseException], ...]:
             cls = getattr(mod, name, None)
             if isinstance(cls, type) and issubclass(cls, BaseException):
                 types.append(cls)
-    for holder in (getattr(getattr(cp, "cuda", None), "runtime", None), getattr(getattr(cp, "cuda", None), "driver", None)):
+    for holder in (
+        getattr(getattr(cp, "cuda", None), "runtime", None),
+        getattr(getattr(cp, "cuda", None), "driver", None),
+    ):
         for name in ("CUDARuntimeError", "CUDADriverError"):
             cls = getattr(holder, name, None)
             if isinstance(cls, type) and issubclass(cls, BaseException) and cls not in types:
@@ -162,10 +202,10 @@ def cuda_error_types(cp: Any) -> tuple[type[BaseException], ...]:
     return tuple(types) or (RuntimeError,)
 
 
-
 def cuda_message(exc: BaseException) -> str:
     text = str(exc).strip()
     return text or type(exc).__name__
+
 
 # --------------------------------------------------------------------------- clock
 
@@ -194,8 +234,12 @@ class CudaEventClock:
 
     name = "cuda_event"
 
-    def __init__(self, cupy_module: Any, context: Callable[[], str] | None = None,
-                 pre_start: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        cupy_module: Any,
+        context: Callable[[], str] | None = None,
+        pre_start: Callable[[], Any] | None = None,
+    ):
         self._cp = cupy_module
         self._context = context or (lambda: "the timed work")
         self._pre_start = pre_start
@@ -210,7 +254,9 @@ class CudaEventClock:
         try:
             self._start.record()
         except self._errors as exc:
-            raise CudaKernelError(f"CUDA error before {self._context()}: {cuda_message(exc)}") from exc
+            raise CudaKernelError(
+                f"CUDA error before {self._context()}: {cuda_message(exc)}"
+            ) from exc
         self._running = True
 
     def stop(self) -> float:
@@ -266,8 +312,10 @@ class KernelModules:
                 mod.compile()
             except Exception as exc:  # noqa: BLE001 - CompileException, missing headers, NVRTC errors
                 log = str(exc).strip().splitlines()
-                reason = (f"kernels/cuda/{source} did not compile under NVRTC with {' '.join(self.options)}: "
-                          + " | ".join(log[:6]))
+                reason = (
+                    f"kernels/cuda/{source} did not compile under NVRTC with {' '.join(self.options)}: "
+                    + " | ".join(log[:6])
+                )
                 self._failed[source] = reason
                 raise DeviceUnavailableError(reason) from exc
             self.compile_s[source] = time.perf_counter() - t0

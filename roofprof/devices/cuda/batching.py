@@ -31,8 +31,15 @@ from roofprof.workload import Op
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
-__all__ = ["BATCH_TARGET_S", "MAX_CALLS_PER_SAMPLE", "SMALL_OP_S", "BatchedPrepared", "SmallOpBatching",
-           "calls_per_sample", "estimate_s"]
+__all__ = [
+    "BATCH_TARGET_S",
+    "MAX_CALLS_PER_SAMPLE",
+    "SMALL_OP_S",
+    "BatchedPrepared",
+    "SmallOpBatching",
+    "calls_per_sample",
+    "estimate_s",
+]
 
 #: Ops estimated below this are batched (seconds).
 SMALL_OP_S = 20e-6
@@ -57,8 +64,13 @@ def estimate_s(device: CudaDevice, op: Op) -> float | None:
     return max(t_mem, t_flop)
 
 
-def calls_per_sample(estimate: float | None, *, small_s: float = SMALL_OP_S, target_s: float = BATCH_TARGET_S,
-                     max_calls: int = MAX_CALLS_PER_SAMPLE) -> int:
+def calls_per_sample(
+    estimate: float | None,
+    *,
+    small_s: float = SMALL_OP_S,
+    target_s: float = BATCH_TARGET_S,
+    max_calls: int = MAX_CALLS_PER_SAMPLE,
+) -> int:
     """Calls per event pair for an op estimated at ``estimate`` seconds: 1 from ``small_s`` on
     (or when unknown), else ``ceil(target_s / estimate)`` capped at ``max_calls``.
 
@@ -87,9 +99,10 @@ class BatchedPrepared:
         first = self.copies[0]
         self.name = getattr(first, "name", "op")
         self.kernels = getattr(first, "kernels", 1)
-        self.note = (f"{getattr(first, 'note', '')}; {self.calls_per_sample} back-to-back calls per CUDA-event "
-                     f"pair over {len(self.copies)} operand copies, time divided by {self.calls_per_sample}"
-                     ).lstrip("; ")
+        self.note = (
+            f"{getattr(first, 'note', '')}; {self.calls_per_sample} back-to-back calls per CUDA-event "
+            f"pair over {len(self.copies)} operand copies, time divided by {self.calls_per_sample}"
+        ).lstrip("; ")
         self.batched_calls: list[Callable[[], Any]] = [self._batch]
         self.calls: list[Callable[[], Any]] = [c.run for c in self.copies]
 
@@ -120,8 +133,12 @@ class SmallOpBatching:
     ``supports`` and every other attribute are ``inner``'s.
     """
 
-    def __init__(self, inner: OpImpl, device: CudaDevice,
-                 estimate: Callable[[Op], float | None] | None = None):
+    def __init__(
+        self,
+        inner: OpImpl,
+        device: CudaDevice,
+        estimate: Callable[[Op], float | None] | None = None,
+    ):
         self.inner, self.device = inner, device
         self.name = inner.name
         self._estimate = estimate or (lambda op: estimate_s(device, op))
@@ -145,7 +162,9 @@ class SmallOpBatching:
                 prepared.append(p)
                 bufs = getattr(p, "bufs", None)
                 for name in ("x", "w") if hasattr(bufs, "fill_random") else ():
-                    bufs.fill_random(name, int(rng.integers(1, 2**31 - 1)))  # finite data in every copy
+                    bufs.fill_random(
+                        name, int(rng.integers(1, 2**31 - 1))
+                    )  # finite data in every copy
         except Exception:
             for p in prepared:
                 p.release()

@@ -19,9 +19,21 @@ from roofprof.specs import BYTES_PER_ELEMENT
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
-__all__ = ["FILL_CHUNK", "ITEMSIZE", "CupyBuffers", "TorchBuffers", "bf16_bits", "bf16_to_f32", "check_tolerance",
-           "gemm_buffer_bytes", "host_f64", "numba_cuda_reason", "sample_indices", "storage_dtype",
-           "torch_cuda_reason"]
+__all__ = [
+    "FILL_CHUNK",
+    "ITEMSIZE",
+    "CupyBuffers",
+    "TorchBuffers",
+    "bf16_bits",
+    "bf16_to_f32",
+    "check_tolerance",
+    "gemm_buffer_bytes",
+    "host_f64",
+    "numba_cuda_reason",
+    "sample_indices",
+    "storage_dtype",
+    "torch_cuda_reason",
+]
 
 #: Bytes per element of each dtype (:data:`roofprof.specs.BYTES_PER_ELEMENT`).
 ITEMSIZE = BYTES_PER_ELEMENT
@@ -68,7 +80,13 @@ def storage_dtype(dtype: str) -> str:
     >>> storage_dtype("bf16"), storage_dtype("tf32")
     ('uint16', 'float32')
     """
-    return {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "uint16"}[dtype]
+    return {
+        "fp64": "float64",
+        "fp32": "float32",
+        "tf32": "float32",
+        "fp16": "float16",
+        "bf16": "uint16",
+    }[dtype]
 
 
 def host_f64(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -134,14 +152,27 @@ def numba_cuda_reason() -> str | None:
 class CupyBuffers:
     """Named device arrays in a dtype's storage, with the check helpers the impls share."""
 
-    def __init__(self, device: CudaDevice, shapes: dict[str, tuple[int, ...]], dtype: str, what: str,
-                 extra_bytes: int = 0, dtypes: dict[str, str] | None = None):
+    def __init__(
+        self,
+        device: CudaDevice,
+        shapes: dict[str, tuple[int, ...]],
+        dtype: str,
+        what: str,
+        extra_bytes: int = 0,
+        dtypes: dict[str, str] | None = None,
+    ):
         cp = device.cupy
         self.device, self.cp, self.dtype = device, cp, dtype
         self.dtypes = {name: (dtypes or {}).get(name, dtype) for name in shapes}
-        need = sum(math.prod(s) * ITEMSIZE.get(self.dtypes[n], 4) for n, s in shapes.items()) + extra_bytes
+        need = (
+            sum(math.prod(s) * ITEMSIZE.get(self.dtypes[n], 4) for n, s in shapes.items())
+            + extra_bytes
+        )
         device.require(need, what)
-        self.arrays = {name: cp.empty(shape, dtype=storage_dtype(self.dtypes[name])) for name, shape in shapes.items()}
+        self.arrays = {
+            name: cp.empty(shape, dtype=storage_dtype(self.dtypes[name]))
+            for name, shape in shapes.items()
+        }
 
     def __getitem__(self, name: str):
         return self.arrays[name]
@@ -155,18 +186,24 @@ class CupyBuffers:
         cp, arr, dt = self.cp, self.arrays[name], self.dtypes[name]
         rs = cp.random.RandomState(seed)
         if not arr.flags.c_contiguous:
-            arr[...] = self.from_f32(rs.uniform(low, high, size=arr.size, dtype=cp.float32).reshape(arr.shape), dt)
+            arr[...] = self.from_f32(
+                rs.uniform(low, high, size=arr.size, dtype=cp.float32).reshape(arr.shape), dt
+            )
             return
         flat = arr.reshape(-1)
         for start in range(0, flat.size, FILL_CHUNK):
             n = min(FILL_CHUNK, flat.size - start)
-            flat[start:start + n] = self.from_f32(rs.uniform(low, high, size=n, dtype=cp.float32), dt)
+            flat[start : start + n] = self.from_f32(
+                rs.uniform(low, high, size=n, dtype=cp.float32), dt
+            )
 
     def from_f32(self, u, dt: str):
         cp = self.cp
         if dt == "bf16":
             b = u.astype(cp.float32).view(cp.uint32)
-            return ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(cp.uint16)
+            return (
+                (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+            ).astype(cp.uint16)
         return u.astype(storage_dtype(dt))
 
     def to_f32(self, a, dt: str):
@@ -185,7 +222,9 @@ class CupyBuffers:
             return int(cp.count_nonzero((arr & np.uint16(0x7F80)) == np.uint16(0x7F80)))
         return int(arr.size - cp.count_nonzero(cp.isfinite(arr)))
 
-    def host(self, name: str, rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> np.ndarray:
+    def host(
+        self, name: str, rows: np.ndarray | None = None, cols: np.ndarray | None = None
+    ) -> np.ndarray:
         cp, arr = self.cp, self.arrays[name]
         if rows is not None:
             arr = arr[cp.asarray(rows)]
@@ -200,9 +239,17 @@ class CupyBuffers:
 class TorchBuffers:
     """The :class:`CupyBuffers` interface over torch CUDA tensors (torch's own allocator)."""
 
-    _DT = {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    _DT = {
+        "fp64": "float64",
+        "fp32": "float32",
+        "tf32": "float32",
+        "fp16": "float16",
+        "bf16": "bfloat16",
+    }
 
-    def __init__(self, device: CudaDevice, shapes: dict[str, tuple[int, ...]], dtype: str, what: str):
+    def __init__(
+        self, device: CudaDevice, shapes: dict[str, tuple[int, ...]], dtype: str, what: str
+    ):
         import torch
 
         self.torch, self.device, self.dtype = torch, device, dtype
@@ -210,7 +257,9 @@ class TorchBuffers:
         device.require(need, what)
         self.dev = f"cuda:{device.info.index}"
         tdt = getattr(torch, self._DT[dtype])
-        self.arrays = {name: torch.empty(shape, dtype=tdt, device=self.dev) for name, shape in shapes.items()}
+        self.arrays = {
+            name: torch.empty(shape, dtype=tdt, device=self.dev) for name, shape in shapes.items()
+        }
 
     def __getitem__(self, name: str):
         return self.arrays[name]
@@ -218,7 +267,11 @@ class TorchBuffers:
     def fill_random(self, name: str, seed: int, low: float = -1.0, high: float = 1.0) -> None:
         gen = self.torch.Generator(device=self.dev).manual_seed(int(seed))
         t = self.arrays[name]
-        t.copy_(self.torch.rand(t.shape, generator=gen, device=self.dev, dtype=self.torch.float32) * (high - low) + low)
+        t.copy_(
+            self.torch.rand(t.shape, generator=gen, device=self.dev, dtype=self.torch.float32)
+            * (high - low)
+            + low
+        )
 
     def poison(self, name: str) -> None:
         self.arrays[name].fill_(float("nan"))
@@ -226,7 +279,9 @@ class TorchBuffers:
     def nonfinite(self, name: str) -> int:
         return int((~self.torch.isfinite(self.arrays[name])).sum().item())
 
-    def host(self, name: str, rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> np.ndarray:
+    def host(
+        self, name: str, rows: np.ndarray | None = None, cols: np.ndarray | None = None
+    ) -> np.ndarray:
         t = self.arrays[name]
         if rows is not None:
             t = t[self.torch.as_tensor(rows, device=t.device)]

@@ -71,8 +71,14 @@ from roofprof.telemetry import NullSampler, NvmlSampler, Sampler
 if TYPE_CHECKING:
     from roofprof.roofline_plan import RooflinePlan
 
-__all__ = ["DELAY_TARGET_S", "CudaDevice", "cuda_roofline_plan", "read_identity", "scale_to_clock",
-           "spec_clocks"]
+__all__ = [
+    "DELAY_TARGET_S",
+    "CudaDevice",
+    "cuda_roofline_plan",
+    "read_identity",
+    "scale_to_clock",
+    "spec_clocks",
+]
 
 #: Length of the delay kernel queued before each timed interval (hides host launch overhead):
 #: ``probe_delay_ns`` spins this long on ``%globaltimer``, whatever the SM clock.
@@ -103,20 +109,24 @@ def _nvml_identity(nv: Any, pci_bus_id: str | None, index: int) -> tuple[dict[st
         with _nvml.session(nv) as nvm:
             nvml_index = _nvml.index_for_pci(pci_bus_id, nvm) if pci_bus_id else None
             if nvml_index is None:
-                return {}, (f"NVML lists no GPU at PCI bus id {pci_bus_id} (cuda:{index}); telemetry unavailable"
-                            if pci_bus_id else f"cuda:{index} has no PCI bus id to match in NVML; "
-                                               "telemetry unavailable")
+                return {}, (
+                    f"NVML lists no GPU at PCI bus id {pci_bus_id} (cuda:{index}); telemetry unavailable"
+                    if pci_bus_id
+                    else f"cuda:{index} has no PCI bus id to match in NVML; telemetry unavailable"
+                )
             handle = _nvml.query("nvmlDeviceGetHandleByIndex", nvml_index, default=None, nvml=nvm)
             if handle is None:
                 return {}, f"NVML could not describe GPU {index}"
             out: dict[str, Any] = {"nvml_index": nvml_index}
             clock_sm = getattr(nvm, "NVML_CLOCK_SM", 1)
             clock_mem = getattr(nvm, "NVML_CLOCK_MEM", 2)
-            for key, fn, args in (("name", "nvmlDeviceGetName", (handle,)),
-                                  ("driver", "nvmlSystemGetDriverVersion", ()),
-                                  ("power_limit_mw", "nvmlDeviceGetEnforcedPowerLimit", (handle,)),
-                                  ("max_sm_clock_mhz", "nvmlDeviceGetMaxClockInfo", (handle, clock_sm)),
-                                  ("max_mem_clock_mhz", "nvmlDeviceGetMaxClockInfo", (handle, clock_mem))):
+            for key, fn, args in (
+                ("name", "nvmlDeviceGetName", (handle,)),
+                ("driver", "nvmlSystemGetDriverVersion", ()),
+                ("power_limit_mw", "nvmlDeviceGetEnforcedPowerLimit", (handle,)),
+                ("max_sm_clock_mhz", "nvmlDeviceGetMaxClockInfo", (handle, clock_sm)),
+                ("max_mem_clock_mhz", "nvmlDeviceGetMaxClockInfo", (handle, clock_mem)),
+            ):
                 value = _nvml.query(fn, *args, nvml=nvm)
                 if value is not _nvml.NA:
                     out[key] = value
@@ -140,13 +150,16 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
     try:
         count = int(cp.cuda.runtime.getDeviceCount())
     except errors as exc:
-        raise DeviceUnavailableError(f"no usable CUDA GPU: {cuda_message(exc)} "
-                                     "(NVIDIA driver missing, too old for this CuPy, or no GPU)") from exc
+        raise DeviceUnavailableError(
+            f"no usable CUDA GPU: {cuda_message(exc)} "
+            "(NVIDIA driver missing, too old for this CuPy, or no GPU)"
+        ) from exc
     if count < 1:
         raise DeviceUnavailableError("CUDA reports no GPU")
     if not 0 <= index < count:
-        raise DeviceUnavailableError(f"cuda:{index} does not exist: CUDA sees {count} GPU(s) "
-                                     f"(cuda:0..cuda:{count - 1})")
+        raise DeviceUnavailableError(
+            f"cuda:{index} does not exist: CUDA sees {count} GPU(s) (cuda:0..cuda:{count - 1})"
+        )
     try:
         dev = cp.cuda.Device(index)
         cc = parse_cc(dev.compute_capability)
@@ -170,7 +183,9 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
         "memory_clock_khz": _attr(cp, "MemoryClockRate", index),
         "memory_bus_bits": _attr(cp, "GlobalMemoryBusWidth", index),
         "smem_per_sm_bytes": _attr(cp, "MaxSharedMemoryPerMultiprocessor", index),
-        "compute_capability": cc, "memory_total_bytes": int(total), "memory_free_bytes": int(free),
+        "compute_capability": cc,
+        "memory_total_bytes": int(total),
+        "memory_free_bytes": int(free),
         "pci_bus_id": pci,
     }
     nv_facts, nvml_reason = _nvml_identity(nvml, pci, index)
@@ -180,7 +195,9 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
     name = name.decode() if isinstance(name, bytes) else str(name)
     sm = facts["sm_count"] or int(props.get("multiProcessorCount") or 0)
     l2 = facts["l2_bytes"] or int(props.get("l2CacheSize") or 0)
-    clock_mhz = nv_facts.get("max_sm_clock_mhz") or (facts["clock_khz"] / 1000.0 if facts["clock_khz"] else None)
+    clock_mhz = nv_facts.get("max_sm_clock_mhz") or (
+        facts["clock_khz"] / 1000.0 if facts["clock_khz"] else None
+    )
     spec = match_gpu(name)
     try:
         runtime_version = str(cp.cuda.runtime.runtimeGetVersion())
@@ -206,12 +223,24 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
         extra["memory_bus_bits"] = str(facts["memory_bus_bits"])
     if facts["smem_per_sm_bytes"]:
         extra["smem_per_sm_bytes"] = str(facts["smem_per_sm_bytes"])
-    info = DeviceInfo(kind="cuda", index=index, name=name, compute_units=int(sm), memory_bytes=int(total),
-                      cache_bytes={"l2": int(l2)} if l2 else {}, clock_mhz=float(clock_mhz) if clock_mhz else None,
-                      spec_id=spec.id if spec else None, extra=extra, asynchronous=True,
-                      spec_note="" if spec else f"{name!r} matches no row of data/gpus.json",
-                      shared_host=False, default_dtype="bf16", default_model="llama-3.1-8b",
-                      torch_device=f"cuda:{index}", compute_unit_name="SMs")
+    info = DeviceInfo(
+        kind="cuda",
+        index=index,
+        name=name,
+        compute_units=int(sm),
+        memory_bytes=int(total),
+        cache_bytes={"l2": int(l2)} if l2 else {},
+        clock_mhz=float(clock_mhz) if clock_mhz else None,
+        spec_id=spec.id if spec else None,
+        extra=extra,
+        asynchronous=True,
+        spec_note="" if spec else f"{name!r} matches no row of data/gpus.json",
+        shared_host=False,
+        default_dtype="bf16",
+        default_model="llama-3.1-8b",
+        torch_device=f"cuda:{index}",
+        compute_unit_name="SMs",
+    )
     return info, facts
 
 
@@ -285,14 +314,19 @@ class CudaDevice:
         try:
             self._cp.cuda.runtime.deviceSynchronize()
         except self.errors as exc:
-            raise CudaKernelError(f"CUDA error after {self.last_kernel}: {cuda_message(exc)}") from exc
+            raise CudaKernelError(
+                f"CUDA error after {self.last_kernel}: {cuda_message(exc)}"
+            ) from exc
 
     def clock(self, hide_launch: bool = True) -> CudaEventClock:
         """A CUDA-event clock; ``hide_launch`` queues an 80 µs ``probe_delay_ns`` kernel
         (:data:`DELAY_TARGET_S`) before each start event so the interval excludes the host's
         launch overhead (see :class:`CudaEventClock`)."""
-        return CudaEventClock(self._cp, context=lambda: f"work ending with {self.last_kernel}",
-                              pre_start=self._queue_delay if hide_launch else None)
+        return CudaEventClock(
+            self._cp,
+            context=lambda: f"work ending with {self.last_kernel}",
+            pre_start=self._queue_delay if hide_launch else None,
+        )
 
     def _queue_delay(self) -> None:
         if self._delay is None:
@@ -318,11 +352,15 @@ class CudaDevice:
             self.delay_note = f"launch latency not hidden (delay kernel unavailable: {exc})"
             return 0, None
         if elapsed < ns:
-            self.delay_note = (f"launch latency not hidden (probe_delay_ns({ns}) reported {elapsed} ns of "
-                               "%globaltimer, less than asked)")
+            self.delay_note = (
+                f"launch latency not hidden (probe_delay_ns({ns}) reported {elapsed} ns of "
+                "%globaltimer, less than asked)"
+            )
             return 0, None
-        self.delay_note = (f"launch latency hidden by probe_delay_ns: a one-warp kernel spinning "
-                           f"{ns / 1000:.0f} µs on %globaltimer before each start event")
+        self.delay_note = (
+            f"launch latency hidden by probe_delay_ns: a one-warp kernel spinning "
+            f"{ns / 1000:.0f} µs on %globaltimer before each start event"
+        )
         return ns, out
 
     @property
@@ -359,22 +397,30 @@ class CudaDevice:
         launch, out = self._flush_reader
         words = self._flush_buf.view(self._cp.uint32)
         try:
-            self.launch(launch.entry, launch.grid, launch.block,
-                        (words, np.int64(self.flush_bytes // 16), np.int32(1), np.uint32(0xFFFFFFFF), out))
+            self.launch(
+                launch.entry,
+                launch.grid,
+                launch.block,
+                (words, np.int64(self.flush_bytes // 16), np.int32(1), np.uint32(0xFFFFFFFF), out),
+            )
         except DeviceUnavailableError as exc:
             self._flush_reader = False
             self.flush_note = f"L2 flush is a memset only (its read pass is unavailable: {exc})"
             return
         if first:
-            self.flush_note = ("L2 flush: cudaMemsetAsync then one probe_read_u4 (ld.global.cg) pass over "
-                               f"{self.flush_bytes >> 20} MiB, so the L2 holds clean lines")
+            self.flush_note = (
+                "L2 flush: cudaMemsetAsync then one probe_read_u4 (ld.global.cg) pass over "
+                f"{self.flush_bytes >> 20} MiB, so the L2 holds clean lines"
+            )
 
     def memset_async(self, array: Any, value: int, what: str = "cudaMemsetAsync") -> None:
         """``cudaMemsetAsync`` over all bytes of a device array on the current stream."""
         cp = self._cp
         self.last_kernel = what
         try:
-            cp.cuda.runtime.memsetAsync(array.data.ptr, int(value), int(array.nbytes), cp.cuda.get_current_stream().ptr)
+            cp.cuda.runtime.memsetAsync(
+                array.data.ptr, int(value), int(array.nbytes), cp.cuda.get_current_stream().ptr
+            )
         except self.errors as exc:
             raise CudaKernelError(f"CUDA error in {what}: {cuda_message(exc)}") from exc
 
@@ -383,10 +429,17 @@ class CudaDevice:
         cp = self._cp
         self.last_kernel = "cudaMemcpyAsync D2D"
         try:
-            cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, int(nbytes), 3,  # 3: device to device
-                                        cp.cuda.get_current_stream().ptr)
+            cp.cuda.runtime.memcpyAsync(
+                dst.data.ptr,
+                src.data.ptr,
+                int(nbytes),
+                3,  # 3: device to device
+                cp.cuda.get_current_stream().ptr,
+            )
         except self.errors as exc:
-            raise CudaKernelError(f"CUDA error in cudaMemcpyAsync D2D: {cuda_message(exc)}") from exc
+            raise CudaKernelError(
+                f"CUDA error in cudaMemcpyAsync D2D: {cuda_message(exc)}"
+            ) from exc
 
     def sampler(self, interval_s: float = 0.01) -> Sampler:
         """NVML telemetry of this GPU (its NVML index matched by PCI bus id), or a
@@ -468,8 +521,14 @@ class CudaDevice:
             self._kernels = KernelModules(self._cp)
         return self._kernels
 
-    def launch(self, entry: str, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
-               shared_mem: int = 0) -> None:
+    def launch(
+        self,
+        entry: str,
+        grid: tuple[int, ...],
+        block: tuple[int, ...],
+        args: tuple,
+        shared_mem: int = 0,
+    ) -> None:
         """Launch CUDA C entry point ``entry`` on the current stream.
 
         Raises:
@@ -482,8 +541,10 @@ class CudaDevice:
         try:
             fn(tuple(grid), tuple(block), args, shared_mem=shared_mem)
         except self.errors as exc:
-            raise CudaKernelError(f"CUDA error launching {entry} grid={tuple(grid)} block={tuple(block)}: "
-                                  f"{cuda_message(exc)}") from exc
+            raise CudaKernelError(
+                f"CUDA error launching {entry} grid={tuple(grid)} block={tuple(block)}: "
+                f"{cuda_message(exc)}"
+            ) from exc
 
     def checked(self, what: str) -> None:
         """Synchronise and raise :class:`CudaKernelError` naming ``what`` on a CUDA error."""
@@ -492,10 +553,14 @@ class CudaDevice:
 
     def describe(self) -> dict[str, Any]:
         """Identity and raw facts for result files."""
-        return {**self._info.to_dict(), "facts": {k: v for k, v in self.facts.items() if k != "nvml"},
-                "nvml": dict(self.facts.get("nvml", {})), "clock_delay": self.delay_note,
-                "flush": self.flush_note,
-                "compile_s": dict(self._kernels.compile_s) if self._kernels else {}}
+        return {
+            **self._info.to_dict(),
+            "facts": {k: v for k, v in self.facts.items() if k != "nvml"},
+            "nvml": dict(self.facts.get("nvml", {})),
+            "clock_delay": self.delay_note,
+            "flush": self.flush_note,
+            "compile_s": dict(self._kernels.compile_s) if self._kernels else {},
+        }
 
 
 def cuda_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
@@ -510,14 +575,26 @@ def cuda_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
 
     quick = name == "quick"
     return RooflinePlan.sized(
-        info, name, min_intensity_working_set_bytes=256 * 1024**2,
-        point_budget_s=0.03 if quick else 0.1, target_call_s=0.002, compute_budget_s=0.2 if quick else 0.5,
-        compute_call_s=0.01, gemm_sizes=(4096,) if quick else (4096, 8192), gemm_budget_s=0.2,
-        intensities=tuple(2.0**e for e in range(-3, 11, 2 if quick else 1)), intensity_budget_s=0.02,
-        intensity_dtypes=("fp32", "fp64"), min_repeats=5, intensity_max_call_flops=1e12)
+        info,
+        name,
+        min_intensity_working_set_bytes=256 * 1024**2,
+        point_budget_s=0.03 if quick else 0.1,
+        target_call_s=0.002,
+        compute_budget_s=0.2 if quick else 0.5,
+        compute_call_s=0.01,
+        gemm_sizes=(4096,) if quick else (4096, 8192),
+        gemm_budget_s=0.2,
+        intensities=tuple(2.0**e for e in range(-3, 11, 2 if quick else 1)),
+        intensity_budget_s=0.02,
+        intensity_dtypes=("fp32", "fp64"),
+        min_repeats=5,
+        intensity_max_call_flops=1e12,
+    )
 
 
-def scale_to_clock(value: float, clock_seen_mhz: float | None, spec_clock_mhz: float | None) -> float | None:
+def scale_to_clock(
+    value: float, clock_seen_mhz: float | None, spec_clock_mhz: float | None
+) -> float | None:
     """A compute rate measured at ``clock_seen_mhz`` restated at ``spec_clock_mhz`` (linear in clock).
 
     >>> scale_to_clock(60e12, 1800.0, 1980.0) / 1e12

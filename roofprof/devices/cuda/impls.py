@@ -23,6 +23,7 @@ poisons the output with NaN, runs once (a CUDA error names the kernel), requires
 output element to be finite, and compares a sampled block (≤ 16 rows × 64 columns) with
 float64 numpy through :func:`roofprof.devices.base.compare`.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,9 +50,22 @@ from roofprof.workload import Op
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
-__all__ = ["CUBLAS_DTYPES", "GEMV_MAX_M", "CublasGemm", "CupyKernels", "NumbaKernels", "PreparedGemm", "TorchGemm",
-           "cublas_gemm_nt", "cuda_implementations", "gemm_probe_setup", "gemv_prepared", "torch_fp8_gemm_reason",
-           "torch_fp8_gemm_setup", "torch_gemm_nt"]
+__all__ = [
+    "CUBLAS_DTYPES",
+    "GEMV_MAX_M",
+    "CublasGemm",
+    "CupyKernels",
+    "NumbaKernels",
+    "PreparedGemm",
+    "TorchGemm",
+    "cublas_gemm_nt",
+    "cuda_implementations",
+    "gemm_probe_setup",
+    "gemv_prepared",
+    "torch_fp8_gemm_reason",
+    "torch_fp8_gemm_setup",
+    "torch_gemm_nt",
+]
 
 GEMV_MAX_M = 16
 SAMPLE_ROWS = 16
@@ -68,11 +82,13 @@ def _cublas_consts():
     from cupy_backends.cuda.libs import cublas
 
     return cublas, {
-        "N": getattr(cublas, "CUBLAS_OP_N", 0), "T": getattr(cublas, "CUBLAS_OP_T", 1),
+        "N": getattr(cublas, "CUBLAS_OP_N", 0),
+        "T": getattr(cublas, "CUBLAS_OP_T", 1),
         "compute_32f": getattr(cublas, "CUBLAS_COMPUTE_32F", 68),
         "compute_tf32": getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", 77),
         "algo": getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1),
-        "bf16": getattr(runtime, "CUDA_R_16BF", 14), "f32": getattr(runtime, "CUDA_R_32F", 0),
+        "bf16": getattr(runtime, "CUDA_R_16BF", 14),
+        "f32": getattr(runtime, "CUDA_R_32F", 0),
     }
 
 
@@ -97,8 +113,27 @@ def cublas_gemm_nt(device: CudaDevice, a, w, out, dtype: str) -> None:
     compute = c["compute_tf32"] if dtype == "tf32" else c["compute_32f"]
     handle = cp.cuda.device.get_cublas_handle()
     try:
-        cublas.gemmEx(handle, c["T"], c["N"], n, m, k, alpha.ctypes.data, w.data.ptr, dtype_code, k,
-                      a.data.ptr, dtype_code, k, beta.ctypes.data, out.data.ptr, dtype_code, n, compute, c["algo"])
+        cublas.gemmEx(
+            handle,
+            c["T"],
+            c["N"],
+            n,
+            m,
+            k,
+            alpha.ctypes.data,
+            w.data.ptr,
+            dtype_code,
+            k,
+            a.data.ptr,
+            dtype_code,
+            k,
+            beta.ctypes.data,
+            out.data.ptr,
+            dtype_code,
+            n,
+            compute,
+            c["algo"],
+        )
     except Exception as exc:
         raise CudaKernelError(f"cublasGemmEx ({dtype}, m={m} n={n} k={k}) failed: {exc}") from exc
 
@@ -119,9 +154,19 @@ class PreparedGemm:
     ``kernels`` is the number of kernel launches per call (split-K GEMV: 2).
     """
 
-    def __init__(self, device: CudaDevice, op: Op, rng: np.random.Generator, bufs: Any,
-                 runner: Callable[[], Any], name: str, *, kernels: int = 1, note: str = "",
-                 extra: Sequence[Any] = ()):
+    def __init__(
+        self,
+        device: CudaDevice,
+        op: Op,
+        rng: np.random.Generator,
+        bufs: Any,
+        runner: Callable[[], Any],
+        name: str,
+        *,
+        kernels: int = 1,
+        note: str = "",
+        extra: Sequence[Any] = (),
+    ):
         self.device, self.op, self.rng, self.bufs = device, op, rng, bufs
         self._runner, self.name, self.kernels, self.note = runner, name, kernels, note
         self._extra = list(extra)
@@ -138,15 +183,24 @@ class PreparedGemm:
         self.device.checked(self.name)
         bad = b.nonfinite("y")
         if bad:
-            return CheckResult(False, math.inf, math.inf, check_tolerance(op.dtype, op.k),
-                               f"{self.name}: {bad} of {op.m * op.n} outputs not finite (poison left, or NaN)")
+            return CheckResult(
+                False,
+                math.inf,
+                math.inf,
+                check_tolerance(op.dtype, op.k),
+                f"{self.name}: {bad} of {op.m * op.n} outputs not finite (poison left, or NaN)",
+            )
         rows = sample_indices(op.m, SAMPLE_ROWS, rng)
         cols = sample_indices(op.n, SAMPLE_COLS, rng)
         ref = b.host("x", rows) @ b.host("w", cols).T
         got = b.host("y", rows, cols)
-        return compare(got, ref, check_tolerance(op.dtype, op.k),
-                       f"{self.name} vs float64 numpy on a {len(rows)}×{len(cols)} sampled block; output poisoned "
-                       "with NaN, every element finite")
+        return compare(
+            got,
+            ref,
+            check_tolerance(op.dtype, op.k),
+            f"{self.name} vs float64 numpy on a {len(rows)}×{len(cols)} sampled block; output poisoned "
+            "with NaN, every element finite",
+        )
 
     def release(self) -> None:
         self.bufs.release()
@@ -213,27 +267,47 @@ class CupyKernels(_GemmImpl):
         if m <= GEMV_MAX_M:
             return gemv_prepared(dev, op, rng, cm.gemv_plan(m, n, k, op.dtype, dev.sm_count))
         launch = cm.gemm_launch(m, n, k, op.dtype)
-        bufs = CupyBuffers(dev, {"x": (m, k), "w": (n, k), "y": (m, n)}, op.dtype, f"op {op.name!r} ({self.name})")
+        bufs = CupyBuffers(
+            dev, {"x": (m, k), "w": (n, k), "y": (m, n)}, op.dtype, f"op {op.name!r} ({self.name})"
+        )
         x, w, y = bufs["x"], bufs["w"], bufs["y"]
         args = (x, w, y, np.int32(m), np.int32(n), np.int32(k))
 
         def run() -> None:
             dev.launch(launch.entry, launch.grid, launch.block, args)
 
-        return PreparedGemm(dev, op, rng, bufs, run, launch.entry,
-                            note=f"{launch.entry} grid {launch.grid}, mma.sync m16n8k16, 128×128×32 tiles")
+        return PreparedGemm(
+            dev,
+            op,
+            rng,
+            bufs,
+            run,
+            launch.entry,
+            note=f"{launch.entry} grid {launch.grid}, mma.sync m16n8k16, 128×128×32 tiles",
+        )
 
 
-def gemv_prepared(dev: CudaDevice, op: Op, rng: np.random.Generator, plan: Any, ldx: int | None = None,
-                  ldw: int | None = None) -> PreparedGemm:
+def gemv_prepared(
+    dev: CudaDevice,
+    op: Op,
+    rng: np.random.Generator,
+    plan: Any,
+    ldx: int | None = None,
+    ldw: int | None = None,
+) -> PreparedGemm:
     """A :class:`PreparedGemm` running ``gemv.cu`` by ``plan`` (``cuda_models.gemv_plan``).
 
     ``ldx``/``ldw`` > K pad the rows (x [m, ldx], W [n, ldw], the op reads the first K).
     """
     m, n, k = op.m, op.n, op.k
     ldx, ldw = ldx or k, ldw or k
-    bufs = CupyBuffers(dev, {"xs": (m, ldx), "ws_": (n, ldw), "y": (m, n)}, op.dtype,
-                       f"op {op.name!r} (cupy gemv)", extra_bytes=plan.workspace_bytes)
+    bufs = CupyBuffers(
+        dev,
+        {"xs": (m, ldx), "ws_": (n, ldw), "y": (m, n)},
+        op.dtype,
+        f"op {op.name!r} (cupy gemv)",
+        extra_bytes=plan.workspace_bytes,
+    )
     bufs.arrays["x"] = bufs.arrays["xs"][:, :k]
     bufs.arrays["w"] = bufs.arrays["ws_"][:, :k]
     bufs.dtypes["x"] = bufs.dtypes["w"] = op.dtype
@@ -244,8 +318,17 @@ def gemv_prepared(dev: CudaDevice, op: Op, rng: np.random.Generator, plan: Any, 
     if red is None:
         args = (xs, wsb, y, np.int32(m), np.int32(n), np.int32(k), np.int32(ldx), np.int32(ldw))
     else:
-        args = (xs, wsb, work, np.int32(m), np.int32(n), np.int32(k), np.int32(ldx), np.int32(ldw),
-                np.int32(plan.k_chunk))
+        args = (
+            xs,
+            wsb,
+            work,
+            np.int32(m),
+            np.int32(n),
+            np.int32(k),
+            np.int32(ldx),
+            np.int32(ldw),
+            np.int32(plan.k_chunk),
+        )
         red_args = (work, y, np.int32(m), np.int32(n), np.int32(plan.splits))
 
     def run() -> None:
@@ -254,10 +337,22 @@ def gemv_prepared(dev: CudaDevice, op: Op, rng: np.random.Generator, plan: Any, 
             dev.launch(red.entry, red.grid, red.block, red_args)
 
     name = main.entry + (f" + {red.entry}" if red is not None else "")
-    note = (f"{main.entry} grid {main.grid}" + (f", split-K {plan.splits}×{plan.k_chunk} + {red.entry}" if red else "")
-            + (f", padded rows ldx={ldx} ldw={ldw}" if (ldx, ldw) != (k, k) else ""))
-    return PreparedGemm(dev, op, rng, bufs, run, name, kernels=2 if red is not None else 1, note=note,
-                        extra=[work] if work is not None else [])
+    note = (
+        f"{main.entry} grid {main.grid}"
+        + (f", split-K {plan.splits}×{plan.k_chunk} + {red.entry}" if red else "")
+        + (f", padded rows ldx={ldx} ldw={ldw}" if (ldx, ldw) != (k, k) else "")
+    )
+    return PreparedGemm(
+        dev,
+        op,
+        rng,
+        bufs,
+        run,
+        name,
+        kernels=2 if red is not None else 1,
+        note=note,
+        extra=[work] if work is not None else [],
+    )
 
 
 class NumbaKernels(_GemmImpl):
@@ -283,8 +378,12 @@ class NumbaKernels(_GemmImpl):
         key = f"{'gemv' if op.m <= GEMV_MAX_M else 'gemm_tiled'}_{op.dtype}"
         spec = nk.KERNELS[key]
         shape = {"M": op.m, "N": op.n, "K": op.k}
-        bufs = CupyBuffers(dev, {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)}, op.dtype,
-                           f"op {op.name!r} ({self.name})")
+        bufs = CupyBuffers(
+            dev,
+            {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)},
+            op.dtype,
+            f"op {op.name!r} ({self.name})",
+        )
         gpu = cuda.gpus[int(dev.info.index)]
         with gpu:
             views = {"x": cuda.as_cuda_array(bufs["x"]), "w": cuda.as_cuda_array(bufs["w"])}
@@ -298,8 +397,16 @@ class NumbaKernels(_GemmImpl):
             with gpu:
                 kern(*args)
 
-        return PreparedGemm(dev, op, rng, bufs, run, f"numba {key}", note=f"numba {key} grid {grid} block {block}",
-                            extra=[views, out])
+        return PreparedGemm(
+            dev,
+            op,
+            rng,
+            bufs,
+            run,
+            f"numba {key}",
+            note=f"numba {key} grid {grid} block {block}",
+            extra=[views, out],
+        )
 
 
 def _numba_cuda() -> Any:
@@ -331,12 +438,23 @@ class CublasGemm(_GemmImpl):
     def prepare(self, op: Op, rng: np.random.Generator) -> PreparedGemm:
         self._refuse(op)
         dev = self.device
-        bufs = CupyBuffers(dev, {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)}, op.dtype,
-                           f"op {op.name!r} ({self.name})")
+        bufs = CupyBuffers(
+            dev,
+            {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)},
+            op.dtype,
+            f"op {op.name!r} ({self.name})",
+        )
         x, w, y = bufs["x"], bufs["w"], bufs["y"]
         call = "cublasGemmEx" if op.dtype in ("bf16", "tf32") else "cupy.matmul"
-        return PreparedGemm(dev, op, rng, bufs, lambda: cublas_gemm_nt(dev, x, w, y, op.dtype),
-                            f"cuBLAS {op.dtype} ({call})", note=f"{call}, C = A·Wᵀ")
+        return PreparedGemm(
+            dev,
+            op,
+            rng,
+            bufs,
+            lambda: cublas_gemm_nt(dev, x, w, y, op.dtype),
+            f"cuBLAS {op.dtype} ({call})",
+            note=f"{call}, C = A·Wᵀ",
+        )
 
 
 class TorchGemm(_GemmImpl):
@@ -354,15 +472,21 @@ class TorchGemm(_GemmImpl):
     def prepare(self, op: Op, rng: np.random.Generator) -> PreparedGemm:
         self._refuse(op)
         dev = self.device
-        bufs = TorchBuffers(dev, {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)}, op.dtype,
-                            f"op {op.name!r} ({self.name})")
+        bufs = TorchBuffers(
+            dev,
+            {"x": (op.m, op.k), "w": (op.n, op.k), "y": (op.m, op.n)},
+            op.dtype,
+            f"op {op.name!r} ({self.name})",
+        )
         x, w, y = bufs["x"], bufs["w"], bufs["y"]
 
         def run() -> None:
             dev.last_kernel = "torch.matmul"
             torch_gemm_nt(x, w, y)
 
-        return PreparedGemm(dev, op, rng, bufs, run, f"torch.matmul {op.dtype}", note="torch.matmul(x, w.t())")
+        return PreparedGemm(
+            dev, op, rng, bufs, run, f"torch.matmul {op.dtype}", note="torch.matmul(x, w.t())"
+        )
 
 
 # --------------------------------------------------------------------------- registry
@@ -385,10 +509,21 @@ def cuda_implementations(device: CudaDevice) -> tuple[OpImpl, ...]:
 def gemm_probe_setup(device: CudaDevice, dtype: str, backend: str) -> Callable[..., ProbeRun]:
     """``setup(size=n)`` of the ``gemm-<dtype>[-torch]`` probes: an n×n×n GEMM (C = A·Wᵀ)
     through cuBLAS (``backend="cublas"``) or ``torch.matmul`` (``"torch"``)."""
+
     def setup(*, size: int) -> ProbeRun:
         n = int(size)
-        op = Op(f"gemm-probe-{n}", "gemm", "prefill", n, n, n, dtype, 2.0 * n**3, 3.0 * n * n * ITEMSIZE[dtype],
-                fn="linear")
+        op = Op(
+            f"gemm-probe-{n}",
+            "gemm",
+            "prefill",
+            n,
+            n,
+            n,
+            dtype,
+            2.0 * n**3,
+            3.0 * n * n * ITEMSIZE[dtype],
+            fn="linear",
+        )
         rng = np.random.default_rng(n)
         impl = CublasGemm(device) if backend == "cublas" else TorchGemm(device)
         prep = impl.prepare(op, rng)
@@ -399,9 +534,15 @@ def gemm_probe_setup(device: CudaDevice, dtype: str, backend: str) -> Callable[.
             for _ in range(int(reps)):
                 prep.run()
 
-        return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=3.0 * n * n * ITEMSIZE[dtype],
-                        check=prep.check, working_set_bytes=3 * n * n * ITEMSIZE[dtype], release=prep.release,
-                        params={"n": n, "backend": backend})
+        return ProbeRun(
+            run=run,
+            flops_per_rep=2.0 * n**3,
+            bytes_per_rep=3.0 * n * n * ITEMSIZE[dtype],
+            check=prep.check,
+            working_set_bytes=3 * n * n * ITEMSIZE[dtype],
+            release=prep.release,
+            params={"n": n, "backend": backend},
+        )
 
     return setup
 
@@ -420,10 +561,14 @@ def torch_fp8_gemm_reason(device: CudaDevice) -> str | None:
 
     missing = [n for n in ("_scaled_mm", "float8_e4m3fn") if not hasattr(torch, n)]
     if missing:
-        return f"torch {torch.__version__} has no {' or '.join(missing)} (fp8 GEMMs need torch >= 2.1)"
+        return (
+            f"torch {torch.__version__} has no {' or '.join(missing)} (fp8 GEMMs need torch >= 2.1)"
+        )
     if tuple(device.cc) < (8, 9):
-        return (f"fp8 (e4m3) GEMMs need compute capability 8.9 or newer (sm_89+); this GPU is "
-                f"sm_{device.cc[0]}{device.cc[1]}")
+        return (
+            f"fp8 (e4m3) GEMMs need compute capability 8.9 or newer (sm_89+); this GPU is "
+            f"sm_{device.cc[0]}{device.cc[1]}"
+        )
     return None
 
 
@@ -435,6 +580,7 @@ def torch_fp8_gemm_setup(device: CudaDevice) -> Callable[..., ProbeRun]:
     The inputs are multiples of 1/2 in [-4, 4], exact in e4m3, so the check compares a
     sampled block with the float64 product at bf16 output tolerance.
     """
+
     def setup(*, size: int) -> ProbeRun:
         import torch
 
@@ -466,17 +612,31 @@ def torch_fp8_gemm_setup(device: CudaDevice) -> Callable[..., ProbeRun]:
             got_all = np.asarray(y.float().cpu().numpy(), dtype=np.float64)
             rows, cols = sample_indices(n, SAMPLE_ROWS, rng), sample_indices(n, SAMPLE_COLS, rng)
             ref = a_host[rows].astype(np.float64) @ w_host[cols].astype(np.float64).T
-            return compare(got_all[np.ix_(rows, cols)], ref, check_tolerance("bf16", n),
-                           "torch._scaled_mm e4m3 (inputs exact in e4m3, scales 1.0, bf16 out) vs float64 numpy "
-                           f"on a {len(rows)}×{len(cols)} sampled block")
+            return compare(
+                got_all[np.ix_(rows, cols)],
+                ref,
+                check_tolerance("bf16", n),
+                "torch._scaled_mm e4m3 (inputs exact in e4m3, scales 1.0, bf16 out) vs float64 numpy "
+                f"on a {len(rows)}×{len(cols)} sampled block",
+            )
 
         def release() -> None:
             out.clear()
             device.release_memory()
 
-        return ProbeRun(run=run, flops_per_rep=2.0 * n**3, bytes_per_rep=2.0 * n * n + 2.0 * n * n,
-                        check=check, working_set_bytes=4 * n * n, release=release,
-                        params={"n": n, "backend": "torch._scaled_mm", "scales": "per-tensor 1.0",
-                                "out_dtype": "bf16"})
+        return ProbeRun(
+            run=run,
+            flops_per_rep=2.0 * n**3,
+            bytes_per_rep=2.0 * n * n + 2.0 * n * n,
+            check=check,
+            working_set_bytes=4 * n * n,
+            release=release,
+            params={
+                "n": n,
+                "backend": "torch._scaled_mm",
+                "scales": "per-tensor 1.0",
+                "out_dtype": "bf16",
+            },
+        )
 
     return setup

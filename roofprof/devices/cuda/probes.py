@@ -68,11 +68,36 @@ from roofprof.workload import Op
 if TYPE_CHECKING:
     from roofprof.devices.cuda.device import CudaDevice
 
-__all__ = ["FMA_SEED", "ITERS_PER_REP", "L1_PROBE_SM_FOOTPRINT_BYTES", "MMA_DIAGNOSTIC_DTYPES",
-           "MMA_DIAGNOSTIC_MIN_CC", "NEVER", "POISON", "SMEM_ITERS_PER_REP", "ProbeArena", "cuda_probes",
-           "flag_check", "fma_probe_fold", "hash32", "intensity_probe_folds", "launch_latency", "merge_checks",
-           "read_check", "read_probe_folds", "round_to_precision", "setup_copy", "setup_d2d", "setup_fma",
-           "setup_intensity", "setup_mma", "setup_read", "setup_smem", "skipped_probes", "smem_probe_fold"]
+__all__ = [
+    "FMA_SEED",
+    "ITERS_PER_REP",
+    "L1_PROBE_SM_FOOTPRINT_BYTES",
+    "MMA_DIAGNOSTIC_DTYPES",
+    "MMA_DIAGNOSTIC_MIN_CC",
+    "NEVER",
+    "POISON",
+    "SMEM_ITERS_PER_REP",
+    "ProbeArena",
+    "cuda_probes",
+    "flag_check",
+    "fma_probe_fold",
+    "hash32",
+    "intensity_probe_folds",
+    "launch_latency",
+    "merge_checks",
+    "read_check",
+    "read_probe_folds",
+    "round_to_precision",
+    "setup_copy",
+    "setup_d2d",
+    "setup_fma",
+    "setup_intensity",
+    "setup_mma",
+    "setup_read",
+    "setup_smem",
+    "skipped_probes",
+    "smem_probe_fold",
+]
 
 #: The replays of probes.cu live beside the gemv/gemm replays in ``kernels/cuda_models.py``.
 _cm = kernels_module("cuda_models")
@@ -109,7 +134,9 @@ L1_PROBE_SM_FOOTPRINT_BYTES = 64 * 1024
 # --------------------------------------------------------------------------- checks
 
 
-def flag_check(out_words: np.ndarray, expected_folds: np.ndarray, flag: int, note: str) -> CheckResult:
+def flag_check(
+    out_words: np.ndarray, expected_folds: np.ndarray, flag: int, note: str
+) -> CheckResult:
     """Compare a probe's ``out`` after a launch with ``flag`` against the host's folds.
 
     Every thread whose fold equals ``flag`` must have written it; every other word must
@@ -120,16 +147,26 @@ def flag_check(out_words: np.ndarray, expected_folds: np.ndarray, flag: int, not
     expected = np.where(folds == np.uint32(flag), np.uint32(flag), np.uint32(POISON))
     bad = int(np.count_nonzero(out != expected))
     writers = int(np.count_nonzero(folds == np.uint32(flag)))
-    return CheckResult(bad == 0, float(bad), float(bad) / max(1, out.size), 0.0,
-                       f"{note}; flag 0x{flag:08x}: {writers} thread(s) must write, {bad} word(s) wrong")
+    return CheckResult(
+        bad == 0,
+        float(bad),
+        float(bad) / max(1, out.size),
+        0.0,
+        f"{note}; flag 0x{flag:08x}: {writers} thread(s) must write, {bad} word(s) wrong",
+    )
 
 
 def merge_checks(results: list[CheckResult], note: str) -> CheckResult:
     """One :class:`CheckResult` for several partial checks (ok when all are)."""
     ok = all(r.ok for r in results)
     worst = max(results, key=lambda r: (not r.ok, r.max_rel_error))
-    return CheckResult(ok, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
-                       f"{note}: " + "; ".join(r.note for r in results))
+    return CheckResult(
+        ok,
+        worst.max_abs_error,
+        worst.max_rel_error,
+        worst.tolerance,
+        f"{note}: " + "; ".join(r.note for r in results),
+    )
 
 
 # --------------------------------------------------------------------------- device helpers
@@ -191,8 +228,9 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
 # --------------------------------------------------------------------------- probe set-ups
 
 
-def read_check(device: CudaDevice, launch: Any, rng: np.random.Generator | None = None,
-               passes: int = 2) -> CheckResult:
+def read_check(
+    device: CudaDevice, launch: Any, rng: np.random.Generator | None = None, passes: int = 2
+) -> CheckResult:
     """``launch``'s read probe (``probe_read_u4`` or ``probe_read_l1_u4``) on a ragged random
     buffer, each of three threads' folds replayed."""
     cp, rng = device.cupy, _rng(rng)
@@ -204,16 +242,29 @@ def read_check(device: CudaDevice, launch: Any, rng: np.random.Generator | None 
     results = []
     for t in (0, threads // 2 + 1, threads - 1):
         out = _out_buffer(device, launch)
-        device.launch(launch.entry, launch.grid, launch.block,
-                      (src, np.int64(n_vec), np.int32(passes), _u32(int(folds[t])), out))
+        device.launch(
+            launch.entry,
+            launch.grid,
+            launch.block,
+            (src, np.int64(n_vec), np.int32(passes), _u32(int(folds[t])), out),
+        )
         device.checked(launch.entry)
         results.append(flag_check(cp.asnumpy(out), folds, int(folds[t]), f"thread {t}"))
-    return merge_checks(results, f"{launch.entry} on {n_vec} random 16-byte vectors, {passes} passes, "
-                                 "replayed in numpy")
+    return merge_checks(
+        results,
+        f"{launch.entry} on {n_vec} random 16-byte vectors, {passes} passes, replayed in numpy",
+    )
 
 
-def setup_read(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int, fixed_bytes: int | None = None,
-               rng: np.random.Generator | None = None, level: str = "l2") -> ProbeRun:
+def setup_read(
+    device: CudaDevice,
+    arena: ProbeArena,
+    *,
+    working_set_bytes: int,
+    fixed_bytes: int | None = None,
+    rng: np.random.Generator | None = None,
+    level: str = "l2",
+) -> ProbeRun:
     """``read`` (and ``read-l2`` with ``fixed_bytes``): ``probe_read_u4`` (``ld.global.cg``,
     L1 bypassed) over the working set, a repetition being one more pass in the same launch.
     ``level="l1"`` (``read-l1``): ``probe_read_l1_u4`` (L1-allocating loads) on a buffer of
@@ -224,30 +275,51 @@ def setup_read(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
     ws = fixed_bytes if fixed_bytes is not None else int(working_set_bytes)
     n_vec = max(1024, ws // 16)
     if level == "l1":
-        n_vec = cm.read_probe_n_vec_for_sm_footprint(L1_PROBE_SM_FOOTPRINT_BYTES, launch, device.sm_count)
+        n_vec = cm.read_probe_n_vec_for_sm_footprint(
+            L1_PROBE_SM_FOOTPRINT_BYTES, launch, device.sm_count
+        )
     buf = arena.get(n_vec * 16).view(cp.uint32)
     out = _out_buffer(device, launch)
 
     def run(reps: int) -> None:
         for passes in _split_iters(int(reps)):
-            device.launch(launch.entry, launch.grid, launch.block,
-                          (buf, np.int64(n_vec), np.int32(passes), _u32(NEVER), out))
+            device.launch(
+                launch.entry,
+                launch.grid,
+                launch.block,
+                (buf, np.int64(n_vec), np.int32(passes), _u32(NEVER), out),
+            )
 
-    return ProbeRun(run=run, flops_per_rep=0.0, bytes_per_rep=float(cm.read_probe_bytes(n_vec)),
-                    check=lambda: read_check(device, launch, rng), working_set_bytes=n_vec * 16,
-                    params={"n_vec": n_vec, "grid": launch.grid[0], "block": launch.block[0], "entry": launch.entry,
-                            "sm_footprint_bytes": cm.read_probe_sm_footprint_bytes(n_vec, launch, device.sm_count),
-                            "repetition": "one more pass in the same launch"})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=0.0,
+        bytes_per_rep=float(cm.read_probe_bytes(n_vec)),
+        check=lambda: read_check(device, launch, rng),
+        working_set_bytes=n_vec * 16,
+        params={
+            "n_vec": n_vec,
+            "grid": launch.grid[0],
+            "block": launch.block[0],
+            "entry": launch.entry,
+            "sm_footprint_bytes": cm.read_probe_sm_footprint_bytes(n_vec, launch, device.sm_count),
+            "repetition": "one more pass in the same launch",
+        },
+    )
 
 
-def setup_copy(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
-               rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_copy(
+    device: CudaDevice,
+    arena: ProbeArena,
+    *,
+    working_set_bytes: int,
+    rng: np.random.Generator | None = None,
+) -> ProbeRun:
     """``copy``: ``probe_copy_u4`` from one half of the working set to the other."""
     cm, cp, rng = _cuda_models(device), device.cupy, _rng(rng)
     launch = cm.probe_launch("probe_copy_u4", device.sm_count)
     n_vec = max(1024, int(working_set_bytes) // 32)
     buf = arena.get(2 * n_vec * 16)
-    src, dst = buf[: n_vec * 16].view(cp.uint32), buf[n_vec * 16:].view(cp.uint32)
+    src, dst = buf[: n_vec * 16].view(cp.uint32), buf[n_vec * 16 :].view(cp.uint32)
 
     def run(reps: int) -> None:
         for _ in range(int(reps)):
@@ -261,16 +333,28 @@ def setup_copy(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
         device.launch(launch.entry, launch.grid, launch.block, (s, d, np.int64(m)))
         device.checked(launch.entry)
         bad = int(np.count_nonzero(cp.asnumpy(d) != host))
-        return CheckResult(bad == 0, float(bad), bad / (4 * m), 0.0,
-                           f"probe_copy_u4 of {m} random 16-byte vectors into a poisoned buffer: "
-                           f"{bad} word(s) differ")
+        return CheckResult(
+            bad == 0,
+            float(bad),
+            bad / (4 * m),
+            0.0,
+            f"probe_copy_u4 of {m} random 16-byte vectors into a poisoned buffer: "
+            f"{bad} word(s) differ",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=0.0, bytes_per_rep=float(cm.copy_probe_bytes(n_vec)), check=check,
-                    working_set_bytes=2 * n_vec * 16, params={"n_vec": n_vec, "grid": launch.grid[0]})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=0.0,
+        bytes_per_rep=float(cm.copy_probe_bytes(n_vec)),
+        check=check,
+        working_set_bytes=2 * n_vec * 16,
+        params={"n_vec": n_vec, "grid": launch.grid[0]},
+    )
 
 
-def setup_smem(device: CudaDevice, *, working_set_bytes: int = 0,
-               rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_smem(
+    device: CudaDevice, *, working_set_bytes: int = 0, rng: np.random.Generator | None = None
+) -> ProbeRun:
     """``smem``: ``probe_smem_u4``, conflict-free 16-byte shared-memory loads."""
     cm, cp, rng = _cuda_models(device), device.cupy, _rng(rng)
     launch = cm.probe_launch("probe_smem_u4", device.sm_count)
@@ -278,7 +362,12 @@ def setup_smem(device: CudaDevice, *, working_set_bytes: int = 0,
 
     def run(reps: int) -> None:
         for iters in _split_iters(int(reps) * SMEM_ITERS_PER_REP):
-            device.launch(launch.entry, launch.grid, launch.block, (np.int32(iters), _u32(7), _u32(NEVER), out))
+            device.launch(
+                launch.entry,
+                launch.grid,
+                launch.block,
+                (np.int32(iters), _u32(7), _u32(NEVER), out),
+            )
 
     def check() -> CheckResult:
         seed, iters = int(rng.integers(1, 2**31)), 11
@@ -287,18 +376,35 @@ def setup_smem(device: CudaDevice, *, working_set_bytes: int = 0,
         for x in (0, 77, 255):
             flag = int(folds[x])
             o = _out_buffer(device, launch)
-            device.launch(launch.entry, launch.grid, launch.block, (np.int32(iters), _u32(seed), _u32(flag), o))
+            device.launch(
+                launch.entry,
+                launch.grid,
+                launch.block,
+                (np.int32(iters), _u32(seed), _u32(flag), o),
+            )
             device.checked(launch.entry)
             results.append(flag_check(cp.asnumpy(o), folds, flag, f"threadIdx {x}"))
-        return merge_checks(results, f"probe_smem_u4, seed {seed}, {iters} iterations, replayed in numpy")
+        return merge_checks(
+            results, f"probe_smem_u4, seed {seed}, {iters} iterations, replayed in numpy"
+        )
 
-    return ProbeRun(run=run, flops_per_rep=0.0,
-                    bytes_per_rep=float(cm.smem_probe_bytes(SMEM_ITERS_PER_REP, launch)), check=check,
-                    working_set_bytes=cm.PROBE_SMEM_STATIC_BYTES, params={"grid": launch.grid[0]})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=0.0,
+        bytes_per_rep=float(cm.smem_probe_bytes(SMEM_ITERS_PER_REP, launch)),
+        check=check,
+        working_set_bytes=cm.PROBE_SMEM_STATIC_BYTES,
+        params={"grid": launch.grid[0]},
+    )
 
 
-def setup_d2d(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
-              rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_d2d(
+    device: CudaDevice,
+    arena: ProbeArena,
+    *,
+    working_set_bytes: int,
+    rng: np.random.Generator | None = None,
+) -> ProbeRun:
     """``d2d-copy``: ``cudaMemcpyAsync`` device to device of half the working set."""
     cp, rng = device.cupy, _rng(rng)
     half = max(1 << 20, int(working_set_bytes) // 2 // 256 * 256)
@@ -317,11 +423,22 @@ def setup_d2d(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int,
         device.memcpy_d2d(d, s, m)
         device.checked("cudaMemcpyAsync D2D")
         bad = int(np.count_nonzero(cp.asnumpy(d) != host))
-        return CheckResult(bad == 0, float(bad), bad / m, 0.0,
-                           f"cudaMemcpyAsync of {m} random bytes into a poisoned buffer: {bad} differ")
+        return CheckResult(
+            bad == 0,
+            float(bad),
+            bad / m,
+            0.0,
+            f"cudaMemcpyAsync of {m} random bytes into a poisoned buffer: {bad} differ",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=0.0, bytes_per_rep=2.0 * half, check=check,
-                    working_set_bytes=2 * half, params={"bytes_per_copy": half})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=0.0,
+        bytes_per_rep=2.0 * half,
+        check=check,
+        working_set_bytes=2 * half,
+        params={"bytes_per_copy": half},
+    )
 
 
 def setup_fma(device: CudaDevice, dtype: str) -> ProbeRun:
@@ -333,8 +450,12 @@ def setup_fma(device: CudaDevice, dtype: str) -> ProbeRun:
 
     def run(reps: int) -> None:
         for iters in _split_iters(int(reps) * ITERS_PER_REP):
-            device.launch(entry, launch.grid, launch.block, (np.int32(iters), np.uint32(FMA_SEED),
-                                                             np.uint32(NEVER), out))
+            device.launch(
+                entry,
+                launch.grid,
+                launch.block,
+                (np.int32(iters), np.uint32(FMA_SEED), np.uint32(NEVER), out),
+            )
 
     def check() -> CheckResult:
         iters = 2
@@ -345,8 +466,12 @@ def setup_fma(device: CudaDevice, dtype: str) -> ProbeRun:
             for contracted in (True, False):
                 fold = fma_probe_fold(dtype, FMA_SEED, t, iters, contracted)
                 o = _out_buffer(device, launch)
-                device.launch(entry, launch.grid, launch.block,
-                              (np.int32(iters), np.uint32(FMA_SEED), np.uint32(fold), o))
+                device.launch(
+                    entry,
+                    launch.grid,
+                    launch.block,
+                    (np.int32(iters), np.uint32(FMA_SEED), np.uint32(fold), o),
+                )
                 device.checked(entry)
                 words = cp.asnumpy(o)
                 hit = int(words[t]) == fold
@@ -354,18 +479,35 @@ def setup_fma(device: CudaDevice, dtype: str) -> ProbeRun:
                 if hit:
                     break
             hit, contracted, fold, words = next((x for x in tries if x[0]), tries[-1])
-            others = int(np.count_nonzero((words != np.uint32(POISON)) & (words != np.uint32(fold))))
+            others = int(
+                np.count_nonzero((words != np.uint32(POISON)) & (words != np.uint32(fold)))
+            )
             ok = hit and others == 0
-            results.append(CheckResult(ok, 0.0 if ok else 1.0, 0.0 if ok else 1.0, 0.0,
-                                       f"thread {t}: {'wrote' if hit else 'did not write'} its replayed fold "
-                                       f"0x{fold:08x} ({'fused' if contracted else 'unfused'} init)"
-                                       + (f", {others} stray word(s)" if others else "")))
-        return merge_checks(results, f"probe_fma_{dtype}, {iters} iterations, each chain replayed exactly in "
-                                     "Python (fp64 with fractions)")
+            results.append(
+                CheckResult(
+                    ok,
+                    0.0 if ok else 1.0,
+                    0.0 if ok else 1.0,
+                    0.0,
+                    f"thread {t}: {'wrote' if hit else 'did not write'} its replayed fold "
+                    f"0x{fold:08x} ({'fused' if contracted else 'unfused'} init)"
+                    + (f", {others} stray word(s)" if others else ""),
+                )
+            )
+        return merge_checks(
+            results,
+            f"probe_fma_{dtype}, {iters} iterations, each chain replayed exactly in "
+            "Python (fp64 with fractions)",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=float(cm.fma_probe_flops(dtype, ITERS_PER_REP, launch)),
-                    bytes_per_rep=0.0, check=check, working_set_bytes=0,
-                    params={"grid": launch.grid[0], "iters_per_rep": ITERS_PER_REP})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=float(cm.fma_probe_flops(dtype, ITERS_PER_REP, launch)),
+        bytes_per_rep=0.0,
+        check=check,
+        working_set_bytes=0,
+        params={"grid": launch.grid[0], "iters_per_rep": ITERS_PER_REP},
+    )
 
 
 def setup_mma(device: CudaDevice, dtype: str) -> ProbeRun:
@@ -378,32 +520,60 @@ def setup_mma(device: CudaDevice, dtype: str) -> ProbeRun:
 
     def run(reps: int) -> None:
         for iters in _split_iters(int(reps) * ITERS_PER_REP):
-            device.launch(entry, launch.grid, launch.block, (np.int32(iters), np.uint32(11), np.uint32(NEVER), out))
+            device.launch(
+                entry,
+                launch.grid,
+                launch.block,
+                (np.int32(iters), np.uint32(11), np.uint32(NEVER), out),
+            )
 
     def check() -> CheckResult:
         o = _out_buffer(device, launch)
         flag = NEVER if varies else 0
-        device.launch(entry, launch.grid, launch.block, (np.int32(3), np.uint32(11), np.uint32(flag), o))
+        device.launch(
+            entry, launch.grid, launch.block, (np.int32(3), np.uint32(11), np.uint32(flag), o)
+        )
         device.checked(entry)
         words = cp.asnumpy(o)
         if varies:
             stray = int(np.count_nonzero(words != np.uint32(POISON)))
             ok = stray <= max(1, words.size // 1000)
-            return CheckResult(ok, float(stray), stray / words.size, 0.001,
-                               f"{entry}: ran without a CUDA error, {stray} coincidental write(s) of the flag; "
-                               "the fp8 product is not replayed (the GEMM checks cover the mma layout)")
+            return CheckResult(
+                ok,
+                float(stray),
+                stray / words.size,
+                0.001,
+                f"{entry}: ran without a CUDA error, {stray} coincidental write(s) of the flag; "
+                "the fp8 product is not replayed (the GEMM checks cover the mma layout)",
+            )
         bad = int(np.count_nonzero(words != 0))
-        return CheckResult(bad == 0, float(bad), bad / words.size, 0.0,
-                           f"{entry}: each thread folds 8 equal accumulators to 0, so with flag 0 every word "
-                           f"must be 0: {bad} thread(s) did not finish; arithmetic checked by gemm_mma.cu")
+        return CheckResult(
+            bad == 0,
+            float(bad),
+            bad / words.size,
+            0.0,
+            f"{entry}: each thread folds 8 equal accumulators to 0, so with flag 0 every word "
+            f"must be 0: {bad} thread(s) did not finish; arithmetic checked by gemm_mma.cu",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=float(cm.mma_probe_flops(dtype, ITERS_PER_REP, launch)),
-                    bytes_per_rep=0.0, check=check, working_set_bytes=0,
-                    params={"grid": launch.grid[0], "iters_per_rep": ITERS_PER_REP})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=float(cm.mma_probe_flops(dtype, ITERS_PER_REP, launch)),
+        bytes_per_rep=0.0,
+        check=check,
+        working_set_bytes=0,
+        params={"grid": launch.grid[0], "iters_per_rep": ITERS_PER_REP},
+    )
 
 
-def setup_intensity(device: CudaDevice, arena: ProbeArena, *, working_set_bytes: int, fmas_per_element: int,
-                    rng: np.random.Generator | None = None) -> ProbeRun:
+def setup_intensity(
+    device: CudaDevice,
+    arena: ProbeArena,
+    *,
+    working_set_bytes: int,
+    fmas_per_element: int,
+    rng: np.random.Generator | None = None,
+) -> ProbeRun:
     """``intensity-fp32``: ``probe_intensity_fp32`` with ``nfma = max(1, k/2)`` per element."""
     cm, cp, rng = _cuda_models(device), device.cupy, _rng(rng)
     launch = cm.probe_launch("probe_intensity_fp32", device.sm_count)
@@ -414,8 +584,12 @@ def setup_intensity(device: CudaDevice, arena: ProbeArena, *, working_set_bytes:
 
     def run(reps: int) -> None:
         for _ in range(int(reps)):
-            device.launch(launch.entry, launch.grid, launch.block,
-                          (src, np.int64(n_vec), np.int32(nfma), _u32(NEVER), out))
+            device.launch(
+                launch.entry,
+                launch.grid,
+                launch.block,
+                (src, np.int64(n_vec), np.int32(nfma), _u32(NEVER), out),
+            )
 
     def check() -> CheckResult:
         small = cm.Launch(launch.source, launch.entry, (2, 1, 1), launch.block)
@@ -427,17 +601,33 @@ def setup_intensity(device: CudaDevice, arena: ProbeArena, *, working_set_bytes:
         results = []
         for t in (0, threads - 1):
             o = cp.full(threads, POISON, dtype=cp.uint32)
-            device.launch(small.entry, small.grid, small.block, (s, np.int64(m), np.int32(nfma), _u32(int(folds[t])), o))
+            device.launch(
+                small.entry,
+                small.grid,
+                small.block,
+                (s, np.int64(m), np.int32(nfma), _u32(int(folds[t])), o),
+            )
             device.checked(small.entry)
             results.append(flag_check(cp.asnumpy(o), folds, int(folds[t]), f"thread {t}"))
-        return merge_checks(results, f"probe_intensity_fp32 with nfma={nfma} on {m} random vectors "
-                                     "(2 blocks), replayed in numpy")
+        return merge_checks(
+            results,
+            f"probe_intensity_fp32 with nfma={nfma} on {m} random vectors "
+            "(2 blocks), replayed in numpy",
+        )
 
-    return ProbeRun(run=run, flops_per_rep=float(cm.intensity_probe_flops(n_vec, nfma)),
-                    bytes_per_rep=float(cm.intensity_probe_bytes(n_vec)), check=check,
-                    working_set_bytes=n_vec * 16,
-                    params={"n_vec": n_vec, "nfma": nfma, "fmas_per_element_asked": int(fmas_per_element),
-                            "intensity_flop_per_byte": cm.intensity_of(nfma)})
+    return ProbeRun(
+        run=run,
+        flops_per_rep=float(cm.intensity_probe_flops(n_vec, nfma)),
+        bytes_per_rep=float(cm.intensity_probe_bytes(n_vec)),
+        check=check,
+        working_set_bytes=n_vec * 16,
+        params={
+            "n_vec": n_vec,
+            "nfma": nfma,
+            "fmas_per_element_asked": int(fmas_per_element),
+            "intensity_flop_per_byte": cm.intensity_of(nfma),
+        },
+    )
 
 
 # --------------------------------------------------------------------------- catalogue
@@ -463,48 +653,99 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
     def arena(what: str, seed: int) -> ProbeArena:
         return ProbeArena(device, what, seed)
 
-    probes.append(Probe("read", "bandwidth", partial(setup_read, device, arena("the read probe buffer", 1), rng=rng),
-                        accounting="bytes = 16·n_vec per pass (uint4 ld.global.cg loads: L2 only, L1 bypassed; "
-                                   "grid-stride, 4 in flight)",
-                        note=f"probe_read_u4, grid {4 * sm} blocks × 256 (4 per SM)"))
-    probes.append(Probe("copy", "bandwidth", partial(setup_copy, device, arena("the copy probe buffers", 2), rng=rng),
-                        accounting="bytes = 32·n_vec per launch (16 read + 16 written per vector)",
-                        note="probe_copy_u4, uint4 loads and stores, 4 in flight"))
+    probes.append(
+        Probe(
+            "read",
+            "bandwidth",
+            partial(setup_read, device, arena("the read probe buffer", 1), rng=rng),
+            accounting="bytes = 16·n_vec per pass (uint4 ld.global.cg loads: L2 only, L1 bypassed; "
+            "grid-stride, 4 in flight)",
+            note=f"probe_read_u4, grid {4 * sm} blocks × 256 (4 per SM)",
+        )
+    )
+    probes.append(
+        Probe(
+            "copy",
+            "bandwidth",
+            partial(setup_copy, device, arena("the copy probe buffers", 2), rng=rng),
+            accounting="bytes = 32·n_vec per launch (16 read + 16 written per vector)",
+            note="probe_copy_u4, uint4 loads and stores, 4 in flight",
+        )
+    )
     if device.l2_bytes:
         l2_ws = max(64 * 1024, device.l2_bytes // 4 // 4096 * 4096)
-        probes.append(Probe("read-l2", "bandwidth",
-                            partial(setup_read, device, arena("the L2 read buffer", 3), fixed_bytes=l2_ws, rng=rng),
-                            level="l2",
-                            accounting="bytes = 16·n_vec per pass; buffer L2/4, ld.global.cg loads (L1 bypassed), "
-                                       "so every pass after the warm-up is served by L2, never by L1",
-                            note=f"probe_read_u4 on {l2_ws // 1024} KiB (L2/4), passes in one launch"))
+        probes.append(
+            Probe(
+                "read-l2",
+                "bandwidth",
+                partial(
+                    setup_read, device, arena("the L2 read buffer", 3), fixed_bytes=l2_ws, rng=rng
+                ),
+                level="l2",
+                accounting="bytes = 16·n_vec per pass; buffer L2/4, ld.global.cg loads (L1 bypassed), "
+                "so every pass after the warm-up is served by L2, never by L1",
+                note=f"probe_read_u4 on {l2_ws // 1024} KiB (L2/4), passes in one launch",
+            )
+        )
     else:
         skipped.append({"probe": "read-l2", "reason": "the L2 size is unknown"})
-    probes.append(Probe("read-l1", "bandwidth",
-                        partial(setup_read, device, arena("the L1 read buffer", 6), fixed_bytes=0, level="l1", rng=rng),
-                        level="l1",
-                        accounting=f"bytes = 16·n_vec per pass; {L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per SM "
-                                   "with L1-allocating __ldg loads, every pass after the first hits L1",
-                        note=f"probe_read_l1_u4, n_vec sized so each SM's 4 blocks read "
-                             f"{L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per pass; the L1 ceiling (all SMs)"))
-    probes.append(Probe("smem", "bandwidth", partial(setup_smem, device, rng=rng), level="smem",
-                        accounting="bytes = iters·8·16 per thread (conflict-free LDS.128)",
-                        note="probe_smem_u4, 32 KiB static shared memory per block"))
-    probes.append(Probe("d2d-copy", "bandwidth", partial(setup_d2d, device, arena("the d2d copy buffers", 4), rng=rng),
-                        level="dram",
-                        accounting="bytes = 2·size per copy (read + write), as the HBM copy probe counts",
-                        note="cudaMemcpyAsync device to device (CuPy's copy of a contiguous array): "
-                             "the vendor reference of the HBM probes, at the sweep's largest working set"))
+    probes.append(
+        Probe(
+            "read-l1",
+            "bandwidth",
+            partial(
+                setup_read,
+                device,
+                arena("the L1 read buffer", 6),
+                fixed_bytes=0,
+                level="l1",
+                rng=rng,
+            ),
+            level="l1",
+            accounting=f"bytes = 16·n_vec per pass; {L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per SM "
+            "with L1-allocating __ldg loads, every pass after the first hits L1",
+            note=f"probe_read_l1_u4, n_vec sized so each SM's 4 blocks read "
+            f"{L1_PROBE_SM_FOOTPRINT_BYTES // 1024} KiB per pass; the L1 ceiling (all SMs)",
+        )
+    )
+    probes.append(
+        Probe(
+            "smem",
+            "bandwidth",
+            partial(setup_smem, device, rng=rng),
+            level="smem",
+            accounting="bytes = iters·8·16 per thread (conflict-free LDS.128)",
+            note="probe_smem_u4, 32 KiB static shared memory per block",
+        )
+    )
+    probes.append(
+        Probe(
+            "d2d-copy",
+            "bandwidth",
+            partial(setup_d2d, device, arena("the d2d copy buffers", 4), rng=rng),
+            level="dram",
+            accounting="bytes = 2·size per copy (read + write), as the HBM copy probe counts",
+            note="cudaMemcpyAsync device to device (CuPy's copy of a contiguous array): "
+            "the vendor reference of the HBM probes, at the sweep's largest working set",
+        )
+    )
     for fdt in cm.FMA_PROBE_DTYPES:
         reason = device.unsupported(fdt, "fma")
         name = f"fma-{fdt}"
         if reason:
             skipped.append({"probe": name, "reason": reason})
             continue
-        probes.append(Probe(name, "compute", partial(setup_fma, device, fdt), dtype=cm.FMA_PROBE_ROOFLINE_DTYPE[fdt],
-                            accounting=f"FLOPs = 2·{cm.FMA_LANES[fdt]}·16·8·iters per thread "
-                                       "(16 independent chains, 8 repeats per iteration)",
-                            note=f"probe_fma_{fdt}, {4 * sm} blocks × 256"))
+        probes.append(
+            Probe(
+                name,
+                "compute",
+                partial(setup_fma, device, fdt),
+                dtype=cm.FMA_PROBE_ROOFLINE_DTYPE[fdt],
+                accounting=f"FLOPs = 2·{cm.FMA_LANES[fdt]}·16·8·iters per thread "
+                "(16 independent chains, 8 repeats per iteration)",
+                note=f"probe_fma_{fdt}, {4 * sm} blocks × 256",
+            )
+        )
     for mdt in cm.MMA_PROBE_DTYPES:
         reason = device.unsupported(mdt, "mma.sync")
         if mdt == "fp8" and not reason:
@@ -515,53 +756,110 @@ def _catalogue(device: CudaDevice) -> tuple[tuple[Probe, ...], list[dict[str, st
             skipped.append({"probe": name, "reason": reason})
             continue
         native = cm.fp8_mma_sync_native(device.cc) if mdt == "fp8" else True
-        note = "mma.sync (the ceiling gemm_mma.cu can reach; on Hopper below the wgmma datasheet peak)"
+        note = (
+            "mma.sync (the ceiling gemm_mma.cu can reach; on Hopper below the wgmma datasheet peak)"
+        )
         if mdt == "fp8" and native is not True:
             note += f"; fp8 mma.sync on sm_{device.cc[0]}{device.cc[1]}: " + (
-                cm.FP8_MMA_SYNC_SASS.get(tuple(device.cc), "SASS not checked for this architecture"))
+                cm.FP8_MMA_SYNC_SASS.get(tuple(device.cc), "SASS not checked for this architecture")
+            )
         diagnostic = mdt in MMA_DIAGNOSTIC_DTYPES and tuple(device.cc) >= MMA_DIAGNOSTIC_MIN_CC
         if diagnostic:
-            note += (f"; diagnostic on sm_{device.cc[0]}{device.cc[1]}: mma.sync {mdt} runs below the native "
-                     f"tensor path (wgmma), so it is never the {mdt} ceiling — "
-                     + ("gemm-fp8-torch (torch._scaled_mm) gives that" if mdt == "fp8" else
-                        "gemm-tf32 (cuBLAS, fast-tf32 compute) gives that" if mdt == "tf32" else
-                        "no int8 library GEMM probe here, so the roofline has no int8 ceiling"))
+            note += (
+                f"; diagnostic on sm_{device.cc[0]}{device.cc[1]}: mma.sync {mdt} runs below the native "
+                f"tensor path (wgmma), so it is never the {mdt} ceiling — "
+                + (
+                    "gemm-fp8-torch (torch._scaled_mm) gives that"
+                    if mdt == "fp8"
+                    else "gemm-tf32 (cuBLAS, fast-tf32 compute) gives that"
+                    if mdt == "tf32"
+                    else "no int8 library GEMM probe here, so the roofline has no int8 ceiling"
+                )
+            )
         m, n, k = cm.MMA_SHAPES[mdt]
-        probes.append(Probe(name, "compute", partial(setup_mma, device, mdt), dtype=mdt,
-                            accounting=f"FLOPs = warps·8·iters·2·{m}·{n}·{k} (m{m}n{n}k{k}, 8 independent accumulators)"
-                                       + (" (integer ops)" if mdt == "int8" else ""),
-                            note=note, diagnostic=diagnostic))
-    for gdt, backend in (("bf16", "cublas"), ("fp16", "cublas"), ("fp32", "cublas"), ("tf32", "cublas"),
-                         ("bf16", "torch"), ("fp16", "torch")):
+        probes.append(
+            Probe(
+                name,
+                "compute",
+                partial(setup_mma, device, mdt),
+                dtype=mdt,
+                accounting=f"FLOPs = warps·8·iters·2·{m}·{n}·{k} (m{m}n{n}k{k}, 8 independent accumulators)"
+                + (" (integer ops)" if mdt == "int8" else ""),
+                note=note,
+                diagnostic=diagnostic,
+            )
+        )
+    for gdt, backend in (
+        ("bf16", "cublas"),
+        ("fp16", "cublas"),
+        ("fp32", "cublas"),
+        ("tf32", "cublas"),
+        ("bf16", "torch"),
+        ("fp16", "torch"),
+    ):
         name = f"gemm-{gdt}" + ("-torch" if backend == "torch" else "")
         impl = CublasGemm(device) if backend == "cublas" else TorchGemm(device)
-        reason = impl.supports(Op(name, "gemm", "prefill", 256, 256, 256, gdt, 0.0, 0.0, fn="linear"))
+        reason = impl.supports(
+            Op(name, "gemm", "prefill", 256, 256, 256, gdt, 0.0, 0.0, fn="linear")
+        )
         if reason:
             skipped.append({"probe": name, "reason": reason})
             continue
-        how = ("torch.matmul(a, w.t()) on CUDA (cuBLAS/cuBLASLt)" if backend == "torch" else
-               "cuBLAS: " + ("cublasGemmEx, bf16 in, fp32 accumulate" if gdt == "bf16" else
-                             "cublasGemmEx, fp32 in, CUBLAS_COMPUTE_32F_FAST_TF32" if gdt == "tf32" else
-                             "cupy.matmul"))
-        probes.append(Probe(name, "gemm", gemm_probe_setup(device, gdt, backend), dtype=gdt,
-                            accounting="FLOPs = 2·n³ per call; bytes = 3·n²·itemsize (minimum)",
-                            note=how + ", C = A·Wᵀ (nn.Linear layout)"))
+        how = (
+            "torch.matmul(a, w.t()) on CUDA (cuBLAS/cuBLASLt)"
+            if backend == "torch"
+            else "cuBLAS: "
+            + (
+                "cublasGemmEx, bf16 in, fp32 accumulate"
+                if gdt == "bf16"
+                else "cublasGemmEx, fp32 in, CUBLAS_COMPUTE_32F_FAST_TF32"
+                if gdt == "tf32"
+                else "cupy.matmul"
+            )
+        )
+        probes.append(
+            Probe(
+                name,
+                "gemm",
+                gemm_probe_setup(device, gdt, backend),
+                dtype=gdt,
+                accounting="FLOPs = 2·n³ per call; bytes = 3·n²·itemsize (minimum)",
+                note=how + ", C = A·Wᵀ (nn.Linear layout)",
+            )
+        )
     reason = torch_fp8_gemm_reason(device)
     if reason:
         skipped.append({"probe": "gemm-fp8-torch", "reason": reason})
     else:
-        probes.append(Probe("gemm-fp8-torch", "gemm", torch_fp8_gemm_setup(device), dtype="fp8",
-                            accounting="FLOPs = 2·n³ per call; bytes = 2·n² (e4m3 A, W) + 2·n² (bf16 C)",
-                            note="torch._scaled_mm, e4m3 A·Wᵀ, per-tensor scales 1.0, bf16 out (cuBLASLt: "
-                                 "the native fp8 tensor path)"))
-    skipped.append({"probe": "gemm-int8", "reason": "no int8 library GEMM probe (cuBLASLt int8 is not wired "
-                                                     "here); int8 mma.sync is the only int8 rate"})
-    probes.append(Probe("intensity-fp32", "intensity",
-                        partial(setup_intensity, device, arena("the intensity sweep buffer", 5), rng=rng),
-                        dtype="fp32",
-                        accounting="per fp32 element read: nfma dependent FMAs (2·nfma FLOPs), 4 bytes; nothing "
-                                   "written → intensity nfma/2 FLOP/B; nfma = max(1, k/2) for the plan's k",
-                        note="probe_intensity_fp32 (mixbench-style), L2 flushed before each call"))
+        probes.append(
+            Probe(
+                "gemm-fp8-torch",
+                "gemm",
+                torch_fp8_gemm_setup(device),
+                dtype="fp8",
+                accounting="FLOPs = 2·n³ per call; bytes = 2·n² (e4m3 A, W) + 2·n² (bf16 C)",
+                note="torch._scaled_mm, e4m3 A·Wᵀ, per-tensor scales 1.0, bf16 out (cuBLASLt: "
+                "the native fp8 tensor path)",
+            )
+        )
+    skipped.append(
+        {
+            "probe": "gemm-int8",
+            "reason": "no int8 library GEMM probe (cuBLASLt int8 is not wired "
+            "here); int8 mma.sync is the only int8 rate",
+        }
+    )
+    probes.append(
+        Probe(
+            "intensity-fp32",
+            "intensity",
+            partial(setup_intensity, device, arena("the intensity sweep buffer", 5), rng=rng),
+            dtype="fp32",
+            accounting="per fp32 element read: nfma dependent FMAs (2·nfma FLOPs), 4 bytes; nothing "
+            "written → intensity nfma/2 FLOP/B; nfma = max(1, k/2) for the plan's k",
+            note="probe_intensity_fp32 (mixbench-style), L2 flushed before each call",
+        )
+    )
     return tuple(probes), skipped
 
 
@@ -589,5 +887,9 @@ def launch_latency(device: CudaDevice, launches: int = 200, rounds: int = 5) -> 
         elapsed = clock.stop()
         gpu = min(gpu, elapsed / launches)
         host = min(host, t_host / launches)
-    return {"gpu_s_per_launch": gpu, "host_issue_s_per_launch": host, "launches": launches, "rounds": rounds}
-
+    return {
+        "gpu_s_per_launch": gpu,
+        "host_issue_s_per_launch": host,
+        "launches": launches,
+        "rounds": rounds,
+    }

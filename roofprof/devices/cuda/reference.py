@@ -64,9 +64,20 @@ def attention_group(op: Op) -> int:
 class PreparedRef:
     """A non-GEMM op on the GPU: ``calls`` (one here), a float64 host reference for ``check``."""
 
-    def __init__(self, device: CudaDevice, op: Op, bufs: Any, run: Callable[[], Any],
-                 reference: Callable[[], tuple[np.ndarray, np.ndarray]], inputs: Sequence[str], rng: np.random.Generator,
-                 name: str, kernels: int, note: str, tolerance: float | None = None):
+    def __init__(
+        self,
+        device: CudaDevice,
+        op: Op,
+        bufs: Any,
+        run: Callable[[], Any],
+        reference: Callable[[], tuple[np.ndarray, np.ndarray]],
+        inputs: Sequence[str],
+        rng: np.random.Generator,
+        name: str,
+        kernels: int,
+        note: str,
+        tolerance: float | None = None,
+    ):
         self.device, self.op, self.bufs, self._run = device, op, bufs, run
         self._reference, self._inputs, self.rng = reference, list(inputs), rng
         self.name, self.kernels, self.note = name, kernels, note
@@ -84,9 +95,13 @@ class PreparedRef:
         bad = self.bufs.nonfinite("out")
         tol = self.tolerance if self.tolerance is not None else check_tolerance(self.op.dtype)
         if bad:
-            return CheckResult(False, math.inf, math.inf, tol, f"{self.name}: {bad} outputs not finite")
+            return CheckResult(
+                False, math.inf, math.inf, tol, f"{self.name}: {bad} outputs not finite"
+            )
         got, ref = self._reference()
-        return compare(got, ref, tol, f"{self.name} vs float64 numpy on sampled rows; output poisoned")
+        return compare(
+            got, ref, tol, f"{self.name} vs float64 numpy on sampled rows; output poisoned"
+        )
 
     def release(self) -> None:
         self.bufs.release()
@@ -128,8 +143,11 @@ class CupyReference:
         if op.fn in self._ELSEWHERE:
             return self._ELSEWHERE[op.fn]
         if op.fn not in self.FNS:
-            return (f"no cupy-ref implementation of {op.fn!r} (op {op.name!r})" if op.fn else
-                    f"op {op.name!r} does not say what it computes (Op.fn is empty)")
+            return (
+                f"no cupy-ref implementation of {op.fn!r} (op {op.name!r})"
+                if op.fn
+                else f"op {op.name!r} does not say what it computes (Op.fn is empty)"
+            )
         return None
 
     def prepare(self, op: Op, rng: np.random.Generator) -> PreparedRef:
@@ -154,7 +172,9 @@ class CupyReference:
     # -- elementwise -----------------------------------------------------------------
     def _binary(self, op: Op, rng: np.random.Generator, kind: str) -> PreparedRef:
         dev, dt, m, n = self.device, op.dtype, op.m, op.n
-        bufs = CupyBuffers(dev, {"a": (m, n), "b": (m, n), "out": (m, n)}, dt, f"op {op.name!r} (cupy-ref)")
+        bufs = CupyBuffers(
+            dev, {"a": (m, n), "b": (m, n), "out": (m, n)}, dt, f"op {op.name!r} (cupy-ref)"
+        )
         cp = dev.cupy
         a, b, out = bufs["a"], bufs["b"], bufs["out"]
 
@@ -171,12 +191,24 @@ class CupyReference:
             ref = x / (1.0 + np.exp(-x)) * y if kind == "silu_mul" else x + y
             return bufs.host("out", rows), ref
 
-        return PreparedRef(dev, op, bufs, run, reference, ["a", "b"], rng, f"cupy-ref {op.name}",
-                           5 if kind == "silu_mul" else 3, f"CuPy {kind} in fp32")
+        return PreparedRef(
+            dev,
+            op,
+            bufs,
+            run,
+            reference,
+            ["a", "b"],
+            rng,
+            f"cupy-ref {op.name}",
+            5 if kind == "silu_mul" else 3,
+            f"CuPy {kind} in fp32",
+        )
 
     def _norm(self, op: Op, rng: np.random.Generator) -> PreparedRef:
         dev, dt, m, n = self.device, op.dtype, op.m, op.n
-        bufs = CupyBuffers(dev, {"x": (m, n), "weight": (1, n), "out": (m, n)}, dt, f"op {op.name!r} (cupy-ref)")
+        bufs = CupyBuffers(
+            dev, {"x": (m, n), "weight": (1, n), "out": (m, n)}, dt, f"op {op.name!r} (cupy-ref)"
+        )
         cp = dev.cupy
         x, wt, out = bufs["x"], bufs["weight"], bufs["out"]
         eps = 1e-5
@@ -195,8 +227,19 @@ class CupyReference:
             h = h / np.sqrt((h * h).mean(axis=1, keepdims=True) + eps)
             return bufs.host("out", rows), h * bufs.host("weight")
 
-        return PreparedRef(dev, op, bufs, run, reference, ["x", "weight"], rng, f"cupy-ref {op.name}", 5,
-                           "CuPy RMSNorm in fp32 (transformers' order)", tolerance=2 * check_tolerance(dt, n))
+        return PreparedRef(
+            dev,
+            op,
+            bufs,
+            run,
+            reference,
+            ["x", "weight"],
+            rng,
+            f"cupy-ref {op.name}",
+            5,
+            "CuPy RMSNorm in fp32 (transformers' order)",
+            tolerance=2 * check_tolerance(dt, n),
+        )
 
     def _rope(self, op: Op, rng: np.random.Generator) -> PreparedRef:
         dev, dt, m, n = self.device, op.dtype, op.m, op.n
@@ -204,8 +247,12 @@ class CupyReference:
         hd = int(round((op.bytes / e - 2 * m * n) / (2 * m))) if op.bytes else 128
         if hd < 2 or hd % 2 or n % hd:
             hd = 128 if n % 128 == 0 else 2
-        bufs = CupyBuffers(dev, {"x": (m, n), "cos": (m, hd), "sin": (m, hd), "out": (m, n)}, dt,
-                           f"op {op.name!r} (cupy-ref)")
+        bufs = CupyBuffers(
+            dev,
+            {"x": (m, n), "cos": (m, hd), "sin": (m, hd), "out": (m, n)},
+            dt,
+            f"op {op.name!r} (cupy-ref)",
+        )
         cp = dev.cupy
         x, cos, sin, out = bufs["x"], bufs["cos"], bufs["sin"], bufs["out"]
         heads, half = n // hd, hd // 2
@@ -225,14 +272,30 @@ class CupyReference:
             c, s = bufs.host("cos", rows)[:, None, :], bufs.host("sin", rows)[:, None, :]
             return bufs.host("out", rows), (v * c + rot * s).reshape(len(rows), n)
 
-        return PreparedRef(dev, op, bufs, run, reference, ["x", "cos", "sin"], rng, "cupy-ref rope", 6,
-                           f"CuPy rotate-half RoPE over {heads} heads of {hd}", tolerance=2 * check_tolerance(dt))
+        return PreparedRef(
+            dev,
+            op,
+            bufs,
+            run,
+            reference,
+            ["x", "cos", "sin"],
+            rng,
+            "cupy-ref rope",
+            6,
+            f"CuPy rotate-half RoPE over {heads} heads of {hd}",
+            tolerance=2 * check_tolerance(dt),
+        )
 
     def _embedding(self, op: Op, rng: np.random.Generator) -> PreparedRef:
         dev, dt, m, n = self.device, op.dtype, op.m, op.n
         table_rows = max(4096, m)
-        bufs = CupyBuffers(dev, {"table": (table_rows, n), "out": (m, n)}, dt, f"op {op.name!r} (cupy-ref)",
-                           extra_bytes=8 * m)
+        bufs = CupyBuffers(
+            dev,
+            {"table": (table_rows, n), "out": (m, n)},
+            dt,
+            f"op {op.name!r} (cupy-ref)",
+            extra_bytes=8 * m,
+        )
         cp = dev.cupy
         table, out = bufs["table"], bufs["out"]
         ids_host = rng.integers(0, table_rows, size=m)
@@ -247,8 +310,19 @@ class CupyReference:
         def reference():
             return bufs.host("out", rows), bufs.host("table", ids_host[rows])
 
-        return PreparedRef(dev, op, bufs, run, reference, ["table"], rng, "cupy-ref embedding", 1,
-                           f"cupy.take of {m} rows from a {table_rows}-row table", tolerance=0.0)
+        return PreparedRef(
+            dev,
+            op,
+            bufs,
+            run,
+            reference,
+            ["table"],
+            rng,
+            "cupy-ref embedding",
+            1,
+            f"cupy.take of {m} rows from a {table_rows}-row table",
+            tolerance=0.0,
+        )
 
     # -- attention -----------------------------------------------------------------------
     def _attention(self, op: Op, rng: np.random.Generator) -> PreparedRef:
@@ -256,7 +330,12 @@ class CupyReference:
         g = attention_group(op)
         bkv, tq, keys, d = op.batch // g, op.m, op.n, op.k
         causal = op.phase == "prefill" and tq > 1
-        shapes = {"q": (bkv, g, tq, d), "k": (bkv, 1, keys, d), "v": (bkv, 1, keys, d), "out": (bkv, tq, g * d)}
+        shapes = {
+            "q": (bkv, g, tq, d),
+            "k": (bkv, 1, keys, d),
+            "v": (bkv, 1, keys, d),
+            "out": (bkv, tq, g * d),
+        }
         use_torch = torch_cuda_reason() is None
         what = f"op {op.name!r} (cupy-ref)"
         if use_torch:
@@ -285,18 +364,26 @@ class CupyReference:
             def run() -> None:
                 dev.last_kernel = "cupy-ref attention"
                 for s in range(0, bkv, chunk):
-                    qq = bufs.to_f32(q[s:s + chunk], dt).reshape(-1, g * tq, d)
-                    kk = bufs.to_f32(k[s:s + chunk], dt).reshape(-1, keys, d)
-                    vv = bufs.to_f32(v[s:s + chunk], dt).reshape(-1, keys, d)
+                    qq = bufs.to_f32(q[s : s + chunk], dt).reshape(-1, g * tq, d)
+                    kk = bufs.to_f32(k[s : s + chunk], dt).reshape(-1, keys, d)
+                    vv = bufs.to_f32(v[s : s + chunk], dt).reshape(-1, keys, d)
                     sc = cp.matmul(qq, kk.transpose(0, 2, 1)) * scale
                     if mask is not None:
                         sc = (sc.reshape(-1, g, tq, keys) + mask).reshape(-1, g * tq, keys)
                     sc = cp.exp(sc - sc.max(axis=-1, keepdims=True))
                     sc /= sc.sum(axis=-1, keepdims=True)
-                    o = cp.matmul(sc, vv).reshape(-1, g, tq, d).transpose(0, 2, 1, 3).reshape(-1, tq, g * d)
-                    out[s:s + chunk] = bufs.from_f32(o, dt)
+                    o = (
+                        cp.matmul(sc, vv)
+                        .reshape(-1, g, tq, d)
+                        .transpose(0, 2, 1, 3)
+                        .reshape(-1, tq, g * d)
+                    )
+                    out[s : s + chunk] = bufs.from_f32(o, dt)
 
-            kernels, how = 10 * (-(-bkv // chunk)), "CuPy fp32 scores, softmax, PV (chunked over KV heads)"
+            kernels, how = (
+                10 * (-(-bkv // chunk)),
+                "CuPy fp32 scores, softmax, PV (chunked over KV heads)",
+            )
 
         heads = sample_indices(bkv, 3, rng)
 
@@ -314,7 +401,20 @@ class CupyReference:
             ref = np.einsum("hgqk,hkd->hqgd", sc, vh)
             return got, ref
 
-        note = (f"{how}; {bkv} KV heads × {g} query heads, {tq} queries, {keys} keys, head dim {d}"
-                + (", causal" if causal else ""))
-        return PreparedRef(dev, op, bufs, run, reference, ["q", "k", "v"], rng, "cupy-ref attention", kernels, note,
-                           tolerance=2 * check_tolerance(dt, keys))
+        note = (
+            f"{how}; {bkv} KV heads × {g} query heads, {tq} queries, {keys} keys, head dim {d}"
+            + (", causal" if causal else "")
+        )
+        return PreparedRef(
+            dev,
+            op,
+            bufs,
+            run,
+            reference,
+            ["q", "k", "v"],
+            rng,
+            "cupy-ref attention",
+            kernels,
+            note,
+            tolerance=2 * check_tolerance(dt, keys),
+        )

@@ -2,7 +2,7 @@
 
 The public facade is small: specs and workloads in, predictions and measurements out.
 
-* :func:`predict`: prefill and decode times from a roofline (:mod:`roofprof.rollup`);
+* :func:`predict`, :func:`sweep`: prefill and decode times from a roofline (:mod:`roofprof.api`);
 * :func:`profile`: every op of a pass measured on this machine (:mod:`roofprof.profiling`);
 * :func:`measure`: any function timed and placed on the roofline (:mod:`roofprof.profiling`);
 * :func:`validate`: a real model forward pass against the estimators (:mod:`roofprof.validation`);
@@ -20,12 +20,22 @@ __version__ = "0.1.0"
 
 from roofprof.errors import RoofprofError  # noqa: E402
 
-__all__ = ["RoofprofError", "__version__", "measure", "predict", "profile", "trace", "validate"]
+__all__ = [
+    "RoofprofError",
+    "__version__",
+    "measure",
+    "predict",
+    "profile",
+    "sweep",
+    "trace",
+    "validate",
+]
 
 #: Facade name -> the module that defines it (imported on first use: `import roofprof` stays
 #: cheap, no numba or pandas, so `predict` stays fast).
 _LAZY = {
-    "predict": "roofprof.rollup",
+    "predict": "roofprof.api",
+    "sweep": "roofprof.api",
     "profile": "roofprof.profiling",
     "measure": "roofprof.profiling",
     "validate": "roofprof.validation",

@@ -156,6 +156,9 @@ class CalibratedEstimator:
         self.kernel_path = path_of(profile.engine)
         self.fp16_ratio = fp16_ratio
 
+    def prefetch(self, ops: Sequence[Op]) -> None:
+        """Nothing to measure ahead: the calibrated model is arithmetic."""
+
     def estimate(self, op: Op) -> OpEstimate:
         p = self.profile
         bw = self.roofline.memory_bandwidth(self.level) * p.memory_fraction

@@ -1,5 +1,6 @@
-"""What a multi-GPU prediction states beside its times: the layout, the memory fit and the
-pipeline (batch-1 latency, steady-state throughput and the bubble).
+"""The pipeline figures a multi-GPU prediction states beside its times (batch-1 latency,
+steady-state throughput and the bubble); :func:`roofprof.rollup.predict` puts them, with the
+layout and the memory fit, in the prediction's typed fields.
 
 Pipeline parallelism does not shorten one token: batch-1 latency runs every stage in turn,
 ``Σ t_stage + (p − 1) · t_send`` (the ops of a PP workload keep every layer and list the
@@ -8,9 +9,9 @@ flight; in steady state it is one batch per bottleneck stage, ``ceil(L / p)`` la
 the model-scope ops (embedding and head, counted on the bottleneck stage as an upper bound)
 plus one send. With ``m`` batches in flight the idle share (bubble) is ``(p − 1)/(m + p − 1)``.
 
->>> from roofprof.rollup import predict
+>>> from roofprof import predict
 >>> from roofprof.workload import Parallel
->>> p = predict("llama-3.1-70b", gpu="h100-sxm", prompt_tokens=128, parallel=Parallel(tp=4, pp=2))
+>>> p = predict("llama-3.1-70b", "h100-sxm", prompt_tokens=128, parallel=Parallel(tp=4, pp=2))
 >>> summary = pipeline(p.decode, Parallel(tp=4, pp=2))
 >>> summary["stages"], summary["bubble_fraction_batch1"]
 (2, 0.5)
@@ -22,7 +23,7 @@ from typing import Any
 
 from roofprof.workload import Parallel
 
-__all__ = ["extras", "pipeline"]
+__all__ = ["pipeline"]
 
 
 def pipeline(phase: Any, parallel: Parallel) -> dict[str, Any]:
@@ -47,27 +48,3 @@ def pipeline(phase: Any, parallel: Parallel) -> dict[str, Any]:
         "bubble_fraction_batch1": (p - 1) / p,
         "bubble": "(p-1)/(m+p-1) for m batches in flight; batch-1 latency is every stage in turn",
     }
-
-
-def extras(prediction: Any, gpu: str | None) -> dict[str, Any]:
-    """``parallel``, ``memory`` (with ``gpu``) and ``pipeline`` entries for the JSON output."""
-    from roofprof.memory_fit import fit
-
-    scenario = prediction.decode.workload.scenario
-    par = scenario.parallel
-    out: dict[str, Any] = {
-        "parallel": {
-            "tp": par.tp,
-            "pp": par.pp,
-            "sequence_parallel": par.sequence_parallel,
-            "gpus": par.devices,
-        }
-    }
-    if gpu is not None:
-        out["memory"] = fit(scenario, gpu).to_dict()
-    if par.pp > 1:
-        out["pipeline"] = {
-            "prefill": pipeline(prediction.prefill, par),
-            "decode": pipeline(prediction.decode, par),
-        }
-    return out

@@ -269,7 +269,7 @@ def run(
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")
             for label, est in estimators.items():
-                result.predictions[label] = predict(scenario, estimator=est)
+                result.predictions[label] = predict(scenario, est)
             contexts = list(
                 contexts or sorted({prompt_tokens, 4 * prompt_tokens, 32 * prompt_tokens})
             )

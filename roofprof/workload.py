@@ -27,11 +27,12 @@ Counting rules (stated in every prediction):
   ``all`` tokens; the embedding is a ``gather`` (one row per token) or, as the ``2·P·T``
   rule of thumb assumes, counted as a ``matmul`` over the whole table.
 
-The ``engine`` convention is the default; ``seed`` (all tokens through lm_head, embedding
-as a matmul, elementwise ops fused) reproduces the back-of-envelope ``2·P·T`` numbers.
+The ``engine`` convention is the default; ``rule-of-thumb`` (all tokens through lm_head,
+embedding as a matmul, elementwise ops fused) reproduces the back-of-envelope ``2·P·T``
+numbers (``seed`` is an older name for it, still accepted).
 
 >>> from roofprof.models import ops
->>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="seed"))
+>>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"))
 >>> round(w.weight_bytes / 1e9, 2)
 16.06
 """
@@ -47,6 +48,7 @@ from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
 __all__ = [
     "COLLECTIVE_FNS",
     "CONVENTIONS",
+    "CONVENTION_ALIASES",
     "OP_FNS",
     "OP_GROUPS",
     "OP_KINDS",
@@ -63,7 +65,7 @@ PHASES = ("prefill", "decode")
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "embedding", "communication")
 #: What an op computes (implementations dispatch on this):
 #: ``linear`` x·Wᵀ with a weight matrix; ``onehot_matmul`` the embedding counted as a matmul
-#: over the table (seed convention); ``gather`` embedding rows; ``rmsnorm``; ``rope``;
+#: over the table (rule-of-thumb convention); ``gather`` embedding rows; ``rmsnorm``; ``rope``;
 #: ``add`` residual add; ``silu_mul`` SiLU(gate)·up; ``sdpa`` fused attention;
 #: ``qk_matmul``/``softmax``/``pv_matmul`` the eager attention steps; ``allreduce``,
 #: ``reduce_scatter``, ``all_gather``, ``send`` collectives between ranks (``COLLECTIVE_FNS``).
@@ -121,8 +123,12 @@ class Counting:
 
 CONVENTIONS = {
     "engine": Counting(),
-    "seed": Counting(lm_head="all", embedding="matmul", elementwise="fused", attention="fused"),
+    "rule-of-thumb": Counting(
+        lm_head="all", embedding="matmul", elementwise="fused", attention="fused"
+    ),
 }
+#: Older names still accepted (not listed among the choices).
+CONVENTION_ALIASES = {"seed": "rule-of-thumb"}
 
 
 @dataclass(frozen=True)
@@ -416,6 +422,7 @@ def counting_of(convention: str | Counting) -> Counting:
     """
     if isinstance(convention, Counting):
         return convention
+    convention = CONVENTION_ALIASES.get(convention, convention)
     if convention not in CONVENTIONS:
         raise UnknownNameError("counting convention", convention, CONVENTIONS)
     return CONVENTIONS[convention]

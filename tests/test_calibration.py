@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from roofprof import calibration, rollup
+import roofprof
+from roofprof import calibration
 from roofprof.calibration import (
     ENGINES,
     calibrated_estimator,
@@ -66,8 +67,8 @@ def test_validate_published_is_fast_and_complete():
 
 def test_calibrated_estimator_in_predict():
     est = calibrated_estimator("a100", engine="gpt-fast")
-    p = rollup.predict("llama-3.1-8b", gpu="a100", estimator=est, prompt_tokens=5)
-    spec = rollup.predict("llama-3.1-8b", gpu="a100", prompt_tokens=5)
+    p = roofprof.predict("llama-3.1-8b", gpu="a100", estimator=est, prompt_tokens=5)
+    spec = roofprof.predict("llama-3.1-8b", gpu="a100", prompt_tokens=5)
     assert p.decode.seconds > spec.decode.seconds
     d = p.to_dict()
     assert (

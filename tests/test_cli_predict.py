@@ -185,3 +185,54 @@ def test_result_files_get_the_usual_mode(tmp_path):
     finally:
         os.umask(old)
     assert os.stat(p).st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize(
+    ("cli", "loose"),
+    [
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm"], {"gpu": "h100-sxm"}),
+        (
+            ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--pp", "2"],
+            {"gpu": "h100-sxm", "parallel": {"tp": 4, "pp": 2}},
+        ),
+        (
+            ["--model", "mixtral-8x7b", "--gpu", "a100", "--routing", "zipf:1.1"],
+            {"gpu": "a100", "routing": "zipf:1.1"},
+        ),
+    ],
+)
+def test_library_and_cli_give_the_same_json(cli, loose, capsys):
+    import roofprof
+    from roofprof.workload import Parallel
+
+    if "parallel" in loose:
+        loose = {**loose, "parallel": Parallel(**loose["parallel"])}
+    code, text, _ = run(capsys, "predict", *cli, "--prompt", "512", "-f", "json")
+    assert code == 0
+    out = json.loads(text)
+    gpu = loose.pop("gpu")
+    from_python = roofprof.predict(cli[1], gpu, prompt_tokens=512, **loose)
+    assert json.loads(json.dumps(from_python.to_dict())) == out
+    assert "counting_config" in out
+    if "parallel" in loose:
+        assert out["memory"]["fits"] is True
+        assert out["parallel"] == {"tp": 4, "pp": 2, "sequence_parallel": False, "gpus": 8}
+        assert out["pipeline"]["decode"]["stages"] == 2
+    else:
+        assert "memory" not in out and "parallel" not in out
+
+
+def test_the_library_refuses_a_layout_that_does_not_fit_as_the_cli_does(capsys):
+    import roofprof
+    from roofprof.errors import ConfigError
+    from roofprof.workload import Parallel
+
+    with pytest.raises(ConfigError, match="the smallest TP that fits is 2") as caught:
+        roofprof.predict("llama-3.1-70b", "h100-sxm", prompt_tokens=2048, parallel=Parallel())
+    code = main(["predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "-p", "2048", "--tp", "1"])
+    assert code == 2
+    assert str(caught.value) in capsys.readouterr().err
+    ignored = roofprof.predict(
+        "llama-3.1-70b", "h100-sxm", prompt_tokens=2048, parallel=Parallel(), ignore_memory=True
+    )
+    assert ignored.memory is not None and not ignored.memory.fits

@@ -49,7 +49,7 @@ def stop_work(monkeypatch):
     [
         (
             ["predict", "--gpu", "h100", "--convention", "metric"],
-            "unknown convention 'metric'; valid choices: engine, seed",
+            "unknown counting convention 'metric'; valid choices: engine, rule-of-thumb",
         ),
         (
             ["predict", "--gpu", "h100", "--attention", "flash"],

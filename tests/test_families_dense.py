@@ -340,8 +340,8 @@ def test_plain_torch_model_computes_what_transformers_does(model_id, attention):
 def test_predict_is_fast_for_new_families(model_id):
     import time
 
-    from roofprof.rollup import predict
+    from roofprof import predict
 
     t0 = time.perf_counter()
-    p = predict(Scenario.of(model_id, "decode", prompt_tokens=512, dtype="bf16"), gpu="h100-sxm")
+    p = predict(model_id, "h100-sxm", prompt_tokens=512, dtype="bf16")
     assert time.perf_counter() - t0 < 1.0 and p.decode.seconds > 0

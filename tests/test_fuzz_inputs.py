@@ -19,6 +19,7 @@ from fuzz_support import assert_finite_non_negative, examples, numbers, strict_j
 from hypothesis import given
 from hypothesis import strategies as st
 
+import roofprof
 from roofprof.errors import RoofprofError
 from roofprof.units import dumps_strict
 
@@ -83,7 +84,6 @@ def configs(draw):
 
 
 def _check_model(path: Path) -> None:
-    from roofprof import rollup
     from roofprof.specs import load_model
 
     try:
@@ -109,7 +109,7 @@ def _check_model(path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            prediction = rollup.predict(spec, gpu="h100", prompt_tokens=16, batch=1)
+            prediction = roofprof.predict(spec, gpu="h100", prompt_tokens=16, batch=1)
         except RoofprofError as exc:
             _single_line(exc)
             return
@@ -180,7 +180,6 @@ def rooflines(draw):
 @examples(150)
 @given(doc=rooflines())
 def test_roofline_mutations_load_or_fail_in_one_line(folder, doc):
-    from roofprof import rollup
     from roofprof.roofline import load_roofline
 
     path = folder / "roofline.json"
@@ -196,7 +195,7 @@ def test_roofline_mutations_load_or_fail_in_one_line(folder, doc):
             assert isinstance(c.value, float) and math.isfinite(c.value) and c.value > 0
             assert isinstance(c.name, str) and (c.dtype is None or isinstance(c.dtype, str))
         try:
-            prediction = rollup.predict("llama-3.2-1b", roofline=roof, prompt_tokens=16)
+            prediction = roofprof.predict("llama-3.2-1b", roofline=roof, prompt_tokens=16)
         except RoofprofError as exc:
             _single_line(exc)
             return

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from roofprof import predict
 from roofprof.cli import main
 from roofprof.collectives import (
     CollectiveModel,
@@ -16,7 +17,6 @@ from roofprof.collectives import (
 from roofprof.errors import ConfigError
 from roofprof.memory_fit import fit, smallest_tp
 from roofprof.models import ops
-from roofprof.rollup import predict
 from roofprof.specs import load_gpu
 from roofprof.workload import COLLECTIVE_FNS, Parallel, Scenario
 

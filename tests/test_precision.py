@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from roofprof import models, rollup
+import roofprof
+from roofprof import models
 from roofprof.cli import main
 from roofprof.errors import ConfigError, UnknownNameError
 from roofprof.precision import WEIGHT_FORMATS, check_compute, weight_bits
@@ -60,12 +61,12 @@ def test_bad_names_list_the_choices():
 
 def test_fp8_on_a100_names_what_it_has_and_the_weight_only_form():
     with pytest.raises(ConfigError, match=r"no fp8 compute.*bf16.*--dtype bf16 --weights fp8"):
-        rollup.predict("llama-3.1-8b", gpu="a100", dtype="fp8")
+        roofprof.predict("llama-3.1-8b", gpu="a100", dtype="fp8")
     check_compute("fp4", ["bf16", "fp8", "fp4"], "B200")
 
 
 def test_fp4_on_b200_uses_the_fp4_peak():
-    p = rollup.predict(
+    p = roofprof.predict(
         "llama-3.1-8b",
         gpu="b200",
         prompt_tokens=4096,
@@ -73,7 +74,9 @@ def test_fp4_on_b200_uses_the_fp4_peak():
         weights="nvfp4",
         kv_dtype="bf16",
     )
-    q = rollup.predict("llama-3.1-8b", gpu="b200", prompt_tokens=4096, dtype="fp8", kv_dtype="bf16")
+    q = roofprof.predict(
+        "llama-3.1-8b", gpu="b200", prompt_tokens=4096, dtype="fp8", kv_dtype="bf16"
+    )
     assert p.prefill.seconds < q.prefill.seconds
 
 

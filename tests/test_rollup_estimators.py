@@ -5,6 +5,7 @@ import math
 import pytest
 from conftest import tiny_spec
 
+from roofprof import predict, rollup
 from roofprof.models import llama_ops
 from roofprof.rollup import (
     MeasuredEstimator,
@@ -14,7 +15,6 @@ from roofprof.rollup import (
     compare,
     decode_turning_point,
     phase_sweep,
-    predict,
     residual,
 )
 from roofprof.roofline import Ceiling, Roofline
@@ -157,9 +157,10 @@ def test_real_run_record():
 def test_decode_sweep_turns_compute_bound():
     est = RooflineEstimator(ROOF, name="empirical")
     # ridge 10 FLOP/B: the decode GEMMs of a 1B model cross it between batch 1 and 512
-    phases = phase_sweep(
-        "llama-3.2-1b", est, batches=(1, 512), contexts=(8,), prompt_tokens=8, dtype="fp32"
-    )
+    from roofprof.workload import Scenario
+
+    s = Scenario.of("llama-3.2-1b", "decode", prompt_tokens=8, dtype="fp32")
+    phases = phase_sweep(s, est, batches=(1, 512), contexts=(8,))
     assert [p.workload.batch for p in phases] == [1, 512]
     assert phases[0].bound == "memory" and phases[1].bound == "compute"
     preds = [
@@ -183,17 +184,18 @@ def test_host_issue_time_is_a_floor_too():
 
 
 def test_predict_and_sweeps_take_a_scenario():
-    from roofprof.rollup import sweep
+    from roofprof import sweep
     from roofprof.workload import Scenario
 
     s = Scenario.of(TINY, "decode", batch=2, prompt_tokens=8, context_tokens=16, dtype="fp32")
     est = RooflineEstimator(ROOF, name="empirical")
     loose = predict(TINY, estimator=est, batch=2, prompt_tokens=8, context_tokens=16, dtype="fp32")
-    assert predict(s, estimator=est).to_dict() == loose.to_dict()
-    assert [p.decode.workload.batch for p in sweep(s, batches=(1, 4), estimator=est)] == [1, 4]
+    assert rollup.predict(s, est).to_dict() == loose.to_dict()
+    grid = sweep(TINY, estimator=est, batches=(1, 4), prompt_tokens=8, dtype="fp32")
+    assert [p.decode.workload.batch for p in grid] == [1, 4]
     assert [
         p.decode.workload.context_tokens
-        for p in sweep([s, s.replace(context_tokens=32)], estimator=est)
+        for p in rollup.sweep([s, s.replace(context_tokens=32)], est)
     ] == [16, 32]
     grid = phase_sweep(s, est, batches=(1, 2), contexts=(None, 64))
     assert [(p.workload.batch, p.workload.context_tokens) for p in grid] == [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from roofprof.rollup import predict
+from roofprof import predict
 
 
 def seed(gpu="h100-sxm", **kw):

@@ -6,9 +6,10 @@ import contextlib
 import sys
 import time
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
-__all__ = ["collected_warnings", "progress_bar", "show_warnings", "stderr_console"]
+__all__ = ["collected_warnings", "emit", "progress_bar", "show_warnings", "stderr_console"]
 
 
 def stderr_console():
@@ -86,3 +87,24 @@ def show_warnings(caught: Sequence[warnings.WarningMessage], shown: Collection[s
         if text not in seen:
             seen.add(text)
             typer.echo("roofprof: warning: " + " ".join(text.split()), err=True)
+
+
+def emit(
+    fmt: str,
+    payload: Callable[[], Any],
+    *,
+    table: Callable[[], None],
+    csv: Callable[[], str] | None = None,
+) -> None:
+    """Print a command's result on stdout as ``json`` (strict JSON of ``payload()``), ``csv``
+    (the text ``csv()`` returns) or ``table`` (``table()`` prints it); the one place a
+    command's ``--format`` is honoured, so every verb writes JSON the same way.
+    """
+    if fmt == "json":
+        from roofprof.units import dumps_strict
+
+        sys.stdout.write(dumps_strict(payload()) + "\n")
+    elif fmt == "csv" and csv is not None:
+        sys.stdout.write(csv())
+    else:
+        table()

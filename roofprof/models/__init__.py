@@ -13,7 +13,7 @@ entry in :data:`FAMILIES`, and, to be measured, a torch side: one
 ``<family>_torch`` module with its plain-torch model and the preparers of its new op fns.
 
 >>> from roofprof.workload import Scenario
->>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="seed"))
+>>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"))
 >>> round(w.weight_bytes / 1e9, 2)
 16.06
 >>> family_of({"model_type": "dbrx", "architectures": ["DbrxForCausalLM"]})

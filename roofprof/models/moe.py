@@ -46,7 +46,7 @@ from roofprof.models.moe_config import (
 )
 from roofprof.workload import OP_GROUPS, Op
 
-__all__ = ["DENSE_MLP", "MOE_ROLES", "MoeOps", "parse_routing", "summary"]
+__all__ = ["DENSE_MLP", "MOE_ROLES", "MoeOps", "parse_routing", "summary", "with_routing"]
 
 _MLP, _ELEM = OP_GROUPS[2], OP_GROUPS[4]
 #: MoE op name -> (fn, chart group, short label), merged into each MoE family's ROLES.
@@ -120,6 +120,26 @@ def parse_routing(text: str) -> Routing:
         )
     total = float(sum(loads))
     return Routing("measured", shares=tuple(x / total for x in loads), source=path.name)
+
+
+def with_routing(spec: Any, routing: str) -> Any:
+    """``spec`` (a ModelSpec) with the routing assumption ``routing`` applied to its experts.
+
+    Raises:
+        ConfigError: a dense model (it has no experts), or a routing that does not parse or
+            does not give one load per expert.
+
+    >>> from roofprof.specs import load_model
+    >>> with_routing(load_model("mixtral-8x7b"), "zipf:1.2").moe.routing.describe()[:4]
+    'Zipf'
+    """
+    if spec.moe is None:
+        raise ConfigError(
+            f"--routing applies to mixture-of-experts models; {spec.id} has no experts"
+        )
+    chosen = parse_routing(routing)
+    chosen.inclusion(spec.moe.experts, spec.moe.experts_per_token)  # measured loads: one each
+    return replace(spec, moe=replace(spec.moe, routing=chosen))
 
 
 def _touched(moe: MoeSpec, tokens: int) -> float:

@@ -128,7 +128,7 @@ class CupyReference:
     FNS = ("rmsnorm", "rope", "add", "silu_mul", "gather", "sdpa")
     _ELSEWHERE = {
         "linear": "cupy-ref covers the non-GEMM ops (GEMMs: cupy, numba, cublas, torch)",
-        "onehot_matmul": "embedding counted as a matmul (seed convention) is not a gather",
+        "onehot_matmul": "embedding counted as a matmul (rule-of-thumb convention) is not a gather",
         "qk_matmul": "eager attention steps are measured by torch-eager (roofprof.torch_ops)",
         "softmax": "eager attention steps are measured by torch-eager (roofprof.torch_ops)",
         "pv_matmul": "eager attention steps are measured by torch-eager (roofprof.torch_ops)",

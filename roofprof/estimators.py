@@ -1,0 +1,340 @@
+"""Estimators: what turns one :class:`~roofprof.workload.Op` into seconds per call.
+
+* :class:`RooflineEstimator`: the roofline model (``max(FLOPs / peak, bytes / bandwidth)``)
+  over a datasheet (``spec``) or measured (``empirical``) roofline;
+* :class:`MeasuredEstimator`: measured per-op times (``measured``, fed by ``roofprof profile``
+  with :class:`OpTime` records), with or without the per-kernel launch overhead.
+
+Any object meeting :class:`Estimator` plugs into :func:`roofprof.rollup.predict`.
+Arithmetic only: no devices, no timing, no I/O.
+"""
+
+from __future__ import annotations
+
+import warnings as _warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from roofprof.errors import ConfigError
+from roofprof.roofline import Roofline
+from roofprof.workload import Op
+
+if TYPE_CHECKING:
+    from roofprof.specs import GpuSpec
+
+__all__ = ["Estimator", "MeasuredEstimator", "OpEstimate", "OpTime", "RooflineEstimator"]
+
+
+@dataclass(frozen=True)
+class OpEstimate:
+    """Seconds for one call of an op, and what bounds it (``memory``, ``compute``, ``measured``...)."""
+
+    seconds: float
+    bound: str
+    note: str = ""
+
+
+class Estimator(Protocol):
+    """Turns an op into seconds per call. ``name`` appears in every prediction.
+
+    ``warnings`` collects what a prediction should say (ops not measured...), ``machine``
+    names what it models (None: the caller's GPU name is used), ``ridge(dtype)`` is the
+    roofline's ridge point in FLOP/byte (NaN when the estimator has no roofline).
+    ``roofline`` is the roofline it models (None: none; a prediction then skips the check
+    that the machine computes in the scenario's dtype), ``collectives`` the model that
+    prices communication ops (a :class:`~roofprof.collectives.CollectiveModel`, or None),
+    and ``prefetch(ops)`` lets an estimator that measures on demand measure a whole
+    prediction's ops at once (a no-op for arithmetic estimators).
+    """
+
+    name: str
+    warnings: Sequence[str]
+    machine: str | None
+    roofline: Roofline | None
+    collectives: Any
+
+    def estimate(self, op: Op) -> OpEstimate: ...
+
+    def prefetch(self, ops: Sequence[Op]) -> None: ...
+
+    def ridge(self, dtype: str) -> float: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class RooflineEstimator:
+    """The roofline model over a datasheet (``spec``) or measured (``empirical``) roofline."""
+
+    roofline: Roofline
+    name: str = "spec"
+    level: str = "dram"
+    source: str = ""
+    warnings: tuple[str, ...] = ()
+    collectives: Any = None  # a roofprof.collectives.CollectiveModel: prices communication ops
+
+    @classmethod
+    def for_gpu(cls, gpu: GpuSpec, *, collectives: Any = None) -> RooflineEstimator:
+        """The ``spec`` estimator: the roofline model over ``gpu``'s datasheet.
+
+        >>> from roofprof.specs import load_gpu
+        >>> RooflineEstimator.for_gpu(load_gpu("h100-sxm")).describe()["roofline_source"]
+        'data/gpus.json:h100-sxm'
+        """
+        return cls(
+            Roofline.from_spec(gpu),
+            name="spec",
+            source=f"data/gpus.json:{gpu.id}",
+            collectives=collectives,
+        )
+
+    @property
+    def machine(self) -> str | None:
+        return self.roofline.device or None
+
+    def prefetch(self, ops: Sequence[Op]) -> None:
+        """Nothing to measure ahead: the roofline model is arithmetic."""
+
+    def estimate(self, op: Op) -> OpEstimate:
+        compute_s = op.flops / self.roofline.compute_peak(op.dtype)
+        memory_s = op.bytes / self.roofline.memory_bandwidth(self.level)
+        return OpEstimate(
+            max(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory"
+        )
+
+    def ridge(self, dtype: str) -> float:
+        return self.roofline.ridge(dtype, self.level)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "roofline_device": self.roofline.device,
+            "roofline_source": self.source or self.name,
+            "ceilings": self.roofline.to_dict()["ceilings"],
+        }
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """A measured op, as the ``measured`` estimator uses it.
+
+    Attributes:
+        seconds: time of one call (median of the timed calls), in seconds.
+        impl: the implementation that was timed (``torch``, ``numba``, ...).
+        kernels: device kernels one call launches (for the launch-overhead model).
+        spread_s: interquartile range of the timed calls, in seconds.
+        note: anything a reader should know (rotation, flush, noisy, ...).
+        host_s: per-call time of back-to-back calls without synchronising (asynchronous
+            devices: the rate the host can issue this op, kernels and framework overhead
+            included); 0 when not measured (CPU: the timed call already includes it).
+        contended: other processes used the CPUs during the measurement (its time is
+            likely inflated); a prediction using it says so.
+    """
+
+    seconds: float
+    impl: str
+    kernels: int = 1
+    spread_s: float = 0.0
+    note: str = ""
+    host_s: float = 0.0
+    contended: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not self.contended:
+            del d["contended"]
+        return d
+
+
+class MeasuredEstimator:
+    """Per-op times from measurements (``measured``), with the launch-overhead model.
+
+        Args:
+            times: measured ops, keyed by :attr:`Op.shape_key` (identical shapes share one).
+            launch_s: per-kernel launch overhead (seconds), from the launch-latency probe.
+            include_launch: when true, an op takes ``max(measured, kernels × launch_s, host_s)``.
+            fallback: estimator for ops with no measurement (the empirical roofline); each
+                such op is noted and listed in :attr:`warnings`.
+            measure: called for an op with no entry in ``times`` (profiles it on demand);
+                returns an :class:`OpTime`, or ``None`` with the reason in the second item.
+            measure_many: measures several ops at once ahead of their lookups (:meth:`prefetch`).
+            classify: gives the bound (``memory``/``compute``) of an op at its intensity.
+            name: ``measured`` or ``measured-no-launch``.
+            inputs: what the measurements came from (device, roofline file, result files).
+
+        >>> from roofprof.workload import Op
+
+    if TYPE_CHECKING:
+        from roofprof.specs import GpuSpec
+        >>> op = Op("q_proj", "gemm", "decode", 1, 64, 64, "fp32", 8192.0, 16896.0, count=2)
+        >>> est = MeasuredEstimator({op.shape_key: OpTime(2e-6, "torch", kernels=1)}, launch_s=5e-6)
+        >>> est.estimate(op).seconds, est.estimate(op).bound
+        (5e-06, 'launch')
+        >>> MeasuredEstimator({op.shape_key: OpTime(2e-6, "torch")}, launch_s=5e-6, include_launch=False).estimate(op).seconds
+        2e-06
+    """
+
+    def __init__(
+        self,
+        times: Mapping[tuple, OpTime] | None = None,
+        *,
+        launch_s: float = 0.0,
+        include_launch: bool = True,
+        fallback: Estimator | None = None,
+        measure: Callable[[Op], tuple[OpTime | None, str]] | None = None,
+        classify: Callable[[Op], str] | None = None,
+        name: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        measure_many: Callable[[Sequence[Op]], None] | None = None,
+    ):
+        self.measure_many = measure_many
+        self.times: dict[tuple, OpTime] = dict(times or {})
+        self.launch_s = float(launch_s)
+        self.include_launch = include_launch
+        self.fallback = fallback
+        self.measure = measure
+        self.classify = classify
+        self.name = name or ("measured" if include_launch else "measured-no-launch")
+        self.inputs = dict(inputs or {})
+        self.missing: dict[tuple, str] = {}
+        self.contended: set[tuple] = set()
+        # the contended shapes' labels, and where their one (updated) warning sits in `warnings`
+        self._contended_labels: list[str] = []
+        self._contended_at: list[int] = []
+        self.warnings: list[str] = []
+        # measured times model no roofline (no compute-dtype check) and no interconnect
+        self.roofline: Roofline | None = None
+        self.collectives: Any = None
+        device = self.inputs.get("device") or {}
+        self.machine = (
+            f"{device.get('name')} ({device.get('label')})"
+            if isinstance(device, Mapping) and device
+            else None
+        )
+
+    def with_launch(self, include_launch: bool, name: str | None = None) -> MeasuredEstimator:
+        """The same measurements with the launch overhead counted or not (shares the table)."""
+        other = MeasuredEstimator(
+            self.times,
+            launch_s=self.launch_s,
+            include_launch=include_launch,
+            fallback=self.fallback,
+            measure=self.measure,
+            classify=self.classify,
+            name=name,
+            inputs=self.inputs,
+            measure_many=self.measure_many,
+        )
+        other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
+        other.contended = self.contended
+        other._contended_labels, other._contended_at = self._contended_labels, self._contended_at
+        return other
+
+    def prefetch(self, ops: Sequence[Op]) -> None:
+        """Measure every shape of ``ops`` not in the table yet, together (``measure_many``).
+
+        :func:`predict` and :func:`phase_sweep` call it before the per-op lookups, so a
+        device measures the new shapes as one interleaved group instead of one at a time.
+        Without ``measure_many`` nothing happens (the lookups measure on demand).
+        """
+        if self.measure_many is None:
+            return
+        todo = [
+            op for op in ops if op.shape_key not in self.times and op.shape_key not in self.missing
+        ]
+        if todo:
+            self.measure_many(todo)
+
+    def lookup(self, op: Op) -> OpTime | None:
+        """The measurement of ``op``'s shape, measuring it on demand if a ``measure`` is set.
+
+        A contended measurement is used, and a warning says so (once per shape).
+        """
+        key = op.shape_key
+        if key in self.times:
+            return self._flag(op, self.times[key])
+        if key in self.missing:
+            return None
+        if self.measure is not None:
+            found, reason = self.measure(op)
+            if found is not None:
+                self.times[key] = found
+                return self._flag(op, found)
+        else:
+            reason = "no measurement of this shape"
+        self.missing[key] = reason
+        self.warnings.append(
+            f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}): not measured ({reason}); "
+            f"counted from {self.fallback.name if self.fallback else 'nothing (0 s)'}"
+        )
+        _warnings.warn(self.warnings[-1], stacklevel=3)
+        return None
+
+    def _flag(self, op: Op, found: OpTime) -> OpTime:
+        """Note a contended measurement: one warning for all such shapes, kept up to date."""
+        if not found.contended or op.shape_key in self.contended:
+            return found
+        self.contended.add(op.shape_key)
+        self._contended_labels.append(f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k})")
+        labels = self._contended_labels
+        shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+        text = (
+            f"{len(labels)} op shape{'s' if len(labels) > 1 else ''} measured while other processes "
+            f"used the CPUs (contended even after retries): {shown}; their times are likely "
+            "inflated; re-measure on a quiet machine with `roofprof predict --estimator measured "
+            "--remeasure`"
+        )
+        if self._contended_at:
+            self.warnings[self._contended_at[0]] = text
+        else:
+            self._contended_at.append(len(self.warnings))
+            self.warnings.append(text)
+            _warnings.warn(text, stacklevel=4)
+        return found
+
+    def estimate(self, op: Op) -> OpEstimate:
+        found = self.lookup(op)
+        if found is None:
+            if self.fallback is None:
+                return OpEstimate(0.0, "unmeasured", f"not measured: {self.missing[op.shape_key]}")
+            est = self.fallback.estimate(op)
+            return OpEstimate(
+                est.seconds,
+                est.bound,
+                f"not measured ({self.missing[op.shape_key]}): {self.fallback.name} roofline",
+            )
+        launch = max(found.kernels * self.launch_s, found.host_s)
+        bound = self.classify(op) if self.classify else "measured"
+        seconds = found.seconds
+        if self.include_launch and launch > seconds:
+            seconds, bound = launch, "launch"
+        return OpEstimate(
+            seconds, bound, f"{found.impl}" + (f"; {found.note}" if found.note else "")
+        )
+
+    def ridge(self, dtype: str) -> float:
+        """The fallback roofline's ridge for ``dtype`` (FLOP/byte); NaN without one, or when
+        that roofline has no ``dtype`` ceiling (a CPU measured in fp32/fp64 predicting bf16):
+        the measured times never needed it."""
+        if self.fallback is None:
+            return float("nan")
+        try:
+            return self.fallback.ridge(dtype)
+        except ConfigError:
+            return float("nan")
+
+    def describe(self) -> dict[str, Any]:
+        d = {
+            "launch_overhead_s": self.launch_s,
+            "launch_overhead_counted": self.include_launch,
+            "launch_model": "each op takes max(measured time, kernels x launch overhead, host issue time)",
+            "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
+            "unmeasured_ops": [
+                {"shape_key": list(k), "reason": r} for k, r in self.missing.items()
+            ],
+            "fallback": self.fallback.name if self.fallback else None,
+            **self.inputs,
+        }
+        if self.fallback is not None:
+            d["ceilings"] = self.fallback.describe().get("ceilings", [])
+        return d

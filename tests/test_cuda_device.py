@@ -603,9 +603,7 @@ def test_probe_accounting_and_launch_geometry():
     n_vec = (8 << 20) // 16
     assert sweep.params["nfma"] == 8 and sweep.bytes_per_rep == 16 * n_vec
     assert sweep.flops_per_rep / sweep.bytes_per_rep == cm.intensity_of(8) == 4.0
-    assert cpb._split_iters(2 * cpb.MAX_ITERS_PER_LAUNCH + 5) == [cpb.MAX_ITERS_PER_LAUNCH] * 2 + [
-        5
-    ]
+    assert cpb.split_iters(2 * cpb.MAX_ITERS_PER_LAUNCH + 5) == [cpb.MAX_ITERS_PER_LAUNCH] * 2 + [5]
 
 
 # --------------------------------------------------------------------------- op implementations on the fake GPU

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from roofprof.models import MEASURABLE, ops  # noqa: E402
 from roofprof.models import deepseek_v3_torch as ds  # noqa: E402
+from roofprof.models import mla_torch as mla  # noqa: E402
 from roofprof.workload import Scenario  # noqa: E402
 
 TINY = ds.tiny_spec()
@@ -173,20 +174,20 @@ def _broken_route(logits, bias, k, groups, scale=ds.ROUTED_SCALING_FACTOR):
 
 
 @pytest.mark.parametrize(
-    ("fn", "op_name", "phase", "broken"),
+    ("module", "fn", "op_name", "phase", "broken"),
     [
-        ("mla_rope", "rope", "decode", _broken_rope),
-        ("mla_prefill_attention", "attention", "prefill", _broken_prefill),
-        ("head_matmul", "q_absorb", "decode", _broken_head_matmul),
-        ("head_matmul", "v_absorb", "decode", _broken_head_matmul),
-        ("mla_decode", "latent_attention", "decode", _broken_decode),
-        ("deepseek_route", "route", "decode", _broken_route),
+        (mla, "mla_rope", "rope", "decode", _broken_rope),
+        (mla, "mla_prefill_attention", "attention", "prefill", _broken_prefill),
+        (mla, "head_matmul", "q_absorb", "decode", _broken_head_matmul),
+        (mla, "head_matmul", "v_absorb", "decode", _broken_head_matmul),
+        (mla, "mla_decode", "latent_attention", "decode", _broken_decode),
+        (ds, "deepseek_route", "route", "decode", _broken_route),
     ],
 )
 def test_each_preparer_check_catches_a_wrong_implementation(
-    monkeypatch, fn, op_name, phase, broken
+    monkeypatch, module, fn, op_name, phase, broken
 ):
-    monkeypatch.setattr(ds, fn, broken)
+    monkeypatch.setattr(module, fn, broken)  # where the preparer looks the function up
     for op, prepared in _prepare_all(TINY, phase, batch=2):
         if op.name == op_name:
             prepared.run()

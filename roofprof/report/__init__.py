@@ -3,7 +3,8 @@
 Formatting only: every number shown or written was computed elsewhere (rollup, probes,
 profile, validate, counters, doctor); the numbers' formats come from :mod:`roofprof.units`.
 
-- :mod:`roofprof.report.tables`: every rich table the command line prints.
+- :mod:`roofprof.report.tables`: the tables of predictions, specs, profiles and validation.
+- :mod:`roofprof.report.hardware_tables`: the measured roofline, counters and doctor tables.
 - :mod:`roofprof.report.files`: JSON payloads, CSVs, pandas frames, ``write_run_report``.
 - :mod:`roofprof.report.html`: the self-contained ``index.html`` of ``roofprof run``.
 
@@ -21,24 +22,26 @@ from roofprof.report.files import (
     specs_payload,
     write_run_report,
 )
-from roofprof.report.html import render_html
-from roofprof.report.tables import (
-    comparison_table,
+from roofprof.report.hardware_tables import (
     counters_comparison_tables,
     counters_table,
     doctor_table,
-    op_table,
     print_counters,
     print_counters_comparison,
     print_doctor,
+    print_roofline_summary,
+    roofline_table,
+)
+from roofprof.report.html import render_html
+from roofprof.report.tables import (
+    comparison_table,
+    op_table,
     print_predictions,
     print_profiles,
-    print_roofline_summary,
     print_run_summary,
     print_specs,
     print_validation,
     profile_table,
-    roofline_table,
 )
 from roofprof.units import clean, si
 

@@ -433,7 +433,7 @@ def fake_torch(*, scaled_mm: bool = True, cuda: bool = True, version: str = "2.1
     return t
 
 
-# --------------------------------------------------------------------------- numba-cuda with several GPUs
+# --------------------------------------------------------------------- numba-cuda with several GPUs
 
 
 def fake_numba_cuda(gpus: int = 2):

@@ -27,11 +27,13 @@ import json, os, sys
 args = sys.argv[1:]
 mode = os.environ.get("FAKE_NCU_MODE", "ok")
 if args == ["--version"]:
-    print("NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2099.1.0.0 (build 1) (public-release)")
+    print("NVIDIA (R) Nsight Compute Command Line Profiler\n"
+          "Version 2099.1.0.0 (build 1) (public-release)")
     sys.exit(0)
 if args and args[0] == "--query-metrics":
     if mode == "perm":
-        print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters")
+        print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+              "NVIDIA GPU Performance Counters")
         sys.exit(1)
     print("Device GH100\n---------------------------------------")
     print("Metric Name                      Metric Type   Metric Unit   Metric Description")
@@ -43,7 +45,8 @@ with open(os.environ["FAKE_NCU_ARGV"], "w") as fh:
 log = args[args.index("--log-file") + 1]
 if mode == "perm":
     print("==PROF== Connected to process 1")
-    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0.")
+    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+          "NVIDIA GPU Performance Counters on the target device 0.")
     sys.exit(1)
 with open(log, "w") as fh:
     fh.write("==PROF== Connected to process 1 (python)\n")
@@ -57,8 +60,9 @@ sys.exit(int(os.environ.get("FAKE_NCU_RC", "0")))
 
 # Synthetic raw page of a Hopper run: one bf16 GEMM (2*1024^3 FLOPs) in range roofprof.q_proj.
 SYNTHETIC_CSV = (
-    '"ID","Process ID","Process Name","Host Name","thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:'
-    'Msg_Type:Msg","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC",'
+    '"ID","Process ID","Process Name","Host Name",'
+    '"thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+    '"Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC",'
     '"dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum","l1tex__t_bytes.sum",'
     '"lts__t_bytes.sum","sm__ops_path_tensor_src_bf16_dst_fp32.sum"\n'
     '"","","","","","","","","","","","","byte","byte","nsecond","byte","byte",""\n'
@@ -67,10 +71,15 @@ SYNTHETIC_CSV = (
     '"4,194,304","2,097,152","20,000","1,000,000,000","100,000,000","2,147,483,648"\n'
 )
 AVAILABLE = [
-    "gpu__time_duration", "dram__bytes_read", "dram__bytes_write", "lts__t_bytes", "l1tex__t_bytes",
-    "sm__sass_thread_inst_executed_op_ffma_pred_on", "sm__ops_path_tensor_src_bf16_dst_fp32",
+    "gpu__time_duration",
+    "dram__bytes_read",
+    "dram__bytes_write",
+    "lts__t_bytes",
+    "l1tex__t_bytes",
+    "sm__sass_thread_inst_executed_op_ffma_pred_on",
+    "sm__ops_path_tensor_src_bf16_dst_fp32",
     "sm__inst_executed_pipe_tensor",
-]  # fmt: skip
+]
 
 
 @pytest.fixture
@@ -92,15 +101,39 @@ def fake_ncu(tmp_path, monkeypatch):
 
 
 def test_build_ncu_command_exact():
-    cmd = c.build_ncu_command(["python", "bench.py", "--size", "a b; rm -rf /"], Path("out/ncu.csv"),
-                              ["gpu__time_duration.sum", "dram__bytes_read.sum"], ncu="/opt/ncu")  # fmt: skip
+    cmd = c.build_ncu_command(
+        ["python", "bench.py", "--size", "a b; rm -rf /"],
+        Path("out/ncu.csv"),
+        ["gpu__time_duration.sum", "dram__bytes_read.sum"],
+        ncu="/opt/ncu",
+    )
     assert cmd == [
-        "/opt/ncu", "--csv", "--page", "raw", "--print-units", "base", "--clock-control", "none",
-        "--cache-control", "all", "--replay-mode", "kernel", "--target-processes", "all",
-        "--metrics", "gpu__time_duration.sum,dram__bytes_read.sum", "--log-file", "out/ncu.csv",
-        "--nvtx", "--nvtx-include", r"regex:roofprof\..*/",
-        "python", "bench.py", "--size", "a b; rm -rf /",
-    ]  # fmt: skip
+        "/opt/ncu",
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "all",
+        "--replay-mode",
+        "kernel",
+        "--target-processes",
+        "all",
+        "--metrics",
+        "gpu__time_duration.sum,dram__bytes_read.sum",
+        "--log-file",
+        "out/ncu.csv",
+        "--nvtx",
+        "--nvtx-include",
+        r"regex:roofprof\..*/",
+        "python",
+        "bench.py",
+        "--size",
+        "a b; rm -rf /",
+    ]
     base = c.build_ncu_command(
         ["x"], "o.csv", ["m.sum"], clock_control="base", nvtx_include=None, launch_count=5
     )
@@ -110,10 +143,14 @@ def test_build_ncu_command_exact():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"command": []}, "no command"), ({"metrics": []}, "no metrics"),
-     ({"clock_control": "locked"}, "valid choices: none, base"), ({"cache_control": "some"}, "valid choices: all, none"),
-     ({"launch_count": 0}, "at least 1")],
-)  # fmt: skip
+    [
+        ({"command": []}, "no command"),
+        ({"metrics": []}, "no metrics"),
+        ({"clock_control": "locked"}, "valid choices: none, base"),
+        ({"cache_control": "some"}, "valid choices: all, none"),
+        ({"launch_count": 0}, "at least 1"),
+    ],
+)
 def test_build_ncu_command_rejects(kwargs, message):
     args = {"command": ["x"], "out_csv": "o.csv", "metrics": ["m.sum"], **kwargs}
     with pytest.raises(ConfigError, match=message):
@@ -149,8 +186,13 @@ def test_run_under_ncu_with_fake_ncu(fake_ncu, tmp_path):
 def test_collect_reports_plan_and_version(fake_ncu, tmp_path):
     coll = c.collect(["true"], tmp_path / "ncu.csv", compute_capability="9.0", metrics_set="memory")
     assert coll.ncu_version == "2099.1.0.0" and coll.verified and coll.returncode == 0
-    assert coll.plan.metrics == ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
-                                 "lts__t_bytes.sum", "l1tex__t_bytes.sum")  # fmt: skip
+    assert coll.plan.metrics == (
+        "gpu__time_duration.sum",
+        "dram__bytes_read.sum",
+        "dram__bytes_write.sum",
+        "lts__t_bytes.sum",
+        "l1tex__t_bytes.sum",
+    )
 
 
 @pytest.mark.filterwarnings("ignore:.*dropped:roofprof.counters.CounterWarning")
@@ -263,8 +305,13 @@ def test_cli_import_with_roofline_and_plot(tmp_path, capsys):
 
     csv_file = tmp_path / "ncu.csv"
     csv_file.write_text("==PROF== Connected to process 1\n" + SYNTHETIC_CSV)
-    roof = Roofline("test", (Ceiling("bf16", "compute", 9.89e14, dtype="bf16"),
-                             Ceiling("HBM3", "memory", 3.35e12, level="dram")))  # fmt: skip
+    roof = Roofline(
+        "test",
+        (
+            Ceiling("bf16", "compute", 9.89e14, dtype="bf16"),
+            Ceiling("HBM3", "memory", 3.35e12, level="dram"),
+        ),
+    )
     write_json_atomic(tmp_path / "roofline.json", roof.to_dict())
     png = tmp_path / "h.png"
     code = main(
@@ -301,18 +348,42 @@ def test_cli_import_with_roofline_and_plot(tmp_path, capsys):
 
 @pytest.mark.filterwarnings("ignore::roofprof.counters.CounterWarning")
 def test_selftest_check_assembly_with_fake_ncu(fake_ncu, tmp_path, monkeypatch):
-    """selftest_check's bookkeeping, on a synthetic Hopper result (the GPU test runs it for real)."""
+    """selftest_check's bookkeeping on a synthetic Hopper result (the GPU test runs it for real)."""
     gemm_flops, n = 2 * 4096**3, 2**24
     rows = [
-        ("0", "roofprof.selftest.gemm_bf16", "nvjet_bf16_gemm", "100,663,296", "33,554,432", "250,000", f"{gemm_flops}", "0"),
-        ("1", "roofprof.selftest.axpy_fp32", "vectorized_elementwise", "134,217,728", "67,108,864", "70,000", "0", f"{n}"),
-    ]  # fmt: skip
-    header = ('"ID","thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg","Kernel Name","CC",'
-              '"dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum",'
-              '"sm__ops_path_tensor_src_bf16_dst_fp32.sum","sm__sass_thread_inst_executed_op_ffma_pred_on.sum"\n'
-              '"","","","","byte","byte","nsecond","",""\n')  # fmt: skip
-    body = "".join(f'"{i}","1  ""<default domain>:{r}:none""","{k}","9.0","{a}","{b}","{t}","{f}","{g}"\n'
-                   for i, r, k, a, b, t, f, g in rows)  # fmt: skip
+        (
+            "0",
+            "roofprof.selftest.gemm_bf16",
+            "nvjet_bf16_gemm",
+            "100,663,296",
+            "33,554,432",
+            "250,000",
+            f"{gemm_flops}",
+            "0",
+        ),
+        (
+            "1",
+            "roofprof.selftest.axpy_fp32",
+            "vectorized_elementwise",
+            "134,217,728",
+            "67,108,864",
+            "70,000",
+            "0",
+            f"{n}",
+        ),
+    ]
+    header = (
+        '"ID","thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+        '"Kernel Name","CC",'
+        '"dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum",'
+        '"sm__ops_path_tensor_src_bf16_dst_fp32.sum",'
+        '"sm__sass_thread_inst_executed_op_ffma_pred_on.sum"\n'
+        '"","","","","byte","byte","nsecond","",""\n'
+    )
+    body = "".join(
+        f'"{i}","1  ""<default domain>:{r}:none""","{k}","9.0","{a}","{b}","{t}","{f}","{g}"\n'
+        for i, r, k, a, b, t, f, g in rows
+    )
     Path(tmp_path / "synthetic.csv").write_text(header + body)
     monkeypatch.setattr(collection, "detect_compute_capability", lambda: "9.0")
     result = selftest_check(tmp_path / "st")

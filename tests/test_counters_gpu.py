@@ -35,8 +35,13 @@ def test_counters_selftest_on_this_gpu(tmp_path):
     )
     seen = result["table_names_seen"]
     if result["family"] == "hopper" and result["metric_names_verified"]:
-        for name in ("gpu__time_duration.sum", "dram__bytes_read.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
-                     "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"):  # fmt: skip
+        for name in (
+            "gpu__time_duration.sum",
+            "dram__bytes_read.sum",
+            "lts__t_bytes.sum",
+            "l1tex__t_bytes.sum",
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+        ):
             assert seen[name], f"{name} missing on Hopper"
     assert result["checks"]["gemm_on_tensor_pipe"], result["ops"]
     assert result["checks"]["gemm_tensor_flops_within_10pct"], result["ops"]

@@ -1,4 +1,4 @@
-"""FLOP and byte arithmetic, the per-architecture table, analytic comparison, hierarchical placement.
+"""FLOP and byte arithmetic, the per-architecture table, analytic comparison, placement by level.
 
 Records here are built from literal metric dicts (synthetic values, stated per test) or
 from the real fixtures; expected values are computed by hand in the comments.
@@ -32,9 +32,17 @@ def k(
 
 
 def test_cuda_core_flops_add_mul_2fma():
-    rec = k({S.format("dadd"): (10, "inst"), S.format("dmul"): (20, "inst"), S.format("dfma"): (30, "inst"),
-             S.format("ffma"): (1000, "inst"),
-             S.format("hadd"): (5, "inst"), S.format("hmul"): (0, "inst"), S.format("hfma"): (5, "inst")})  # fmt: skip
+    rec = k(
+        {
+            S.format("dadd"): (10, "inst"),
+            S.format("dmul"): (20, "inst"),
+            S.format("dfma"): (30, "inst"),
+            S.format("ffma"): (1000, "inst"),
+            S.format("hadd"): (5, "inst"),
+            S.format("hmul"): (0, "inst"),
+            S.format("hfma"): (5, "inst"),
+        }
+    )
     # fp64: 10 + 20 + 2*30 = 90; fp32: 2*1000 = 2000; fp16: 5 + 0 + 2*5 = 15
     assert rec.cuda_core_flops == {"fp64": 90, "fp32": 2000, "fp16": 15}
     assert rec.flops == 90 + 2000 + 15
@@ -58,9 +66,15 @@ def test_saxpy_flop_and_byte_arithmetic_hand_computed():
 
 def test_hopper_tensor_ops_count_as_flops():
     m = n = kk = 4096
-    rec = k({T.format("src_bf16_dst_fp32"): (2 * m * n * kk, ""), "gpu__time_duration.sum": (200, "usecond"),
-             "dram__bytes_read.sum": (64, "Mbyte"), "dram__bytes_write.sum": (32, "Mbyte"),
-             "sm__inst_executed_pipe_tensor.sum": (123, "inst")})  # fmt: skip
+    rec = k(
+        {
+            T.format("src_bf16_dst_fp32"): (2 * m * n * kk, ""),
+            "gpu__time_duration.sum": (200, "usecond"),
+            "dram__bytes_read.sum": (64, "Mbyte"),
+            "dram__bytes_write.sum": (32, "Mbyte"),
+            "sm__inst_executed_pipe_tensor.sum": (123, "inst"),
+        }
+    )
     assert rec.tensor_flops == {"bf16": 2 * m * n * kk}
     assert rec.flops_by_pipe == {"tensor:bf16": 137_438_953_472}
     assert rec.tensor_instructions == 123  # a diagnostic, never converted after Volta
@@ -69,12 +83,20 @@ def test_hopper_tensor_ops_count_as_flops():
 
 
 def test_total_and_parts_never_counted_twice():
-    both = k({T.format("src_bf16_dst_fp32"): (100, ""),
-              T.format("op_hgmma_src_bf16_dst_fp32_sparsity_off"): (90, ""),
-              T.format("op_hmma_src_bf16_dst_fp32_sparsity_off"): (10, "")})  # fmt: skip
+    both = k(
+        {
+            T.format("src_bf16_dst_fp32"): (100, ""),
+            T.format("op_hgmma_src_bf16_dst_fp32_sparsity_off"): (90, ""),
+            T.format("op_hmma_src_bf16_dst_fp32_sparsity_off"): (10, ""),
+        }
+    )
     assert both.tensor_flops == {"bf16": 100}
-    parts = k({T.format("op_hgmma_src_bf16_dst_fp32_sparsity_off"): (90, ""),
-               T.format("op_hmma_src_bf16_dst_fp32_sparsity_off"): (10, "")})  # fmt: skip
+    parts = k(
+        {
+            T.format("op_hgmma_src_bf16_dst_fp32_sparsity_off"): (90, ""),
+            T.format("op_hmma_src_bf16_dst_fp32_sparsity_off"): (10, ""),
+        }
+    )
     assert parts.tensor_flops == {"bf16": 100}
     assert parts.tensor_source("bf16")[0][0].startswith("sm__ops_path_tensor_op_hgmma")
     fp16 = k(
@@ -101,10 +123,23 @@ def test_volta_instruction_count_times_512():
 
 @pytest.mark.parametrize(
     ("cc", "family"),
-    [("7.0", "volta"), ("7.5", "turing"), ("8.0", "ampere"), ("8.6", "ampere"), ("8.9", "ada"),
-     ("9.0", "hopper"), ("10.0", "blackwell"), ("12.0", "blackwell"), ((9, 0), "hopper"), ("sm_90", "hopper"),
-     ("90", "hopper"), ("6.1", None), (None, None), ("junk", None)],
-)  # fmt: skip
+    [
+        ("7.0", "volta"),
+        ("7.5", "turing"),
+        ("8.0", "ampere"),
+        ("8.6", "ampere"),
+        ("8.9", "ada"),
+        ("9.0", "hopper"),
+        ("10.0", "blackwell"),
+        ("12.0", "blackwell"),
+        ((9, 0), "hopper"),
+        ("sm_90", "hopper"),
+        ("90", "hopper"),
+        ("6.1", None),
+        (None, None),
+        ("junk", None),
+    ],
+)
 def test_family_for_cc(cc, family):
     assert c.family_for_cc(cc) == family
 
@@ -136,9 +171,19 @@ def test_bytes_sector_fallbacks_and_units():
 
 
 def test_plan_metrics_verified_against_query():
-    available = {base_metric_name(m) for m in (
-        "gpu__time_duration.sum", "dram__bytes_op_read.sum", "dram__bytes_op_write.sum", "lts__t_bytes.sum",
-        "l1tex__t_bytes.sum", S.format("ffma"), S.format("fadd"), T.format("src_bf16_dst_fp32"))}  # fmt: skip
+    available = {
+        base_metric_name(m)
+        for m in (
+            "gpu__time_duration.sum",
+            "dram__bytes_op_read.sum",
+            "dram__bytes_op_write.sum",
+            "lts__t_bytes.sum",
+            "l1tex__t_bytes.sum",
+            S.format("ffma"),
+            S.format("fadd"),
+            T.format("src_bf16_dst_fp32"),
+        )
+    }
     plan = c.plan_metrics("hopper", "hierarchical", available)
     assert "dram__bytes_op_read.sum" in plan.metrics and "dram__bytes_read.sum" not in plan.metrics
     assert T.format("src_bf16_dst_fp32") in plan.metrics
@@ -162,13 +207,25 @@ def test_expected_pipes():
 
 
 def test_compare_with_ops_on_the_real_fixtures():
-    """Analytic minimum bytes: GEMM 3*2048^2*4 B; saxpy 12*2^24 B; no FLOP counters in these files."""
+    """Analytic minimum bytes: GEMM 3*2048^2*4 B, saxpy 12*2^24 B (no FLOP counters in the files)."""
     records = c.read_ncu_csv(GEMM) + c.read_ncu_csv(SAXPY)
     ops = [
-        SimpleNamespace(name=records[0].name, kind="gemm", dtype="fp32", flops=2 * 2048**3, bytes=3 * 2048**2 * 4),
-        SimpleNamespace(name=records[1].name, kind="elementwise", dtype="fp32", flops=2 * 2**24, bytes=12 * 2**24),
+        SimpleNamespace(
+            name=records[0].name,
+            kind="gemm",
+            dtype="fp32",
+            flops=2 * 2048**3,
+            bytes=3 * 2048**2 * 4,
+        ),
+        SimpleNamespace(
+            name=records[1].name,
+            kind="elementwise",
+            dtype="fp32",
+            flops=2 * 2**24,
+            bytes=12 * 2**24,
+        ),
         SimpleNamespace(name="not profiled", kind="norm", dtype="bf16", flops=1, bytes=1),
-    ]  # fmt: skip
+    ]
     gemm, saxpy = c.compare_with_ops(records, ops)
     assert gemm.excess_traffic == pytest.approx(
         56_639_232 / 50_331_648
@@ -182,16 +239,37 @@ def test_compare_with_ops_on_the_real_fixtures():
 
 
 def test_compare_with_ops_several_kernels_per_range_and_pipes():
-    """Synthetic: op 'q_proj' ran as a GEMM plus a split-K reduction; op 'o_proj' ran on CUDA cores."""
+    """Synthetic: 'q_proj' ran as a GEMM plus a split-K reduction, 'o_proj' on CUDA cores."""
     mnk = 2 * 4096 * 4096 * 4096
     recs = [
-        k({T.format("src_bf16_dst_fp32"): (mnk, ""), "dram__bytes.sum": (100e6, "byte"),
-           "gpu__time_duration.sum": (1, "msecond")}, ranges=("roofprof.q_proj",), name="gemm"),
-        k({S.format("fadd"): (0.02 * mnk, "inst"), "dram__bytes.sum": (40e6, "byte"),
-           "gpu__time_duration.sum": (10, "usecond")}, ranges=("roofprof.q_proj",), name="reduce"),
-        k({S.format("ffma"): (mnk / 2, "inst"), "dram__bytes.sum": (101e6, "byte"),
-           "gpu__time_duration.sum": (20, "msecond")}, ranges=("roofprof.o_proj",), name="sgemm"),
-    ]  # fmt: skip
+        k(
+            {
+                T.format("src_bf16_dst_fp32"): (mnk, ""),
+                "dram__bytes.sum": (100e6, "byte"),
+                "gpu__time_duration.sum": (1, "msecond"),
+            },
+            ranges=("roofprof.q_proj",),
+            name="gemm",
+        ),
+        k(
+            {
+                S.format("fadd"): (0.02 * mnk, "inst"),
+                "dram__bytes.sum": (40e6, "byte"),
+                "gpu__time_duration.sum": (10, "usecond"),
+            },
+            ranges=("roofprof.q_proj",),
+            name="reduce",
+        ),
+        k(
+            {
+                S.format("ffma"): (mnk / 2, "inst"),
+                "dram__bytes.sum": (101e6, "byte"),
+                "gpu__time_duration.sum": (20, "msecond"),
+            },
+            ranges=("roofprof.o_proj",),
+            name="sgemm",
+        ),
+    ]
     ops = [
         SimpleNamespace(name=n, kind="gemm", dtype="bf16", flops=mnk, bytes=100.66e6)
         for n in ("q_proj", "o_proj")
@@ -215,14 +293,24 @@ def test_compare_with_ops_several_kernels_per_range_and_pipes():
 def test_place_hierarchical_on_a_roofline():
     from roofprof.roofline import Ceiling, Roofline
 
-    roof = Roofline("test-gpu", (
-        Ceiling("bf16 tensor", "compute", 1e15, dtype="bf16"),
-        Ceiling("HBM", "memory", 4e12, level="dram"),
-        Ceiling("L2", "memory", 1e13, level="l2"),
-    ))  # fmt: skip
+    roof = Roofline(
+        "test-gpu",
+        (
+            Ceiling("bf16 tensor", "compute", 1e15, dtype="bf16"),
+            Ceiling("HBM", "memory", 4e12, level="dram"),
+            Ceiling("L2", "memory", 1e13, level="l2"),
+        ),
+    )
     # synthetic: 1e12 FLOP in 2 ms; DRAM 2 GB (I=500), L2 1 GB (I=1000), L1 0.5 GB (no L1 ceiling)
-    rec = k({T.format("src_bf16_dst_fp32"): (1e12, ""), "gpu__time_duration.sum": (2, "msecond"),
-             "dram__bytes.sum": (2, "Gbyte"), "lts__t_bytes.sum": (1, "Gbyte"), "l1tex__t_bytes.sum": (0.5, "Gbyte")})  # fmt: skip
+    rec = k(
+        {
+            T.format("src_bf16_dst_fp32"): (1e12, ""),
+            "gpu__time_duration.sum": (2, "msecond"),
+            "dram__bytes.sum": (2, "Gbyte"),
+            "lts__t_bytes.sum": (1, "Gbyte"),
+            "l1tex__t_bytes.sum": (0.5, "Gbyte"),
+        }
+    )
     (p,) = c.place_hierarchical([rec], roof)
     assert p.dtype == "bf16" and p.compute_peak_flops_per_s == 1e15
     dram, l2, l1 = p.level("dram"), p.level("l2"), p.level("l1")
@@ -238,8 +326,14 @@ def test_place_hierarchical_on_a_roofline():
     )
     assert p.flops_per_s == pytest.approx(5e14) and p.fraction_of_attainable == pytest.approx(0.5)
     # a memory-bound kernel: 1e9 FLOP over 2 GB of DRAM (I=0.5) -> 2e12 attainable
-    slow = k({T.format("src_bf16_dst_fp32"): (1e9, ""), "gpu__time_duration.sum": (1, "msecond"),
-              "dram__bytes.sum": (2, "Gbyte"), "lts__t_bytes.sum": (4, "Gbyte")})  # fmt: skip
+    slow = k(
+        {
+            T.format("src_bf16_dst_fp32"): (1e9, ""),
+            "gpu__time_duration.sum": (1, "msecond"),
+            "dram__bytes.sum": (2, "Gbyte"),
+            "lts__t_bytes.sum": (4, "Gbyte"),
+        }
+    )
     (q,) = c.place_hierarchical([slow], roof)
     assert q.level("dram").bound == "memory" and q.level(
         "dram"
@@ -266,15 +360,34 @@ def test_plot_hierarchical(tmp_path):
     from roofprof.plots.hierarchical import plot_hierarchical
     from roofprof.roofline import Ceiling, Roofline
 
-    roof = Roofline("g", (Ceiling("bf16", "compute", 1e15, dtype="bf16"), Ceiling("HBM", "memory", 4e12, level="dram"),
-                          Ceiling("L2", "memory", 1e13, level="l2")))  # fmt: skip
+    roof = Roofline(
+        "g",
+        (
+            Ceiling("bf16", "compute", 1e15, dtype="bf16"),
+            Ceiling("HBM", "memory", 4e12, level="dram"),
+            Ceiling("L2", "memory", 1e13, level="l2"),
+        ),
+    )
     recs = [
-        k({T.format("src_bf16_dst_fp32"): (1e12, ""), "gpu__time_duration.sum": (2, "msecond"),
-           "dram__bytes.sum": (2, "Gbyte"), "lts__t_bytes.sum": (1, "Gbyte"), "l1tex__t_bytes.sum": (0.5, "Gbyte")},
-          ranges=("roofprof.q_proj",)),
-        k({S.format("ffma"): (1e6, "inst"), "gpu__time_duration.sum": (20, "usecond"), "dram__bytes.sum": (12, "Mbyte")},
-          name="axpy"),
-    ]  # fmt: skip
+        k(
+            {
+                T.format("src_bf16_dst_fp32"): (1e12, ""),
+                "gpu__time_duration.sum": (2, "msecond"),
+                "dram__bytes.sum": (2, "Gbyte"),
+                "lts__t_bytes.sum": (1, "Gbyte"),
+                "l1tex__t_bytes.sum": (0.5, "Gbyte"),
+            },
+            ranges=("roofprof.q_proj",),
+        ),
+        k(
+            {
+                S.format("ffma"): (1e6, "inst"),
+                "gpu__time_duration.sum": (20, "usecond"),
+                "dram__bytes.sum": (12, "Mbyte"),
+            },
+            name="axpy",
+        ),
+    ]
     out = plot_hierarchical(
         c.place_hierarchical(recs, roof), tmp_path / "sub" / "h.png", roofline=roof
     )

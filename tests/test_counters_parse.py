@@ -108,20 +108,35 @@ def raw_csv(
     header_extra: list[str], units: list[str], rows: list[list[str]], nvtx: bool = False
 ) -> str:
     """A raw-page CSV in ncu's layout (synthetic values, for parser edge cases)."""
-    ident = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
-             "Block Size", "Grid Size", "Device", "CC"]  # fmt: skip
+    ident = [
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Name",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+    ]
     if nvtx:
         ident.insert(4, "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg")
     q = lambda cells: ",".join(f'"{x}"' for x in cells)  # noqa: E731
-    lines = ["==PROF== Connected to process 7 (/usr/bin/python3)", "some program output, with a comma",
-             q(ident + header_extra), q([""] * len(ident) + units)]  # fmt: skip
+    lines = [
+        "==PROF== Connected to process 7 (/usr/bin/python3)",
+        "some program output, with a comma",
+        q(ident + header_extra),
+        q([""] * len(ident) + units),
+    ]
     lines += [q(r) for r in rows]
     lines.append("==PROF== Disconnected from process 7")
     return "\n".join(lines) + "\n"
 
 
 def nvtx_cell(*ranges: str) -> str:
-    # ncu writes the thread id, then one quoted domain:range:... entry per range (quotes doubled in CSV)
+    # ncu writes the thread id, then one quoted domain:range:... entry per range (quotes doubled)
     return "1  " + "  ".join(
         f'""<default domain>:{r}:none:none:none:none:none:none""' for r in ranges
     )
@@ -129,15 +144,56 @@ def nvtx_cell(*ranges: str) -> str:
 
 def test_raw_units_prefixes_and_nvtx_ranges():
     text = raw_csv(
-        ["dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum", "lts__t_bytes.sum",
-         "l1tex__t_sectors.sum"],
+        [
+            "dram__bytes_read.sum",
+            "dram__bytes_write.sum",
+            "gpu__time_duration.sum",
+            "lts__t_bytes.sum",
+            "l1tex__t_sectors.sum",
+        ],
         ["Mbyte", "Kbyte", "usecond", "Gbyte", "sector"],
-        [["0", "7", "python3", "h", nvtx_cell("prefill", "roofprof.decode.attn_qkv"), "gemm_a", "1", "7",
-          "(128, 1, 1)", "(132, 1, 1)", "0", "9.0", "1.5", "250", "12.5", "1.25", "1,000"],
-         ["1", "7", "python3", "h", nvtx_cell("prefill", "roofprof.decode.attn_qkv"), "splitk_reduce", "1", "7",
-          "(256, 1, 1)", "(8, 1, 1)", "0", "9.0", "0.5", "0", "2", "n/a", "10"]],
+        [
+            [
+                "0",
+                "7",
+                "python3",
+                "h",
+                nvtx_cell("prefill", "roofprof.decode.attn_qkv"),
+                "gemm_a",
+                "1",
+                "7",
+                "(128, 1, 1)",
+                "(132, 1, 1)",
+                "0",
+                "9.0",
+                "1.5",
+                "250",
+                "12.5",
+                "1.25",
+                "1,000",
+            ],
+            [
+                "1",
+                "7",
+                "python3",
+                "h",
+                nvtx_cell("prefill", "roofprof.decode.attn_qkv"),
+                "splitk_reduce",
+                "1",
+                "7",
+                "(256, 1, 1)",
+                "(8, 1, 1)",
+                "0",
+                "9.0",
+                "0.5",
+                "0",
+                "2",
+                "n/a",
+                "10",
+            ],
+        ],
         nvtx=True,
-    )  # fmt: skip
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ks = c.parse_ncu_csv(text)
@@ -168,11 +224,25 @@ def test_nvtx_stack_forms():
 
 @pytest.mark.parametrize(
     ("unit", "scale", "base"),
-    [("ns", 1e-9, "s"), ("nsecond", 1e-9, "s"), ("usecond", 1e-6, "s"), ("msecond", 1e-3, "s"),
-     ("second", 1.0, "s"), ("byte", 1.0, "byte"), ("Kbyte", 1e3, "byte"), ("Mbyte", 1e6, "byte"),
-     ("Gbyte", 1e9, "byte"), ("KB", 1e3, "byte"), ("MiB", 2.0**20, "byte"), ("sector", 1.0, "sector"),
-     ("", 1.0, ""), ("%", 1.0, "%"), ("inst", 1.0, "inst"), ("byte/second", 1.0, "byte/second")],
-)  # fmt: skip
+    [
+        ("ns", 1e-9, "s"),
+        ("nsecond", 1e-9, "s"),
+        ("usecond", 1e-6, "s"),
+        ("msecond", 1e-3, "s"),
+        ("second", 1.0, "s"),
+        ("byte", 1.0, "byte"),
+        ("Kbyte", 1e3, "byte"),
+        ("Mbyte", 1e6, "byte"),
+        ("Gbyte", 1e9, "byte"),
+        ("KB", 1e3, "byte"),
+        ("MiB", 2.0**20, "byte"),
+        ("sector", 1.0, "sector"),
+        ("", 1.0, ""),
+        ("%", 1.0, "%"),
+        ("inst", 1.0, "inst"),
+        ("byte/second", 1.0, "byte/second"),
+    ],
+)
 def test_unit_scale(unit, scale, base):
     assert c.unit_scale(unit) == (pytest.approx(scale), base)
 
@@ -231,8 +301,11 @@ def test_binary_file(tmp_path):
 
 
 def test_permission_error_in_log():
-    text = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission "
-            "to access NVIDIA GPU Performance Counters on the target device 0.\n")  # fmt: skip
+    text = (
+        "==PROF== Connected to process 1\n"
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+        "NVIDIA GPU Performance Counters on the target device 0.\n"
+    )
     with pytest.raises(c.CounterPermissionError, match="run as root"):
         c.parse_ncu_csv(text)
 
@@ -308,16 +381,19 @@ class _Action:
 
 
 def test_ncu_rep_through_fake_ncu_report(tmp_path, monkeypatch):
-    """The adapter's use of the ncu_report API (load_report/ranges/actions/metrics), with a fake module."""
-    action = _Action("gemm", {
-        "gpu__time_duration.sum": _Metric(2000, "nsecond"),
-        "dram__bytes_read.sum": _Metric(3, "Mbyte"),
-        "dram__bytes_write.sum": _Metric(1, "Mbyte"),
-        "sm__ops_path_tensor_src_bf16_dst_fp32.sum": _Metric(8e9, ""),
-        "device__attribute_compute_capability_major": _Metric(9, ""),
-        "device__attribute_compute_capability_minor": _Metric(0, ""),
-        "launch__func_cache_config": _Metric("CachePreferNone", "", kind="STRING"),
-    })  # fmt: skip
+    """The adapter's use of the ncu_report API (load_report/ranges/actions/metrics), faked."""
+    action = _Action(
+        "gemm",
+        {
+            "gpu__time_duration.sum": _Metric(2000, "nsecond"),
+            "dram__bytes_read.sum": _Metric(3, "Mbyte"),
+            "dram__bytes_write.sum": _Metric(1, "Mbyte"),
+            "sm__ops_path_tensor_src_bf16_dst_fp32.sum": _Metric(8e9, ""),
+            "device__attribute_compute_capability_major": _Metric(9, ""),
+            "device__attribute_compute_capability_minor": _Metric(0, ""),
+            "launch__func_cache_config": _Metric("CachePreferNone", "", kind="STRING"),
+        },
+    )
     rng = types.SimpleNamespace(num_actions=lambda: 1, action_by_idx=lambda i: action)
     ctx = types.SimpleNamespace(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
     fake = types.SimpleNamespace(load_report=lambda path: ctx)

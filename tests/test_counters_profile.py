@@ -51,12 +51,14 @@ def test_child_command_is_an_argument_list(tmp_path):
 
 
 CSV = (
-    '"ID","Process ID","Process Name","Host Name","thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:'
-    'Msg_Type:Msg","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC",'
+    '"ID","Process ID","Process Name","Host Name",'
+    '"thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+    '"Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC",'
     '"dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum","l1tex__t_bytes.sum",'
     '"lts__t_bytes.sum","sm__ops_path_tensor_src_bf16_dst_fp32.sum"\n'
     '"","","","","","","","","","","","","byte","byte","nsecond","byte","byte",""\n'
-    '"0","1","python","h","1  ""<default domain>:roofprof.decode_q_proj_cupy:none:none:none:none:none:none""",'
+    '"0","1","python","h",'
+    '"1  ""<default domain>:roofprof.decode_q_proj_cupy:none:none:none:none:none:none""",'
     '"gemv_bf16_m1","1","7","(256, 1, 1)","(512, 1, 1)","0","9.0",'
     '"46,137,344","8,192","20,000","40,000,000","35,000,000","33,554,432"\n'
 )
@@ -115,7 +117,7 @@ def test_profile_counters_without_ncu_exits_2(tmp_path, monkeypatch, capsys):
 
 
 def test_child_never_runs_a_wrong_or_raising_kernel(tiny_model):
-    """The check is the engine's (measurement.prepare_checked): failed and raising impls are recorded."""
+    """The engine's check (measurement.prepare_checked) records failed and raising impls."""
     from roofprof.devices.base import CheckResult
 
     ran = []

@@ -139,7 +139,7 @@ def test_select_cuda_opens_the_cuda_device(monkeypatch):
     assert dev.info.kind == "cuda" and dev.info.spec_id == "h100-sxm"
 
 
-# --------------------------------------------------------------------------- identity, clock, memory
+# -------------------------------------------------------------------------- identity, clock, memory
 
 
 def test_identity_from_cuda_attributes_and_nvml():
@@ -606,7 +606,7 @@ def test_probe_accounting_and_launch_geometry():
     assert cpb.split_iters(2 * cpb.MAX_ITERS_PER_LAUNCH + 5) == [cpb.MAX_ITERS_PER_LAUNCH] * 2 + [5]
 
 
-# --------------------------------------------------------------------------- op implementations on the fake GPU
+# --------------------------------------------------------------- op implementations on the fake GPU
 
 
 @pytest.mark.parametrize(
@@ -757,7 +757,7 @@ def test_launch_latency_on_the_fake():
     assert dev.fake_kernels.launches.count("probe_empty") >= 20 * 5
 
 
-# --------------------------------------------------------------------------- selection without NVML, PCI matching
+# ------------------------------------------------------------- selection without NVML, PCI matching
 
 
 def test_selection_without_nvml_counts_gpus_through_cupy(monkeypatch):
@@ -828,7 +828,7 @@ def test_the_device_holds_one_nvml_session_for_its_samplers():
     assert nv.calls["shutdown"] == nv.calls["init"]
 
 
-# --------------------------------------------------------------------------- probe set-ups, one at a time
+# --------------------------------------------------------------------- probe set-ups, one at a time
 
 
 @pytest.mark.parametrize(
@@ -856,7 +856,7 @@ def test_each_probe_setup_checks_and_runs_alone(name):
     assert run.bytes_per_rep > 0 or run.flops_per_rep > 0
 
 
-# --------------------------------------------------------------------------- item 5: Hopper fp8/tf32/int8 ceilings
+# ------------------------------------------------------------ item 5: Hopper fp8/tf32/int8 ceilings
 
 
 def _numpy_cublas(dev, a, w, out, dtype):
@@ -940,7 +940,7 @@ def test_fp8_gemm_probe_is_skipped_with_a_reason_where_torch_lacks_it(monkeypatc
     assert "not installed" in reasons["gemm-fp8-torch"]
 
 
-# --------------------------------------------------------------------------- item 7: small ops, N calls per event pair
+# -------------------------------------------------------- item 7: small ops, N calls per event pair
 
 
 class QuantisedEventClock:
@@ -1045,7 +1045,7 @@ def test_small_ops_of_the_gpu_implementations_are_batched():
     prepared.release()
 
 
-# --------------------------------------------------------------------------- item 11: numba on cuda:N
+# ------------------------------------------------------------------------- item 11: numba on cuda:N
 
 
 @pytest.mark.parametrize("index", [0, 1])

@@ -317,7 +317,7 @@ def test_unknown_backend_kind_lists_the_kinds():
         devices.backend("tpu")
 
 
-# --------------------------------------------------------------------------- CPU probe set-ups, one at a time
+# ----------------------------------------------------------------- CPU probe set-ups, one at a time
 
 
 @pytest.mark.parametrize(

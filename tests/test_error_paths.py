@@ -390,7 +390,7 @@ def test_roofline_from_dict_refuses_what_is_not_one(data, message):
         Roofline.from_dict(data)
 
 
-# --------------------------------------------------------------------------- cli/trace.py, cli/roofline.py, cli/_usage.py
+# ----------------------------------------------------- cli/trace.py, cli/roofline.py, cli/_usage.py
 
 
 @pytest.mark.parametrize(

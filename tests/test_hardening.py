@@ -133,7 +133,7 @@ def test_reader_errors_name_the_file(tmp_path):
     assert read_json(tmp_path / "ok.json") == {"s": "[[[[ not nesting", "n": [1, 2]}
 
 
-# --------------------------------------------------------------------------- kind 3: numbers in configs
+# ----------------------------------------------------------------------- kind 3: numbers in configs
 
 
 @pytest.mark.parametrize(

@@ -347,7 +347,7 @@ def test_plateau_edge_cases():
     assert isinstance(one[0], Plateau) and one[0].to_dict()["points"] == 2
 
 
-# --------------------------------------------------------------------------- measured roofline (simulated device)
+# ------------------------------------------------------------- measured roofline (simulated device)
 
 
 def test_measure_roofline_on_simulated_device():

@@ -188,7 +188,7 @@ class TorchGemma(TorchLlama):
         return self.head(x)
 
 
-# --------------------------------------------------------------------------- the family's torch side
+# -------------------------------------------------------------------------- the family's torch side
 
 
 def new_cache(spec: ModelSpec) -> KVCache:

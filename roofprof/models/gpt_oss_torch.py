@@ -297,7 +297,7 @@ class TorchGptOss(TorchLlama):
         return self.head(x)
 
 
-# --------------------------------------------------------------------------- the family's torch side
+# -------------------------------------------------------------------------- the family's torch side
 
 
 def new_cache(spec: ModelSpec) -> KVCache:

@@ -516,7 +516,7 @@ class TorchLlama(nn.Module):
         return self.head(x)
 
 
-# --------------------------------------------------------------------------- the family's torch side
+# -------------------------------------------------------------------------- the family's torch side
 
 
 def new_cache(spec: ModelSpec) -> KVCache:

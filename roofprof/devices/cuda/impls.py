@@ -547,7 +547,7 @@ def gemm_probe_setup(device: CudaDevice, dtype: str, backend: str) -> Callable[.
     return setup
 
 
-# --------------------------------------------------------------------------- fp8 GEMM probe (torch._scaled_mm)
+# ---------------------------------------------------------------- fp8 GEMM probe (torch._scaled_mm)
 
 
 def torch_fp8_gemm_reason(device: CudaDevice) -> str | None:

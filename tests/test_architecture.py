@@ -19,7 +19,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "roofprof"
 MAX_LINES = 650
 #: Modules allowed over MAX_LINES, with the reason (ideally none).
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "roofprof/profiling.py": "over the cap since formatting; to split along the Profiler seams",
+    "roofprof/validation.py": "over the cap since formatting; to split along the real-run seams",
+}
 #: Modules without ``__all__`` yet, with the reason (ideally none).
 NO_ALL: dict[str, str] = {}
 DEVICE_KINDS = {"cpu", "cuda"}

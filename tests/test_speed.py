@@ -497,8 +497,9 @@ def test_measured_ridge_is_nan_without_a_ceiling_for_the_dtype_and_the_table_say
 
     from rich.console import Console
 
+    from roofprof import predict
     from roofprof.report import print_predictions
-    from roofprof.rollup import MeasuredEstimator, OpTime, RooflineEstimator, predict
+    from roofprof.rollup import MeasuredEstimator, OpTime, RooflineEstimator
     from roofprof.roofline import Ceiling, Roofline
 
     rl = Roofline(

@@ -31,6 +31,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+__all__ = [
+    "FMA_BLOCK",
+    "FMA_UNROLLS",
+    "fill",
+    "flush_read",
+    "fma_chain",
+    "fma_chain_reference",
+    "fma_split",
+    "gemm_flops",
+    "gemm_nt",
+    "gemm_nt_batched",
+    "gemm_nt_reference",
+    "read_sum",
+    "read_sum_reference",
+    "triad",
+    "triad_reference",
+]
+
 # Elements per block of fma_chain: each thread works block by block, a block (4-8 KiB)
 # stays in L1 while its FMAs repeat.
 FMA_BLOCK = 1024

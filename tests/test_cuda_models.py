@@ -4,6 +4,7 @@ launch geometry, and that the Python constants match the ``.cu`` sources."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -93,11 +94,17 @@ def test_gemm_model_bank_check_and_output_rounding():
     np.testing.assert_array_equal(C_bf, cm.round_to(cm.gemm_mma_model(A, B), "bf16"))
 
 
+def _gemm_module():
+    """The module whose globals gemm_mma_model reads (cuda_models re-exports it)."""
+    return importlib.import_module(cm.gemm_mma_model.__module__)
+
+
 def test_gemm_model_catches_a_wrong_fragment_layout(monkeypatch):
     rng = np.random.default_rng(3)
     A, B = rand(rng, (20, 32)), rand(rng, (12, 32))
     good_k, good_n = cm.mma_b_coords()
-    monkeypatch.setattr(cm, "mma_b_coords", lambda: (good_k[:, ::-1], good_n))  # swap b0b1/b2b3
+    # swap b0b1/b2b3
+    monkeypatch.setattr(_gemm_module(), "mma_b_coords", lambda: (good_k[:, ::-1], good_n))
     assert not np.allclose(cm.gemm_mma_model(A, B), A @ B.T)
 
 
@@ -105,7 +112,9 @@ def test_gemm_model_catches_a_swizzle_mismatch(monkeypatch):
     rng = np.random.default_rng(4)
     A, B = rand(rng, (20, 32)), rand(rng, (12, 32))
     real = cm.ldmatrix_x4
-    monkeypatch.setattr(cm, "ldmatrix_x4", lambda s, r, c: real(s, r, c ^ ((r >> 1) & 3)))
+    monkeypatch.setattr(
+        _gemm_module(), "ldmatrix_x4", lambda s, r, c: real(s, r, c ^ ((r >> 1) & 3))
+    )
     assert not np.allclose(cm.gemm_mma_model(A, B), A @ B.T)
 
 

@@ -126,6 +126,7 @@ def sweep(
     memory = "auto" if parallel is None else ("report" if ignore_memory else "check")
     if gpu_spec is not None and memory == "check":
         rollup.check_memory(scenarios, gpu_spec)  # before a measured estimator measures
+        memory = "report"  # checked: the roll-up states the fit without checking again
     if estimator is None or isinstance(estimator, str):
         chosen = choose_estimator(choice, base)
     else:

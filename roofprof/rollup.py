@@ -157,13 +157,40 @@ def predict(
     >>> p.estimator, p.decode.bound, p.machine
     ('spec', 'memory', 'h100-sxm')
     """
+    layout_asked = _check_layouts([scenario], gpu, memory)
+    return _predict(scenario, _passes(scenario), estimator, gpu, collectives, layout_asked)
+
+
+def _check_layouts(scenarios: Sequence[Scenario], gpu: GpuSpec | None, memory: str) -> bool:
+    """Whether the layout is stated (``memory`` of :data:`MEMORY_CHECKS`), refusing a layout
+    that does not fit when it is checked; the one place that decides both."""
     if memory not in MEMORY_CHECKS:
         raise ConfigError(f"unknown memory check {memory!r}; valid choices: {MEMORY_CHECKS}")
-    layout_asked = gpu is not None and (
-        memory in ("check", "report") or (memory == "auto" and scenario.parallel.devices > 1)
+    if gpu is None or memory == "skip":
+        return False
+    if memory == "auto" and all(s.parallel.devices == 1 for s in scenarios):
+        return False
+    if memory != "report":
+        check_memory(scenarios, gpu)
+    return True
+
+
+def _passes(scenario: Scenario) -> tuple[Workload, Workload]:
+    """The prefill of the prompt and one decode step at the scenario's context."""
+    return (
+        models.ops(scenario.replace(phase="prefill", context_tokens=scenario.prompt_tokens)),
+        models.ops(scenario.replace(phase="decode")),
     )
-    if layout_asked and memory != "report":
-        check_memory([scenario], gpu)  # type: ignore[arg-type]
+
+
+def _predict(
+    scenario: Scenario,
+    passes: tuple[Workload, Workload],
+    estimator: Estimator,
+    gpu: GpuSpec | None,
+    collectives: Any,
+    layout_asked: bool,
+) -> Prediction:
     if collectives is None and scenario.parallel.devices > 1 and gpu is not None:
         from roofprof.collectives import CollectiveModel
 
@@ -179,11 +206,7 @@ def predict(
             f"{longest} tokens exceed {spec_model.id}'s max_position_embeddings "
             f"({spec_model.max_position_embeddings}); the prediction extrapolates"
         )
-        _warnings.warn(notes[-1], stacklevel=2)
-    passes = (
-        models.ops(scenario.replace(phase="prefill", context_tokens=prompt)),
-        models.ops(scenario.replace(phase="decode")),
-    )
+        _warnings.warn(notes[-1], stacklevel=3)
     estimator.prefetch([op for w in passes for op in w.ops])
     prefill, decode = (estimate_phase(w, estimator, collectives) for w in passes)
     notes.extend(w for w in estimator.warnings if w not in notes)
@@ -259,23 +282,12 @@ def sweep(
     >>> [p.decode.bound for p in sweep([s, s.replace(batch=512)], est)]
     ['memory', 'compute']
     """
-    if gpu is not None and (
-        memory == "check" or (memory == "auto" and any(s.parallel.devices > 1 for s in scenarios))
-    ):
-        check_memory(scenarios, gpu)
-    passes = [
-        models.ops(
-            s.replace(
-                phase=phase,
-                context_tokens=s.prompt_tokens if phase == "prefill" else s.context_tokens,
-            )
-        )
-        for s in scenarios
-        for phase in ("prefill", "decode")
-    ]
-    estimator.prefetch([op for w in passes for op in w.ops])
+    layout_asked = _check_layouts(scenarios, gpu, memory)
+    passes = [_passes(s) for s in scenarios]
+    estimator.prefetch([op for pair in passes for w in pair for op in w.ops])
     return [
-        predict(s, estimator, gpu=gpu, collectives=collectives, memory=memory) for s in scenarios
+        _predict(s, pair, estimator, gpu, collectives, layout_asked)
+        for s, pair in zip(scenarios, passes, strict=True)
     ]
 
 

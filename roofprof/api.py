@@ -141,10 +141,17 @@ def sweep(
         model_of_collectives = collective_model(
             gpu_spec, table=table, estimator=choice.resolved_name, engine=engine
         )
+    # the prediction is for the datasheet GPU when the estimator models its datasheet or
+    # published ceilings, an estimator object given with it, or a layout on it; a calibrated
+    # or measured estimator names the machine it models itself
+    datasheet = choice.resolved_name == "spec" or (
+        choice.resolved_name == "empirical" and roofline is None
+    )
+    for_gpu = datasheet or not isinstance(estimator, (str, type(None))) or memory != "auto"
     return rollup.sweep(
         scenarios,
         chosen,
-        gpu=gpu_spec,
+        gpu=gpu_spec if for_gpu else None,
         collectives=model_of_collectives,
         memory=memory,
     )

@@ -190,12 +190,18 @@ def _say_moe(predictions: list) -> None:
 
 
 def _emit(predictions: list, fmt: str) -> None:
-    from roofprof.report import ops_frame, print_predictions
-
+    # the report modules (pandas, rich tables) load only for the formats that need them
     def csv() -> str:
+        from roofprof.report import ops_frame
+
         buf = io.StringIO()
         ops_frame(predictions).to_csv(buf, index=False)
         return buf.getvalue()
+
+    def table() -> None:
+        from roofprof.report import print_predictions
+
+        print_predictions(predictions)
 
     emit(
         fmt,
@@ -204,6 +210,6 @@ def _emit(predictions: list, fmt: str) -> None:
             if len(predictions) == 1
             else {"sweep": [p.to_dict() for p in predictions]}
         ),
-        table=lambda: print_predictions(predictions),
+        table=table,
         csv=csv,
     )

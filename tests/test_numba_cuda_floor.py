@@ -54,10 +54,17 @@ _PRELUDE = textwrap.dedent(
     from numba import cuda
     assert numba_cuda.__version__ == floor, (numba_cuda.__version__, floor)
     assert cuda.__file__.startswith(target), cuda.__file__
-    spec = importlib.util.spec_from_file_location("numba_cuda_kernels_floor", module_path)
-    nk = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = nk
-    spec.loader.exec_module(nk)
+    # the kernels folder as a package of its own (its modules import each other relatively,
+    # and nothing of roofprof), so the floor release is the numba-cuda they run on
+    import importlib, os
+    folder = os.path.dirname(module_path)
+    spec = importlib.util.spec_from_file_location(
+        "kernels_floor", os.path.join(folder, "__init__.py"),
+        submodule_search_locations=[folder])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    nk = importlib.import_module("kernels_floor." + os.path.basename(module_path)[:-3])
     """
 )
 

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-quiet", action="store_true")
     args = parser.parse_args(argv)
 
-    from roofprof.run import run
+    from roofprof import run
 
     runs = []
     for i in range(args.repeats):

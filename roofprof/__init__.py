@@ -2,11 +2,18 @@
 
 The public facade is small: specs and workloads in, predictions and measurements out.
 
+* :func:`run`: the main job, doctor to HTML report (a :class:`RunPlan`, :mod:`roofprof.run`);
 * :func:`predict`, :func:`sweep`: prefill and decode times from a roofline (:mod:`roofprof.api`);
-* :func:`profile`: every op of a pass measured on this machine (:mod:`roofprof.profiling`);
-* :func:`measure`: any function timed and placed on the roofline (:mod:`roofprof.profiling`);
-* :func:`validate`: a real model forward pass against the estimators (:mod:`roofprof.validation`);
-* :func:`trace`: any PyTorch code's ops costed, timed and placed (:mod:`roofprof.tracing`).
+* :func:`profile`: every op of a pass measured on this machine (a :class:`Profiler`);
+* :func:`measure`: any function timed and placed on the roofline;
+* :func:`measure_roofline`: a device's empirical roofline from its probes;
+* :func:`validate`: a real model forward pass against the estimators;
+* :func:`trace`: any PyTorch code's ops costed, timed and placed (:mod:`roofprof.tracing`);
+* the vocabulary: :class:`Scenario`, :func:`load_model`, :func:`load_gpu`, :class:`Roofline`.
+
+Loose arguments (a model id, sizes) are accepted here; the functions below take a
+:class:`Scenario` (``roofprof.rollup.predict``, ``Profiler.profile``,
+``roofprof.validation.validate``, ``roofprof.run.run``).
 
 >>> import roofprof
 >>> p = roofprof.predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
@@ -21,11 +28,21 @@ __version__ = "0.1.0"
 from roofprof.errors import RoofprofError  # noqa: E402
 
 __all__ = [
+    "Profiler",
+    "ProfileSettings",
+    "Roofline",
     "RoofprofError",
+    "RunPlan",
+    "Scenario",
+    "ValidationSettings",
     "__version__",
+    "load_gpu",
+    "load_model",
     "measure",
+    "measure_roofline",
     "predict",
     "profile",
+    "run",
     "sweep",
     "trace",
     "validate",
@@ -36,9 +53,19 @@ __all__ = [
 _LAZY = {
     "predict": "roofprof.api",
     "sweep": "roofprof.api",
-    "profile": "roofprof.profiling",
-    "measure": "roofprof.profiling",
-    "validate": "roofprof.validation",
+    "profile": "roofprof.api",
+    "run": "roofprof.api",
+    "RunPlan": "roofprof.run",
+    "Profiler": "roofprof.profiling",
+    "ProfileSettings": "roofprof.profiling",
+    "ValidationSettings": "roofprof.validation",
+    "Scenario": "roofprof.workload",
+    "load_model": "roofprof.specs",
+    "load_gpu": "roofprof.specs",
+    "Roofline": "roofprof.roofline",
+    "measure_roofline": "roofprof.probes",
+    "measure": "roofprof.measure_any",
+    "validate": "roofprof.api",
     "trace": "roofprof.tracing",
 }
 

@@ -1,4 +1,5 @@
-"""The loose-argument entry points behind the facade (``roofprof.predict``, ``roofprof.sweep``).
+"""The loose-argument entry points behind the facade (``roofprof.predict``, ``sweep``,
+``profile``, ``validate``, ``run``).
 
 These are the only places, with the CLI, where loose arguments (a model id, sizes, a
 convention name, a GPU id) become a :class:`~roofprof.workload.Scenario` and an
@@ -16,19 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from roofprof.errors import ConfigError
 
 if TYPE_CHECKING:
+    from roofprof.devices.base import Device
     from roofprof.estimators import Estimator
     from roofprof.predictions import Prediction
+    from roofprof.profiling import Profiler, ProfileResult
     from roofprof.roofline import Roofline
+    from roofprof.run import RunResult
     from roofprof.specs import GpuSpec, ModelSpec
-    from roofprof.workload import Counting, Parallel
+    from roofprof.validation import ValidationResult
+    from roofprof.workload import Counting, Parallel, Scenario
 
-__all__ = ["predict", "sweep"]
+__all__ = ["predict", "profile", "run", "sweep", "validate"]
+
+Progress = Callable[[str, int, int], None]
 
 
 def sweep(
@@ -178,3 +185,183 @@ def predict(
     ('spec', 'memory')
     """
     return sweep(model, gpu, batches=(batch,), contexts=(context_tokens,), **kwargs)[0]
+
+
+def profile(
+    model: str | ModelSpec | Scenario,
+    phase: str = "decode",
+    *,
+    batch: int = 1,
+    prompt_tokens: int = 128,
+    context_tokens: int | None = None,
+    dtype: str = "fp32",
+    device: Device | str = "auto",
+    impls: Sequence[str] | None = None,
+    convention: str | Counting = "engine",
+    roofline: Roofline | str | os.PathLike | None = "auto",
+    threads: int | None = None,
+    budget_s: float = 0.2,
+    prefer: Sequence[str] = ("reference",),
+    use_cache: bool = False,
+    progress: Progress | None = None,
+    profiler: Profiler | None = None,
+) -> ProfileResult:
+    """Measure every op of one pass of ``model`` on ``device`` and place it on the roofline.
+
+    Args:
+        model: id or config path (or a ModelSpec), or a Scenario (then the phase, sizes,
+            dtype and convention come from it).
+        phase: ``prefill`` (``prompt_tokens`` per sequence) or ``decode`` (one step at
+            ``context_tokens`` cached tokens, default the prompt).
+        dtype: weights/activations dtype (``fp32`` on a CPU; must match the real model's).
+        device: ``auto | cpu | cuda:N`` or a Device.
+        impls: implementation names (default: all available on the device).
+        convention: op counting (``engine``: what eager PyTorch/transformers runs, with
+            SDPA attention counted as fused; pass a Counting with ``attention="unfused"``
+            for eager attention).
+        roofline: measured roofline (see :func:`roofprof.cache.resolve_roofline`).
+        threads: torch/numba threads (same value as for ``validate``).
+        budget_s: timed seconds per op and implementation.
+        use_cache: reuse cached measurements (contended ones are measured again).
+        profiler: reuse a :class:`Profiler` (and its measured shapes) across calls.
+
+    Returns:
+        A :class:`ProfileResult` (``.seconds`` is the measured sum, ``.to_dict()`` the JSON).
+
+    Raises:
+        RoofprofError: bad model/phase/sizes/dtype, unknown implementation, no such device.
+
+    >>> from roofprof.specs import ModelSpec
+    >>> tiny = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+    ...                  num_kv_heads=2, head_dim=16, vocab_size=100, tie_word_embeddings=True,
+    ...                  max_position_embeddings=256)
+    >>> r = profile(tiny, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"])
+    >>> [o.chosen.impl for o in r.ops][:3], r.seconds > 0
+    (['torch', 'torch', 'torch'], True)
+    """
+    from roofprof.cache import RooflineChoice
+    from roofprof.profiling import Profiler, ProfileSettings
+    from roofprof.workload import Scenario
+
+    scenario = (
+        model
+        if isinstance(model, Scenario)
+        else Scenario.of(
+            model,
+            phase,
+            batch=batch,
+            prompt_tokens=prompt_tokens,
+            context_tokens=context_tokens,
+            dtype=dtype,
+            convention=convention,
+        )
+    )
+    prof = profiler or Profiler(
+        device,
+        ProfileSettings(
+            impls=tuple(impls) if impls else None,
+            prefer=tuple(prefer),
+            budget_s=budget_s,
+            threads=threads,
+            roofline=RooflineChoice(roofline),
+            use_cache=use_cache,
+        ),
+        progress=progress,
+    )
+    return prof.profile(scenario)
+
+
+def validate(
+    model: str | ModelSpec | Scenario,
+    *,
+    device: Device | str = "auto",
+    dtype: str | None = None,
+    batch: int = 1,
+    prompt_tokens: int = 128,
+    decode_steps: int = 8,
+    warmup_steps: int = 2,
+    prefill_repeats: int = 3,
+    warmup_tokens: int | None = None,
+    attention: str = "fused",
+    backend: str = "auto",
+    threads: int | None = None,
+    max_layers: int | None = None,
+    memory_fraction: float = 0.8,
+    estimators: Mapping[str, Estimator] | None = None,
+    progress: Progress | None = None,
+) -> ValidationResult:
+    """Run a real forward pass of the model (prefill, then decode steps) on ``device`` and time it.
+
+    Loose arguments for :func:`roofprof.validation.validate` (whose
+    :class:`~roofprof.validation.ValidationSettings` documents ``decode_steps`` to
+    ``memory_fraction``).
+
+    Args:
+        model: id or HF config path (or a ModelSpec), or a Scenario (its model, dtype,
+            batch, prompt and attention counting are used).
+        device: ``auto | cpu | cuda:N`` or a Device.
+        dtype: the device's default (``fp32`` on a CPU, ``bf16`` on a GPU), or ``fp16``...
+        batch, prompt_tokens: prefill shape; decode continues these sequences.
+        attention: ``fused`` (SDPA) or ``unfused`` (eager), matching the counting.
+        estimators: label → estimator; each predicts what the real run did.
+
+    Raises:
+        DeviceUnavailableError: torch (or transformers for ``backend="hf"``) is missing.
+        ConfigError: the model does not fit even with one layer; bad sizes or choices.
+    """
+    import importlib.util
+
+    from roofprof.devices import as_device
+    from roofprof.errors import DeviceUnavailableError
+    from roofprof.validation import TORCH_MISSING, ValidationSettings
+    from roofprof.validation import validate as validate_scenario
+    from roofprof.workload import Counting, Scenario
+
+    if importlib.util.find_spec("torch") is None:
+        raise DeviceUnavailableError(TORCH_MISSING)
+    if not isinstance(model, Scenario) and attention not in ("fused", "unfused"):
+        raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
+    dev = as_device(device)
+    scenario = (
+        model
+        if isinstance(model, Scenario)
+        else Scenario.of(
+            model,
+            "decode",
+            batch=batch,
+            prompt_tokens=prompt_tokens,
+            dtype=dtype or dev.info.default_dtype,
+            convention=Counting(attention=attention),
+        )
+    )
+    settings = ValidationSettings(
+        decode_steps=decode_steps,
+        warmup_steps=warmup_steps,
+        prefill_repeats=prefill_repeats,
+        warmup_tokens=warmup_tokens,
+        backend=backend,
+        threads=threads,
+        max_layers=max_layers,
+        memory_fraction=memory_fraction,
+    )
+    return validate_scenario(scenario, dev, settings, estimators=estimators, progress=progress)
+
+
+def run(
+    model: str = "auto",
+    *,
+    progress: Progress | None = None,
+    step: Callable[[str], None] | None = None,
+    **plan: Any,
+) -> RunResult:
+    """The main job (``roofprof run``) from loose arguments: :meth:`RunPlan.of
+    <roofprof.run.RunPlan.of>` takes ``model`` and ``plan``, :func:`roofprof.run.run` runs it.
+
+    Raises:
+        RoofprofError: as :meth:`RunPlan.of <roofprof.run.RunPlan.of>` and
+            :func:`roofprof.run.run`.
+    """
+    from roofprof.run import RunPlan
+    from roofprof.run import run as run_plan
+
+    return run_plan(RunPlan.of(model, **plan), progress=progress, step=step)

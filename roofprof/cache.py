@@ -18,15 +18,17 @@ costs time), and every file is written whole or not at all.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roofprof.errors import ConfigError, RoofprofError
+from roofprof.errors import RoofprofError
 from roofprof.measurement import Measurement
 from roofprof.roofline import Roofline
 
@@ -36,11 +38,14 @@ if TYPE_CHECKING:
     from roofprof.workload import Op
 
 __all__ = [
+    "DEFAULT_MAX_AGE_S",
+    "ChosenRoofline",
     "MeasurementCache",
+    "RooflineChoice",
     "cache_dir",
     "cached_roofline",
+    "choose_roofline",
     "device_fingerprint",
-    "measure_roofline",
     "minimal_roofline",
     "minimal_roofline_cache_path",
     "resolve_roofline",
@@ -49,6 +54,9 @@ __all__ = [
 ]
 
 Progress = Callable[[str, int, int], None]
+#: A cached roofline younger than this (seconds) is reused by every job (``--fresh-roofline``
+#: measures anew).
+DEFAULT_MAX_AGE_S = 3600.0
 
 
 def cache_dir() -> Path:
@@ -157,14 +165,10 @@ class MeasurementCache:
 # --------------------------------------------------------------------------- rooflines
 
 
-def measure_roofline(
+def _measure_now(
     device: Device, quick: bool = True, progress: Progress | None = None
 ) -> tuple[Roofline | None, str, RooflineResult | None]:
-    """A measured roofline of ``device`` (:func:`roofprof.probes.measure_roofline`).
-
-    Returns ``(roofline, source, result)``; ``result`` has the probes' details and writes
-    itself as ``roofline.json``.
-    """
+    """A roofline of ``device`` measured now with the quick (or full) probe plan."""
     from roofprof.probes import measure_roofline as probe
 
     hook = (
@@ -191,15 +195,7 @@ def cached_roofline(device: Device, max_age_s: float) -> tuple[RooflineResult, f
     >>> cached_roofline(CpuDevice(), max_age_s=0) is None
     True
     """
-    if max_age_s <= 0:
-        return None
-    path = roofline_cache_path(device)
-    try:
-        age_s = time.time() - path.stat().st_mtime
-    except OSError:
-        return None
-    result = _complete_result(path) if 0 <= age_s <= max_age_s else None
-    return (result, age_s) if result is not None else None
+    return _fresh(roofline_cache_path(device), max_age_s)
 
 
 def _complete_result(path: Path) -> RooflineResult | None:
@@ -239,7 +235,7 @@ def minimal_roofline(
     stream their weights; ``roofprof roofline`` measures the whole roofline. About 1 s on a
     2-core CPU instead of the quick plan's ~9 s.
 
-    Returns ``(roofline, source, result)`` like :func:`measure_roofline`.
+    Returns ``(roofline, source, result)``.
 
     Raises:
         ConfigError: the plan would not fit in free memory.
@@ -293,58 +289,137 @@ def _load_cached(path: Path, dtypes: Sequence[str] = ()) -> Roofline | None:
     return roof if roof is not None and set(dtypes) <= set(roof.dtypes) else None
 
 
+@dataclass(frozen=True)
+class RooflineChoice:
+    """Which roofline a job places ops on, and how fresh a cached measurement must be.
+
+    Attributes:
+        roofline: ``"auto"`` (this setup's cached quick measurement when younger than
+            ``max_age_s``; else one measured now and cached; else the datasheet of a known
+            GPU), ``"none"`` (no placement), a ``roofline.json`` path, or a
+            :class:`~roofprof.roofline.Roofline`.
+        quick: measure with the quick probe plan (else the full one) when measuring now.
+        max_age_s: the freshness rule, the same for every job: a cached roofline older
+            than this (seconds) is measured anew; ``0`` never reuses one.
+        minimal_dtypes: with ``"auto"`` and no fresh quick roofline, measure (or reuse) only
+            the minimal roofline of these dtypes (:func:`minimal_roofline`): enough to
+            classify bounds for a prediction that places nothing on a chart.
+
+    >>> RooflineChoice().max_age_s
+    3600.0
+    """
+
+    roofline: Roofline | str | os.PathLike | None = "auto"
+    quick: bool = True
+    max_age_s: float = DEFAULT_MAX_AGE_S
+    minimal_dtypes: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ChosenRoofline:
+    """The roofline :func:`choose_roofline` settled on.
+
+    Attributes:
+        roofline: the roofline (None: no placement, or nothing could be measured).
+        source: where it came from, said in reports (a cached one with its age).
+        result: the probes' record when measured now or read from the cache (it writes
+            itself as ``roofline.json``); None for a given roofline, a file or a datasheet.
+    """
+
+    roofline: Roofline | None
+    source: str
+    result: RooflineResult | None = None
+
+
+def _fresh(path: Path, max_age_s: float) -> tuple[RooflineResult, float] | None:
+    """The complete roofline result cached at ``path`` and its age, if younger than ``max_age_s``."""
+    if max_age_s <= 0:
+        return None
+    try:
+        age_s = time.time() - path.stat().st_mtime
+    except OSError:
+        return None
+    result = _complete_result(path) if 0 <= age_s <= max_age_s else None
+    return (result, age_s) if result is not None else None
+
+
+def choose_roofline(
+    choice: RooflineChoice, device: Device, *, progress: Progress | None = None
+) -> ChosenRoofline:
+    """The roofline ``choice`` names on ``device``: the one freshness rule of every job.
+
+    A measured quick roofline is cached (the next job reuses it while it is fresh); an
+    interrupted measurement is never cached nor reused.
+
+    Raises:
+        ConfigError: an unreadable roofline file; a plan that would not fit in memory.
+
+    >>> from roofprof.devices.cpu import CpuDevice
+    >>> choose_roofline(RooflineChoice("none"), CpuDevice()).source
+    'none'
+    """
+    from roofprof.roofline import load_roofline
+
+    given = choice.roofline
+    if isinstance(given, Roofline):
+        return ChosenRoofline(given, "given")
+    if given is not None and str(given) not in ("auto", "none"):
+        return ChosenRoofline(load_roofline(given), str(given))
+    if str(given) == "none":
+        return ChosenRoofline(None, "none")
+    cache = roofline_cache_path(device)
+    fresh = _fresh(cache, choice.max_age_s)
+    if fresh is not None:
+        result, age_s = fresh
+        return ChosenRoofline(
+            result.roofline,
+            f"cached quick measurement, {age_s / 60:.0f} min old "
+            f"({cache}; --fresh-roofline measures anew)",
+            result,
+        )
+    if choice.minimal_dtypes is not None:
+        cache = minimal_roofline_cache_path(device)
+        fresh = _fresh(cache, choice.max_age_s)
+        measurable = {p.dtype for p in _peak_probes(device, choice.minimal_dtypes)}
+        if fresh is not None and measurable <= set(fresh[0].roofline.dtypes):
+            return ChosenRoofline(
+                fresh[0].roofline, f"cached minimal measurement ({cache})", fresh[0]
+            )
+        measured, source, result = minimal_roofline(
+            device, choice.minimal_dtypes, progress=progress
+        )
+    else:
+        measured, source, result = _measure_now(device, quick=choice.quick, progress=progress)
+    if measured is not None and result is not None:
+        if result.complete and choice.quick:
+            with contextlib.suppress(OSError):
+                result.write(cache)
+        return ChosenRoofline(measured, source, result)
+    spec = spec_roofline(device)
+    if spec is not None:
+        return ChosenRoofline(spec, f"datasheet ({source})", result)
+    return ChosenRoofline(None, source, result)
+
+
 def resolve_roofline(
     roofline: Roofline | str | os.PathLike | None,
     device: Device,
     *,
-    quick: bool = True,
-    use_cache: bool = True,
     progress: Progress | None = None,
     minimal_dtypes: Sequence[str] | None = None,
 ) -> tuple[Roofline | None, str]:
-    """The measured roofline to place ops on, and where it came from.
-
-    ``roofline``: a :class:`Roofline`, a ``roofline.json`` path, ``"none"`` (no placement),
-    or ``None``/``"auto"``: the cached quick measurement of this device if there is one,
-    else a quick measurement now (cached), else the datasheet for a known GPU. With
-    ``minimal_dtypes`` (a measured prediction, which only classifies bounds), the
-    fallback is the cached or freshly measured :func:`minimal_roofline` for those dtypes
-    instead of the quick plan.
+    """``(roofline, source)`` of :func:`choose_roofline` for a :class:`RooflineChoice` of
+    ``roofline`` (``auto``, ``none``, a path or a Roofline) with the default freshness rule.
 
     Raises:
         ConfigError: an unreadable roofline file.
     """
-    from roofprof.roofline import load_roofline
-
-    if isinstance(roofline, Roofline):
-        return roofline, "given"
-    if roofline is not None and str(roofline) not in ("auto", "none"):
-        return load_roofline(roofline), str(roofline)
-    if str(roofline) == "none":
-        return None, "none"
-    cache = roofline_cache_path(device)
-    if use_cache and cache.exists():
-        try:
-            return load_roofline(cache), f"cached quick measurement ({cache})"
-        except ConfigError:
-            pass
-    if minimal_dtypes is not None:
-        cache = minimal_roofline_cache_path(device)
-        measurable = sorted({p.dtype for p in _peak_probes(device, minimal_dtypes)})
-        cached = _load_cached(cache, measurable) if use_cache else None
-        if cached is not None:
-            return cached, f"cached minimal measurement ({cache})"
-        measured, source, result = minimal_roofline(device, minimal_dtypes, progress=progress)
-    else:
-        measured, source, result = measure_roofline(device, quick=quick, progress=progress)
-    if measured is not None and result is not None:
-        try:
-            if result.complete:
-                result.write(cache)
-        except OSError:
-            pass
-        return measured, source
-    spec = spec_roofline(device)
-    if spec is not None:
-        return spec, f"datasheet ({source})"
-    return None, source
+    chosen = choose_roofline(
+        RooflineChoice(
+            roofline,
+            minimal_dtypes=tuple(minimal_dtypes) if minimal_dtypes is not None else None,
+        ),
+        device,
+        progress=progress,
+    )
+    return chosen.roofline, chosen.source

@@ -17,8 +17,8 @@ The torch/numba thread count (``threads``) is set while measuring and recorded
 one that was contended is measured again, and one that stays contended is named in the
 warnings with how to refresh it.
 
-Python API: :func:`profile`, :func:`measured_estimator`, :func:`estimators_for`,
-:func:`measure`.
+Python API: :class:`Profiler` with :class:`ProfileSettings`, :func:`measured_estimator`,
+:func:`estimators_for`; ``roofprof.profile`` and ``roofprof.measure`` take loose arguments.
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from roofprof import models
-from roofprof.cache import MeasurementCache, device_fingerprint, resolve_roofline, spec_roofline
+from roofprof.cache import (
+    MeasurementCache,
+    RooflineChoice,
+    choose_roofline,
+    device_fingerprint,
+    spec_roofline,
+)
 from roofprof.devices.cpu import single_openmp_runtime
 from roofprof.devices.cpu import threads as cpu_threads
 from roofprof.devices.pool import malloc_trimmer, stays_warm
@@ -53,7 +59,7 @@ from roofprof.rollup import Estimator, MeasuredEstimator, OpTime, RooflineEstima
 from roofprof.roofline import Point, Roofline, place
 from roofprof.specs import DTYPES, ModelSpec, load_model
 from roofprof.timing import Timing
-from roofprof.workload import Counting, Op, Scenario, Workload
+from roofprof.workload import Op, Scenario, Workload
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device, OpImpl, PreparedOp
@@ -64,12 +70,11 @@ __all__ = [
     "MeasureSettings",
     "OpResult",
     "ProfileResult",
+    "ProfileSettings",
     "Profiler",
     "estimators_for",
     "measure",
     "measured_estimator",
-    "profile",
-    "select_device",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -209,97 +214,127 @@ class ProfileResult:
 # --------------------------------------------------------------------------- the profiler
 
 
-def select_device(device: Device | str = "auto") -> Device:
-    """A :class:`~roofprof.devices.base.Device` from ``"auto" | "cpu" | "cuda:N"`` (or a Device).
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How a :class:`Profiler` measures: implementations, timing budget, threads, roofline.
 
-    Raises:
-        DeviceUnavailableError: a GPU is asked for and none is usable.
+    Attributes:
+        impls: implementation names to run (None: every one the device has).
+        prefer: implementations preferred for the roll-up, in order, then the fastest;
+            ``reference`` stands for the torch implementation of every op
+            (:mod:`roofprof.torch_ops`).
+        budget_s, warmup_s, max_repeats: timing budget per measurement (seconds, calls).
+        threads: torch/numba intra-op threads while measuring (None: leave as is).
+        roofline: the roofline ops are placed on, with the freshness rule of a cached one
+            (:class:`~roofprof.cache.RooflineChoice`).
+        use_cache: read cached measurements (they are always written); a cached measurement
+            that was contended is measured again.
+        seed: seed of the random inputs.
+        measure: the other tuning knobs (:class:`~roofprof.measurement.MeasureSettings`).
+
+    >>> ProfileSettings(budget_s=0.05).roofline.roofline
+    'auto'
     """
-    if not isinstance(device, str):
-        return device
-    from roofprof.devices import select
 
-    return select(device)
+    impls: tuple[str, ...] | None = None
+    prefer: tuple[str, ...] = DEFAULT_PREFER
+    budget_s: float = 0.2
+    warmup_s: float = 0.05
+    max_repeats: int = 100
+    threads: int | None = None
+    roofline: RooflineChoice = field(default_factory=RooflineChoice)
+    use_cache: bool = False
+    seed: int = 0
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
 
 
 class Profiler:
     """Measures ops on one device with every implementation; remembers shapes already measured.
 
     Args:
-        model: the model the ops come from (the torch implementations need its head counts).
-        device: a Device or ``"auto" | "cpu" | "cuda:N"``.
-        impls: implementation names to run (default: all available).
-        prefer: implementations preferred for the roll-up, in order, then the fastest; ``reference``
-            stands for the torch implementation of every op (:mod:`roofprof.torch_ops`).
-        budget_s, warmup_s, max_repeats: timing budget per measurement (seconds, calls).
-        threads: torch/numba intra-op threads while measuring (None: leave as is).
-        roofline: measured roofline for placement (see :func:`roofprof.cache.resolve_roofline`).
-        roofline_dtypes: with ``roofline="auto"`` and no cached quick roofline, measure only
-            the minimal roofline of these dtypes (:func:`roofprof.cache.minimal_roofline`):
-            enough to classify bounds, for a prediction that does not place ops on a chart.
-        use_cache: read cached measurements (they are always written); a cached measurement
-            that was contended is measured again.
+        device: the :class:`~roofprof.devices.base.Device` (or ``"auto" | "cpu" | "cuda:N"``).
+        settings: implementations, budget, threads, roofline (:class:`ProfileSettings`).
+        model: the model whose ops are measured (the torch implementations need its head
+            counts); :meth:`profile` takes it from the scenario when not given here.
         progress: ``progress(label, done, total)`` callback.
-        settings: the other tuning knobs (:class:`MeasureSettings`).
 
     Raises:
         RoofprofError: no such device, unknown implementation, unreadable roofline, bad threads.
+
+    Example::
+
+        prof = Profiler(select("cpu"), ProfileSettings(budget_s=0.05))
+        result = prof.profile(Scenario.of("llama-3.2-1b", "decode", dtype="fp32"))
     """
 
     def __init__(
         self,
-        model: ModelSpec,
         device: Device | str = "auto",
+        settings: ProfileSettings | None = None,
         *,
-        impls: Sequence[str] | None = None,
-        prefer: Sequence[str] = DEFAULT_PREFER,
-        budget_s: float = 0.2,
-        warmup_s: float = 0.05,
-        threads: int | None = None,
-        roofline: Roofline | str | os.PathLike | None = "auto",
-        use_cache: bool = False,
+        model: ModelSpec | None = None,
         progress: Progress | None = None,
-        seed: int = 0,
-        max_repeats: int = 100,
-        settings: MeasureSettings | None = None,
-        roofline_dtypes: Sequence[str] | None = None,
     ):
-        from roofprof.models import require_measurable
+        from roofprof.devices import as_device
 
-        require_measurable(model, "profile")
-        self.model = model
-        self.settings = settings or MeasureSettings()
+        settings = settings or ProfileSettings()
+        self.profile_settings = settings
+        self.settings = settings.measure
         self.openmp = single_openmp_runtime()
-        self.device = select_device(device)
-        self._threads_arg = threads
-        with cpu_threads(threads) as count:
+        self.device = as_device(device)
+        self._threads_arg = settings.threads
+        with cpu_threads(settings.threads) as count:
             self.threads = count
-        self.budget_s, self.warmup_s, self.max_repeats = budget_s, warmup_s, max_repeats
+        self.budget_s, self.warmup_s = settings.budget_s, settings.warmup_s
+        self.max_repeats = settings.max_repeats
         self.progress = progress
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(settings.seed)
+        chosen = choose_roofline(settings.roofline, self.device, progress=progress)
+        self.roofline, self.roofline_source = chosen.roofline, chosen.source
+        self.model: ModelSpec | None = None
+        self._model_key: tuple = ()
+        self.impls: list[OpImpl] = []
+        self.prefer: tuple[str, ...] = ()
         self.reference_impl: str | None = None
-        self.impls = self._implementations(impls)
-        self.prefer = tuple(
-            n
-            for name in prefer
-            for n in ((self.reference_impl,) if name == "reference" else (name,))
-            if n
-        )
-        self.roofline, self.roofline_source = resolve_roofline(
-            roofline, self.device, progress=progress, minimal_dtypes=roofline_dtypes
-        )
         self.cache = MeasurementCache(
-            device_fingerprint(self.device, self.threads),
-            enabled=use_cache,
-            model_key=(model.family, model.num_heads, model.num_kv_heads, model.head_dim),
+            device_fingerprint(self.device, self.threads), enabled=settings.use_cache
         )
         self._measured: dict[tuple, Measurement] = {}
         self._last_impl: str | None = None
         self._launch_s: float | None = None
         self._retry = RetryBudget(self.settings.retry_budget_s)
         self.warnings: list[str] = []
-        if self.openmp == "already omp" and any(
-            i.name in ("torch", "torch-eager") for i in self.impls
+        if model is not None:
+            self._bind(model)
+
+    def _bind(self, model: ModelSpec) -> None:
+        """Measure ``model``'s ops from now on: its torch implementation, its cache key."""
+        key = (model.family, model.num_heads, model.num_kv_heads, model.head_dim)
+        if self.model is not None and key == self._model_key:
+            self.model = model
+            return
+        from roofprof.models import require_measurable
+
+        require_measurable(model, "profile")
+        first = self.model is None
+        self.model, self._model_key = model, key
+        self._measured.clear()  # other head layouts: another model's shapes are not reused
+        self.impls = self._implementations(self.profile_settings.impls)
+        self.prefer = tuple(
+            n
+            for name in self.profile_settings.prefer
+            for n in ((self.reference_impl,) if name == "reference" else (name,))
+            if n
+        )
+        self.cache = MeasurementCache(
+            device_fingerprint(self.device, self.threads),
+            enabled=self.profile_settings.use_cache,
+            model_key=key,
+        )
+        if (
+            first
+            and self.openmp == "already omp"
+            and any(i.name in ("torch", "torch-eager") for i in self.impls)
         ):
             self.warnings.append(
                 "numba's OpenMP threads were started before profiling (omp layer): two OpenMP "
@@ -597,6 +632,7 @@ class Profiler:
 
         if isinstance(workload, Scenario):
             workload = models.ops(workload)
+        self._bind(workload.model)
         ops = workload.ops
         results = []
         before = len(self.warnings)
@@ -653,9 +689,23 @@ class Profiler:
         )
 
     def estimator(
-        self, *, include_launch: bool = True, inputs: Mapping[str, Any] | None = None
+        self,
+        model: ModelSpec | None = None,
+        *,
+        include_launch: bool = True,
+        inputs: Mapping[str, Any] | None = None,
     ) -> MeasuredEstimator:
-        """A ``measured`` estimator over this profiler (measures unseen shapes on demand)."""
+        """A ``measured`` estimator over this profiler (measures unseen shapes on demand).
+
+        ``model``: the model whose ops it times (default: the one last profiled).
+
+        Raises:
+            ConfigError: no model given and none profiled yet.
+        """
+        if model is not None:
+            self._bind(model)
+        if self.model is None:
+            raise ConfigError("a measured estimator needs a model: pass one or profile first")
         fallback = (
             RooflineEstimator(self.roofline, name="empirical", source=self.roofline_source)
             if self.roofline is not None
@@ -734,85 +784,6 @@ def estimators_for(
     return ests, missing
 
 
-def profile(
-    model: str | ModelSpec | Scenario,
-    phase: str = "decode",
-    *,
-    batch: int = 1,
-    prompt_tokens: int = 128,
-    context_tokens: int | None = None,
-    dtype: str = "fp32",
-    device: Device | str = "auto",
-    impls: Sequence[str] | None = None,
-    convention: str | Counting = "engine",
-    roofline: Roofline | str | os.PathLike | None = "auto",
-    threads: int | None = None,
-    budget_s: float = 0.2,
-    prefer: Sequence[str] = DEFAULT_PREFER,
-    use_cache: bool = False,
-    progress: Progress | None = None,
-    profiler: Profiler | None = None,
-) -> ProfileResult:
-    """Measure every op of one pass of ``model`` on ``device`` and place it on the roofline.
-
-    Args:
-        model: id or config path (or a ModelSpec), or a Scenario (then the phase, sizes,
-            dtype and convention come from it).
-        phase: ``prefill`` (``prompt_tokens`` per sequence) or ``decode`` (one step at
-            ``context_tokens`` cached tokens, default the prompt).
-        dtype: weights/activations dtype (``fp32`` on a CPU; must match the real model's).
-        device: ``auto | cpu | cuda:N`` or a Device.
-        impls: implementation names (default: all available on the device).
-        convention: op counting (``engine``: what eager PyTorch/transformers runs, with
-            SDPA attention counted as fused; pass a Counting with ``attention="unfused"``
-            for eager attention).
-        roofline: measured roofline (see :func:`roofprof.cache.resolve_roofline`).
-        threads: torch/numba threads (same value as for ``validate``).
-        budget_s: timed seconds per op and implementation.
-        use_cache: reuse cached measurements (contended ones are measured again).
-        profiler: reuse a :class:`Profiler` (and its measured shapes) across calls.
-
-    Returns:
-        A :class:`ProfileResult` (``.seconds`` is the measured sum, ``.to_dict()`` the JSON).
-
-    Raises:
-        RoofprofError: bad model/phase/sizes/dtype, unknown implementation, no such device.
-
-    >>> from roofprof.specs import ModelSpec
-    >>> tiny = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-    ...                  num_kv_heads=2, head_dim=16, vocab_size=100, tie_word_embeddings=True,
-    ...                  max_position_embeddings=256)
-    >>> r = profile(tiny, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"])
-    >>> [o.chosen.impl for o in r.ops][:3], r.seconds > 0
-    (['torch', 'torch', 'torch'], True)
-    """
-    scenario = (
-        model
-        if isinstance(model, Scenario)
-        else Scenario.of(
-            model,
-            phase,
-            batch=batch,
-            prompt_tokens=prompt_tokens,
-            context_tokens=context_tokens,
-            dtype=dtype,
-            convention=convention,
-        )
-    )
-    prof = profiler or Profiler(
-        scenario.model,
-        device,
-        impls=impls,
-        prefer=prefer,
-        budget_s=budget_s,
-        threads=threads,
-        roofline=roofline,
-        use_cache=use_cache,
-        progress=progress,
-    )
-    return prof.profile(scenario)
-
-
 def measured_estimator(
     model: str | ModelSpec,
     device: Device | str = "auto",
@@ -844,16 +815,19 @@ def measured_estimator(
         raise UnknownNameError("dtype", dtype, DTYPES)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     prof = Profiler(
-        spec,
         device,
-        impls=impls,
-        prefer=prefer,
-        budget_s=budget_s,
-        threads=threads,
-        roofline=roofline if roofline is not None else "auto",
-        use_cache=use_cache,
+        ProfileSettings(
+            impls=tuple(impls) if impls else None,
+            prefer=tuple(prefer),
+            budget_s=budget_s,
+            threads=threads,
+            roofline=RooflineChoice(
+                roofline if roofline is not None else "auto", minimal_dtypes=(dtype,)
+            ),
+            use_cache=use_cache,
+        ),
+        model=spec,
         progress=progress,
-        roofline_dtypes=(dtype,),
     )
     roofline_file = (
         str(roofline) if roofline is not None and not isinstance(roofline, Roofline) else None

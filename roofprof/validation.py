@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from roofprof.errors import ConfigError, DeviceUnavailableError, UnknownNameError
 from roofprof.rollup import Estimator, Prediction, RealRun, compare, predict
-from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec, load_model
+from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
 from roofprof.telemetry import CONTENDED_SHARE, Contention
 from roofprof.workload import Counting, Scenario
 
@@ -118,6 +118,8 @@ class ValidationResult:
     predictions: Mapping[str, Prediction] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     build_s: float = 0.0
+    #: the scenario asked for (its model unscaled; ``model`` is what ran)
+    scenario: Scenario | None = None
 
     def comparison(self) -> list[dict[str, Any]]:
         """Rows of :func:`roofprof.rollup.compare` (one per estimator, then ``real``)."""
@@ -181,6 +183,7 @@ def memory_plan(
     Raises:
         ConfigError: not even one layer fits (the message gives both figures).
 
+    >>> from roofprof.specs import load_model
     >>> m = load_model("llama-3.1-8b")
     >>> p = memory_plan(m, "bf16", batch=1, prompt_tokens=128, total_tokens=160, available_bytes=8e9)
     >>> p.scaled, p.num_layers < 32
@@ -361,46 +364,50 @@ class _Runner:
 # --------------------------------------------------------------------------- validate
 
 
+@dataclass(frozen=True)
+class ValidationSettings:
+    """How :func:`validate` runs the real model.
+
+    Attributes:
+        decode_steps, warmup_steps, prefill_repeats: timed decode steps in all, untimed
+            decode steps after each timed prefill, and timed prefills (each followed by its
+            share of the decode steps). The untimed warm-up (a prefill and at least one
+            decode step) comes first in any case.
+        warmup_tokens: tokens of the untimed warm-up prefill (default the prompt; a short
+            one loads the runtime as well: ``run`` uses 16, see BENCHMARKS.md).
+        backend: ``hf`` (transformers), ``torch`` (plain torch) or ``auto`` (hf if installed).
+        threads: torch threads (use the same as for profiling).
+        max_layers: run at most this many layers (the model is scaled, and says so).
+        memory_fraction: share of the device's free memory the run may use.
+
+    >>> ValidationSettings(decode_steps=4).prefill_repeats
+    3
+    """
+
+    decode_steps: int = 8
+    warmup_steps: int = 2
+    prefill_repeats: int = 3
+    warmup_tokens: int | None = None
+    backend: str = "auto"
+    threads: int | None = None
+    max_layers: int | None = None
+    memory_fraction: float = 0.8
+
+
 def validate(
-    model: str | ModelSpec | Scenario,
-    *,
+    scenario: Scenario,
     device: Device | str = "auto",
-    dtype: str | None = None,
-    batch: int = 1,
-    prompt_tokens: int = 128,
-    decode_steps: int = 8,
-    warmup_steps: int = 2,
-    prefill_repeats: int = 3,
-    warmup_tokens: int | None = None,
-    attention: str = "fused",
-    backend: str = "auto",
-    threads: int | None = None,
-    max_layers: int | None = None,
-    memory_fraction: float = 0.8,
+    settings: ValidationSettings | None = None,
+    *,
     estimators: Mapping[str, Estimator] | None = None,
     progress: Progress | None = None,
 ) -> ValidationResult:
-    """Run a real forward pass of the model (prefill, then decode steps) on ``device`` and time it.
+    """Run a real forward pass of ``scenario``'s model (prefill, then decode steps) and time it.
 
-    Args:
-        model: id or HF config path (or a ModelSpec), or a Scenario (its model, dtype,
-            batch, prompt and attention counting are used).
-        device: ``auto | cpu | cuda:N`` or a Device.
-        dtype: the device's default (``fp32`` on a CPU, ``bf16`` on a GPU), or ``fp16``...
-        batch, prompt_tokens: prefill shape; decode continues these sequences.
-        decode_steps, warmup_steps, prefill_repeats: timed decode steps in all, untimed decode
-            steps after each timed prefill, and timed prefills (each followed by its share of
-            the decode steps). The untimed warm-up (a prefill and at least one decode step)
-            comes first in any case.
-        warmup_tokens: tokens of the untimed warm-up prefill (default ``prompt_tokens``; a
-            short one loads the runtime as well: ``run`` uses 16, see BENCHMARKS.md).
-        attention: ``fused`` (SDPA) or ``unfused`` (eager), matching the counting.
-        backend: ``hf`` (transformers), ``torch`` (plain torch) or ``auto`` (hf if installed).
-        threads: torch threads (use the same as for ``profile``).
-        max_layers: run at most this many layers (the model is scaled, and says so).
-        memory_fraction: share of the device's free memory the run may use.
-        estimators: label → estimator; each predicts the same (possibly scaled) model,
-            batch, prompt and decode context, and its residual is reported.
+    The scenario gives the model, dtype, batch, prompt and attention counting (``fused``:
+    SDPA, ``unfused``: eager); ``settings`` how the real run goes; ``estimators`` (label →
+    estimator) each predict the same (possibly scaled) model, batch, prompt and decode
+    context, and their residuals are reported. ``roofprof.validate`` takes loose arguments.
 
     Returns:
         A :class:`ValidationResult` (``.real`` the timings, ``.comparison()`` the residuals).
@@ -408,16 +415,16 @@ def validate(
     Raises:
         DeviceUnavailableError: torch (or transformers for ``backend="hf"``) is missing.
         ConfigError: the model does not fit even with one layer; bad sizes or choices.
+
+    Example::
+
+        s = Scenario.of("llama-3.2-1b", "decode", prompt_tokens=128, dtype="fp32")
+        r = validate(s, select("cpu"), ValidationSettings(decode_steps=8))
+        r.real.decode_s
     """
-    if isinstance(model, Scenario):
-        s = model
-        model, dtype, batch, prompt_tokens, attention = (
-            s.model,
-            s.dtype,
-            s.batch,
-            s.prompt_tokens,
-            s.counting.attention,
-        )
+    settings = settings or ValidationSettings()
+    batch, prompt_tokens = scenario.batch, scenario.prompt_tokens
+    attention, backend = scenario.counting.attention, settings.backend
     if importlib.util.find_spec("torch") is None:
         raise DeviceUnavailableError(TORCH_MISSING)
     if backend not in BACKENDS:
@@ -428,35 +435,36 @@ def validate(
         )
     if attention not in ("fused", "unfused"):
         raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
+    warmup_tokens = settings.warmup_tokens
     for name, value, low in (
         ("batch", batch, 1),
         ("prompt tokens", prompt_tokens, 1),
-        ("decode steps", decode_steps, 1),
-        ("warm-up steps", warmup_steps, 0),
-        ("prefill repeats", prefill_repeats, 1),
+        ("decode steps", settings.decode_steps, 1),
+        ("warm-up steps", settings.warmup_steps, 0),
+        ("prefill repeats", settings.prefill_repeats, 1),
         ("warm-up tokens", prompt_tokens if warmup_tokens is None else warmup_tokens, 1),
     ):
         if value < low:
             raise ConfigError(f"{name} must be at least {low}, got {value}")
     import torch  # noqa: F401 - torch (and its OpenMP runtime) loads before numba, as before
 
+    from roofprof.devices import as_device
     from roofprof.devices.cpu import single_openmp_runtime
     from roofprof.devices.cpu import threads as cpu_threads
-    from roofprof.profiling import select_device
 
     single_openmp_runtime()
-    dev = select_device(device)
+    dev = as_device(device)
     info = dev.info
-    dtype = dtype or info.default_dtype
+    dtype = scenario.dtype
     if info.torch_device == "cpu" and dtype in ("fp16",):
         raise ConfigError("fp16 matmuls on the CPU have no fast path in torch; use fp32 (or bf16)")
-    spec_full = model if isinstance(model, ModelSpec) else load_model(model)
+    spec_full = scenario.model
     from roofprof.models import require_measurable
 
     require_measurable(spec_full, "validate")
     chosen = _auto_backend(spec_full) if backend == "auto" else backend
-    with cpu_threads(threads) as count:
-        return _validate(
+    with cpu_threads(settings.threads) as count:
+        result = _validate(
             dev,
             spec_full,
             dtype,
@@ -464,16 +472,17 @@ def validate(
             count,
             batch=batch,
             prompt_tokens=prompt_tokens,
-            decode_steps=decode_steps,
-            warmup_steps=warmup_steps,
-            prefill_repeats=prefill_repeats,
+            decode_steps=settings.decode_steps,
+            warmup_steps=settings.warmup_steps,
+            prefill_repeats=settings.prefill_repeats,
             warmup_tokens=min(prompt_tokens, warmup_tokens or prompt_tokens),
             attention=attention,
-            max_layers=max_layers,
-            memory_fraction=memory_fraction,
+            max_layers=settings.max_layers,
+            memory_fraction=settings.memory_fraction,
             estimators=estimators,
             progress=progress,
         )
+    return dataclasses.replace(result, scenario=scenario)
 
 
 def _validate(

@@ -197,7 +197,7 @@ def test_each_preparer_check_catches_a_wrong_implementation(
 
 
 def test_validate_auto_runs_the_counted_form_and_says_why():
-    from roofprof.validation import validate
+    from roofprof.api import validate
 
     auto = validate(
         TINY, device="cpu", prompt_tokens=8, decode_steps=1, warmup_steps=0, prefill_repeats=1
@@ -208,7 +208,7 @@ def test_validate_auto_runs_the_counted_form_and_says_why():
 
 
 def test_validate_hf_backend_runs_transformers_and_states_the_difference():
-    from roofprof.validation import validate
+    from roofprof.api import validate
 
     pytest.importorskip("transformers")
     hf = validate(

@@ -8,17 +8,14 @@ import pytest
 from conftest import tiny_spec
 
 import roofprof
-from roofprof.cache import MeasurementCache
+from roofprof.api import profile
+from roofprof.cache import MeasurementCache, RooflineChoice
 from roofprof.cli import main
 from roofprof.devices.base import CheckResult
+from roofprof.measure_any import measure
 from roofprof.measurement import Measurement
 from roofprof.models import ops
-from roofprof.profiling import (
-    Profiler,
-    measure,
-    measured_estimator,
-    profile,
-)
+from roofprof.profiling import Profiler, ProfileSettings, measured_estimator
 from roofprof.roofline import Ceiling, Roofline
 from roofprof.torch_ops import SUPPORTED_FNS, TorchOps
 from roofprof.workload import Counting, Scenario
@@ -27,6 +24,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 TINY = tiny_spec()
+NONE = RooflineChoice("none")
 ROOF = Roofline(
     "literal",
     (
@@ -123,7 +121,9 @@ def test_identical_shapes_measured_once():
             Counting_.calls += 1
             return _Prepared(ok=True)
 
-    prof = Profiler(TINY, "cpu", roofline="none", budget_s=0.001, impls=["torch"])
+    prof = Profiler(
+        "cpu", ProfileSettings(impls=("torch",), budget_s=0.001, roofline=NONE), model=TINY
+    )
     prof.impls.append(Counting_())
     w = llama_ops(TINY, "prefill", prompt_tokens=8, dtype="fp32")
     prof.profile(w)
@@ -166,7 +166,11 @@ class _Fake:
     "ignore:.*failed its correctness check", "ignore:.*no implementation measured it"
 )
 def test_failed_check_is_reported_and_excluded_with_a_warning():
-    prof = Profiler(TINY, "cpu", roofline=ROOF, budget_s=0.001, impls=["torch"])
+    prof = Profiler(
+        "cpu",
+        ProfileSettings(impls=("torch",), budget_s=0.001, roofline=RooflineChoice(ROOF)),
+        model=TINY,
+    )
     prof.impls = [_Fake("bad", ok=False), _Fake("crash", boom=True)]
     w = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32")
     with pytest.warns(UserWarning, match="failed its correctness check"):
@@ -188,7 +192,7 @@ def test_failed_check_is_reported_and_excluded_with_a_warning():
 
 
 def test_prefer_and_fastest_choice():
-    prof = Profiler(TINY, "cpu", roofline="none", impls=["torch"])
+    prof = Profiler("cpu", ProfileSettings(impls=("torch",), roofline=NONE), model=TINY)
     from roofprof.timing import Timing
 
     a = Measurement("numpy", "ok", timing=Timing((1e-6,)))
@@ -407,7 +411,9 @@ def test_host_issue_time_measured_on_asynchronous_devices():
         def __getattr__(self, name):
             return getattr(cpu, name)
 
-    prof = Profiler(TINY, AsyncCpu(), impls=["torch"], roofline="none", budget_s=0.001)
+    prof = Profiler(
+        AsyncCpu(), ProfileSettings(impls=("torch",), budget_s=0.001, roofline=NONE), model=TINY
+    )
     prof.impls = [_Fake("fake")]
     prof._launch_s = 1e-6  # (the launch probe would need a real GPU)
     w = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32")
@@ -466,7 +472,9 @@ def test_busy_rounds_are_dropped_from_a_profile(monkeypatch):
 
 def test_contended_single_measurement_is_repeated(monkeypatch):
     _fake_contention(monkeypatch, [0.6, 0.0])
-    prof = Profiler(TINY, "cpu", impls=["torch"], roofline="none", budget_s=0.001)
+    prof = Profiler(
+        "cpu", ProfileSettings(impls=("torch",), budget_s=0.001, roofline=NONE), model=TINY
+    )
     op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
     found, _ = prof.op_time(op)  # the on-demand path of the measured estimator
     t = prof._measured[(op.shape_key, "torch")].telemetry
@@ -492,7 +500,7 @@ def test_reference_implementation_preferred_even_next_to_a_device_torch_gemm():
         def __getattr__(self, name):
             return getattr(cpu, name)
 
-    prof = Profiler(TINY, WithTorchGemm(), roofline="none", budget_s=0.001)
+    prof = Profiler(WithTorchGemm(), ProfileSettings(budget_s=0.001, roofline=NONE), model=TINY)
     assert [i.name for i in prof.impls] == ["torch", "torch-eager"]
     assert prof.prefer == ("torch-eager",) and prof.reference_impl == "torch-eager"
     r = prof.profile(llama_ops(TINY, "decode", context_tokens=4, dtype="fp32"))
@@ -571,9 +579,9 @@ def test_cli_predict_remeasure_ignores_the_cache(capsys, tiny_config, roofline_f
     seen = []
     real = rp.Profiler.__init__
 
-    def spy(self, *a, **k):
-        seen.append(k.get("use_cache"))
-        real(self, *a, **k)
+    def spy(self, device, settings=None, **k):
+        seen.append(settings.use_cache)
+        real(self, device, settings, **k)
 
     monkeypatch.setattr(rp.Profiler, "__init__", spy)
     with warnings.catch_warnings():
@@ -635,13 +643,15 @@ def test_tuning_knobs_are_settings_and_threads_are_restored(monkeypatch):
     _fake_contention(monkeypatch, [0.0])
     before = torch.get_num_threads()
     prof = Profiler(
-        TINY,
         "cpu",
-        impls=["torch"],
-        roofline="none",
-        budget_s=0.001,
-        threads=1,
-        settings=MeasureSettings(rounds=3, switch_idle_s=0.0),
+        ProfileSettings(
+            impls=("torch",),
+            roofline=NONE,
+            budget_s=0.001,
+            threads=1,
+            measure=MeasureSettings(rounds=3, switch_idle_s=0.0),
+        ),
+        model=TINY,
     )
     assert prof.threads == 1 and torch.get_num_threads() == before  # set while measuring only
     r = prof.profile(Scenario.of(TINY, "decode", context_tokens=4, dtype="fp32"))

@@ -6,9 +6,12 @@ import re
 
 import pytest
 
+from roofprof.api import run
 from roofprof.cli import main
+from roofprof.errors import ConfigError
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.run import default_model, run
+from roofprof.run import STEPS, RunPlan
+from roofprof.run import run as run_plan
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("isolated_cache")
@@ -35,21 +38,39 @@ def roofline_file(tmp_path):
     return path
 
 
-def test_default_model_is_what_the_device_declares():
+def test_a_plan_takes_the_model_the_device_declares_and_checks_its_steps(tmp_path):
     import dataclasses
 
-    from roofprof.devices.cpu import cpu_info
+    from roofprof.devices.cpu import CpuDevice
 
-    cpu = cpu_info()
-    assert default_model(cpu) == ("llama-3.2-1b", "fp32")
-    gpu = dataclasses.replace(cpu, kind="cuda", default_model="llama-3.1-8b", default_dtype="bf16")
-    assert default_model(gpu) == ("llama-3.1-8b", "bf16")
+    cpu = CpuDevice()
+    plan = RunPlan.of(device=cpu, out=tmp_path, prompt_tokens=64)
+    assert (plan.scenario.model.id, plan.scenario.dtype) == ("llama-3.2-1b", "fp32")
+    assert plan.device is cpu and plan.steps == STEPS and plan.sweep_contexts == (64, 256, 2048)
+    # the validated decode context: the prompt and the real run's timed steps after it
+    # (no untimed steps, 8 timed in 3 prefills: the median one is the second of three)
+    assert plan.scenario.context_tokens == 65
+
+    class BigDevice(CpuDevice):
+        @property
+        def info(self):
+            return dataclasses.replace(
+                super().info, default_model="llama-3.1-8b", default_dtype="bf16"
+            )
+
+    plan = RunPlan.of(device=BigDevice(), validate=False)
+    assert (plan.scenario.model.id, plan.scenario.dtype) == ("llama-3.1-8b", "bf16")
+    assert "validation" not in plan.steps
+    with pytest.raises(ConfigError, match="valid choices: doctor, roofline"):
+        dataclasses.replace(plan, steps=("roofline", "profiel"))
+    with pytest.raises(ConfigError, match="needs the profile step"):
+        dataclasses.replace(plan, steps=("roofline", "predictions", "report"))
 
 
 def test_run_end_to_end(tiny, roofline_file, tmp_path):
     steps, progress = [], []
     out = tmp_path / "report"
-    r = run(
+    plan = RunPlan.of(
         tiny,
         device="cpu",
         out=out,
@@ -61,9 +82,11 @@ def test_run_end_to_end(tiny, roofline_file, tmp_path):
         decode_steps=2,
         impls=["torch"],
         backend="torch",
-        progress=lambda label, done, total: progress.append(label),
-        step=steps.append,
     )
+    r = run_plan(
+        plan, progress=lambda label, done, total: progress.append(label), step=steps.append
+    )
+    assert r.plan is plan and r.validation.scenario == plan.scenario  # the plan, kept
     assert steps == ["doctor", "roofline", "profile", "predictions", "validation", "report"]
     assert progress  # every step reports progress
     assert set(r.profiles) == {"prefill", "decode"}

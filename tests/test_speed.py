@@ -17,6 +17,7 @@ import types
 import numpy as np
 import pytest
 
+from roofprof.cache import RooflineChoice
 from roofprof.devices.cpu import CpuDevice
 from roofprof.devices.pool import InputPool, cold_copies, stays_warm, tiled_normal
 from roofprof.measurement import check_then_time_group
@@ -338,11 +339,15 @@ def test_a_long_probe_call_gets_three_samples_a_short_one_its_minimum():
 
 
 def test_group_measurement_writes_the_cache_once(isolated_cache):
-    from roofprof.profiling import Profiler
+    from roofprof.profiling import Profiler, ProfileSettings
     from roofprof.specs import ModelSpec
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
-    prof = Profiler(spec, "cpu", impls=["numpy"], roofline="none", budget_s=0.002)
+    prof = Profiler(
+        "cpu",
+        ProfileSettings(impls=("numpy",), roofline=RooflineChoice("none"), budget_s=0.002),
+        model=spec,
+    )
     writes = []
     real = prof.cache.save
     prof.cache.save = lambda: (writes.append(1), real())[1]
@@ -359,7 +364,14 @@ def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
     prof = profiling.Profiler(
-        spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none", budget_s=0.002
+        "cpu",
+        profiling.ProfileSettings(
+            impls=("numpy", "numba"),
+            prefer=("numpy",),
+            roofline=RooflineChoice("none"),
+            budget_s=0.002,
+        ),
+        model=spec,
     )
     groups = []
     real = check_then_time_group
@@ -383,7 +395,14 @@ def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(mo
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
     prof = profiling.Profiler(
-        spec, "cpu", impls=["numpy", "numba"], prefer=("numpy",), roofline="none", budget_s=0.002
+        "cpu",
+        profiling.ProfileSettings(
+            impls=("numpy", "numba"),
+            prefer=("numpy",),
+            roofline=RooflineChoice("none"),
+            budget_s=0.002,
+        ),
+        model=spec,
     )
     events, pauses = [], []
 

@@ -7,12 +7,13 @@ import warnings
 import pytest
 from conftest import tiny_spec, write_config
 
+from roofprof.api import validate
 from roofprof.cli import main
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.models import ops
 from roofprof.rollup import MeasuredEstimator, OpTime
 from roofprof.specs import load_model
-from roofprof.validation import memory_plan, validate
+from roofprof.validation import memory_plan
 from roofprof.workload import Scenario
 
 torch = pytest.importorskip("torch")

@@ -169,9 +169,9 @@ def counting(attention: str) -> Any:
 
 def resolve_dtype(dtype: str, device: Any) -> tuple[Any, str]:
     """``(device, dtype)``: the selected device and ``auto`` → fp32 on a CPU, bf16 on a GPU."""
-    from roofprof.profiling import select_device
+    from roofprof.devices import as_device
 
-    dev = select_device(device)
+    dev = as_device(device)
     return dev, (dev.info.default_dtype if dtype == "auto" else dtype)
 
 

@@ -89,7 +89,8 @@ def profile(
 ) -> None:
     """Measure every op of a Llama pass on this device (correctness first) and place it on the
     roofline."""
-    from roofprof.profiling import Profiler
+    from roofprof.cache import RooflineChoice
+    from roofprof.profiling import Profiler, ProfileSettings
     from roofprof.specs import load_model
     from roofprof.workload import Scenario
 
@@ -139,13 +140,15 @@ def profile(
         # profile measures afresh whether or not --remeasure is given (use_cache=False): its
         # measurements replace the cached ones that `predict --estimator measured` reuses
         prof = Profiler(
-            spec,
             dev,
-            impls=impls,
-            budget_s=budget,
-            threads=threads,
-            roofline=roofline,
-            use_cache=False,
+            ProfileSettings(
+                impls=tuple(impls) if impls else None,
+                budget_s=budget,
+                threads=threads,
+                roofline=RooflineChoice(roofline),
+                use_cache=False,
+            ),
+            model=spec,
             progress=progress,
         )
         for ph in phases:

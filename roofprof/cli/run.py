@@ -69,7 +69,7 @@ def run_command(
 ) -> None:
     """The main job: doctor → roofline → profile → predictions → validation → HTML
     report."""
-    from roofprof.run import run
+    from roofprof.run import RunPlan, run
 
     check_int(prompt, "--prompt", 1, MAX_TOKENS)
     check_int(batch, "--batch", 1, MAX_BATCH)
@@ -82,7 +82,7 @@ def run_command(
     context_list = parse_int_list(contexts, "--context-sweep", 0) if contexts else None
     impls = split_list(impl)
     with progress_bar(True) as (progress, step):
-        result = run(
+        plan = RunPlan.of(
             model,
             device=device,
             dtype=None if dtype == "auto" else dtype,
@@ -101,9 +101,8 @@ def run_command(
             backend=backend,
             attention=attention,
             impls=impls,
-            progress=progress,
-            step=step,
         )
+        result = run(plan, progress=progress, step=step)
     from roofprof.report import print_run_summary
 
     print_run_summary(result)

@@ -130,7 +130,7 @@ def validate(
             backend,
         )
         return
-    from roofprof.validation import validate as run_validation
+    from roofprof.api import validate as run_validation
 
     wanted = split_list(estimators or "spec,empirical,measured") or []
     bad = [w for w in wanted if w not in ("spec", "empirical", "measured")]
@@ -217,17 +217,16 @@ def _published(estimators, gpu, engine, phase, fmt, out, plot) -> None:
 
 
 def _predictions(result, dev, wanted, roofline, budget, threads, progress):
-    from roofprof.profiling import Profiler, estimators_for
+    from roofprof.cache import RooflineChoice
+    from roofprof.profiling import Profiler, ProfileSettings, estimators_for
     from roofprof.validation import predict_for
 
     prof = None
     if "empirical" in wanted or "measured" in wanted:
         prof = Profiler(
-            result.model,
             dev,
-            budget_s=budget,
-            threads=threads,
-            roofline=roofline,
+            ProfileSettings(budget_s=budget, threads=threads, roofline=RooflineChoice(roofline)),
+            model=result.model,
             progress=progress,
         )
     ests, _ = estimators_for(dev, prof, wanted=wanted)

@@ -53,6 +53,7 @@ __all__ = [
     "Probe",
     "ProbeRun",
     "Selection",
+    "as_device",
     "available_devices",
     "backend",
     "backends",
@@ -214,3 +215,15 @@ def select_device(spec: str = "auto") -> Selection:
 def select(spec: str = "auto") -> Device:
     """The :class:`Device` for ``spec``; see :func:`select_device` for errors."""
     return select_device(spec).device
+
+
+def as_device(device: Device | str = "auto") -> Device:
+    """``device`` itself, or the :class:`Device` a ``"auto" | "cpu" | "cuda:N"`` string names.
+
+    Raises:
+        UnknownNameError, DeviceUnavailableError: as :func:`select_device`.
+
+    >>> as_device("cpu").info.kind
+    'cpu'
+    """
+    return select(device) if isinstance(device, str) else device

@@ -288,10 +288,11 @@ def _predict(
     import warnings
 
     from roofprof import models
+    from roofprof.cache import RooflineChoice
     from roofprof.collectives import CollectiveModel, CollectiveTable
     from roofprof.distributed.bench import CollectiveSample, fits
     from roofprof.distributed.tp_model import shard_spec
-    from roofprof.profiling import Profiler
+    from roofprof.profiling import Profiler, ProfileSettings
     from roofprof.rollup import estimate_phase
     from roofprof.workload import Counting, Parallel, Scenario
 
@@ -315,11 +316,13 @@ def _predict(
     bus = (fitted[0]["busbw_bytes_per_s"] if fitted else None) or 1e9
     comm = CollectiveModel(bus, alpha, bus, table=table, source="measured in the TP group")
     prof = Profiler(
-        shard_spec(result.model, result.tp),
         kind,
-        budget_s=budget_s,
-        threads=result.threads_per_rank,
-        roofline=roofline or "none",
+        ProfileSettings(
+            budget_s=budget_s,
+            threads=result.threads_per_rank,
+            roofline=RooflineChoice(roofline or "none"),
+        ),
+        model=shard_spec(result.model, result.tp),
     )
     r = result.real
     scenario = Scenario(

@@ -89,7 +89,7 @@ def run_triad(exe: Path, elements: int, repeats: int) -> dict:
 def dram_rounds(exe: Path, elements: int, n: int) -> list[dict]:
     """C triad, then roofprof's DRAM plateau (read + triad at 8x and 16x LLC), ``n`` times."""
     from roofprof.devices.cpu import CpuDevice
-    from roofprof.probes import RooflinePlan, measure_roofline, replace_plan
+    from roofprof.roofline.probes import RooflinePlan, measure_roofline, replace_plan
 
     dev = CpuDevice()
     llc = dev.info.last_level_cache_bytes or 32 * 2**20

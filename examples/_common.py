@@ -38,8 +38,8 @@ def device(label: str):
 
 def roofline_of(dev, path: str | None):
     """The measured roofline: ``path`` when given, else a quick measurement now (seconds)."""
-    from roofprof.probes import measure_roofline
     from roofprof.roofline import load_roofline
+    from roofprof.roofline.probes import measure_roofline
 
     if path:
         print(f"roofline: {path}")

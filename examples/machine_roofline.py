@@ -23,8 +23,8 @@ from _common import device, parse, si
 import roofprof
 from roofprof.plots.roofline import plot_roofline
 from roofprof.plots.sweeps import plot_intensity_sweep, plot_staircase
-from roofprof.probes import measure_roofline
 from roofprof.roofline import Roofline
+from roofprof.roofline.probes import measure_roofline
 from roofprof.specs import load_gpu
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from _common import device, parse, roofline_of, si
 
 import roofprof
-from roofprof.profiling import measured_estimator
-from roofprof.rollup import RooflineEstimator
+from roofprof.prediction.rollup import RooflineEstimator
+from roofprof.profiling.measured import measured_estimator
 from roofprof.roofline import Roofline
 from roofprof.specs import load_gpu
 

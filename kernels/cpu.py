@@ -1,7 +1,7 @@
 """CPU kernels (numba ``@njit``), each with its numpy reference and its FLOP/byte model.
 
 Device code only: no roofprof imports, no I/O. The host logic that sizes, checks and times
-these kernels lives in ``roofprof.devices.cpu`` and ``roofprof.probes``.
+these kernels lives in ``roofprof.devices.cpu`` and ``roofprof.roofline.probes``.
 
 Every parallel kernel splits its arrays into one contiguous chunk per thread
 (``prange(nthreads)``), so a working set that fits a thread's private caches stays there

@@ -2,7 +2,7 @@
 
 The public facade is small: specs and workloads in, predictions and measurements out.
 
-* :func:`run`: the main job, doctor to HTML report (a :class:`RunPlan`, :mod:`roofprof.run`);
+* :func:`run`: the main job, doctor to HTML report (a :class:`RunPlan`, :mod:`roofprof.job`);
 * :func:`predict`, :func:`sweep`: prefill and decode times from a roofline (:mod:`roofprof.api`);
 * :func:`profile`: every op of a pass measured on this machine (a :class:`Profiler`);
 * :func:`measure`: any function timed and placed on the roofline;
@@ -12,8 +12,8 @@ The public facade is small: specs and workloads in, predictions and measurements
 * the vocabulary: :class:`Scenario`, :func:`load_model`, :func:`load_gpu`, :class:`Roofline`.
 
 Loose arguments (a model id, sizes) are accepted here; the functions below take a
-:class:`Scenario` (``roofprof.rollup.predict``, ``Profiler.profile``,
-``roofprof.validation.validate``, ``roofprof.run.run``).
+:class:`Scenario` (``roofprof.prediction.rollup.predict``, ``Profiler.profile``,
+``roofprof.validation.model_run.validate``, ``roofprof.job.run``).
 
 >>> import roofprof
 >>> p = roofprof.predict("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=2000)
@@ -55,16 +55,16 @@ _LAZY = {
     "sweep": "roofprof.api",
     "profile": "roofprof.api",
     "run": "roofprof.api",
-    "RunPlan": "roofprof.run",
-    "Profiler": "roofprof.profiling",
-    "ProfileSettings": "roofprof.profiling",
-    "ValidationSettings": "roofprof.validation",
+    "RunPlan": "roofprof.job",
+    "Profiler": "roofprof.profiling.profiler",
+    "ProfileSettings": "roofprof.profiling.profiler",
+    "ValidationSettings": "roofprof.validation.model_run",
     "Scenario": "roofprof.workload",
     "load_model": "roofprof.specs",
     "load_gpu": "roofprof.specs",
     "Roofline": "roofprof.roofline",
-    "measure_roofline": "roofprof.probes",
-    "measure": "roofprof.measure_any",
+    "measure_roofline": "roofprof.roofline.probes",
+    "measure": "roofprof.profiling.function",
     "validate": "roofprof.api",
     "trace": "roofprof.tracing",
 }

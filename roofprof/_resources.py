@@ -1,10 +1,11 @@
 """Where roofprof's shipped files are: the ``kernels/`` modules and sources, the ``data/`` folder.
 
 The repository's top-level ``kernels/`` and ``data/`` folders are installed as the packages
-``roofprof.kernels`` and ``roofprof.data`` (``pyproject.toml`` maps them). From a checkout
-that is not installed they are found beside the ``roofprof`` folder instead. Host code
-locates them only through this module; ``kernels/`` itself imports nothing from
-``roofprof`` (its ``cuda_models.kernel_dir`` keeps its own fallback).
+``roofprof.kernels`` and ``roofprof.data`` (``pyproject.toml`` maps them; an editable
+install maps them too), and are found only there: one lookup, the installed one. They stay
+at the top level because ``kernels/`` is a package of its own (it imports nothing from
+``roofprof``, and its tests load it alone) and ``data/gpus.json`` is the cited spec
+database the documentation points to. Host code locates them only through this module.
 
 >>> kernels_module("cuda_models").__name__.endswith("cuda_models")
 True
@@ -24,26 +25,19 @@ from typing import Any
 
 __all__ = ["data_root", "kernel_source_dir", "kernels_module"]
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
-
 
 def kernels_module(name: str) -> ModuleType:
-    """``roofprof.kernels.<name>`` (installed package), or ``kernels.<name>`` from a checkout.
+    """The module ``roofprof.kernels.<name>`` (the repository's ``kernels/<name>.py``).
 
     Raises:
-        ModuleNotFoundError: the module is missing in both places. An import error inside
-            the module (e.g. numba missing) propagates unchanged.
+        ModuleNotFoundError: no such module, or roofprof is not installed (``pip install
+            -e .``). An import error inside the module (e.g. numba missing) propagates.
     """
-    try:
-        return importlib.import_module(f"roofprof.kernels.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("roofprof.kernels", f"roofprof.kernels.{name}"):
-            raise
-    return importlib.import_module(f"kernels.{name}")
+    return importlib.import_module(f"roofprof.kernels.{name}")
 
 
 def kernel_source_dir() -> Path:
-    """The folder of the CUDA C sources (``kernels/cuda``), installed or in a checkout."""
+    """The folder of the CUDA C sources (``kernels/cuda``)."""
     return Path(kernels_module("cuda_models").kernel_dir())
 
 
@@ -53,7 +47,4 @@ def data_root() -> Any:
     Returns an ``importlib.resources`` traversable (a :class:`~pathlib.Path` in practice):
     ``data_root() / "gpus.json"``.
     """
-    try:
-        return resources.files("roofprof.data")
-    except ModuleNotFoundError:  # running from a source tree without installing
-        return _CHECKOUT / "data"
+    return resources.files("roofprof.data")

@@ -3,7 +3,7 @@
 
 These are the only places, with the CLI, where loose arguments (a model id, sizes, a
 convention name, a GPU id) become a :class:`~roofprof.workload.Scenario` and an
-:class:`~roofprof.estimator_choice.EstimatorChoice`; everything below takes those. The CLI's
+:class:`~roofprof.prediction.choice.EstimatorChoice`; everything below takes those. The CLI's
 ``roofprof predict`` calls :func:`sweep`, so ``roofprof.predict(...).to_dict()`` and
 ``roofprof predict -f json`` give the same JSON.
 
@@ -24,13 +24,14 @@ from roofprof.errors import ConfigError
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device
-    from roofprof.estimators import Estimator
-    from roofprof.predictions import Prediction
-    from roofprof.profiling import Profiler, ProfileResult
+    from roofprof.job import RunResult
+    from roofprof.prediction.estimators import Estimator
+    from roofprof.prediction.records import Prediction
+    from roofprof.profiling.profiler import Profiler
+    from roofprof.profiling.records import ProfileResult
     from roofprof.roofline import Roofline
-    from roofprof.run import RunResult
     from roofprof.specs import GpuSpec, ModelSpec
-    from roofprof.validation import ValidationResult
+    from roofprof.validation.records import ValidationResult
     from roofprof.workload import Counting, Parallel, Scenario
 
 __all__ = ["predict", "profile", "run", "sweep", "validate"]
@@ -69,7 +70,7 @@ def sweep(
             (``None``: the prompt length).
         roofline: a measured roofline or ``roofline.json`` (the ``empirical`` estimator).
         estimator: an estimator object, or a name of
-            :data:`~roofprof.estimator_choice.ESTIMATORS` (default: ``spec`` with ``gpu``,
+            :data:`~roofprof.prediction.choice.ESTIMATORS` (default: ``spec`` with ``gpu``,
             ``empirical`` with ``roofline``).
         engine, device, remeasure: for the ``calibrated`` and ``measured`` estimators.
         prompt_tokens, dtype, convention, attention, weights, kv_dtype: the scenario
@@ -86,8 +87,8 @@ def sweep(
         RoofprofError: an unknown model, GPU, estimator, dtype, format or convention; bad
             sizes; a layout that does not fit; an estimator that lacks its inputs.
     """
-    from roofprof import rollup
-    from roofprof.estimator_choice import EstimatorChoice, choose_estimator, collective_model
+    from roofprof.prediction import rollup
+    from roofprof.prediction.choice import EstimatorChoice, choose_estimator, collective_model
     from roofprof.specs import load_model
     from roofprof.workload import Scenario, counting_of
 
@@ -142,7 +143,7 @@ def sweep(
     if gpu_spec is not None and (parallel is not None or collectives is not None):
         table = collectives
         if isinstance(collectives, (str, os.PathLike)):
-            from roofprof.collectives import load_collectives
+            from roofprof.prediction.collectives import load_collectives
 
             table = load_collectives(collectives)
         model_of_collectives = collective_model(
@@ -240,7 +241,7 @@ def profile(
     (['torch', 'torch', 'torch'], True)
     """
     from roofprof.cache import RooflineChoice
-    from roofprof.profiling import Profiler, ProfileSettings
+    from roofprof.profiling.profiler import Profiler, ProfileSettings
     from roofprof.workload import Scenario
 
     scenario = (
@@ -292,8 +293,8 @@ def validate(
 ) -> ValidationResult:
     """Run a real forward pass of the model (prefill, then decode steps) on ``device`` and time it.
 
-    Loose arguments for :func:`roofprof.validation.validate` (whose
-    :class:`~roofprof.validation.ValidationSettings` documents ``decode_steps`` to
+    Loose arguments for :func:`roofprof.validation.model_run.validate` (whose
+    :class:`~roofprof.validation.model_run.ValidationSettings` documents ``decode_steps`` to
     ``memory_fraction``).
 
     Args:
@@ -313,8 +314,8 @@ def validate(
 
     from roofprof.devices import as_device
     from roofprof.errors import DeviceUnavailableError
-    from roofprof.validation import TORCH_MISSING, ValidationSettings
-    from roofprof.validation import validate as validate_scenario
+    from roofprof.validation.model_run import TORCH_MISSING, ValidationSettings
+    from roofprof.validation.model_run import validate as validate_scenario
     from roofprof.workload import Counting, Scenario
 
     if importlib.util.find_spec("torch") is None:
@@ -355,13 +356,13 @@ def run(
     **plan: Any,
 ) -> RunResult:
     """The main job (``roofprof run``) from loose arguments: :meth:`RunPlan.of
-    <roofprof.run.RunPlan.of>` takes ``model`` and ``plan``, :func:`roofprof.run.run` runs it.
+    <roofprof.job.RunPlan.of>` takes ``model`` and ``plan``, :func:`roofprof.job.run` runs it.
 
     Raises:
-        RoofprofError: as :meth:`RunPlan.of <roofprof.run.RunPlan.of>` and
-            :func:`roofprof.run.run`.
+        RoofprofError: as :meth:`RunPlan.of <roofprof.job.RunPlan.of>` and
+            :func:`roofprof.job.run`.
     """
-    from roofprof.run import RunPlan
-    from roofprof.run import run as run_plan
+    from roofprof.job import RunPlan
+    from roofprof.job import run as run_plan
 
     return run_plan(RunPlan.of(model, **plan), progress=progress, step=step)

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roofprof.errors import RoofprofError
-from roofprof.measurement import Measurement
+from roofprof.profiling.engine import Measurement
 from roofprof.roofline import Roofline
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device, Probe
-    from roofprof.probes import RooflineResult
+    from roofprof.roofline.probes import RooflineResult
     from roofprof.workload import Op
 
 __all__ = [
@@ -169,7 +169,7 @@ def _measure_now(
     device: Device, quick: bool = True, progress: Progress | None = None
 ) -> tuple[Roofline | None, str, RooflineResult | None]:
     """A roofline of ``device`` measured now with the quick (or full) probe plan."""
-    from roofprof.probes import measure_roofline as probe
+    from roofprof.roofline.probes import measure_roofline as probe
 
     hook = (
         (lambda done, total, label: progress(f"roofline: {label}", done, total))
@@ -200,7 +200,7 @@ def cached_roofline(device: Device, max_age_s: float) -> tuple[RooflineResult, f
 
 def _complete_result(path: Path) -> RooflineResult | None:
     """The roofline result cached at ``path``; None when unreadable or interrupted."""
-    from roofprof.probes import RooflineResult
+    from roofprof.roofline.probes import RooflineResult
 
     try:
         result = RooflineResult.from_dict(json.loads(path.read_text()))
@@ -245,9 +245,9 @@ def minimal_roofline(
         roof, source, _ = minimal_roofline(select("cpu"), ("fp32",))
         roof.ridge("fp32")   # FLOP/byte
     """
-    from roofprof.plateaus import DRAM_FACTOR
-    from roofprof.probes import measure_roofline as probe
-    from roofprof.probes import replace_plan
+    from roofprof.roofline.plateaus import DRAM_FACTOR
+    from roofprof.roofline.probes import measure_roofline as probe
+    from roofprof.roofline.probes import replace_plan
 
     quick = device.roofline_plan("quick")
     names = ["read", *(p.name for p in _peak_probes(device, dtypes))]

@@ -86,7 +86,7 @@ OP_FNS = (
     "all_gather",
     "send",
 )
-#: The fns that move data between ranks (priced on the interconnect, :mod:`roofprof.collectives`).
+#: The fns that move data between ranks (priced on the interconnect, :mod:`roofprof.prediction.collectives`).
 COLLECTIVE_FNS = ("allreduce", "reduce_scatter", "all_gather", "send")
 #: Chart groups, in display order.
 OP_GROUPS = (

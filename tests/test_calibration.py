@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 import roofprof
-from roofprof import calibration
-from roofprof.calibration import (
+from roofprof.cli import main
+from roofprof.errors import UnknownNameError
+from roofprof.prediction import calibration
+from roofprof.prediction.calibration import (
     ENGINES,
     calibrated_estimator,
     fit,
     leave_one_out,
     write_calibration,
 )
-from roofprof.cli import main
-from roofprof.errors import UnknownNameError
 from roofprof.published import cases, validate_published
 
 
@@ -42,7 +42,7 @@ def test_leave_one_out_never_sees_the_row():
     d06 = next(c for c in cs if c.row.id == "D06")
     without = fit(exclude_row="D06")
     assert without["gpt-fast"] != full["gpt-fast"]  # D06 moved the gpt-fast fit
-    from roofprof.calibration import _predict, _prepare
+    from roofprof.prediction.calibration import _predict, _prepare
 
     assert loo[d06.label] == pytest.approx(_predict(_prepare(d06), without["gpt-fast"]))
 

@@ -22,7 +22,7 @@ def test_json_schema(capsys):
         "--format",
         "json",
         "--convention",
-        "seed",
+        "rule-of-thumb",
     )
     assert code == 0
     d = json.loads(out)

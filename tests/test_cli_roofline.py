@@ -8,7 +8,7 @@ import pytest
 
 import roofprof.devices as devices
 import roofprof.devices.cuda as cuda_backend
-import roofprof.probes as probes
+import roofprof.roofline.probes as probes
 from roofprof.cli import main
 from roofprof.roofline import load_roofline
 from roofprof.specs import load_model

@@ -24,7 +24,6 @@ FIX = Path(__file__).resolve().parent / "fixtures"
 GEMM = FIX / "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_gemm_tiled.csv"
 SAXPY = FIX / "ncu_details_RTX5070_ncu2026.2_Olajide-Badejo_saxpy.csv"
 RAW = FIX / "ncu_raw_GENERATED_from_details_RTX5070.csv"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 
 # Hand-computed (tests/fixtures/ncu_SOURCES.md)
 GEMM_TIME_S = 10_195_552e-9
@@ -34,14 +33,6 @@ SAXPY_N = 65536 * 256
 SAXPY_TIME_S = 292_928e-9
 SAXPY_DRAM = 134_221_568 + 43_631_104
 SAXPY_L1 = 3 * 4 * SAXPY_N
-
-
-def test_fixtures_are_verbatim_copies():
-    for f in (GEMM, SAXPY):
-        shared = SHARED / f.name
-        if not shared.exists():
-            pytest.skip("shared/fixtures not beside the checkout")
-        assert f.read_bytes() == shared.read_bytes()
 
 
 def test_details_gemm_tiled():

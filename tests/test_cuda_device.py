@@ -902,7 +902,7 @@ def test_fp8_gemm_probe_checks_against_float64(hopper_with_libraries):
 
 
 def test_the_ceiling_is_the_library_gemm_never_mma_sync(hopper_with_libraries):
-    from roofprof.probes import measure_roofline
+    from roofprof.roofline.probes import measure_roofline
 
     dev = hopper_with_libraries
     names = [
@@ -999,7 +999,7 @@ class TwoMicrosecondGemv:
 @pytest.mark.parametrize("batched", [True, False])
 def test_a_2us_op_is_timed_right_within_10_percent_at_half_us_event_resolution(batched):
     from roofprof.devices.cuda.batching import SmallOpBatching
-    from roofprof.measurement import check_then_time
+    from roofprof.profiling.engine import check_then_time
 
     dev = fake_device(l2=50 << 20)
     state = {"t": 0.0}
@@ -1085,7 +1085,7 @@ def test_numba_kernels_of_cuda_n_run_on_device_n(monkeypatch, index):
 
 def test_grouped_timing_of_batched_small_ops_is_per_call_too():
     from roofprof.devices.cuda.batching import SmallOpBatching
-    from roofprof.measurement import check_then_time_group
+    from roofprof.profiling.engine import check_then_time_group
 
     dev = fake_device(l2=50 << 20)
     state = {"t": 0.0}

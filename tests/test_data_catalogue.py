@@ -246,11 +246,9 @@ def test_nvml_names_resolve(gpus, nvml_name, gid):
 
 
 def test_nvml_names_match_fixtures(gpus):
-    """The Product Name strings in the shared nvidia-smi fixtures are aliases verbatim."""
-    fixtures = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-    files = sorted(fixtures.glob("nvidia-smi-q_*.txt")) if fixtures.is_dir() else []
-    if not files:
-        pytest.skip("shared fixtures not present")
+    """The Product Name strings of real nvidia-smi output (tests/fixtures) are aliases verbatim."""
+    files = sorted((Path(__file__).resolve().parent / "fixtures").glob("nvidia-smi-q_*.txt"))
+    assert len(files) == 2
     every_alias = {a for g in gpus.values() for a in g["aliases"]}
     for path in files:
         for name in re.findall(r"Product Name\s*:\s*(.+)", path.read_text()):

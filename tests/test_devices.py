@@ -262,7 +262,7 @@ def test_prepare_refuses_ops_larger_than_free_memory(monkeypatch):
 def test_registry_with_a_third_backend(monkeypatch, no_gpu):
     import types
 
-    from roofprof.probes import RooflinePlan
+    from roofprof.roofline.probes import RooflinePlan
 
     opened = []
 

@@ -8,7 +8,6 @@ import os
 
 import pytest
 
-from roofprof.collectives import busbw_factor, load_collectives
 from roofprof.distributed import bench, ranks
 from roofprof.distributed.bench import (
     CollectiveSample,
@@ -19,6 +18,7 @@ from roofprof.distributed.bench import (
 )
 from roofprof.distributed.ranks import RankContext, RankError, torchrun_rendezvous
 from roofprof.errors import ConfigError, RoofprofError
+from roofprof.prediction.collectives import busbw_factor, load_collectives
 
 torch = pytest.importorskip("torch")
 

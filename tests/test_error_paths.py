@@ -22,20 +22,24 @@ from roofprof.roofline import Ceiling, Roofline
 @pytest.fixture
 def stop_work(monkeypatch):
     """Refusals must come before any measurement or prediction."""
-    import roofprof.probes
-    import roofprof.profiling
-    import roofprof.rollup
+    import roofprof.job
+    import roofprof.prediction.rollup
+    import roofprof.profiling.measured
+    import roofprof.profiling.profiler
+    import roofprof.roofline.probes
     import roofprof.selftest
-    import roofprof.validation
+    import roofprof.validation.model_run
 
     def fail(*a, **k):
         pytest.fail("work started before the input was checked")
 
     for module, name in (
-        (roofprof.profiling, "Profiler"),
-        (roofprof.validation, "validate"),
-        (roofprof.probes, "measure_roofline"),
-        (roofprof.rollup, "sweep"),
+        (roofprof.profiling.profiler, "Profiler"),
+        (roofprof.profiling.measured, "Profiler"),
+        (roofprof.job, "run"),
+        (roofprof.validation.model_run, "validate"),
+        (roofprof.roofline.probes, "measure_roofline"),
+        (roofprof.prediction.rollup, "sweep"),
         (roofprof.selftest, "run_selftest"),
     ):
         monkeypatch.setattr(module, name, fail)

@@ -53,7 +53,7 @@ def tiny_ds_config(tmp_path):
 
 
 def _prepare_all(spec, phase, batch=1):
-    from roofprof.torch_ops import TorchOps
+    from roofprof.profiling.torch_ops import TorchOps
 
     impl = TorchOps(spec)
     for op in ops(Scenario(spec, phase, batch, 16, 16, "fp32")).ops:
@@ -271,7 +271,7 @@ def test_cli_predict_measured_runs_for_deepseek(capsys, tiny_ds_config):
 
     import roofprof
     from roofprof.cli import main
-    from roofprof.profiling import measured_estimator
+    from roofprof.profiling.measured import measured_estimator
 
     model = str(tiny_ds_config)
     # measure the shapes once with a tiny budget: the CLI then finds them in the cache

@@ -105,7 +105,7 @@ def test_gemma3_has_head_norms_and_local_attention():
 
 def test_phi3_fused_projections_weigh_as_separate_ones():
     phi = load_model("phi-3-mini")
-    w = ops(Scenario.of(phi, "decode", context_tokens=10, dtype="bf16", convention="seed"))
+    w = ops(Scenario.of(phi, "decode", context_tokens=10, dtype="bf16", convention="rule-of-thumb"))
     assert {op.name for op in w.ops} >= {"qkv_proj", "gate_up_proj"}
     # the fused GEMMs read exactly the layer's weights: embedding + layers + head
     assert w.weight_bytes == pytest.approx(
@@ -270,11 +270,11 @@ def test_hf_model_parameters_equal_the_spec_count(model_id):
 def test_real_models_run_prefill_and_decode(model_id, backend):
     if backend == "hf":
         pytest.importorskip("transformers")
-    from roofprof.validation import _Runner, build_hf_model, build_torch_model
+    from roofprof.validation.real_model import Runner, build_hf_model, build_torch_model
 
     spec = _tiny(model_id)
     net = (build_hf_model if backend == "hf" else build_torch_model)(spec, "fp32", "cpu", "fused")
-    runner = _Runner(net, backend)
+    runner = Runner(net, backend)
     with torch.inference_mode():
         logits, cache = runner.prefill(torch.randint(0, 128, (1, 10)))
         for _ in range(4):  # past the window of 6 tokens
@@ -309,7 +309,7 @@ def _plain_name(name: str, family: str) -> str:
 def test_plain_torch_model_computes_what_transformers_does(model_id, attention):
     """Same weights into both models: the same logits, in prefill past the window and in decode."""
     pytest.importorskip("transformers")
-    from roofprof.validation import _Runner, build_hf_model, build_torch_model
+    from roofprof.validation.real_model import Runner, build_hf_model, build_torch_model
 
     spec = _tiny(model_id)
     hf = build_hf_model(spec, "fp32", "cpu", attention)
@@ -326,7 +326,7 @@ def test_plain_torch_model_computes_what_transformers_does(model_id, attention):
     ids = torch.randint(0, 128, (1, 10), generator=gen)
     outs = []
     for net, backend in ((hf, "hf"), (plain, "torch")):
-        runner = _Runner(net, backend)
+        runner = Runner(net, backend)
         with torch.inference_mode():
             logits, cache = runner.prefill(ids)
             seq = [logits[:, -1]]

@@ -150,7 +150,7 @@ BROKEN = [
 def test_each_preparer_check_fails_on_a_broken_implementation(
     monkeypatch, name, broken, op_name, attention
 ):
-    from roofprof.torch_ops import TorchOps
+    from roofprof.profiling.torch_ops import TorchOps
 
     spec = _tiny()
     w = ops(Scenario(spec, "prefill", 1, 8, None, "fp32", Counting(attention=attention)))
@@ -199,7 +199,7 @@ def _plain_name(name: str) -> str:
 @pytest.mark.skipif(not HAS_HF, reason="no transformers")
 def test_plain_torch_gpt_oss_computes_what_transformers_does():
     """Same weights into both: the same logits over a prompt past the window and four decode steps."""
-    from roofprof.validation import _Runner, build_hf_model, build_torch_model
+    from roofprof.validation.real_model import Runner, build_hf_model, build_torch_model
 
     spec = _tiny()
     hf = build_hf_model(spec, "fp32", "cpu", "fused")
@@ -218,7 +218,7 @@ def test_plain_torch_gpt_oss_computes_what_transformers_does():
     ids = torch.randint(0, 128, (1, 10), generator=gen)  # 10 tokens > window 6
     outs = []
     for net, backend in ((hf, "hf"), (plain, "torch")):
-        runner = _Runner(net, backend)
+        runner = Runner(net, backend)
         with torch.inference_mode():
             logits, cache = runner.prefill(ids)
             seq = [logits[:, -1]]

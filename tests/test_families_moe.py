@@ -8,10 +8,10 @@ import time
 import pytest
 
 from roofprof.errors import ConfigError
-from roofprof.memory_fit import fit
 from roofprof.models import ops
 from roofprof.models.moe import parse_routing, summary
 from roofprof.models.moe_config import UNIFORM, Routing, param_counts
+from roofprof.prediction.memory_fit import fit
 from roofprof.specs import load_model
 from roofprof.workload import Scenario
 

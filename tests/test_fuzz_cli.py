@@ -51,26 +51,28 @@ def sandbox(tmp_path_factory):
     cfg = json.loads((REPO / "data" / "models" / "llama-3.2-1b.json").read_text())
     (root / "config.json").write_text(json.dumps(cfg))
     with pytest.MonkeyPatch.context() as mp:
-        import roofprof.calibration
         import roofprof.counters
         import roofprof.distributed.ranks
-        import roofprof.probes
-        import roofprof.profiling
-        import roofprof.run
+        import roofprof.job
+        import roofprof.prediction.calibration
+        import roofprof.profiling.measured
+        import roofprof.profiling.profiler
+        import roofprof.roofline.probes
         import roofprof.selftest
-        import roofprof.validation
+        import roofprof.validation.model_run
 
         mp.chdir(root)
         for module, name in (
-            (roofprof.profiling, "Profiler"),
-            (roofprof.profiling, "measured_estimator"),
-            (roofprof.validation, "validate"),
-            (roofprof.run, "run"),
-            (roofprof.probes, "measure_roofline"),
+            (roofprof.profiling.profiler, "Profiler"),
+            (roofprof.profiling.measured, "Profiler"),
+            (roofprof.profiling.measured, "measured_estimator"),
+            (roofprof.validation.model_run, "validate"),
+            (roofprof.job, "run"),
+            (roofprof.roofline.probes, "measure_roofline"),
             (roofprof.selftest, "run_selftest"),
             (roofprof.counters, "collect"),
             (roofprof.counters, "find_ncu"),
-            (roofprof.calibration, "write_calibration"),  # writes data/ or any --out
+            (roofprof.prediction.calibration, "write_calibration"),  # writes data/ or any --out
             (roofprof.distributed.ranks, "launch"),  # the multi-rank verbs
             (roofprof.distributed.ranks, "run_in_group"),
         ):
@@ -161,7 +163,7 @@ WORDS = [
     "spec",
     "empirical",
     "measured",
-    "seed",
+    "rule-of-thumb",
     "engine",
     "fused",
     "unfused",

@@ -36,17 +36,21 @@ def _exit2(argv) -> str:
 @pytest.fixture
 def stop_measuring(monkeypatch):
     """Any measurement fails the test: output paths must be refused before it."""
-    import roofprof.probes
-    import roofprof.profiling
-    import roofprof.validation
+    import roofprof.job
+    import roofprof.profiling.measured
+    import roofprof.profiling.profiler
+    import roofprof.roofline.probes
+    import roofprof.validation.model_run
 
     def fail(*a, **k):
         pytest.fail("measured before checking the output path")
 
     for module, name in (
-        (roofprof.profiling, "Profiler"),
-        (roofprof.validation, "validate"),
-        (roofprof.probes, "measure_roofline"),
+        (roofprof.profiling.profiler, "Profiler"),
+        (roofprof.profiling.measured, "Profiler"),
+        (roofprof.job, "run"),
+        (roofprof.validation.model_run, "validate"),
+        (roofprof.roofline.probes, "measure_roofline"),
     ):
         monkeypatch.setattr(module, name, fail)
 
@@ -345,7 +349,7 @@ def test_a_failing_write_in_the_cli_exits_2(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["predict", "--gpu", "h100", "--convention", "seed", "--format", "json"],
+        ["predict", "--gpu", "h100", "--convention", "rule-of-thumb", "--format", "json"],
         ["predict", "--gpu", "h100", "--batch", "1,8", "--context", "0,100", "--format", "json"],
         ["specs", "--format", "json"],
         [

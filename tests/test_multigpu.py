@@ -6,7 +6,9 @@ import pytest
 
 from roofprof import predict
 from roofprof.cli import main
-from roofprof.collectives import (
+from roofprof.errors import ConfigError
+from roofprof.models import ops
+from roofprof.prediction.collectives import (
     CollectiveModel,
     algbw,
     busbw,
@@ -14,9 +16,7 @@ from roofprof.collectives import (
     load_collectives,
     published_collectives,
 )
-from roofprof.errors import ConfigError
-from roofprof.memory_fit import fit, smallest_tp
-from roofprof.models import ops
+from roofprof.prediction.memory_fit import fit, smallest_tp
 from roofprof.specs import load_gpu
 from roofprof.workload import COLLECTIVE_FNS, Parallel, Scenario
 

@@ -12,7 +12,8 @@ from roofprof.devices.base import CheckResult, DeviceInfo, Probe, ProbeRun
 from roofprof.devices.cpu import CpuDevice
 from roofprof.devices.cuda import CudaKernelError
 from roofprof.errors import ConfigError, DeviceUnavailableError
-from roofprof.probes import (
+from roofprof.roofline import load_roofline
+from roofprof.roofline.probes import (
     Plateau,
     RooflineFailed,
     RooflineInterrupted,
@@ -24,7 +25,6 @@ from roofprof.probes import (
     measure_roofline,
     spec_comparison,
 )
-from roofprof.roofline import load_roofline
 from roofprof.telemetry import NullSampler
 
 KiB, MiB = 1024, 1024**2
@@ -632,7 +632,7 @@ def test_the_cpu_sweeps_first_touch_one_shared_buffer_once(monkeypatch):
 
 def test_spec_comparison_pairs_each_probe_with_the_right_datasheet_rate():
     from roofprof.devices.base import DeviceInfo
-    from roofprof.probes import spec_comparison
+    from roofprof.roofline.probes import spec_comparison
 
     info = DeviceInfo(
         kind="cuda",

@@ -12,12 +12,13 @@ from roofprof.api import profile
 from roofprof.cache import MeasurementCache, RooflineChoice
 from roofprof.cli import main
 from roofprof.devices.base import CheckResult
-from roofprof.measure_any import measure
-from roofprof.measurement import Measurement
 from roofprof.models import ops
-from roofprof.profiling import Profiler, ProfileSettings, measured_estimator
+from roofprof.profiling.engine import Measurement
+from roofprof.profiling.function import measure
+from roofprof.profiling.measured import measured_estimator
+from roofprof.profiling.profiler import Profiler, ProfileSettings
+from roofprof.profiling.torch_ops import SUPPORTED_FNS, TorchOps
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.torch_ops import SUPPORTED_FNS, TorchOps
 from roofprof.workload import Counting, Scenario
 
 torch = pytest.importorskip("torch")
@@ -442,7 +443,7 @@ def test_profile_on_a_gpu_checks_and_times_every_op():
 def _fake_contention(monkeypatch, pattern):
     import time
 
-    import roofprof.measurement as rm
+    import roofprof.profiling.engine as rm
 
     shares = iter(pattern * 1000)
 
@@ -542,7 +543,7 @@ def test_clean_cached_measurements_are_reused_and_remeasure_ignores_them(
         TINY, device="cpu", dtype="fp32", roofline=roofline_file, budget_s=0.001, impls=["torch"]
     )
     roofprof.predict(TINY, estimator=first, prompt_tokens=4, dtype="fp32")
-    import roofprof.profiling as rp
+    import roofprof.profiling.profiler as rp
 
     timed = []
     real, real_group = rp.check_then_time, rp.check_then_time_group
@@ -574,7 +575,7 @@ def test_clean_cached_measurements_are_reused_and_remeasure_ignores_them(
 
 def test_cli_predict_remeasure_ignores_the_cache(capsys, tiny_config, roofline_file, monkeypatch):
     _fake_contention(monkeypatch, [0.0])
-    import roofprof.profiling as rp
+    import roofprof.profiling.profiler as rp
 
     seen = []
     real = rp.Profiler.__init__
@@ -638,7 +639,7 @@ def test_profile_says_when_it_rests_on_contended_measurements(monkeypatch):
 
 def test_tuning_knobs_are_settings_and_threads_are_restored(monkeypatch):
     from roofprof.devices.cpu import threads
-    from roofprof.measurement import MeasureSettings
+    from roofprof.profiling.engine import MeasureSettings
 
     _fake_contention(monkeypatch, [0.0])
     before = torch.get_num_threads()
@@ -665,7 +666,7 @@ def test_tuning_knobs_are_settings_and_threads_are_restored(monkeypatch):
 
 
 def test_check_then_time_is_one_loop_for_every_caller(monkeypatch):
-    from roofprof.measurement import RetryBudget, check_then_time, check_then_time_group
+    from roofprof.profiling.engine import RetryBudget, check_then_time, check_then_time_group
     from roofprof.timing import PerfCounterClock
 
     op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]

@@ -1,5 +1,5 @@
-"""Batched serving (roofprof.serving), the batched rows of the published corpus, and the
-llama.cpp kernel path (roofprof.kernel_paths) the calibration uses."""
+"""Batched serving (roofprof.prediction.serving), the batched rows of the published corpus, and the
+llama.cpp kernel path (roofprof.prediction.kernel_paths) the calibration uses."""
 
 from __future__ import annotations
 
@@ -7,13 +7,18 @@ import statistics
 
 import pytest
 
-from roofprof.calibration import _prepared_corpus, fit, leave_one_out
 from roofprof.errors import ConfigError
-from roofprof.kernel_paths import KERNEL_PATHS, KernelPath, dequantize_bytes, fp16_accumulate_ratio
-from roofprof.memory_fit import fit as memory_fit
 from roofprof.models import ops
+from roofprof.prediction.calibration import _prepared_corpus, fit, leave_one_out
+from roofprof.prediction.kernel_paths import (
+    KERNEL_PATHS,
+    KernelPath,
+    dequantize_bytes,
+    fp16_accumulate_ratio,
+)
+from roofprof.prediction.memory_fit import fit as memory_fit
+from roofprof.prediction.serving import MAX_BATCH, batched_run, predict_batched, saturation_batch
 from roofprof.published import cases, validate_published
-from roofprof.serving import MAX_BATCH, batched_run, predict_batched, saturation_batch
 from roofprof.workload import Scenario
 
 

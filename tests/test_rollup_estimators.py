@@ -5,9 +5,10 @@ import math
 import pytest
 from conftest import tiny_spec
 
-from roofprof import predict, rollup
+from roofprof import predict
 from roofprof.models import llama_ops
-from roofprof.rollup import (
+from roofprof.prediction import rollup
+from roofprof.prediction.rollup import (
     MeasuredEstimator,
     OpTime,
     RealRun,

@@ -9,9 +9,9 @@ import pytest
 from roofprof.api import run
 from roofprof.cli import main
 from roofprof.errors import ConfigError
+from roofprof.job import STEPS, RunPlan
+from roofprof.job import run as run_plan
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.run import STEPS, RunPlan
-from roofprof.run import run as run_plan
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("isolated_cache")

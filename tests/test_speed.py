@@ -20,7 +20,7 @@ import pytest
 from roofprof.cache import RooflineChoice
 from roofprof.devices.cpu import CpuDevice
 from roofprof.devices.pool import InputPool, cold_copies, stays_warm, tiled_normal
-from roofprof.measurement import check_then_time_group
+from roofprof.profiling.engine import check_then_time_group
 from roofprof.timing import Case, interleave
 from roofprof.workload import Op
 
@@ -154,8 +154,8 @@ def test_numpy_and_numba_share_one_weight_and_check_sampled_columns():
 
 def test_torch_numpy_and_numba_time_one_weight_buffer_on_the_cpu():
     pytest.importorskip("torch")
+    from roofprof.profiling.torch_ops import TorchOps
     from roofprof.specs import ModelSpec
-    from roofprof.torch_ops import TorchOps
 
     dev = CpuDevice()
     torch_impl = TorchOps.for_device(ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256), dev)
@@ -175,8 +175,8 @@ def test_torch_numpy_and_numba_time_one_weight_buffer_on_the_cpu():
 
 def test_torch_gemm_check_never_converts_the_whole_weight(monkeypatch):
     torch = pytest.importorskip("torch")
+    from roofprof.profiling.torch_ops import TorchOps
     from roofprof.specs import ModelSpec
-    from roofprof.torch_ops import TorchOps
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
     impl = TorchOps(spec, cache_bytes=1 << 30)
@@ -195,8 +195,8 @@ def test_torch_gemm_check_never_converts_the_whole_weight(monkeypatch):
 def test_torch_embedding_table_and_lm_head_weight_are_one_buffer_drawn_fast(monkeypatch):
     torch = pytest.importorskip("torch")
     from roofprof.models import llama_ops
+    from roofprof.profiling.torch_ops import TorchOps
     from roofprof.specs import ModelSpec
-    from roofprof.torch_ops import TorchOps
 
     spec = ModelSpec(
         "t", 64, 128, 1, 4, 2, 16, 20000, False, 256
@@ -339,7 +339,7 @@ def test_a_long_probe_call_gets_three_samples_a_short_one_its_minimum():
 
 
 def test_group_measurement_writes_the_cache_once(isolated_cache):
-    from roofprof.profiling import Profiler, ProfileSettings
+    from roofprof.profiling.profiler import Profiler, ProfileSettings
     from roofprof.specs import ModelSpec
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
@@ -359,7 +359,7 @@ def test_group_measurement_writes_the_cache_once(isolated_cache):
 
 
 def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch):
-    import roofprof.profiling as profiling
+    import roofprof.profiling.profiler as profiling
     from roofprof.specs import ModelSpec
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
@@ -389,8 +389,8 @@ def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch
 
 
 def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(monkeypatch):
-    import roofprof.measurement as measurement
-    import roofprof.profiling as profiling
+    import roofprof.profiling.engine as measurement
+    import roofprof.profiling.profiler as profiling
     from roofprof.specs import ModelSpec
 
     spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
@@ -446,8 +446,8 @@ def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(mo
 
 def test_cached_roofline_is_reused_only_while_fresh_and_complete(isolated_cache, tmp_path):
     from roofprof.cache import cached_roofline, roofline_cache_path
-    from roofprof.probes import RooflineResult
     from roofprof.roofline import Ceiling, Roofline
+    from roofprof.roofline.probes import RooflineResult
 
     dev = CpuDevice()
     assert cached_roofline(dev, 3600) is None
@@ -476,8 +476,8 @@ def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(
     isolated_cache, monkeypatch
 ):
     from roofprof.cache import minimal_roofline_cache_path, resolve_roofline, roofline_cache_path
-    from roofprof.probes import RooflineResult
     from roofprof.roofline import Ceiling, Roofline
+    from roofprof.roofline.probes import RooflineResult
 
     dev = CpuDevice()
     test_plan = dev.roofline_plan("test")
@@ -517,8 +517,8 @@ def test_measured_ridge_is_nan_without_a_ceiling_for_the_dtype_and_the_table_say
     from rich.console import Console
 
     from roofprof import predict
+    from roofprof.prediction.rollup import MeasuredEstimator, OpTime, RooflineEstimator
     from roofprof.report import print_predictions
-    from roofprof.rollup import MeasuredEstimator, OpTime, RooflineEstimator
     from roofprof.roofline import Ceiling, Roofline
 
     rl = Roofline(
@@ -547,7 +547,7 @@ def test_nothing_imported_by_the_cli_starts_numbas_threads_before_the_runtime_is
     """The trap of the profile: numba's ``omp`` layer started early made a real prefill 2.5× slower."""
     pytest.importorskip("numba")
     code = (
-        "import roofprof.cli, roofprof.run, roofprof.profiling, roofprof.devices.cpu as c\n"
+        "import roofprof.cli, roofprof.job, roofprof.profiling.profiler, roofprof.devices.cpu as c\n"
         "print(c.single_openmp_runtime())\n"
         "dev = c.CpuDevice()\n"
         "import numpy as np\n"

@@ -11,9 +11,9 @@ from roofprof.api import validate
 from roofprof.cli import main
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.models import ops
-from roofprof.rollup import MeasuredEstimator, OpTime
+from roofprof.prediction.rollup import MeasuredEstimator, OpTime
 from roofprof.specs import load_model
-from roofprof.validation import memory_plan
+from roofprof.validation.records import memory_plan
 from roofprof.workload import Scenario
 
 torch = pytest.importorskip("torch")
@@ -45,7 +45,7 @@ def tiny(tmp_path):
 )
 @pytest.mark.parametrize("attention", ["fused", "unfused"])
 def test_real_run_times_prefill_and_decode(tiny, backend, attention, monkeypatch):
-    import roofprof.validation as validation
+    import roofprof.validation.model_run as validation
 
     class QuietMachine:  # fake the machine's load, not the model: no repetition is dropped
         share, available = 0.0, True
@@ -83,7 +83,7 @@ def test_plain_torch_matches_transformers_numerically():
     if not HAS_HF:
         pytest.skip("no transformers")
     from roofprof.models.llama_torch import KVCache, TorchLlama
-    from roofprof.validation import build_hf_model
+    from roofprof.validation.real_model import build_hf_model
 
     spec = tiny_spec()
     hf = build_hf_model(spec, "fp32", "cpu", "fused")
@@ -284,12 +284,12 @@ def test_real_run_on_a_gpu_with_cuda_events(tiny):
 
 
 def test_a_short_warm_up_prefill_runs_the_prompt_head_only(tiny, monkeypatch):
-    from roofprof import validation
+    import roofprof.validation.model_run as validation
 
     seen = []
-    real = validation._Runner.prefill
+    real = validation.Runner.prefill
     monkeypatch.setattr(
-        validation._Runner,
+        validation.Runner,
         "prefill",
         lambda self, ids: (seen.append(ids.shape[1]), real(self, ids))[1],
     )
@@ -314,12 +314,12 @@ def test_a_short_warm_up_prefill_runs_the_prompt_head_only(tiny, monkeypatch):
 
 
 def test_without_per_repetition_warm_up_steps_the_decode_path_still_warms_once(tiny, monkeypatch):
-    from roofprof import validation
+    import roofprof.validation.model_run as validation
 
     steps = []
-    real = validation._Runner.step
+    real = validation.Runner.step
     monkeypatch.setattr(
-        validation._Runner,
+        validation.Runner,
         "step",
         lambda self, ids, cache: (steps.append(1), real(self, ids, cache))[1],
     )

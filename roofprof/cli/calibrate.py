@@ -24,7 +24,7 @@ def calibrate(
     """Fit the engine profiles of --estimator calibrated on data/published/ and write them,
     with in-sample fit residuals and leave-one-out residuals (no GPU needed)."""
     from roofprof._resources import data_root
-    from roofprof.calibration import write_calibration
+    from roofprof.prediction.calibration import write_calibration
     from roofprof.report.published import print_calibration
 
     target = out or data_root() / "calibration.json"

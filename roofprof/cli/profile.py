@@ -90,7 +90,7 @@ def profile(
     """Measure every op of a Llama pass on this device (correctness first) and place it on the
     roofline."""
     from roofprof.cache import RooflineChoice
-    from roofprof.profiling import Profiler, ProfileSettings
+    from roofprof.profiling.profiler import Profiler, ProfileSettings
     from roofprof.specs import load_model
     from roofprof.workload import Scenario
 

@@ -67,9 +67,9 @@ def roofline(
         return
     from roofprof.cli._options import check_output
     from roofprof.devices import select_device
-    from roofprof.probes import RooflineInterrupted, measure_roofline
     from roofprof.report import print_roofline_summary, roofline_summary_payload
     from roofprof.results import check_writable_dir
+    from roofprof.roofline.probes import RooflineInterrupted, measure_roofline
 
     check_output(
         out,

@@ -1,4 +1,4 @@
-"""``roofprof run``: the main job, from doctor to HTML report (see :func:`roofprof.run.run`)."""
+"""``roofprof run``: the main job, from doctor to HTML report (see :func:`roofprof.job.run`)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def run_command(
 ) -> None:
     """The main job: doctor → roofline → profile → predictions → validation → HTML
     report."""
-    from roofprof.run import RunPlan, run
+    from roofprof.job import RunPlan, run
 
     check_int(prompt, "--prompt", 1, MAX_TOKENS)
     check_int(batch, "--batch", 1, MAX_BATCH)

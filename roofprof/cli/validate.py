@@ -181,7 +181,7 @@ def validate(
 
 
 def _published(estimators, gpu, engine, phase, fmt, out, plot) -> None:
-    from roofprof.calibration import ENGINES
+    from roofprof.prediction.calibration import ENGINES
     from roofprof.published import validate_published
     from roofprof.report.published import (
         print_published_validation,
@@ -218,8 +218,9 @@ def _published(estimators, gpu, engine, phase, fmt, out, plot) -> None:
 
 def _predictions(result, dev, wanted, roofline, budget, threads, progress):
     from roofprof.cache import RooflineChoice
-    from roofprof.profiling import Profiler, ProfileSettings, estimators_for
-    from roofprof.validation import predict_for
+    from roofprof.profiling.measured import estimators_for
+    from roofprof.profiling.profiler import Profiler, ProfileSettings
+    from roofprof.validation.model_run import predict_for
 
     prof = None
     if "empirical" in wanted or "measured" in wanted:

@@ -26,7 +26,7 @@ from typing import Any
 from roofprof.counters.collection import run_under_ncu
 from roofprof.counters.hierarchical import compare_with_ops, place_hierarchical, records_to_json
 from roofprof.counters.nvtx import op_range
-from roofprof.measurement import Measurement, prepare_checked
+from roofprof.profiling.engine import Measurement, prepare_checked
 from roofprof.results import check_writable_dir, provenance, read_json, write_json_atomic
 from roofprof.workload import Workload
 
@@ -57,7 +57,7 @@ def run_ops_once(
 ) -> list[dict[str, Any]]:
     """Child side: check each distinct op with each implementation, then run it once in its range.
 
-    The check is :func:`roofprof.measurement.prepare_checked` (the engine's first half).
+    The check is :func:`roofprof.profiling.engine.prepare_checked` (the engine's first half).
     Returns one manifest entry per op × implementation: ``CounterOp`` fields plus
     ``status`` (``ran``, ``failed``, ``unsupported``, ``error``) and the check (or the
     ``reason`` it did not run).

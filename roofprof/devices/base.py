@@ -2,7 +2,7 @@
 
 A :class:`Device` knows its identity (:class:`DeviceInfo`), gives a timing clock, a cache
 flush, a telemetry sampler, its peak probes (:class:`Probe` catalogue, measured by
-``roofprof.probes``) and its op implementations (:class:`OpImpl`, used by ``profile``).
+``roofprof.roofline.probes``) and its op implementations (:class:`OpImpl`, used by ``profile``).
 
 Op implementations follow "correct first": ``prepare`` allocates inputs and outputs for
 one :class:`~roofprof.workload.Op`; ``check`` fills fresh random inputs, poisons the output,
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from roofprof.roofline_plan import RooflinePlan
+    from roofprof.roofline.plan import RooflinePlan
     from roofprof.telemetry import Sampler
     from roofprof.timing import Clock
     from roofprof.workload import Op

@@ -59,7 +59,7 @@ from roofprof.telemetry import CpuFreqSampler, NullSampler
 from roofprof.timing import PerfCounterClock
 
 if TYPE_CHECKING:
-    from roofprof.roofline_plan import RooflinePlan
+    from roofprof.roofline.plan import RooflinePlan
 
 __all__ = [
     "AUTO_FALLBACK",
@@ -479,12 +479,12 @@ class NumbaGemm:
 
 def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
     """The CPU's roofline plan: sweeps sized from ``info``'s caches by
-    :meth:`~roofprof.roofline_plan.RooflinePlan.sized`, with the CPU's budgets and GEMM sizes.
+    :meth:`~roofprof.roofline.plan.RooflinePlan.sized`, with the CPU's budgets and GEMM sizes.
 
     Raises:
         ConfigError: unknown plan name.
     """
-    from roofprof.roofline_plan import RooflinePlan
+    from roofprof.roofline.plan import RooflinePlan
 
     if name == "quick":
         knobs: dict[str, Any] = dict(

@@ -6,7 +6,7 @@ per-rank times are then reduced over the group (mean and max). ``S`` is what ncc
 calls the size: the buffer for all-reduce, the *total* (gathered / scattered) buffer for
 all-gather and reduce-scatter, the message for send/recv (each rank sends ``S`` to the next
 rank and receives ``S`` from the previous one). Bandwidths follow
-:mod:`roofprof.collectives` (``algbw = S / t``, ``busbw = algbw × factor``).
+:mod:`roofprof.prediction.collectives` (``algbw = S / t``, ``busbw = algbw × factor``).
 
 The device seam is :class:`Timer`: :class:`WallTimer` (``perf_counter`` around blocking
 calls: gloo on a CPU) or the CUDA timers (events after a synchronise; ``graph`` captures
@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from roofprof.collectives import algbw, busbw, busbw_factor
 from roofprof.errors import ConfigError
+from roofprof.prediction.collectives import algbw, busbw, busbw_factor
 
 __all__ = [
     "OPS",
@@ -47,7 +47,7 @@ __all__ = [
     "timers_for",
 ]
 
-#: The ops measured (nccl-tests names, as :func:`roofprof.collectives.load_collectives` reads).
+#: The ops measured (nccl-tests names, as :func:`roofprof.prediction.collectives.load_collectives` reads).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send")
 _ELEMENT_BYTES = 4  # float32 buffers, as nccl-tests' default
 

@@ -205,7 +205,7 @@ def interconnect_result(
 ) -> InterconnectResult:
     """The result of measured ``samples``: the datasheet busbw per op of ``spec_id`` (or of the
     GPU whose name matches ``device``), the topology of this host, notes."""
-    from roofprof.collectives import CollectiveModel
+    from roofprof.prediction.collectives import CollectiveModel
     from roofprof.specs import load_gpu, match_gpu
 
     notes: list[str] = []

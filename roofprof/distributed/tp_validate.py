@@ -11,7 +11,7 @@ measured at its exact sizes in the same group.
 The prediction is the ``measured`` estimator's for the per-rank workload
 (``Scenario(parallel=Parallel(tp=N))``: split heads, intermediate and vocabulary), its ops
 profiled for one rank's shapes with the rank's thread count, plus the measured collective
-times (:class:`~roofprof.collectives.CollectiveModel` over a table of them). Residuals as in
+times (:class:`~roofprof.prediction.collectives.CollectiveModel` over a table of them). Residuals as in
 single-rank validate: ``predicted / real − 1``.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from roofprof.errors import ConfigError
-from roofprof.rollup import Prediction, RealRun, compare
+from roofprof.prediction.rollup import Prediction, RealRun, compare
 from roofprof.specs import ModelSpec
 
 __all__ = ["TPValidation", "validate_tp"]
@@ -50,7 +50,7 @@ class TPValidation:
     load_average: tuple[float, float] | None = None  # 1-minute load before and after the real run
 
     def comparison(self) -> list[dict[str, Any]]:
-        """Rows of :func:`roofprof.rollup.compare` (one per estimator, then ``real``)."""
+        """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``)."""
         return compare(self.predictions, self.real)
 
     def to_dict(self) -> dict[str, Any]:
@@ -289,11 +289,11 @@ def _predict(
 
     from roofprof import models
     from roofprof.cache import RooflineChoice
-    from roofprof.collectives import CollectiveModel, CollectiveTable
     from roofprof.distributed.bench import CollectiveSample, fits
     from roofprof.distributed.tp_model import shard_spec
-    from roofprof.profiling import Profiler, ProfileSettings
-    from roofprof.rollup import estimate_phase
+    from roofprof.prediction.collectives import CollectiveModel, CollectiveTable
+    from roofprof.prediction.rollup import estimate_phase
+    from roofprof.profiling.profiler import Profiler, ProfileSettings
     from roofprof.workload import Counting, Parallel, Scenario
 
     points: dict[tuple[str, int], list[tuple[float, float]]] = {}

@@ -150,7 +150,7 @@ class TorchSide:
     ``build(spec, dtype, device, attention)`` (roofprof's plain-torch model of the family:
     ``forward(input_ids, cache) -> last-token logits``, cache from ``new_cache(spec)``) and
     ``PREPARERS`` (``Op.fn`` -> ``preparer(torch_ops, op) -> PreparedTorchOp`` for the fns
-    the family adds to :mod:`roofprof.torch_ops`; empty when it adds none). Optional:
+    the family adds to :mod:`roofprof.profiling.torch_ops`; empty when it adds none). Optional:
     ``AUTO_BACKEND`` (``"torch"``: ``validate --backend auto`` runs the plain-torch model,
     when the transformers class runs another form than the one counted) and
     ``BACKEND_NOTES`` (backend -> the note ``validate`` adds to its result).

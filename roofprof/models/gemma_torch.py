@@ -6,7 +6,7 @@ per layer (:func:`gemma_rms_norm`), GeGLU (:func:`gelu_tanh_mul`), local (slidin
 capped cache) and global layers, scores scaled by ``query_pre_attn_scalar ** -0.5``,
 Gemma 2's soft-caps (:func:`softcap`; its attention is eager, as transformers runs it),
 Gemma 3's per-head q/k norms and local RoPE base. The functions below are what the model
-calls and what :data:`PREPARERS` hands to :class:`roofprof.torch_ops.TorchOps`.
+calls and what :data:`PREPARERS` hands to :class:`roofprof.profiling.torch_ops.TorchOps`.
 
 >>> import torch
 >>> from roofprof.specs import load_model
@@ -330,7 +330,7 @@ def _prepare_scale(ops, op):
     )
 
 
-#: ``Op.fn`` -> preparer for :class:`roofprof.torch_ops.TorchOps`: Gemma's norms, GeGLU, soft-caps.
+#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps`: Gemma's norms, GeGLU, soft-caps.
 PREPARERS = {
     "gemma_rmsnorm": lambda ops, op: _prepare_norm(ops, op, per_head=False),
     "gemma_head_rmsnorm": lambda ops, op: _prepare_norm(ops, op, per_head=True),

@@ -6,7 +6,7 @@ plain torch (RMSNorm, RoPE with llama3 scaling, GQA attention through SDPA or ea
 SwiGLU MLP, tied or separate lm_head, a KV cache grown by concatenation as transformers'
 ``DynamicCache`` does). The op functions below (:func:`rms_norm`, :func:`apply_rope`,
 :func:`attention_sdpa`, ...) are what the model calls, and what ``roofprof profile`` times
-for the non-GEMM ops (``roofprof.torch_ops``), so the per-op measurements and the real
+for the non-GEMM ops (``roofprof.profiling.torch_ops``), so the per-op measurements and the real
 pass run the same torch calls.
 
 Weights are random (:func:`fill_random_`): timing does not depend on the values, only on
@@ -591,6 +591,6 @@ def _prepare_norm(ops, op):
     return ops.prepared(op, [call], reference, d, kernels, note, [x, w])
 
 
-#: ``Op.fn`` -> preparer for :class:`roofprof.torch_ops.TorchOps` (these win over its own):
+#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps` (these win over its own):
 #: ``rmsnorm`` also covers Qwen3's per-head q/k norms.
 PREPARERS = {"rmsnorm": _prepare_norm}

@@ -61,7 +61,7 @@ def roofline_chart(
 ) -> bytes:
     """Measured ceilings (solid), datasheet ceilings (dashed), and every measured op placed on them.
 
-    ``profiles`` maps phase → :class:`~roofprof.profiling.ProfileResult`; each op with a chosen
+    ``profiles`` maps phase → :class:`~roofprof.profiling.records.ProfileResult`; each op with a chosen
     measurement is a point at (analytic intensity, achieved FLOP/s), prefill ▲ red, decode
     ● blue, labelled with a short name. Ops with no FLOPs (the embedding gather) are left
     out (they have no place on a FLOP/s axis) and listed under the chart.
@@ -219,8 +219,8 @@ def breakdown_chart(
 ) -> bytes:
     """Stacked horizontal bars: each estimator's prefill and decode time split by op group.
 
-    ``predictions`` maps an estimator label to a :class:`~roofprof.rollup.Prediction`;
-    ``real`` (a :class:`~roofprof.rollup.RealRun`) is drawn as a black line per phase.
+    ``predictions`` maps an estimator label to a :class:`~roofprof.prediction.rollup.Prediction`;
+    ``real`` (a :class:`~roofprof.prediction.rollup.RealRun`) is drawn as a black line per phase.
     """
     plt = pyplot()
     labels = list(predictions)
@@ -336,7 +336,7 @@ def sweep_chart(
 ) -> bytes:
     """Decode sweeps: tokens/s vs batch (bound marked per point) and step time vs context.
 
-    Both map an estimator label to a list of decode :class:`~roofprof.rollup.PhasePrediction`.
+    Both map an estimator label to a list of decode :class:`~roofprof.prediction.rollup.PhasePrediction`.
     Filled markers: memory-bound; hollow: compute-bound.
     """
     plt = pyplot()

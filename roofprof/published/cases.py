@@ -1,7 +1,7 @@
 """Every published row as prediction cases (:class:`Case`) or a reason it is skipped.
 
 The lower half of :mod:`roofprof.published.compare`, kept apart so the calibration
-(:mod:`roofprof.calibration`) can use the cases without importing the comparison.
+(:mod:`roofprof.prediction.calibration`) can use the cases without importing the comparison.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofprof import models
-from roofprof.collectives import CollectiveModel
 from roofprof.errors import ConfigError, RoofprofError
-from roofprof.kernel_paths import path_of
+from roofprof.prediction.collectives import CollectiveModel
+from roofprof.prediction.kernel_paths import path_of
+from roofprof.prediction.rollup import Estimator, estimate_phase
+from roofprof.prediction.serving import batched_run
 from roofprof.published.corpus import PublishedRow, load_end_to_end, published_roofline
-from roofprof.rollup import Estimator, estimate_phase
 from roofprof.roofline import Roofline
-from roofprof.serving import batched_run
 from roofprof.specs import list_models, load_gpu
 from roofprof.workload import Counting, Parallel, Scenario, Workload
 
@@ -54,7 +54,7 @@ class Case:
     derived: bool
     passes: tuple[tuple[Scenario, int], ...]
     tokens: int = 1  # the passes' seconds are divided by this (batched: seconds per token)
-    batching: str = ""  # batched rows: "static" or "continuous" (roofprof.serving)
+    batching: str = ""  # batched rows: "static" or "continuous" (roofprof.prediction.serving)
 
     @property
     def label(self) -> str:
@@ -190,7 +190,7 @@ def cases(rows: Iterable[PublishedRow] | None = None) -> tuple[list[Case], list[
 
 def _counting(engine: str) -> Counting:
     """The op counting of an engine: unfused attention where it runs without flash attention
-    (:mod:`roofprof.kernel_paths`)."""
+    (:mod:`roofprof.prediction.kernel_paths`)."""
     return Counting(attention=path_of(engine).attention_counting)
 
 

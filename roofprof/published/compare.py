@@ -9,18 +9,18 @@ A row becomes one or more :class:`Case` objects:
   ``output_tokens`` decode steps at that batch) against its derived duration
   (``offline_run_s``: tokens counted / published tokens/s);
 * ``batched``: a static batch, or a loaded or saturated continuous-batching server
-  (:mod:`roofprof.serving`: prefill of the batch, then the decode steps at batch ``B`` with
+  (:mod:`roofprof.prediction.serving`: prefill of the batch, then the decode steps at batch ``B`` with
   their growing KV reads; a saturated server's ``B`` from its KV capacity) against the
   published seconds per token (``s_per_token`` = 1 / tokens/s of the whole system). These
   rows are never fitted and are summarised apart (:func:`summarize`).
 
 Rows roofprof cannot model (other model families, MLPerf's variable lengths) become
 :class:`Skipped` with the reason; tensor-parallel rows are modelled, their
-collectives priced by :mod:`roofprof.collectives`.
+collectives priced by :mod:`roofprof.prediction.collectives`.
 
 Estimators: ``spec`` (datasheet roofline), ``empirical`` (the roofline of the GPU's
 published ceilings, :func:`~roofprof.published.corpus.published_roofline`) and
-``calibrated`` (:mod:`roofprof.calibration`; in :func:`validate_published` its prediction
+``calibrated`` (:mod:`roofprof.prediction.calibration`; in :func:`validate_published` its prediction
 for a row always comes from a fit that **left that row out**).
 
 The residual is ``predicted / published − 1`` (positive: the prediction is slower).
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roofprof.errors import ConfigError
+from roofprof.prediction.rollup import RooflineEstimator
 from roofprof.published.cases import (
     PHASES,
     SINGLE_PHASES,
@@ -53,7 +54,6 @@ from roofprof.published.cases import (
     empirical_roofline,
     spec_roofline,
 )
-from roofprof.rollup import RooflineEstimator
 from roofprof.roofline import Roofline
 from roofprof.specs import load_gpu
 
@@ -142,12 +142,12 @@ def validate_published(
     loo: dict[str, float] = {}
     calibration: dict[str, Any] = {}
     if "calibrated" in estimators:
-        from roofprof.calibration import leave_one_out
+        from roofprof.prediction.calibration import leave_one_out
 
         loo = leave_one_out(all_cases)
         calibration = {
             "procedure": "leave-one-out: for each row, every profile is refitted on the corpus "
-            "without that row (roofprof.calibration.fit), then the row is predicted"
+            "without that row (roofprof.prediction.calibration.fit), then the row is predicted"
         }
 
     def keep(c: Case) -> bool:

@@ -91,7 +91,9 @@ class PublishedRow:
     source: str
     quote: str
     notes: str = ""
-    batching: str | None = None  # batched rows: "static" or "continuous" (roofprof.serving)
+    batching: str | None = (
+        None  # batched rows: "static" or "continuous" (roofprof.prediction.serving)
+    )
     tokens_counted: str | None = None  # batched rows: "output" or "total" (input + output) tokens
 
     def figure(self, metric: str) -> float | None:

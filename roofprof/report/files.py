@@ -87,7 +87,7 @@ def specs_payload() -> dict[str, Any]:
 
 def run_payload(result) -> dict[str, Any]:
     """Everything behind the report as one JSON-ready dict."""
-    from roofprof.rollup import compare
+    from roofprof.prediction.rollup import compare
 
     comparison = (
         result.validation.comparison()

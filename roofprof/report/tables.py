@@ -251,7 +251,7 @@ def print_specs(console: Console | None = None) -> None:
 
 
 def profile_table(result, title: str | None = None) -> Table:
-    """Per op of one :class:`~roofprof.profiling.ProfileResult`: time, rates, roof, bound, impls."""
+    """Per op of one :class:`~roofprof.profiling.records.ProfileResult`: time, rates, roof, bound, impls."""
     w = result.workload
     table = Table(
         title=title
@@ -446,7 +446,7 @@ def print_validation(result, console: Console | None = None) -> None:
 
 def print_run_summary(result, console: Console | None = None) -> None:
     """Headline numbers of a run, the estimator comparison, where the report is."""
-    from roofprof.rollup import compare
+    from roofprof.prediction.rollup import compare
 
     console = console or _console()
     rows = (

@@ -9,7 +9,7 @@ and keeps what it finished; the results file is rewritten whole after every sect
    every Numba registry kernel, and every op implementation (``cupy``, ``numba``,
    ``cublas``, ``torch``, ``cupy-ref``) on fresh random data against float64 numpy,
    outputs poisoned first. A kernel that fails is reported and never timed.
-2. ``roofline`` — :func:`roofprof.probes.measure_roofline` over the probes that passed;
+2. ``roofline`` — :func:`roofprof.roofline.probes.measure_roofline` over the probes that passed;
    compute ceilings restated at the datasheet clock (rate × spec clock / clock seen).
 3. ``benchmarks`` — Llama shapes from :func:`roofprof.models.ops` (3.1 8B and 70B,
    3.2 1B and 3B; decode M = batch, prefill M = batch × prompt), each implementation

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from roofprof.errors import DeviceUnavailableError
-from roofprof.measurement import Measurement, prepare_checked
+from roofprof.profiling.engine import Measurement, prepare_checked
 from roofprof.selftest.correctness import section_correctness
 from roofprof.selftest.plan import benchmark_plan, gemm_ops
 from roofprof.selftest.state import RunState, write_results
@@ -33,7 +33,7 @@ __all__ = ["RUNNERS", "Runner", "find_tests_dir"]
 
 
 def _section_roofline(dev: Any, st: RunState, deadline: float) -> tuple[str, str]:
-    from roofprof.probes import measure_roofline
+    from roofprof.roofline.probes import measure_roofline
 
     checks = st.results.get("probe_checks")
     catalogue = [p.name for p in dev.probes()]
@@ -231,7 +231,7 @@ def _bench_fields(m: Measurement, op: Any) -> dict[str, Any]:
 
 
 def _measure(dev: Any, impl: Any, op: Any, rng: np.random.Generator, clock: Any) -> Measurement:
-    """Check then time one (shape, implementation): :func:`roofprof.measurement.prepare_checked`,
+    """Check then time one (shape, implementation): :func:`roofprof.profiling.engine.prepare_checked`,
     then :func:`roofprof.timing.benchmark` of one call (L2 flushed when memory-bound)."""
     prepared, checked = prepare_checked(impl, op, rng)
     if prepared is None:

@@ -21,7 +21,7 @@ Progress = Callable[[str], Any]
 class SectionTimeout(Exception):
     """Raised to stop a section at its deadline (caught by the section, never escapes).
 
-    A plain exception: the roofline section stops :func:`roofprof.probes.measure_roofline`
+    A plain exception: the roofline section stops :func:`roofprof.roofline.probes.measure_roofline`
     with its ``deadline_s`` argument (the partial result comes back, ``complete=False``), so
     no fake Ctrl-C is needed.
     """

@@ -69,7 +69,7 @@ from roofprof.specs import load_gpu, match_gpu
 from roofprof.telemetry import NullSampler, NvmlSampler, Sampler
 
 if TYPE_CHECKING:
-    from roofprof.roofline_plan import RooflinePlan
+    from roofprof.roofline.plan import RooflinePlan
 
 __all__ = [
     "DELAY_TARGET_S",
@@ -565,13 +565,13 @@ class CudaDevice:
 
 def cuda_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
     """The GPU roofline plan: the sweep sized from ``info``'s L2 by
-    :meth:`~roofprof.roofline_plan.RooflinePlan.sized`, larger GEMMs and a DRAM-sized intensity sweep
+    :meth:`~roofprof.roofline.plan.RooflinePlan.sized`, larger GEMMs and a DRAM-sized intensity sweep
     (at least 256 MiB) than on a CPU, and GPU-scale budgets.
 
     Raises:
         ConfigError: unknown plan name.
     """
-    from roofprof.roofline_plan import RooflinePlan
+    from roofprof.roofline.plan import RooflinePlan
 
     quick = name == "quick"
     return RooflinePlan.sized(

@@ -15,7 +15,7 @@ fused attention) run through ``cupy-ref``: plain CuPy array code computing in fl
 (bf16 stored as its 16 bits), and fused attention through ``torch``'s SDPA when torch has
 CUDA (else CuPy: batched matmuls and a softmax, chunked over heads). It exists so that a
 profile on a GPU without torch covers the whole pass; with torch, ``roofprof.profile``
-also adds ``torch-eager`` (:mod:`roofprof.torch_ops`).
+also adds ``torch-eager`` (:mod:`roofprof.profiling.torch_ops`).
 
 Correct first: ``prepare`` refuses (``ConfigError`` with the numbers) buffers that would
 not fit *before* allocating; ``check`` draws fresh uniform(−1, 1) inputs on the device,

@@ -2,7 +2,7 @@
 :class:`Probe` s.
 
 Each entry has the shape of the CPU catalogue (``roofprof.devices.cpu``) so that
-:func:`roofprof.probes.measure_roofline` runs it unchanged (probe: kind, level or dtype;
+:func:`roofprof.roofline.probes.measure_roofline` runs it unchanged (probe: kind, level or dtype;
 kernel; bytes or FLOPs per repetition):
 
 * ``read``: bandwidth (sweep), level from the working set; ``probe_read_u4``

@@ -129,9 +129,9 @@ class CupyReference:
     _ELSEWHERE = {
         "linear": "cupy-ref covers the non-GEMM ops (GEMMs: cupy, numba, cublas, torch)",
         "onehot_matmul": "embedding counted as a matmul (rule-of-thumb convention) is not a gather",
-        "qk_matmul": "eager attention steps are measured by torch-eager (roofprof.torch_ops)",
-        "softmax": "eager attention steps are measured by torch-eager (roofprof.torch_ops)",
-        "pv_matmul": "eager attention steps are measured by torch-eager (roofprof.torch_ops)",
+        "qk_matmul": "eager attention steps are measured by torch-eager (roofprof.profiling.torch_ops)",
+        "softmax": "eager attention steps are measured by torch-eager (roofprof.profiling.torch_ops)",
+        "pv_matmul": "eager attention steps are measured by torch-eager (roofprof.profiling.torch_ops)",
     }
 
     def supports(self, op: Op) -> str | None:

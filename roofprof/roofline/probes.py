@@ -41,24 +41,24 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from roofprof.datasheet import spec_comparison
 from roofprof.devices.base import Device
 from roofprof.errors import ConfigError
-from roofprof.plateaus import DRAM_FACTOR, Plateau, find_plateaus, level_windows
-from roofprof.roofline_plan import PLANS, MiB, RooflinePlan, replace_plan
-from roofprof.roofline_result import (
+from roofprof.roofline.datasheet import spec_comparison
+from roofprof.roofline.plan import PLANS, MiB, RooflinePlan, replace_plan
+from roofprof.roofline.plateaus import DRAM_FACTOR, Plateau, find_plateaus, level_windows
+from roofprof.roofline.result import (
     SCHEMA,
     RooflineFailed,
     RooflineInterrupted,
     RooflineResult,
     load_result,
 )
-from roofprof.roofline_runner import PROBE_FAILURES, ProbeCheckError, Progress, RooflineRunner
+from roofprof.roofline.runner import PROBE_FAILURES, ProbeCheckError, Progress, RooflineRunner
 
 # The plan, the plateaus, the datasheet comparison, the result record and the measuring loop
-# live in their own modules; this face re-exports them so `from roofprof.probes import
+# live in their own modules; this face re-exports them so `from roofprof.roofline.probes import
 # RooflinePlan` keeps working.
-# re-exports them so `from roofprof.probes import RooflinePlan` keeps working.
+# re-exports them so `from roofprof.roofline.probes import RooflinePlan` keeps working.
 __all__ = [
     "DRAM_FACTOR",
     "PLANS",

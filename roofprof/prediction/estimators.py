@@ -5,7 +5,7 @@
 * :class:`MeasuredEstimator`: measured per-op times (``measured``, fed by ``roofprof profile``
   with :class:`OpTime` records), with or without the per-kernel launch overhead.
 
-Any object meeting :class:`Estimator` plugs into :func:`roofprof.rollup.predict`.
+Any object meeting :class:`Estimator` plugs into :func:`roofprof.prediction.rollup.predict`.
 Arithmetic only: no devices, no timing, no I/O.
 """
 
@@ -43,7 +43,7 @@ class Estimator(Protocol):
     roofline's ridge point in FLOP/byte (NaN when the estimator has no roofline).
     ``roofline`` is the roofline it models (None: none; a prediction then skips the check
     that the machine computes in the scenario's dtype), ``collectives`` the model that
-    prices communication ops (a :class:`~roofprof.collectives.CollectiveModel`, or None),
+    prices communication ops (a :class:`~roofprof.prediction.collectives.CollectiveModel`, or None),
     and ``prefetch(ops)`` lets an estimator that measures on demand measure a whole
     prediction's ops at once (a no-op for arithmetic estimators).
     """
@@ -72,7 +72,9 @@ class RooflineEstimator:
     level: str = "dram"
     source: str = ""
     warnings: tuple[str, ...] = ()
-    collectives: Any = None  # a roofprof.collectives.CollectiveModel: prices communication ops
+    collectives: Any = (
+        None  # a roofprof.prediction.collectives.CollectiveModel: prices communication ops
+    )
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, *, collectives: Any = None) -> RooflineEstimator:

@@ -42,7 +42,7 @@ from roofprof.timing import Case, Timing, benchmark, interleave
 
 if TYPE_CHECKING:
     from roofprof.devices.base import CheckResult, OpImpl, PreparedOp
-    from roofprof.rollup import OpTime
+    from roofprof.prediction.rollup import OpTime
     from roofprof.telemetry import Sampler, TelemetrySummary
     from roofprof.timing import Clock
     from roofprof.workload import Op
@@ -126,7 +126,7 @@ class Measurement:
 
     def op_time(self) -> OpTime:
         """The roll-up record of this measurement."""
-        from roofprof.rollup import OpTime
+        from roofprof.prediction.rollup import OpTime
 
         t = self.timing
         note = (t.flush if t.flush != "none" else "") + ("; noisy (CV > 5%)" if t.noisy else "")

@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from roofprof.cache import RooflineChoice
 from roofprof.errors import ConfigError
-from roofprof.profiling import ProfileSettings
-from roofprof.validation import ValidationSettings
+from roofprof.profiling.profiler import ProfileSettings
+from roofprof.validation.model_run import ValidationSettings
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device
-    from roofprof.probes import RooflineResult
-    from roofprof.profiling import ProfileResult
-    from roofprof.rollup import PhasePrediction, Prediction
+    from roofprof.prediction.rollup import PhasePrediction, Prediction
+    from roofprof.profiling.records import ProfileResult
     from roofprof.roofline import Roofline
-    from roofprof.validation import ValidationResult
+    from roofprof.roofline.probes import RooflineResult
+    from roofprof.validation.records import ValidationResult
     from roofprof.workload import Scenario
 
 __all__ = [
@@ -175,7 +175,7 @@ class RunPlan:
             RoofprofError: unknown model/device/dtype/step, bad sizes.
         """
         from roofprof.devices import as_device
-        from roofprof.validation import validation_context
+        from roofprof.validation.model_run import validation_context
         from roofprof.workload import Counting, Scenario
 
         dev = as_device(device)
@@ -359,9 +359,10 @@ def run(plan: RunPlan, *, progress: Progress | None = None, step: Step | None = 
     from roofprof.devices import as_device
     from roofprof.devices.cpu import single_openmp_runtime
     from roofprof.devices.cpu import threads as cpu_threads
-    from roofprof.profiling import Profiler, estimators_for
+    from roofprof.prediction.rollup import phase_sweep, predict
+    from roofprof.profiling.measured import estimators_for
+    from roofprof.profiling.profiler import Profiler
     from roofprof.results import check_writable_dir
-    from roofprof.rollup import phase_sweep, predict
 
     openmp = single_openmp_runtime()  # before the roofline probes start numba's threads
     folder = check_writable_dir(plan.out)
@@ -498,7 +499,7 @@ def _validation(
 ) -> ValidationResult | None:
     """The real run of ``plan``'s scenario with each estimator's prediction of exactly what
     ran (the scaled model, if scaled); a run that cannot happen is a warning, not the end."""
-    from roofprof.validation import predict_for, validate
+    from roofprof.validation.model_run import predict_for, validate
 
     try:
         val = validate(

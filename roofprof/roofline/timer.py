@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roofprof.devices.base import ProbeRun
-from roofprof.roofline_plan import RooflinePlan
+from roofprof.roofline.plan import RooflinePlan
 from roofprof.timing import Timing, benchmark
 
 __all__ = ["ProbeTimer"]

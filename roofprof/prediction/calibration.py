@@ -19,7 +19,7 @@ An op then takes ``max(FLOPs / (compute_fraction · peak), bytes / (memory_fract
 which runs once per pass). ``ideal`` is the roofline itself (fractions 1, no overheads).
 
 Where an engine does not run the counted work at the counted peak, its
-:class:`~roofprof.kernel_paths.KernelPath` (facts of the engine build, not fitted) says how:
+:class:`~roofprof.prediction.kernel_paths.KernelPath` (facts of the engine build, not fitted) says how:
 llama.cpp's May 2024 build runs fp16 prefill GEMMs at the fp16-accumulate tensor rate (twice
 the datasheet's fp32-accumulate peak on GeForce Ada), dequantizes Q4_K_M/Q8_0 weights into an
 fp16 buffer before each prefill GEMM (a memory-bound pass per matrix and per 512-token
@@ -36,7 +36,7 @@ steps, fixes the compute fraction only); otherwise the pooled value is kept. An 
 with no rows of a phase borrows the pooled fit of the engines that share its CUDA-graph
 behaviour (stated in the profile's ``fitted_from``). Rows the corpus flags as anomalous
 (``anomalous_pp``) are predicted but never fitted; so are the tensor-parallel rows, whose
-collectives are priced on the interconnect (:mod:`roofprof.collectives`, CUDA-graph α) and
+collectives are priced on the interconnect (:mod:`roofprof.prediction.collectives`, CUDA-graph α) and
 added unscaled: their residual is out of sample whatever the fit.
 
 **Accuracy** is stated leave-one-out (:func:`leave_one_out`): each row is predicted by
@@ -61,8 +61,13 @@ import numpy as np
 
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
-from roofprof.kernel_paths import dequantize_bytes, fp16_accumulate_ratio, path_of, peak_scale
-from roofprof.rollup import OpEstimate
+from roofprof.prediction.kernel_paths import (
+    dequantize_bytes,
+    fp16_accumulate_ratio,
+    path_of,
+    peak_scale,
+)
+from roofprof.prediction.rollup import OpEstimate
 from roofprof.roofline import Roofline
 from roofprof.workload import COLLECTIVE_FNS, Op
 
@@ -129,7 +134,7 @@ IDEAL = EngineProfile(
 
 
 class CalibratedEstimator:
-    """A rollup :class:`~roofprof.rollup.Estimator`: a roofline plus an engine profile."""
+    """A rollup :class:`~roofprof.prediction.rollup.Estimator`: a roofline plus an engine profile."""
 
     def __init__(
         self,
@@ -238,7 +243,7 @@ class _Prepared:
         False  # flagged by the corpus (e.g. ``anomalous_pp``): predicted, never fitted
     )
     multi_gpu: bool = False  # tensor-parallel rows: predicted (leave-one-out), never fitted
-    tokens: int = 1  # batched rows: the run's seconds per token (roofprof.serving)
+    tokens: int = 1  # batched rows: the run's seconds per token (roofprof.prediction.serving)
     run_cost: bool = (
         False  # the run pays the profile's ``offline_run_s`` (offline ``vllm bench throughput``)
     )

@@ -1,10 +1,10 @@
 """The measuring loop of a roofline: each probe of the catalogue checked, timed, turned into
 ceilings.
 
-A :class:`RooflineRunner` runs one :func:`~roofprof.probes.measure_roofline` call: compute
+A :class:`RooflineRunner` runs one :func:`~roofprof.roofline.probes.measure_roofline` call: compute
 and GEMM probes first, then the bandwidth sweeps (their plateaus give the memory ceilings)
 and the intensity sweeps; a probe that fails (:data:`PROBE_FAILURES`) is skipped and
-recorded, and the partial :class:`~roofprof.roofline_result.RooflineResult` can be built
+recorded, and the partial :class:`~roofprof.roofline.result.RooflineResult` can be built
 after any step.
 """
 
@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from roofprof.datasheet import spec_comparison
 from roofprof.devices.base import Device, DeviceInfo, Probe, ProbeRun
 from roofprof.errors import RoofprofError
-from roofprof.plateaus import Plateau, find_plateaus
 from roofprof.roofline import Ceiling, Roofline
-from roofprof.roofline_plan import RooflinePlan
-from roofprof.roofline_result import RooflineFailed, RooflineInterrupted, RooflineResult
-from roofprof.roofline_timer import ProbeTimer
+from roofprof.roofline.datasheet import spec_comparison
+from roofprof.roofline.plan import RooflinePlan
+from roofprof.roofline.plateaus import Plateau, find_plateaus
+from roofprof.roofline.result import RooflineFailed, RooflineInterrupted, RooflineResult
+from roofprof.roofline.timer import ProbeTimer
 from roofprof.telemetry import Contention, loadavg
 from roofprof.timing import Timing
 from roofprof.units import fmt_bytes
@@ -49,7 +49,7 @@ class _Stop(Exception):
 
 
 class RooflineRunner:
-    """State of one :func:`~roofprof.probes.measure_roofline` call: runs the probe catalogue
+    """State of one :func:`~roofprof.roofline.probes.measure_roofline` call: runs the probe catalogue
     under a plan and builds the (partial, at any time) :class:`RooflineResult`."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """Prediction records: one op, one pass, one model under one estimator, and a real run.
 
-:class:`Prediction` is what :func:`roofprof.rollup.predict` returns; :class:`RealRun` is a
+:class:`Prediction` is what :func:`roofprof.prediction.rollup.predict` returns; :class:`RealRun` is a
 timed forward pass of a real model, against which :func:`compare` reports each estimator's
 residual ``predicted / real - 1``. Records only: arithmetic, no devices, no I/O.
 """
@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from roofprof.estimators import OpEstimate
+from roofprof.prediction.estimators import OpEstimate
 from roofprof.specs import ModelSpec
 from roofprof.workload import Op, Parallel, Workload
 
 if TYPE_CHECKING:
-    from roofprof.memory_fit import MemoryFit
+    from roofprof.prediction.memory_fit import MemoryFit
 
 __all__ = [
     "OpPrediction",

@@ -16,7 +16,7 @@ family (:mod:`roofprof.models.llama_torch` and its kin, the same architecture,
   ``decode_steps`` timed ones, one token per sequence each, with the KV cache growing.
 
 Times come from the device clock: CUDA events on a GPU, ``perf_counter`` on a CPU (both
-synchronise before reading). The medians form a :class:`~roofprof.rollup.RealRun`.
+synchronise before reading). The medians form a :class:`~roofprof.prediction.rollup.RealRun`.
 
 Attention runs as the counting convention says: ``fused`` → SDPA (a fused
 FlashAttention-style kernel on CPU and GPU), ``unfused`` → eager attention (scores through
@@ -37,328 +37,42 @@ import statistics
 import time
 import warnings as _warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from roofprof.errors import ConfigError, DeviceUnavailableError, UnknownNameError
-from roofprof.rollup import Estimator, Prediction, RealRun, compare, predict
-from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
+from roofprof.prediction.rollup import Estimator, Prediction, RealRun, predict
+from roofprof.specs import ModelSpec
 from roofprof.telemetry import CONTENDED_SHARE, Contention
+from roofprof.validation.real_model import (
+    BACKENDS,
+    Runner,
+    auto_backend,
+    build_hf_model,
+    build_torch_model,
+    has_transformers,
+    scaled_model,
+    torch_module,
+)
+from roofprof.validation.records import ValidationResult, memory_plan
 from roofprof.workload import Counting, Scenario
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device
 
 __all__ = [
-    "BACKENDS",
-    "MemoryPlan",
-    "ValidationResult",
-    "build_hf_model",
-    "build_torch_model",
-    "memory_plan",
+    "TORCH_MISSING",
+    "ValidationSettings",
     "predict_for",
     "validate",
     "validation_context",
 ]
 
 Progress = Callable[[str, int, int], None]
-BACKENDS = ("auto", "hf", "torch")
 TORCH_MISSING = (
     "roofprof validate runs a real model and needs torch: pip install 'roofprof[torch]' "
     "(CPU only: pip install torch==2.13.0 first); transformers is optional: 'roofprof[hf]'"
 )
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """How much memory the real run needs, how much there is, and the layers that fit."""
-
-    needed_bytes: float
-    available_bytes: float
-    num_layers: int
-    original_layers: int
-    per_layer_bytes: float
-    fixed_bytes: float
-
-    @property
-    def scaled(self) -> bool:
-        return self.num_layers < self.original_layers
-
-    def describe(self) -> str:
-        """One line for the output."""
-        if not self.scaled:
-            return (
-                f"all {self.original_layers} layers fit ({self.needed_bytes / 1e9:.2f} GB needed, "
-                f"{self.available_bytes / 1e9:.2f} GB usable)"
-            )
-        return (
-            f"scaled from {self.original_layers} to {self.num_layers} layers to fit: the full model needs "
-            f"{self.needed_bytes / 1e9:.2f} GB, {self.available_bytes / 1e9:.2f} GB usable; predictions are "
-            f"made for the same {self.num_layers}-layer model"
-        )
-
-
-@dataclass(frozen=True)
-class ValidationResult:
-    """A real run, what it ran on, and each estimator's residual against it."""
-
-    real: RealRun
-    model: ModelSpec
-    dtype: str
-    backend: str
-    attention: str
-    device: Mapping[str, Any]
-    threads: int | None
-    clock: str
-    prefill_samples_s: tuple[float, ...]
-    decode_samples_s: tuple[float, ...]
-    memory: MemoryPlan
-    counting: Counting
-    telemetry: Mapping[str, Any] = field(default_factory=dict)
-    predictions: Mapping[str, Prediction] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    build_s: float = 0.0
-    #: the scenario asked for (its model unscaled; ``model`` is what ran)
-    scenario: Scenario | None = None
-
-    def comparison(self) -> list[dict[str, Any]]:
-        """Rows of :func:`roofprof.rollup.compare` (one per estimator, then ``real``)."""
-        return compare(self.predictions, self.real)
-
-    def with_predictions(self, predictions: Mapping[str, Prediction]) -> ValidationResult:
-        return dataclasses.replace(self, predictions=dict(predictions))
-
-    def to_dict(self) -> dict[str, Any]:
-        from roofprof.results import provenance
-
-        return {
-            "real": self.real.to_dict(),
-            "model": self.model.id,
-            "num_layers": self.model.num_layers,
-            "dtype": self.dtype,
-            "backend": self.backend,
-            "attention": self.attention,
-            "counting": self.counting.describe(),
-            "device": dict(self.device),
-            "threads": self.threads,
-            "clock": self.clock,
-            "prefill_samples_s": list(self.prefill_samples_s),
-            "decode_samples_s": list(self.decode_samples_s),
-            "memory": {
-                **dataclasses.asdict(self.memory),
-                "scaled": self.memory.scaled,
-                "note": self.memory.describe(),
-            },
-            "telemetry": dict(self.telemetry),
-            "build_s": self.build_s,
-            "comparison": [
-                {k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
-                for row in self.comparison()
-            ],
-            "warnings": list(self.warnings),
-            "provenance": provenance(device=dict(self.device)),
-        }
-
-
-# --------------------------------------------------------------------------- memory
-
-
-def memory_plan(
-    spec: ModelSpec,
-    dtype: str,
-    *,
-    batch: int,
-    prompt_tokens: int,
-    total_tokens: int,
-    available_bytes: float,
-    attention: str = "fused",
-    max_layers: int | None = None,
-) -> MemoryPlan:
-    """Layers that fit in ``available_bytes`` for a run of ``total_tokens`` per sequence.
-
-    Needs: weights (tied embeddings once), the KV cache of ``total_tokens``, and prefill
-    activations (a few hidden-size and intermediate-size rows per token, the eager score
-    matrix, last-token logits), plus 10 % slack.
-
-    Raises:
-        ConfigError: not even one layer fits (the message gives both figures).
-
-    >>> from roofprof.specs import load_model
-    >>> m = load_model("llama-3.1-8b")
-    >>> p = memory_plan(m, "bf16", batch=1, prompt_tokens=128, total_tokens=160, available_bytes=8e9)
-    >>> p.scaled, p.num_layers < 32
-    (True, True)
-    """
-    e = BYTES_PER_ELEMENT[dtype]
-    rows = batch * prompt_tokens
-    embed = spec.vocab_size * spec.hidden_size * e
-    head = 0 if spec.tie_word_embeddings else embed
-    acts = (
-        rows
-        * (6 * spec.hidden_size + 3 * spec.intermediate_size + spec.q_size + 2 * spec.kv_size)
-        * e
-    )
-    if attention != "fused":
-        acts += 2 * batch * spec.num_heads * prompt_tokens * prompt_tokens * max(e, 4)
-    acts += batch * spec.vocab_size * 4
-    per_layer = (
-        spec.layer_param_count() * e + batch * total_tokens * 2 * spec.kv_size * e * 2
-    ) * 1.1
-    fixed = (embed + head + spec.hidden_size * e + acts) * 1.1
-    needed = fixed + per_layer * spec.num_layers
-    fit = int((available_bytes - fixed) // per_layer) if available_bytes > fixed else 0
-    layers = min(spec.num_layers, fit, max_layers or spec.num_layers)
-    if layers < 1:
-        one = fixed + per_layer
-        raise ConfigError(
-            f"{spec.id} in {dtype} cannot fit on this device even scaled to one layer: it needs "
-            f"{one / 1e9:.2f} GB with 1 of {spec.num_layers} layers ({needed / 1e9:.2f} GB whole) "
-            f"and {available_bytes / 1e9:.2f} GB is available"
-        )
-    return MemoryPlan(needed, available_bytes, layers, spec.num_layers, per_layer, fixed)
-
-
-# --------------------------------------------------------------------------- models
-
-
-def _scaled(spec: ModelSpec, layers: int) -> ModelSpec:
-    if layers == spec.num_layers:
-        return spec
-    return dataclasses.replace(
-        spec, num_layers=layers, id=f"{spec.id} ({layers} of {spec.num_layers} layers)"
-    )
-
-
-def has_transformers() -> bool:
-    return importlib.util.find_spec("transformers") is not None
-
-
-def _torch_module(spec: ModelSpec):
-    """The torch module of ``spec``'s family (:class:`roofprof.models.families.TorchSide`).
-
-    Raises:
-        ConfigError: the family has no torch side (predicted only).
-    """
-    import importlib
-
-    from roofprof.models import require_measurable
-    from roofprof.models.families import torch_side
-
-    require_measurable(spec, "validate")
-    side = torch_side(spec.family)
-    assert side is not None  # require_measurable refused the others
-    return side, importlib.import_module(side.module)
-
-
-def _auto_backend(spec: ModelSpec) -> str:
-    """``--backend auto``: transformers when installed, unless the family's torch module sets
-    ``AUTO_BACKEND = "torch"`` (its HF class runs another form than the one counted)."""
-    _, module = _torch_module(spec)
-    return "hf" if getattr(module, "AUTO_BACKEND", "hf") == "hf" and has_transformers() else "torch"
-
-
-def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):
-    """The family's transformers model (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ...) with random
-    weights (built on meta, then allocated). A model class without SDPA support (Gemma 2, for
-    its soft-capped scores) runs eager attention whatever ``attention`` says."""
-    import torch
-    import transformers
-
-    from roofprof.models.llama_torch import fill_weights_, torch_dtype
-
-    side, module = _torch_module(spec)
-    config_class, model_class = (
-        getattr(transformers, side.hf_config_class),
-        getattr(transformers, side.hf_class),
-    )
-    with _warnings.catch_warnings():
-        _warnings.simplefilter("ignore")
-        config = config_class(**module.hf_config(spec))
-        fused = attention == "fused" and getattr(model_class, "_supports_sdpa", True)
-        config._attn_implementation = "sdpa" if fused else "eager"
-        with torch.device("meta"):
-            model = model_class(config)
-    model = model.to(torch_dtype(dtype))
-    model.to_empty(device=device)
-    fill_weights_(model)
-    with torch.no_grad():
-        for (
-            name,
-            buf,
-        ) in model.named_buffers():  # bias buffers (DeepSeek's score correction) start at 0
-            if name.endswith("_bias") and buf.is_floating_point():
-                buf.zero_()
-    if spec.tie_word_embeddings:
-        model.tie_weights()
-    _restore_buffers(model, config, device)
-    return model.eval()
-
-
-def _restore_buffers(model, config, device: str) -> None:
-    """Rebuild what ``to_empty`` emptied besides the weights: RoPE tables (any module with an
-    ``*inv_freq`` buffer is built again from the config) and Gemma's embedding scale."""
-    import torch
-
-    for parent in model.modules():
-        for child_name, child in list(parent.named_children()):
-            if any(name.endswith("inv_freq") for name, _ in child.named_buffers(recurse=False)):
-                setattr(
-                    parent,
-                    child_name,
-                    type(child)(config=getattr(child, "config", config)).to(device),
-                )
-            elif hasattr(child, "scalar_embed_scale") and isinstance(
-                getattr(child, "embed_scale", None), torch.Tensor
-            ):
-                with torch.no_grad():
-                    child.embed_scale.fill_(child.scalar_embed_scale)
-
-
-def build_torch_model(spec: ModelSpec, dtype: str, device: str, attention: str):
-    """The family's plain-torch model (:mod:`roofprof.models.llama_torch` and its kin), random weights."""
-    from roofprof.models.llama_torch import torch_dtype
-
-    _, module = _torch_module(spec)
-    return module.build(spec, torch_dtype(dtype), device, attention).eval()
-
-
-class _Runner:
-    """Calls a model the same way whatever the backend: prefill → cache, decode step(cache)."""
-
-    def __init__(self, model, backend: str):
-        import inspect
-
-        self.model, self.backend = model, backend
-        if backend == "hf":
-            params = inspect.signature(model.forward).parameters
-            self.cache_kw = "cache" if "cache" in params else "past_key_values"
-            self.keep_kw = (
-                "logits_to_keep"
-                if "logits_to_keep" in params
-                else "num_logits_to_keep"
-                if "num_logits_to_keep" in params
-                else None
-            )
-
-    def prefill(self, ids):
-        if self.backend == "torch":
-            _, module = _torch_module(self.model.spec)
-            cache = module.new_cache(self.model.spec)
-            return self.model(ids, cache), cache
-        kw = {"use_cache": True}
-        if self.keep_kw:
-            kw[self.keep_kw] = 1
-        out = self.model(input_ids=ids, **kw)
-        cache = out.get("cache") if "cache" in out else out.get("past_key_values")
-        return out.logits, cache
-
-    def step(self, ids, cache):
-        if self.backend == "torch":
-            return self.model(ids, cache)
-        kw = {"use_cache": True, self.cache_kw: cache}
-        if self.keep_kw:
-            kw[self.keep_kw] = 1
-        return self.model(input_ids=ids, **kw).logits
 
 
 # --------------------------------------------------------------------------- validate
@@ -462,7 +176,7 @@ def validate(
     from roofprof.models import require_measurable
 
     require_measurable(spec_full, "validate")
-    chosen = _auto_backend(spec_full) if backend == "auto" else backend
+    chosen = auto_backend(spec_full) if backend == "auto" else backend
     with cpu_threads(settings.threads) as count:
         result = _validate(
             dev,
@@ -519,7 +233,7 @@ def _validate(
         attention=attention,
         max_layers=max_layers,
     )
-    spec = _scaled(spec_full, plan.num_layers)
+    spec = scaled_model(spec_full, plan.num_layers)
     notes = [plan.describe()] if plan.scaled else []
     tdev = dev.info.torch_device
     steps_total = 2 + prefill_repeats * (1 + warmup_steps + -(-decode_steps // prefill_repeats))
@@ -537,14 +251,14 @@ def _validate(
     net = build(spec, dtype, tdev, attention)
     dev.synchronize()
     build_s = time.perf_counter() - t0
-    side, module = _torch_module(spec)
+    side, module = torch_module(spec)
     notes.extend(n for n in [getattr(module, "BACKEND_NOTES", {}).get(chosen)] if n)
     backend_label = (
         f"transformers {_version('transformers')} {side.hf_class}"
         if chosen == "hf"
         else f"plain torch ({side.module}.{type(net).__name__})"
     )
-    runner = _Runner(net, chosen)
+    runner = Runner(net, chosen)
     attention_ran = _attention_run(net, attention)
     gen = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, spec.vocab_size, (batch, prompt_tokens), generator=gen).to(tdev)

@@ -2,7 +2,7 @@
 
 A :class:`Roofline` is a set of :class:`Ceiling` s: compute roofs per dtype (FLOP/s) and
 memory slopes per level (bytes/s). It does not know how its ceilings were obtained: from a
-datasheet (``Roofline.from_spec``) or measured by probes (``roofprof.probes``); each
+datasheet (``Roofline.from_spec``) or measured by probes (``roofprof.roofline.probes``); each
 ceiling says which (``source``) and at what clock.
 
 >>> from roofprof.specs import load_gpu

@@ -1,6 +1,6 @@
 """Roll per-op estimates up into prefill (time to first token) and decode (tokens/s).
 
-An *estimator* (:mod:`roofprof.estimators`) turns one :class:`~roofprof.workload.Op` into
+An *estimator* (:mod:`roofprof.prediction.estimators`) turns one :class:`~roofprof.workload.Op` into
 seconds. Four sit side by side:
 
 * ``spec``: the roofline model (``max(FLOPs / peak, bytes / bandwidth)``) over the
@@ -34,9 +34,15 @@ from typing import Any
 
 from roofprof import models
 from roofprof.errors import ConfigError
-from roofprof.estimators import Estimator, MeasuredEstimator, OpEstimate, OpTime, RooflineEstimator
 from roofprof.precision import check_compute
-from roofprof.predictions import (
+from roofprof.prediction.estimators import (
+    Estimator,
+    MeasuredEstimator,
+    OpEstimate,
+    OpTime,
+    RooflineEstimator,
+)
+from roofprof.prediction.records import (
     OpPrediction,
     PhasePrediction,
     Prediction,
@@ -80,7 +86,7 @@ def estimate_phase(
 ) -> PhasePrediction:
     """Every op of ``workload`` through ``estimator``; collectives (``op.fn`` in
     ``COLLECTIVE_FNS``) through ``collectives`` or the estimator's own ``collectives`` model
-    (a :class:`~roofprof.collectives.CollectiveModel`; none: 0 s, noted)."""
+    (a :class:`~roofprof.prediction.collectives.CollectiveModel`; none: 0 s, noted)."""
     comm = collectives or estimator.collectives
     return PhasePrediction(
         workload,
@@ -111,7 +117,7 @@ def check_memory(scenarios: Sequence[Scenario], gpu: GpuSpec) -> None:
     >>> check_memory([Scenario.of("llama-3.1-8b", "decode", prompt_tokens=128)],
     ...              load_gpu("h100-sxm"))
     """
-    from roofprof.memory_fit import fit, smallest_tp
+    from roofprof.prediction.memory_fit import fit, smallest_tp
     from roofprof.units import fmt_bytes
 
     for s in scenarios:
@@ -192,7 +198,7 @@ def _predict(
     layout_asked: bool,
 ) -> Prediction:
     if collectives is None and scenario.parallel.devices > 1 and gpu is not None:
-        from roofprof.collectives import CollectiveModel
+        from roofprof.prediction.collectives import CollectiveModel
 
         collectives = CollectiveModel.for_gpu(gpu)
     roof = estimator.roofline
@@ -250,8 +256,8 @@ def _blocks(
             dc.context_tokens,
         )
     if gpu is not None:
-        from roofprof.memory_fit import fit
-        from roofprof.parallel_report import pipeline
+        from roofprof.prediction.layout import pipeline
+        from roofprof.prediction.memory_fit import fit
 
         par = scenario.parallel
         out["layout"] = par

@@ -2,7 +2,7 @@
 
 Points are grouped by the device's cache sizes when known (level *i* spans
 ``[max(2·size[i-1], size[i]/8), size[i]/2]``, DRAM from ``DRAM_FACTOR·LLC``), otherwise by
-segmentation; each level's ceiling is the median of its plateau (:mod:`roofprof.probes`).
+segmentation; each level's ceiling is the median of its plateau (:mod:`roofprof.roofline.probes`).
 """
 
 from __future__ import annotations

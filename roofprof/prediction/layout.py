@@ -1,5 +1,5 @@
 """The pipeline figures a multi-GPU prediction states beside its times (batch-1 latency,
-steady-state throughput and the bubble); :func:`roofprof.rollup.predict` puts them, with the
+steady-state throughput and the bubble); :func:`roofprof.prediction.rollup.predict` puts them, with the
 layout and the memory fit, in the prediction's typed fields.
 
 Pipeline parallelism does not shorten one token: batch-1 latency runs every stage in turn,
@@ -29,7 +29,7 @@ __all__ = ["pipeline"]
 def pipeline(phase: Any, parallel: Parallel) -> dict[str, Any]:
     """Latency, bottleneck stage and steady-state throughput of one phase prediction.
 
-    ``phase`` is a :class:`~roofprof.rollup.PhasePrediction`; seconds are per pass.
+    ``phase`` is a :class:`~roofprof.prediction.rollup.PhasePrediction`; seconds are per pass.
     """
     p = parallel.pp
     layers = phase.workload.model.num_layers

@@ -1,7 +1,7 @@
 """How much a roofline measurement does: :class:`RooflinePlan`, sized by the device.
 
 A device builds its plan (``device.roofline_plan(name)``) through :meth:`RooflinePlan.sized`
-from its caches and compute units; :func:`roofprof.probes.measure_roofline` runs it.
+from its caches and compute units; :func:`roofprof.roofline.probes.measure_roofline` runs it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from roofprof.devices.base import DeviceInfo, Probe
 from roofprof.errors import ConfigError
-from roofprof.plateaus import DRAM_FACTOR, level_windows
+from roofprof.roofline.plateaus import DRAM_FACTOR, level_windows
 from roofprof.specs import BYTES_PER_ELEMENT
 
 __all__ = ["KiB", "MiB", "PLANS", "SWEEP_MAX_FACTOR", "RooflinePlan", "replace_plan"]

@@ -1,6 +1,6 @@
 """Which kernels an engine runs for a pass: physical facts of an engine build, never fitted.
 
-The calibrated estimator (:mod:`roofprof.calibration`) scales the roofline by an engine's
+The calibrated estimator (:mod:`roofprof.prediction.calibration`) scales the roofline by an engine's
 fitted fractions. Some engines, though, do not run the work the op list counts at the peak
 the op list names; :class:`KernelPath` states how, so the fit sees the real work:
 

@@ -1,11 +1,11 @@
 """Profile the ops of a model pass on this machine and place them on its roofline.
 
 Every op of a :class:`~roofprof.workload.Scenario` (identical shapes measured once) is
-checked, then timed, by each available implementation (:mod:`roofprof.measurement`;
+checked, then timed, by each available implementation (:mod:`roofprof.profiling.engine`;
 a whole pass in interleaved rounds, busy rounds dropped on a shared host), and placed on
 the measured roofline (:func:`roofprof.roofline.place`): achieved FLOP/s and bytes/s,
 intensity, attainable roof, percent of roof, bound. Implementations: the device's own
-GEMMs plus :class:`roofprof.torch_ops.TorchOps` (``torch``, or ``torch-eager`` next to a
+GEMMs plus :class:`roofprof.profiling.torch_ops.TorchOps` (``torch``, or ``torch-eager`` next to a
 device's own ``torch``), which covers every op with the calls eager PyTorch makes. The
 roll-up uses the first of ``prefer`` that passed its check (default ``reference``: that
 torch implementation, what the validated model runs), else the fastest. An op whose
@@ -17,20 +17,18 @@ The torch/numba thread count (``threads``) is set while measuring and recorded
 one that was contended is measured again, and one that stays contended is named in the
 warnings with how to refresh it.
 
-Python API: :class:`Profiler` with :class:`ProfileSettings`, :func:`measured_estimator`,
-:func:`estimators_for`; ``roofprof.profile`` and ``roofprof.measure`` take loose arguments.
+Python API: :class:`Profiler` with :class:`ProfileSettings` (the estimators over it:
+:mod:`roofprof.profiling.measured`); ``roofprof.profile`` and ``roofprof.measure`` take loose arguments.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import time
 import warnings as _warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,23 +39,21 @@ from roofprof.cache import (
     RooflineChoice,
     choose_roofline,
     device_fingerprint,
-    spec_roofline,
 )
 from roofprof.devices.cpu import single_openmp_runtime
 from roofprof.devices.cpu import threads as cpu_threads
 from roofprof.devices.pool import malloc_trimmer, stays_warm
 from roofprof.errors import ConfigError, UnknownNameError
-from roofprof.measure_any import MeasureResult, measure  # API here too (roofprof.measure)
-from roofprof.measurement import (
+from roofprof.prediction.rollup import MeasuredEstimator, OpTime, RooflineEstimator
+from roofprof.profiling.engine import (
     Measurement,
     MeasureSettings,
     RetryBudget,
     check_then_time,
     check_then_time_group,
 )
-from roofprof.rollup import Estimator, MeasuredEstimator, OpTime, RooflineEstimator
-from roofprof.roofline import Point, Roofline, place
-from roofprof.specs import DTYPES, ModelSpec, load_model
+from roofprof.profiling.records import OpResult, ProfileResult
+from roofprof.specs import ModelSpec
 from roofprof.timing import Timing
 from roofprof.workload import Op, Scenario, Workload
 
@@ -66,149 +62,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PREFER",
-    "MeasureResult",
     "MeasureSettings",
     "OpResult",
     "ProfileResult",
     "ProfileSettings",
     "Profiler",
-    "estimators_for",
-    "measure",
-    "measured_estimator",
 ]
 
 Progress = Callable[[str, int, int], None]
-#: The roll-up prefers the implementation of :mod:`roofprof.torch_ops` (what the validated model runs),
+#: The roll-up prefers the implementation of :mod:`roofprof.profiling.torch_ops` (what the validated model runs),
 #: whatever name it carries on the device ("torch", or "torch-eager" next to a device's own "torch" GEMM).
 DEFAULT_PREFER = ("reference",)
 #: How to refresh measurements taken on a busy machine (said in every such warning).
 REMEASURE_HINT = (
     "rerun on a quiet machine with `roofprof profile --remeasure` (or `predict --remeasure`)"
 )
-
-
-# --------------------------------------------------------------------------- records
-
-
-def _placement(point: Point, roofline: Roofline | None) -> dict[str, Any]:
-    """Achieved rates, the attainable roof, percent of roof and bound of one point."""
-    s = point.seconds
-    d: dict[str, Any] = {
-        "intensity": point.intensity if point.bytes else None,
-        "flops_per_s": point.flops / s if s > 0 else None,
-        "bytes_per_s": point.bytes / s if s > 0 else None,
-        "attainable_flops_per_s": None,
-        "percent_of_roof": None,
-        "bound": None,
-        "roof_time_s": None,
-        "percent_of_roof_time": None,
-    }
-    if roofline is None or not point.bytes:
-        return d
-    try:
-        pl = place(point, roofline)
-    except ConfigError:
-        return d
-    d.update(
-        attainable_flops_per_s=pl.attainable_flops_per_s,
-        bound=pl.bound,
-        roof_time_s=pl.roof_time_s,
-        percent_of_roof=pl.percent_of_roof,
-        percent_of_roof_time=pl.percent_of_roof_time,
-    )
-    return d
-
-
-@dataclass(frozen=True)
-class OpResult:
-    """One op of the workload: every implementation's measurement and the one chosen."""
-
-    op: Op
-    measurements: tuple[Measurement, ...]
-    chosen: Measurement | None
-    roofline: Roofline | None = None
-
-    @property
-    def seconds(self) -> float:
-        """Chosen time of one call (NaN when nothing passed)."""
-        return self.chosen.seconds if self.chosen is not None else float("nan")
-
-    def point(self) -> Point:
-        """The op as a roofline point (analytic FLOPs and bytes, chosen time)."""
-        op = self.op
-        return Point(op.name, op.flops, op.bytes, self.seconds, op.dtype, source="measured")
-
-    def placement(self) -> dict[str, Any]:
-        """Achieved rates, the attainable roof at the op's intensity, percent of roof, bound."""
-        return _placement(self.point(), self.roofline)
-
-    def to_dict(self) -> dict[str, Any]:
-        op, chosen = self.op, self.chosen
-        return {
-            **op.to_dict(),
-            "flops": op.flops,
-            "bytes": op.bytes,
-            "note": op.note,
-            "impl": chosen.impl if chosen else None,
-            "seconds_per_call": self.seconds if chosen else None,
-            "seconds": self.seconds * op.count if chosen else None,
-            "cv": chosen.timing.cv if chosen else None,
-            "clock_mhz": (chosen.telemetry or {}).get("clock_mhz") if chosen else None,
-            **self.placement(),
-            "implementations": [m.to_dict(op) for m in self.measurements],
-        }
-
-
-@dataclass(frozen=True)
-class ProfileResult:
-    """The profile of one pass (a prefill or a decode step) on one device."""
-
-    workload: Workload
-    ops: tuple[OpResult, ...]
-    device: Mapping[str, Any]
-    roofline: Roofline | None
-    launch_s: float
-    threads: int | None
-    warnings: tuple[str, ...] = ()
-    provenance: Mapping[str, Any] = field(default_factory=dict)
-    roofline_source: str = ""
-
-    @property
-    def seconds(self) -> float:
-        """Sum of the chosen per-op times over the pass (ops with no passing measurement excluded)."""
-        return sum(o.seconds * o.op.count for o in self.ops if o.chosen is not None)
-
-    def op_times(self) -> dict[tuple, OpTime]:
-        """Chosen measurements keyed by shape, for :class:`~roofprof.rollup.MeasuredEstimator`."""
-        return {o.op.shape_key: o.chosen.op_time() for o in self.ops if o.chosen is not None}
-
-    def to_dict(self) -> dict[str, Any]:
-        w = self.workload
-        return {
-            "model": w.model.id,
-            "phase": w.phase,
-            "batch": w.batch,
-            "prompt_tokens": w.prompt_tokens,
-            "context_tokens": w.context_tokens,
-            "dtype": w.dtype,
-            "counting": w.counting.describe(),
-            "num_layers": w.model.num_layers,
-            "device": dict(self.device),
-            "threads": self.threads,
-            "launch_overhead_s": self.launch_s,
-            "roofline_source": self.roofline_source,
-            "roofline": self.roofline.to_dict() if self.roofline else None,
-            "measured_seconds": self.seconds,
-            "ops": [o.to_dict() for o in self.ops],
-            "warnings": list(self.warnings),
-            "provenance": dict(self.provenance),
-        }
-
-    def write(self, path: str | os.PathLike) -> Path:
-        """Write :meth:`to_dict` as JSON (whole or not at all)."""
-        from roofprof.results import write_json_atomic
-
-        return write_json_atomic(path, self.to_dict())
 
 
 # --------------------------------------------------------------------------- the profiler
@@ -222,7 +90,7 @@ class ProfileSettings:
         impls: implementation names to run (None: every one the device has).
         prefer: implementations preferred for the roll-up, in order, then the fastest;
             ``reference`` stands for the torch implementation of every op
-            (:mod:`roofprof.torch_ops`).
+            (:mod:`roofprof.profiling.torch_ops`).
         budget_s, warmup_s, max_repeats: timing budget per measurement (seconds, calls).
         threads: torch/numba intra-op threads while measuring (None: leave as is).
         roofline: the roofline ops are placed on, with the freshness rule of a cached one
@@ -230,7 +98,7 @@ class ProfileSettings:
         use_cache: read cached measurements (they are always written); a cached measurement
             that was contended is measured again.
         seed: seed of the random inputs.
-        measure: the other tuning knobs (:class:`~roofprof.measurement.MeasureSettings`).
+        measure: the other tuning knobs (:class:`~roofprof.profiling.engine.MeasureSettings`).
 
     >>> ProfileSettings(budget_s=0.05).roofline.roofline
     'auto'
@@ -346,7 +214,7 @@ class Profiler:
     def _implementations(self, names: Sequence[str] | None) -> list[OpImpl]:
         impls = list(self.device.implementations())
         try:
-            from roofprof.torch_ops import TorchOps
+            from roofprof.profiling.torch_ops import TorchOps
 
             torch_impl = TorchOps.for_device(self.model, self.device)
             if any(i.name == "torch" for i in impls):
@@ -472,7 +340,7 @@ class Profiler:
         """Measure ``ops`` with one implementation in interleaved rounds.
 
         Every op is checked first; then all are timed together
-        (:func:`roofprof.measurement.check_then_time_group`: ``settings.rounds`` rounds
+        (:func:`roofprof.profiling.engine.check_then_time_group`: ``settings.rounds`` rounds
         visiting every op in turn). A slowdown of the machine lasting a second or two then
         touches one round of many ops instead of every sample of one, and the median shrugs
         it off. On a device sharing the host's cores, rounds during which other processes used
@@ -738,98 +606,3 @@ class Profiler:
             inputs=d,
             measure_many=lambda ops: self.prefetch(ops, "on-demand shapes"),
         )
-
-
-# --------------------------------------------------------------------------- API
-
-
-def estimators_for(
-    device: Device,
-    profiler: Profiler | None,
-    *,
-    wanted: Sequence[str] = ("spec", "empirical", "measured"),
-    roofline_source: str | None = None,
-) -> tuple[dict[str, Estimator], dict[str, str]]:
-    """The estimators this device supports: label → estimator, and label → why not.
-
-    ``spec`` needs a datasheet row (``device.info.spec_id``); ``empirical`` the
-    profiler's roofline (labelled ``roofline_source`` when given); ``measured`` comes with
-    ``measured-no-launch`` (same measurements, no launch-overhead model). Without a
-    profiler only ``spec`` is possible.
-    """
-    ests: dict[str, Estimator] = {}
-    missing: dict[str, str] = {}
-    info = device.info
-    if "spec" in wanted:
-        spec = spec_roofline(device)
-        if spec is not None:
-            ests["spec"] = RooflineEstimator(
-                spec, name="spec", source=f"data/gpus.json:{info.spec_id}"
-            )
-        else:
-            missing["spec"] = f"no datasheet row in data/gpus.json for {info.name}"
-    if "empirical" in wanted:
-        if profiler is not None and profiler.roofline is not None:
-            ests["empirical"] = RooflineEstimator(
-                profiler.roofline,
-                name="empirical",
-                source=roofline_source or profiler.roofline_source,
-            )
-        else:
-            missing["empirical"] = "no measured roofline"
-    if "measured" in wanted and profiler is not None:
-        est = profiler.estimator()
-        ests["measured"] = est
-        ests["measured-no-launch"] = est.with_launch(False)
-    return ests, missing
-
-
-def measured_estimator(
-    model: str | ModelSpec,
-    device: Device | str = "auto",
-    dtype: str = "fp32",
-    roofline: Roofline | str | os.PathLike | None = None,
-    *,
-    include_launch: bool = True,
-    threads: int | None = None,
-    budget_s: float = 0.15,
-    use_cache: bool = True,
-    impls: Sequence[str] | None = None,
-    prefer: Sequence[str] = DEFAULT_PREFER,
-    progress: Progress | None = None,
-) -> MeasuredEstimator:
-    """The ``measured`` estimator for ``predict``: per-op times of this device, profiled on demand.
-
-    ``budget_s`` (timed seconds per shape) is ``run``'s. Ops with a cached measurement (same
-    device, threads, libraries) reuse it unless it was
-    contended (then it is measured again); ``use_cache=False`` measures everything afresh
-    (``--remeasure``). The others are measured when the prediction asks for them.
-    ``roofline`` (a path, a Roofline, or None: the cached quick one, else the minimal one of
-    ``dtype``, cached or measured now: :func:`roofprof.cache.minimal_roofline`) classifies
-    bounds and covers ops no implementation measures. The ops carry their own dtype.
-
-    Raises:
-        RoofprofError: unknown model, device unavailable, unreadable roofline.
-    """
-    if dtype not in DTYPES:
-        raise UnknownNameError("dtype", dtype, DTYPES)
-    spec = model if isinstance(model, ModelSpec) else load_model(model)
-    prof = Profiler(
-        device,
-        ProfileSettings(
-            impls=tuple(impls) if impls else None,
-            prefer=tuple(prefer),
-            budget_s=budget_s,
-            threads=threads,
-            roofline=RooflineChoice(
-                roofline if roofline is not None else "auto", minimal_dtypes=(dtype,)
-            ),
-            use_cache=use_cache,
-        ),
-        model=spec,
-        progress=progress,
-    )
-    roofline_file = (
-        str(roofline) if roofline is not None and not isinstance(roofline, Roofline) else None
-    )
-    return prof.estimator(include_launch=include_launch, inputs={"roofline_file": roofline_file})

@@ -2,7 +2,7 @@
 
 The public ``roofprof.measure``. It sits above :mod:`roofprof.cache` (the roofline is
 resolved from the cache, a quick measurement or the datasheet), which stores the records
-of :mod:`roofprof.measurement`; the op measurement engine itself stays below both.
+of :mod:`roofprof.profiling.engine`; the op measurement engine itself stays below both.
 """
 
 from __future__ import annotations

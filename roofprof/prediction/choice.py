@@ -3,7 +3,7 @@ and ``roofprof.predict``.
 
 :class:`EstimatorChoice` is what a user asked for (a name, a datasheet GPU, a measured
 roofline, an engine profile, a device to measure on); :func:`choose_estimator` turns it into
-an :class:`~roofprof.estimators.Estimator`, and :func:`collective_model` picks the model that
+an :class:`~roofprof.prediction.estimators.Estimator`, and :func:`collective_model` picks the model that
 prices a layout's communication. The defaults: ``spec`` with a GPU, ``empirical`` with a
 roofline alone; ``empirical`` with a GPU and no roofline uses the GPU's published ceilings.
 
@@ -25,7 +25,7 @@ from roofprof.roofline import Roofline
 from roofprof.specs import GpuSpec, load_gpu
 
 if TYPE_CHECKING:
-    from roofprof.estimators import Estimator
+    from roofprof.prediction.estimators import Estimator
     from roofprof.workload import Scenario
 
 __all__ = ["ESTIMATORS", "EstimatorChoice", "choose_estimator", "collective_model"]
@@ -89,7 +89,7 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
             without a roofline or a GPU with published ceilings, ``--engine`` without
             ``calibrated``), an unknown estimator; UnknownNameError: an unknown GPU or engine.
     """
-    from roofprof.estimators import RooflineEstimator
+    from roofprof.prediction.estimators import RooflineEstimator
 
     name = choice.resolved_name
     if name not in ESTIMATORS:
@@ -98,7 +98,7 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
         raise ConfigError("--engine applies to --estimator calibrated only")
     gpu = choice.gpu_spec()
     if name == "calibrated":
-        from roofprof.calibration import calibrated_estimator
+        from roofprof.prediction.calibration import calibrated_estimator
 
         if gpu is None and choice.roofline is None:
             raise ConfigError("the calibrated estimator needs --gpu (or --roofline roofline.json)")
@@ -133,7 +133,7 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
             source="published ceilings",
             warnings=(note,),
         )
-    from roofprof.profiling import measured_estimator
+    from roofprof.profiling.measured import measured_estimator
 
     return measured_estimator(
         model=scenario.model,
@@ -147,9 +147,9 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
 def collective_model(
     gpu: GpuSpec, *, table: Any = None, estimator: str = "spec", engine: str = "ideal"
 ) -> Any:
-    """The :class:`~roofprof.collectives.CollectiveModel` of ``gpu``'s interconnect.
+    """The :class:`~roofprof.prediction.collectives.CollectiveModel` of ``gpu``'s interconnect.
 
-    ``table`` is a measured collectives table (:func:`roofprof.collectives.load_collectives`)
+    ``table`` is a measured collectives table (:func:`roofprof.prediction.collectives.load_collectives`)
     that replaces the α-β priors where it has the size; the calibrated estimator with an
     engine that launches through CUDA graphs takes the graphs' per-call latency.
 
@@ -157,8 +157,8 @@ def collective_model(
     >>> collective_model(load_gpu("h100-sxm")).source != ""
     True
     """
-    from roofprof.calibration import CUDA_GRAPHS
-    from roofprof.collectives import CollectiveModel
+    from roofprof.prediction.calibration import CUDA_GRAPHS
+    from roofprof.prediction.collectives import CollectiveModel
 
     graphs = estimator == "calibrated" and engine != "ideal" and CUDA_GRAPHS.get(engine, False)
     return CollectiveModel.for_gpu(gpu, table=table, graphs=bool(graphs))

@@ -48,7 +48,8 @@ def test_param_counts_match_published(model_id):
     assert spec.param_count() == pytest.approx(PUBLISHED[model_id], rel=0.01)
     assert spec.family in FAMILIES
     w = ops(Scenario.of(model_id, "decode", context_tokens=0, dtype="bf16", convention="seed"))
-    # seed convention: a decode step reads every weight once (the tied table twice, as for Llama 3.2)
+    # seed convention: a decode step reads every weight once (the tied table twice, as for
+    # Llama 3.2)
     table = 0 if not spec.tie_word_embeddings else spec.vocab_size * spec.hidden_size
     assert w.weight_bytes == pytest.approx(2 * (spec.param_count() + table), rel=0.01)
     assert all(op.fn and op.group and op.short for op in w.ops)

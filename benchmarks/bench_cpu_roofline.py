@@ -185,7 +185,10 @@ def main() -> int:
         "--max-wait",
         type=float,
         default=300.0,
-        help="seconds to wait for a quiet machine before each phase (other tenants skew every figure)",
+        help=(
+            "seconds to wait for a quiet machine before each phase "
+            "(other tenants skew every figure)"
+        ),
     )
     args = ap.parse_args()
 
@@ -288,7 +291,9 @@ def main() -> int:
             "elements_per_array": elements,
             "runs": triads,
             "build": "gcc -O3 -march=native -fopenmp benchmarks/triad.c",
-            "note": "transparent huge pages requested (madvise), as numpy does for roofprof's buffers",
+            "note": (
+                "transparent huge pages requested (madvise), as numpy does for roofprof's buffers"
+            ),
         },
         "dram_interleaved": {
             "rounds": rounds,

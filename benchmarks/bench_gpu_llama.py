@@ -1,4 +1,5 @@
-"""Benchmark the GPU kernels at Llama shapes against cuBLAS, and the GPU roofline against its datasheet.
+"""Benchmark the GPU kernels at Llama shapes against cuBLAS, and the GPU roofline against its
+datasheet.
 
 Targets (issue 4), every one a ratio measured in the same run (``roofprof.selftest`` holds
 the arithmetic, :func:`roofprof.selftest.evaluate_targets`):
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_gpu_llama: {exc}", file=sys.stderr)
         return 2
     print(
-        f"{'model':<14} {'phase':<8} {'batch':>5} {'dtype':<5} {'impl':<8} {'GB/s':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9}"
+        f"{'model':<14} {'phase':<8} {'batch':>5} {'dtype':<5} {'impl':<8} "
+        f"{'GB/s':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9}"
     )
     for r in (res.get("benchmarks") or {}).get("summary", []):
         vs = f"{r['vs_cublas']:.2f}" if r.get("vs_cublas") else "-"

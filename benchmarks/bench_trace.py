@@ -174,11 +174,15 @@ def bench_model(name: str, steps: int, rounds: int) -> dict:
         "roofline": r.summary.roofline_source,
     }
     print(
-        f"{name}: FLOPs {mm_conv:.4g} vs FlopCounterMode {ref_flops:.4g} (equal: {row['flops_equal']}); "
-        f"attention {attention:.4g} (expected {expected_attention}); coverage {100 * r.summary.coverage:.1f}%; "
-        f"op time/step {op_time_step * 1e3:.2f} ms vs uninstrumented wall {uninstrumented * 1e3:.2f} ms "
+        f"{name}: FLOPs {mm_conv:.4g} vs FlopCounterMode {ref_flops:.4g} "
+        f"(equal: {row['flops_equal']}); "
+        f"attention {attention:.4g} (expected {expected_attention}); "
+        f"coverage {100 * r.summary.coverage:.1f}%; "
+        f"op time/step {op_time_step * 1e3:.2f} ms "
+        f"vs uninstrumented wall {uninstrumented * 1e3:.2f} ms "
         f"(median of rounds {100 * row['op_time_vs_wall']:+.1f}%: "
-        f"{', '.join(f'{100 * q:+.1f}%' for q in ratios)}); traced+replayed+reported in {traced_s:.1f} s"
+        f"{', '.join(f'{100 * q:+.1f}%' for q in ratios)}); "
+        f"traced+replayed+reported in {traced_s:.1f} s"
     )
     return row
 
@@ -200,8 +204,8 @@ def bench_10k() -> dict:
     text = t.result.table()
     elapsed = time.perf_counter() - t0
     print(
-        f"10k-op window: {t.calls} op calls, {len(t.result.ops)} unique, traced+replayed+reported in "
-        f"{elapsed:.1f} s"
+        f"10k-op window: {t.calls} op calls, {len(t.result.ops)} unique, "
+        f"traced+replayed+reported in {elapsed:.1f} s"
     )
     return {
         "op_calls": t.calls,

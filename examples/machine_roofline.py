@@ -59,7 +59,8 @@ def main() -> None:
     dtype = info.default_dtype
     p = roofprof.predict(info.default_model, roofline=roof, prompt_tokens=128, dtype=dtype)
     print(
-        f"\n{info.default_model} {dtype} on the measured ceilings: TTFT {si(p.prefill.seconds, 's')} "
+        f"\n{info.default_model} {dtype} on the measured ceilings: "
+        f"TTFT {si(p.prefill.seconds, 's')} "
         f"for 128 tokens ({p.prefill.bound}-bound), decode {p.tokens_per_second:.1f} tokens/s "
         f"({p.decode.bound}-bound)"
     )

@@ -58,8 +58,10 @@ def main() -> None:
 
     after = run(model, x, dev, roofline)
     print(
-        f"after:  {after.op} flops={after.flops} bytes={after.bytes} intensity={after.intensity:.2f} "
-        f"time/call={after.time_per_call_s * 1e6:.1f} us replay={(after.replay_s or 0) * 1e6:.1f} us "
+        f"after:  {after.op} flops={after.flops} bytes={after.bytes} "
+        f"intensity={after.intensity:.2f} "
+        f"time/call={after.time_per_call_s * 1e6:.1f} us "
+        f"replay={(after.replay_s or 0) * 1e6:.1f} us "
         f"roof={after.roof} {after.percent_of_roof or 0:.0f}% of roof ({after.bound} bound)"
     )
 

@@ -78,8 +78,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
             16.0,
             ("bf16",),
             False,
-            "https://pytorch.org/docs/stable/tensor_attributes.html (torch.bfloat16: 1 sign, 8 exponent, "
-            "7 mantissa bits)",
+            "https://pytorch.org/docs/stable/tensor_attributes.html "
+            "(torch.bfloat16: 1 sign, 8 exponent, 7 mantissa bits)",
             "16 bits, no scale",
         ),
         WeightFormat(
@@ -90,27 +90,28 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
             8.0,
             ("fp8", "bf16", "fp16"),
             False,
-            "https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html "
-            "(E4M3 values with a per-tensor scaling factor)",
-            "8 bits per weight; one fp32 scale per tensor (or per row): < 0.01 bit per weight, not counted",
+            "https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html"
+            " (E4M3 values with a per-tensor scaling factor)",
+            "8 bits per weight; one fp32 scale per tensor (or per row): < 0.01 bit per weight, "
+            "not counted",
         ),
         WeightFormat(
             "int8",
             8.0,
             ("bf16", "fp16", "int8"),
             True,
-            "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py (WeightOnlyInt8QuantHandler: "
-            "int8 weights, one scale per output channel)",
-            "8 bits per weight; one 16-bit scale per output channel of k inputs (16/k bits, < 0.01 for "
-            "k >= 2048), not counted",
+            "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py "
+            "(WeightOnlyInt8QuantHandler: int8 weights, one scale per output channel)",
+            "8 bits per weight; one 16-bit scale per output channel of k inputs "
+            "(16/k bits, < 0.01 for k >= 2048), not counted",
         ),
         WeightFormat(
             "int4",
             4.25,
             ("bf16", "fp16"),
             True,
-            "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py (WeightOnlyInt4QuantHandler: "
-            "groupsize 128, bf16 scales_and_zeros)",
+            "https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py "
+            "(WeightOnlyInt4QuantHandler: groupsize 128, bf16 scales_and_zeros)",
             "4 bits + (16-bit scale + 16-bit zero point) per group of 128 = 4 + 32/128 = 4.25",
         ),
         WeightFormat(
@@ -119,7 +120,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
             ("fp4", "bf16"),
             False,
             "https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-"
-            "inference/ (E2M1 values, one FP8 E4M3 scale per 16-value block, plus an FP32 tensor scale)",
+            "inference/ (E2M1 values, one FP8 E4M3 scale per 16-value block, "
+            "plus an FP32 tensor scale)",
             "4 bits + 8-bit scale per 16 values = 4 + 8/16 = 4.5",
         ),
         WeightFormat(
@@ -136,8 +138,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
             8.5,
             ("fp16", "bf16"),
             True,
-            "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-common.h (block_q8_0: one "
-            "ggml_half scale d and 32 int8 qs)",
+            "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-common.h "
+            "(block_q8_0: one ggml_half scale d and 32 int8 qs)",
             "(2 + 32) bytes per 32 weights = 8.5 bits",
         ),
         WeightFormat(
@@ -145,9 +147,11 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
             _Q4K,
             ("fp16", "bf16"),
             True,
-            'https://github.com/ggml-org/llama.cpp/pull/1684 (k-quants: Q4_K "ends up effectively using '
+            "https://github.com/ggml-org/llama.cpp/pull/1684 "
+            '(k-quants: Q4_K "ends up effectively using '
             '4.5 bpw", Q6_K "6.5625 bpw"); Q4_K_M mix from llama.cpp\'s quantize rules '
-            "(src/llama-quant.cpp: Q6_K for output.weight and for attn_v / ffn_down on about half the layers)",
+            "(src/llama-quant.cpp: Q6_K for output.weight and for attn_v / ffn_down "
+            "on about half the layers)",
             "Q4_K 4.5 bpw; lm_head in Q6_K (6.5625); v_proj and down_proj half Q6_K, half Q4_K: "
             "(4.5 + 6.5625) / 2 = 5.53 bpw (derived)",
             per_op_bits={
@@ -204,10 +208,11 @@ def check_compute(
         ConfigError: ``dtype`` is not among ``available``.
 
     >>> check_compute("bf16", ["bf16", "fp16"], "A100")
-    >>> check_compute("fp8", ["bf16", "fp16"], "A100")
+    >>> check_compute("fp8", ["bf16", "fp16"], "A100")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    roofprof.errors.ConfigError: A100 has no fp8 compute (it has bf16, fp16); for fp8 weights on it use the weight-only form: --dtype bf16 --weights fp8
+    roofprof.errors.ConfigError: A100 has no fp8 compute (it has bf16, fp16); for fp8 weights
+    on it use the weight-only form: --dtype bf16 --weights fp8
     """
     have = list(dict.fromkeys(available))
     if dtype in have:
@@ -217,5 +222,8 @@ def check_compute(
     if stored in WEIGHT_FORMATS and dtype in ("fp8", "fp4", "int8"):
         base = next((d for d in ("bf16", "fp16") if d in have), None)
         if base and base in WEIGHT_FORMATS[stored].compute_dtypes + ("bf16", "fp16"):
-            hint = f"; for {stored} weights on it use the weight-only form: --dtype {base} --weights {stored}"
+            hint = (
+                f"; for {stored} weights on it use the weight-only form: "
+                f"--dtype {base} --weights {stored}"
+            )
     raise ConfigError(f"{machine} has no {dtype} compute (it has {', '.join(have)}){hint}")

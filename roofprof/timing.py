@@ -52,7 +52,8 @@ LONG_CALL_AGREE = 0.02
 
 
 def _agree(samples: Sequence[float]) -> bool:
-    """Two or more samples within :data:`LONG_CALL_AGREE` of each other (relative to the fastest)."""
+    """Two or more samples within :data:`LONG_CALL_AGREE` of each other (relative to the
+    fastest)."""
     return len(samples) >= 2 and max(samples) - min(samples) <= LONG_CALL_AGREE * min(samples)
 
 

@@ -32,7 +32,11 @@ embedding as a matmul, elementwise ops fused) reproduces the back-of-envelope ``
 numbers (``seed`` is an older name for it, still accepted).
 
 >>> from roofprof.models import ops
->>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"))
+>>> w = ops(
+...     Scenario.of(
+...         "llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"
+...     )
+... )
 >>> round(w.weight_bytes / 1e9, 2)
 16.06
 """

@@ -180,7 +180,8 @@ def test_the_import_graph_has_no_circles():
 def test_the_cycle_finder_sees_a_circle_and_the_type_checking_exemption():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     tree = ast.parse(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from roofprof.workload import Op\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from roofprof.workload import Op\n"
         "def f():\n    from roofprof.units import si\n"
     )
     assert _imports(tree, "roofprof.x", False) == {"roofprof.units"}

@@ -207,7 +207,8 @@ def test_expected_pipes():
 
 
 def test_compare_with_ops_on_the_real_fixtures():
-    """Analytic minimum bytes: GEMM 3*2048^2*4 B, saxpy 12*2^24 B (no FLOP counters in the files)."""
+    """Analytic minimum bytes: GEMM 3*2048^2*4 B, saxpy 12*2^24 B (no FLOP counters in the
+    files)."""
     records = c.read_ncu_csv(GEMM) + c.read_ncu_csv(SAXPY)
     ops = [
         SimpleNamespace(

@@ -334,26 +334,45 @@ static dim3_ blockIdx, threadIdx, blockDim, gridDim;
 static unsigned g_last;
 struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
-static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
+  return uint4{a, b, c, d};
+}
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
-static inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
+static inline long long __double_as_longlong(double d) {
+  long long u; std::memcpy(&u, &d, 8); return u;
+}
 static inline void __syncthreads() {}
 template <typename T> static inline T __ldg(const T* p) { return *p; }
 struct __half2 { _Float16 x, y; };
-static inline __half2 __floats2half2_rn(float a, float b) { return __half2{(_Float16)a, (_Float16)b}; }
+static inline __half2 __floats2half2_rn(float a, float b) {
+  return __half2{(_Float16)a, (_Float16)b};
+}
 static inline __half2 __float2half2_rn(float a) { return __half2{(_Float16)a, (_Float16)a}; }
-static inline _Float16 fma16(_Float16 a, _Float16 b, _Float16 c) { return (_Float16)((double)a * (double)b + (double)c); }
-static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) { return __half2{fma16(a.x, b.x, c.x), fma16(a.y, b.y, c.y)}; }
+static inline _Float16 fma16(_Float16 a, _Float16 b, _Float16 c) {
+  return (_Float16)((double)a * (double)b + (double)c);
+}
+static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+  return __half2{fma16(a.x, b.x, c.x), fma16(a.y, b.y, c.y)};
+}
 static inline uint16_t bf16_from_double(double v) {
-  int e; double m = std::frexp(v, &e); double r = std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+  int e; double m = std::frexp(v, &e);
+  double r = std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
   float f = (float)r; unsigned u; std::memcpy(&u, &f, 4); return (uint16_t)(u >> 16);
 }
-static inline double bf16_to_double(uint16_t b) { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline double bf16_to_double(uint16_t b) {
+  unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
 struct __nv_bfloat162 { uint16_t x, y; };
-static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return __nv_bfloat162{bf16_from_double(a), bf16_from_double(b)}; }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return __nv_bfloat162{bf16_from_double(a), bf16_from_double(b)};
+}
 static inline __nv_bfloat162 __float2bfloat162_rn(float a) { return __floats2bfloat162_rn(a, a); }
-static inline uint16_t fmab(uint16_t a, uint16_t b, uint16_t c) { return bf16_from_double(bf16_to_double(a) * bf16_to_double(b) + bf16_to_double(c)); }
-static inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c) { return __nv_bfloat162{fmab(a.x, b.x, c.x), fmab(a.y, b.y, c.y)}; }
+static inline uint16_t fmab(uint16_t a, uint16_t b, uint16_t c) {
+  return bf16_from_double(bf16_to_double(a) * bf16_to_double(b) + bf16_to_double(c));
+}
+static inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c) {
+  return __nv_bfloat162{fmab(a.x, b.x, c.x), fmab(a.y, b.y, c.y)};
+}
 """
 
 MAIN = r"""
@@ -362,12 +381,16 @@ MAIN = r"""
 #include <cstdlib>
 #include <vector>
 using namespace roofprof_probes;
-static void set_tid(unsigned tid, unsigned threads) { blockDim.x = 256; gridDim.x = threads / 256; blockIdx.x = tid / 256; threadIdx.x = tid % 256; }
+static void set_tid(unsigned tid, unsigned threads) {
+  blockDim.x = 256; gridDim.x = threads / 256; blockIdx.x = tid / 256; threadIdx.x = tid % 256;
+}
 int main(int argc, char** argv) {
   std::vector<unsigned> out(1 << 20, 0);
   const char* cmd = argv[1];
   if (!strcmp(cmd, "fma")) {
-    const char* dt = argv[2]; unsigned seed = strtoul(argv[3], 0, 0), tid = strtoul(argv[4], 0, 0); int iters = atoi(argv[5]);
+    const char* dt = argv[2];
+    unsigned seed = strtoul(argv[3], 0, 0), tid = strtoul(argv[4], 0, 0);
+    int iters = atoi(argv[5]);
     set_tid(tid, 1 << 16);
     if (!strcmp(dt, "fp32")) fma_body<float>(iters, seed, 0, out.data());
     else if (!strcmp(dt, "fp64")) fma_body<double>(iters, seed, 0, out.data());
@@ -376,7 +399,8 @@ int main(int argc, char** argv) {
     printf("%u\n", g_last);
   } else if (!strcmp(cmd, "read") || !strcmp(cmd, "intensity")) {
     unsigned threads = strtoul(argv[2], 0, 0); int p = atoi(argv[3]);
-    FILE* f = fopen(argv[4], "rb"); fseek(f, 0, SEEK_END); long n = ftell(f) / 16; fseek(f, 0, SEEK_SET);
+    FILE* f = fopen(argv[4], "rb");
+    fseek(f, 0, SEEK_END); long n = ftell(f) / 16; fseek(f, 0, SEEK_SET);
     std::vector<uint4> data(n); if (fread(data.data(), 16, n, f) != (size_t)n) return 1; fclose(f);
     for (unsigned t = 0; t < threads; ++t) {
       set_tid(t, threads);
@@ -386,8 +410,12 @@ int main(int argc, char** argv) {
     }
   } else if (!strcmp(cmd, "smem")) {
     unsigned seed = strtoul(argv[2], 0, 0); int iters = atoi(argv[3]);
-    for (int pass = 0; pass < 2; ++pass)  // pass 0 fills the whole shared buffer (threads run one by one)
-      for (unsigned t = 0; t < 256; ++t) { set_tid(t, 256); smem_body(iters, seed, 0, out.data()); if (pass) printf("%u\n", g_last); }
+    // pass 0 fills the whole shared buffer (threads run one by one)
+    for (int pass = 0; pass < 2; ++pass)
+      for (unsigned t = 0; t < 256; ++t) {
+        set_tid(t, 256); smem_body(iters, seed, 0, out.data());
+        if (pass) printf("%u\n", g_last);
+      }
   }
   return 0;
 }

@@ -47,8 +47,9 @@ def test_param_counts_match_published(model_id):
     spec = load_model(model_id)
     assert spec.param_count() == pytest.approx(PUBLISHED[model_id], rel=0.01)
     assert spec.family in FAMILIES
-    w = ops(Scenario.of(model_id, "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"))
-    # rule-of-thumb convention: a decode step reads every weight once (the tied table twice, as for Llama 3.2)
+    w = ops(Scenario.of(model_id, "decode", context_tokens=0, dtype="bf16", convention="seed"))
+    # seed convention: a decode step reads every weight once (the tied table twice, as for
+    # Llama 3.2)
     table = 0 if not spec.tie_word_embeddings else spec.vocab_size * spec.hidden_size
     assert w.weight_bytes == pytest.approx(2 * (spec.param_count() + table), rel=0.01)
     assert all(op.fn and op.group and op.short for op in w.ops)
@@ -79,7 +80,7 @@ def test_qwen3_head_norms_and_explicit_head_dim():
 def test_qwen3_head_dim_not_hidden_over_heads(tmp_path):
     spec = load_model(_config(tmp_path, model_type="qwen3", head_dim=32))  # 256 / 4 = 64
     assert spec.q_size == 128
-    w = ops(Scenario.of(spec, "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"))
+    w = ops(Scenario.of(spec, "decode", context_tokens=0, dtype="bf16", convention="seed"))
     assert next(op for op in w.ops if op.name == "q_proj").n == 128
 
 

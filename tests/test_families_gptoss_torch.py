@@ -1,4 +1,5 @@
-"""gpt-oss is measurable: plain-torch model = transformers' GptOssForCausalLM, checked op preparers, CLI."""
+"""gpt-oss is measurable: plain-torch model = transformers' GptOssForCausalLM, checked op
+preparers, CLI."""
 
 from __future__ import annotations
 
@@ -198,7 +199,8 @@ def _plain_name(name: str) -> str:
 
 @pytest.mark.skipif(not HAS_HF, reason="no transformers")
 def test_plain_torch_gpt_oss_computes_what_transformers_does():
-    """Same weights into both: the same logits over a prompt past the window and four decode steps."""
+    """Same weights into both: the same logits over a prompt past the window and four decode
+    steps."""
     from roofprof.validation.real_model import Runner, build_hf_model, build_torch_model
 
     spec = _tiny()

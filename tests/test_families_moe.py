@@ -34,7 +34,8 @@ PUBLISHED = {
 
 
 def _close(ours: float, published: float, step: float) -> bool:
-    """Within 1 % of the published figure, which is itself rounded to ``step`` (half a step more)."""
+    """Within 1 % of the published figure, which is itself rounded to ``step`` (half a step
+    more)."""
     return abs(ours - published) <= 0.01 * published + step / 2
 
 

@@ -13,7 +13,8 @@ from roofprof.devices import _nvml
 
 
 def nvml_with_error_classes(fail_init: str | None = None):
-    """fake_nvml plus pynvml's NVMLError_* subclasses; ``fail_init`` names the one nvmlInit raises."""
+    """fake_nvml plus pynvml's NVMLError_* subclasses; ``fail_init`` names the one nvmlInit
+    raises."""
     nv = fake_nvml(gpus=(("GPU A", "00000000:1B:00.0"), ("GPU B", "00000001:1B:00.0")))
     for suffix in (
         "LibraryNotFound",

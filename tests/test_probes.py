@@ -1,4 +1,5 @@
-"""Probe accounting, plateau detection, the roofline assembly (on a simulated device) and refusals."""
+"""Probe accounting, plateau detection, the roofline assembly (on a simulated device) and
+refusals."""
 
 from __future__ import annotations
 
@@ -601,7 +602,8 @@ def test_spec_comparison_for_a_gpu():
 
 
 def test_real_cpu_test_plan(tmp_path):
-    """The CPU device end to end with the tiny test plan (values are not asserted: no speed in tests)."""
+    """The CPU device end to end with the tiny test plan (values are not asserted: no speed in
+    tests)."""
     result = measure_roofline(CpuDevice(), plan="test")
     roof = result.roofline
     assert set(roof.dtypes) == {"fp32", "fp64"}

@@ -1,4 +1,5 @@
-"""The published-measurement corpus (data/published/) loads, cites its sources and builds rooflines."""
+"""The published-measurement corpus (data/published/) loads, cites its sources and builds
+rooflines."""
 
 from __future__ import annotations
 

@@ -248,7 +248,8 @@ def test_benchmark_plan_and_llama_shapes():
     assert {c.batch for c in full if c.phase == "decode"} == {1, 16, 64, 256}
     assert full[:4] == quick[:4] and len(set(full)) == len(full)
     ops = {op.name: op for op in S.gemm_ops(quick[0])}
-    # identical shapes are measured once, with their counts summed (8B: q_proj and o_proj are both 4096×4096)
+    # identical shapes are measured once, with their counts summed (8B: q_proj and o_proj are
+    # both 4096×4096)
     assert set(ops) == {
         "q_proj+o_proj",
         "k_proj+v_proj",

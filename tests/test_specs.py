@@ -91,7 +91,8 @@ def test_unknown_model():
         load_model("llama-9")
 
 
-#: Mixtral 8x7B's config.json as published (mistralai/Mixtral-8x7B-v0.1): a sparse MoE, not a dense Llama.
+#: Mixtral 8x7B's config.json as published (mistralai/Mixtral-8x7B-v0.1): a sparse MoE, not a
+#: dense Llama.
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],
     "attention_dropout": 0.0,

@@ -95,7 +95,9 @@ def test_report_shows_counter_columns(tmp_path):
 CHILD = """
 import torch, roofprof
 a, b = torch.randn(32, 48), torch.randn(48, 16)
-with torch.no_grad(), roofprof.trace(device="cpu", roofline="none", replay=False, nvtx_signatures=True) as t:
+with torch.no_grad(), roofprof.trace(
+    device="cpu", roofline="none", replay=False, nvtx_signatures=True
+) as t:
     torch.mm(a, b)
     torch.mm(a, b)
 print(sorted(t._nvtx_done))

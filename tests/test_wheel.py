@@ -53,7 +53,8 @@ def test_wheel_installs_and_predicts(tmp_path, repo_root):
             str(py),
             "-c",
             "import roofprof.kernels, roofprof.data, importlib.resources as r;"
-            "print(roofprof.__file__); print(r.files('roofprof.data').joinpath('gpus.json').is_file())",
+            "print(roofprof.__file__); "
+            "print(r.files('roofprof.data').joinpath('gpus.json').is_file())",
         ],
         cwd=outside,
         env=env,

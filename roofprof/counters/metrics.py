@@ -64,7 +64,9 @@ BYTE_METRICS: dict[str, tuple[tuple[str, ...], ...]] = {
     ),
 }
 BYTE_SOURCE_NOTES = {
-    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "global loads+stores only (sectors x 32 B): a lower bound",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": (
+        "global loads+stores only (sectors x 32 B): a lower bound"
+    ),
 }
 
 _SASS = "sm__sass_thread_inst_executed_op_{}_pred_on.sum"
@@ -73,7 +75,8 @@ CUDA_CORE_FLOPS: dict[str, tuple[tuple[str, float], ...]] = {
     "fp32": ((_SASS.format("fadd"), 1.0), (_SASS.format("fmul"), 1.0), (_SASS.format("ffma"), 2.0)),
     "fp16": ((_SASS.format("hadd"), 1.0), (_SASS.format("hmul"), 1.0), (_SASS.format("hfma"), 2.0)),
 }
-"""CUDA-core FLOPs per precision: (metric, FLOPs per thread instruction). Same on Volta and later."""
+"""CUDA-core FLOPs per precision: (metric, FLOPs per thread instruction). Same on Volta and
+later."""
 
 # Packed fp32 instructions (FADD2/FMUL2/FFMA2) on Blackwell; names from public code
 # (two FLOPs per packed add/mul, four per packed FMA); unverified, dropped if absent.
@@ -325,7 +328,8 @@ def parse_number(text: str) -> float | None:
 
     Raises ValueError for text that is not a number.
 
-    >>> parse_number("53,261,312"), parse_number("87.50"), parse_number("4.0e-05"), parse_number("n/a")
+    >>> (parse_number("53,261,312"), parse_number("87.50"),
+    ...  parse_number("4.0e-05"), parse_number("n/a"))
     (53261312.0, 87.5, 4e-05, None)
     """
     s = text.strip().replace("\u202f", "").replace("\xa0", "")
@@ -450,7 +454,8 @@ class KernelCounters:
 
     @property
     def l1_bytes(self) -> float | None:
-        """Bytes through the L1/TEX tag stage (``l1tex__t_bytes``, or a lower bound from sectors)."""
+        """Bytes through the L1/TEX tag stage (``l1tex__t_bytes``, or a lower bound from
+        sectors)."""
         return self.bytes_at("l1")
 
     # -- FLOPs

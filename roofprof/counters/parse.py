@@ -488,8 +488,8 @@ def read_ncu_report(path: str | os.PathLike) -> list[KernelCounters]:
         import ncu_report  # type: ignore[import-not-found]
     except ImportError as exc:
         raise DeviceUnavailableError(
-            f"reading {p.name} needs NVIDIA's ncu_report module: `pip install ncu-report` (matching "
-            "your Nsight Compute version), or export it to CSV first: "
+            f"reading {p.name} needs NVIDIA's ncu_report module: `pip install ncu-report` "
+            "(matching your Nsight Compute version), or export it to CSV first: "
             f"`ncu --import {p} --csv --page raw --print-units base > {p.stem}.csv`"
         ) from exc
     try:

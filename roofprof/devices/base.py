@@ -219,7 +219,8 @@ class PreparedOp(Protocol):
 
 @runtime_checkable
 class OpImpl(Protocol):
-    """An implementation of ops on a device (``numpy``, ``numba``, ``cupy``, ``cublas``, ``torch``...)."""
+    """An implementation of ops on a device (``numpy``, ``numba``, ``cupy``, ``cublas``,
+    ``torch``...)."""
 
     name: str
 
@@ -260,7 +261,8 @@ class Probe:
     """One entry of a device's probe catalogue.
 
     Attributes:
-        name: short id (``"read"``, ``"triad"``, ``"fma-fp32"``, ``"gemm-fp64"``, ``"intensity-fp64"``).
+        name: short id (``"read"``, ``"triad"``, ``"fma-fp32"``, ``"gemm-fp64"``,
+            ``"intensity-fp64"``).
         kind: one of :data:`PROBE_KINDS`.
         setup: builds a :class:`ProbeRun`. Keyword arguments by kind: ``bandwidth``:
             ``working_set_bytes``; ``compute``: none; ``gemm``: ``size`` (matrix order);

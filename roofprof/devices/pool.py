@@ -44,7 +44,8 @@ BLOCK = 1_000_003
 
 
 def weight_key(lead: tuple[int, ...], n: int, k: int, dtype: str, copy: int) -> tuple:
-    """The pool key of copy ``copy`` of a GEMM weight ``[*lead, n, k]`` in ``dtype`` (roofprof's name).
+    """The pool key of copy ``copy`` of a GEMM weight ``[*lead, n, k]`` in ``dtype`` (roofprof's
+    name).
 
     Every implementation sharing a pool uses it, so numpy, numba and torch on the CPU time
     one buffer per weight (each views it as its own array type without copying:
@@ -81,7 +82,8 @@ def cold_copies(weight_bytes: float, cache_bytes: int, max_copies: int = 16) -> 
     32 MB: a few microseconds' read) one copy too.
 
     >>> llc = 32 << 20
-    >>> cold_copies(64 << 20, llc), cold_copies(8 << 20, llc), cold_copies(1 << 30, llc), cold_copies(8192, llc)
+    >>> (cold_copies(64 << 20, llc), cold_copies(8 << 20, llc),
+    ...  cold_copies(1 << 30, llc), cold_copies(8192, llc))
     (2, 9, 1, 1)
     >>> cold_copies(512 << 10, llc)
     129

@@ -69,7 +69,8 @@ class InterconnectResult:
         return fits(self.samples)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON: ``results`` rows (what ``load_collectives`` reads), ``fits``, identity, provenance."""
+        """JSON: ``results`` rows (what ``load_collectives`` reads), ``fits``, identity,
+        provenance."""
         from roofprof.results import provenance
 
         return {

@@ -13,7 +13,11 @@ entry in :data:`FAMILIES`, and, to be measured, a torch side: one
 ``<family>_torch`` module with its plain-torch model and the preparers of its new op fns.
 
 >>> from roofprof.workload import Scenario
->>> w = ops(Scenario.of("llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"))
+>>> w = ops(
+...     Scenario.of(
+...         "llama-3.1-8b", "decode", context_tokens=0, dtype="bf16", convention="rule-of-thumb"
+...     )
+... )
 >>> round(w.weight_bytes / 1e9, 2)
 16.06
 >>> family_of({"model_type": "dbrx", "architectures": ["DbrxForCausalLM"]})
@@ -76,7 +80,8 @@ FAMILIES: Mapping[str, ModuleType] = {
 
 
 #: Families whose ops can be timed and whose real model can be run: those with a torch side
-#: (:data:`roofprof.models.families.TORCH_SIDES`); the others are predicted from their op lists only.
+#: (:data:`roofprof.models.families.TORCH_SIDES`); the others are predicted from their op
+#: lists only.
 MEASURABLE = tuple(name for name in FAMILIES if name in TORCH_SIDES)
 
 
@@ -89,10 +94,13 @@ def require_measurable(model: ModelSpec, what: str) -> None:
     >>> import dataclasses
     >>> from roofprof.specs import load_model
     >>> require_measurable(load_model("qwen2.5-0.5b"), "validate")
-    >>> require_measurable(dataclasses.replace(load_model("qwen2.5-0.5b"), family="other"), "validate")
+    >>> other = dataclasses.replace(load_model("qwen2.5-0.5b"), family="other")
+    >>> require_measurable(other, "validate")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'other', which roofprof can predict but not yet measure (measured families: llama, qwen2, mistral, qwen3, gemma2, gemma3, phi3, mixtral, qwen3_moe, ...)
+    roofprof.errors.ConfigError: validate: model qwen2.5-0.5b is of family 'other', which
+    roofprof can predict but not yet measure (measured families: llama, qwen2, mistral, qwen3,
+    gemma2, gemma3, phi3, mixtral, qwen3_moe, ...)
     """
     import roofprof.models.families as families
 

@@ -15,7 +15,8 @@ with :class:`Builder`.
 
 >>> from roofprof.workload import Scenario
 >>> w = build(Scenario.of("gemma-2-9b", "decode", context_tokens=8191, dtype="bf16"))
->>> sorted({(op.name, op.n, op.count) for op in w.ops if op.name in ("attn_scores", "attn_scores_local")})
+>>> scores = ("attn_scores", "attn_scores_local")
+>>> sorted({(op.name, op.n, op.count) for op in w.ops if op.name in scores})
 [('attn_scores', 8192, 21), ('attn_scores_local', 4096, 21)]
 """
 

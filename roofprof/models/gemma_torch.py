@@ -213,8 +213,9 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
     """Keyword arguments of ``Gemma2Config`` / ``Gemma3TextConfig`` for ``spec``.
 
     >>> from roofprof.specs import load_model
-    >>> hf_config(load_model("gemma-3-12b"))["layer_types"][:6]
-    ['sliding_attention', 'sliding_attention', 'sliding_attention', 'sliding_attention', 'sliding_attention', 'full_attention']
+    >>> hf_config(load_model("gemma-3-12b"))["layer_types"][:6]  # doctest: +NORMALIZE_WHITESPACE
+    ['sliding_attention', 'sliding_attention', 'sliding_attention', 'sliding_attention',
+     'sliding_attention', 'full_attention']
     """
     g = spec.gemma
     kw: dict[str, Any] = dict(
@@ -251,7 +252,8 @@ def hf_config(spec: ModelSpec) -> dict[str, Any]:
 
 
 def _elementwise(ops, op, inputs, call, reference, kernels: int, note: str, reduction: int = 1):
-    """A prepared elementwise op over ``op.m`` rows: ``call()`` timed, ``reference(rows)`` its float64 twin."""
+    """A prepared elementwise op over ``op.m`` rows: ``call()`` timed, ``reference(rows)`` its
+    float64 twin."""
     rows = ops.sample_rows(op.m)
 
     def check():

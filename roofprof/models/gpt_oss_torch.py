@@ -1,4 +1,4 @@
-"""gpt-oss in plain torch, its transformers config, and the preparers of the ops it runs its own way.
+"""gpt-oss in plain torch, its transformers config and the preparers of the ops it runs its own way.
 
 :class:`TorchGptOss` is the architecture of transformers' ``GptOssForCausalLM`` (5.x): RMSNorm
 with the weight applied in float32 (:func:`gpt_oss_rms_norm`), GQA attention with q/k/v/o
@@ -31,7 +31,8 @@ The published experts are MXFP4; on the machine at hand the weights are random f
 ...     moe=dataclasses.replace(m.moe, experts=4, experts_per_token=2, expert_intermediate_size=32),
 ...     pattern=dataclasses.replace(m.pattern, sliding_layers=1))
 >>> cache = new_cache(small)
->>> tuple(build(small, torch.float32, "cpu", "fused")(torch.tensor([[1, 2, 3, 4, 5, 6]]), cache).shape)
+>>> model = build(small, torch.float32, "cpu", "fused")
+>>> tuple(model(torch.tensor([[1, 2, 3, 4, 5, 6]]), cache).shape)
 (1, 1, 100)
 >>> layer_types(small), cache.length
 (['sliding_attention', 'full_attention'], 6)
@@ -144,7 +145,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def apply_rope_halves(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """gpt-oss's RoPE on ``q [b,h,s,d]``, ``k [b,kvh,s,d]`` with half-width ``cos, sin [b,s,d/2]``."""
+    """gpt-oss RoPE on ``q [b,h,s,d]``, ``k [b,kvh,s,d]`` with half-width ``cos, sin [b,s,d/2]``."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
@@ -160,7 +161,8 @@ def sink_softmax(scores: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
 
 
 def attention_sinks(q, k, v, mask, sinks: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Eager attention with sinks: ``QKᵀ·scale + mask``, :func:`sink_softmax`, ``P·V`` → ``[b,s,h·d]``."""
+    """Eager attention with sinks: ``QKᵀ·scale + mask``, :func:`sink_softmax`, ``P·V`` →
+    ``[b,s,h·d]``."""
     return attention_pv(sink_softmax(attention_scores(q, k, mask, scale), sinks), v)
 
 
@@ -171,14 +173,15 @@ def route_topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
 
 
 def expert_proj(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """One expert's projection ``x @ weight + bias`` (weight ``[in, out]``, as transformers stores it)."""
+    """One expert's projection ``x @ weight + bias`` (weight ``[in, out]``, as transformers
+    stores it)."""
     return x @ weight + bias
 
 
 def clamped_swiglu(
     gate_up: torch.Tensor, limit: float = SWIGLU_LIMIT, alpha: float = SWIGLU_ALPHA
 ) -> torch.Tensor:
-    """``(clamp(up, ±limit) + 1) · g·σ(alpha·g)``, ``g = min(gate, limit)``; gate and up interleaved."""
+    """``(clamp(up, ±limit) + 1) · g·σ(alpha·g)``, ``g = min(gate, limit)``; gate/up interleaved."""
     gate, up = gate_up[..., ::2], gate_up[..., 1::2]
     gate = gate.clamp(min=None, max=limit)
     up = up.clamp(min=-limit, max=limit)
@@ -195,7 +198,8 @@ def moe_forward(
     down_bias: torch.Tensor,
     k: int,
 ) -> torch.Tensor:
-    """gpt-oss's MoE MLP of ``x [T, H]``: router ``[E, H]`` (+ bias), gate_up ``[E, H, 2I]``, down ``[E, I, H]``."""
+    """gpt-oss's MoE MLP of ``x [T, H]``: router ``[E, H]`` (+ bias), gate_up ``[E, H, 2I]``,
+    down ``[E, I, H]``."""
     weights, index = route_topk_softmax(F.linear(x, router, router_bias), k)
     out = torch.zeros_like(x)
     for e, pos, tok in dispatch(index, router.shape[0]):
@@ -423,7 +427,8 @@ def _sinks(ops, op):
 
 
 def _np_sink_attention(q, k, v, sinks, mask) -> np.ndarray:
-    """float64 attention with sinks: q ``[b,h,s,d]``, k/v ``[b,kvh,t,d]`` (GQA), mask ``[s,t]`` or None."""
+    """float64 attention with sinks: q ``[b,h,s,d]``, k/v ``[b,kvh,t,d]`` (GQA), mask ``[s,t]``
+    or None."""
     rep = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
@@ -482,7 +487,8 @@ def _prepare_attention(ops, op):
         return out, ref.transpose(0, 2, 1, 3)
 
     note = (
-        "eager attention with sinks (transformers runs gpt-oss eager: no fused kernel takes sinks), "
+        "eager attention with sinks "
+        "(transformers runs gpt-oss eager: no fused kernel takes sinks), "
         + ("causal over the prompt" if s > 1 else f"over a KV cache of {keys} tokens")
         + (f", window {window}" if window else "")
         + ", cache append by concatenation"

@@ -17,8 +17,9 @@ torch (it is only imported by code that checked for it).
 
 >>> import torch
 >>> from roofprof.specs import ModelSpec
->>> spec = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-...                  head_dim=16, vocab_size=100, tie_word_embeddings=True, max_position_embeddings=256)
+>>> spec = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+...                  num_kv_heads=2, head_dim=16, vocab_size=100, tie_word_embeddings=True,
+...                  max_position_embeddings=256)
 >>> model = TorchLlama(spec, dtype=torch.float32)
 >>> cache = KVCache()
 >>> logits = model(torch.tensor([[1, 2, 3]]), cache)
@@ -107,8 +108,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.
 def head_rms_norm(
     x: torch.Tensor, weight: torch.Tensor, head_dim: int, eps: float = 1e-6
 ) -> torch.Tensor:
-    """Qwen3's q/k norm: :func:`rms_norm` over each ``head_dim`` slice of ``x [..., heads·head_dim]``,
-    returned as ``[..., heads, head_dim]`` (a view of the projection, as transformers' ``view``)."""
+    """Qwen3's q/k norm: :func:`rms_norm` over each ``head_dim`` slice of
+    ``x [..., heads·head_dim]``, returned as ``[..., heads, head_dim]`` (a view of the
+    projection, as transformers' ``view``)."""
     return rms_norm(x.view(*x.shape[:-1], -1, head_dim), weight, eps)
 
 
@@ -119,7 +121,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """RoPE on ``q [b,h,s,d]`` and ``k [b,kvh,s,d]`` with ``cos, sin [b,s,d]`` (transformers' formula)."""
+    """RoPE on ``q [b,h,s,d]`` and ``k [b,kvh,s,d]`` with ``cos, sin [b,s,d]`` (transformers'
+    formula)."""
     cos = cos.unsqueeze(1)
     sin = sin.unsqueeze(1)
     return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
@@ -207,7 +210,8 @@ def causal_mask(
 def attention_scores(
     q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float | None = None
 ) -> torch.Tensor:
-    """Eager attention, step 1: ``QKᵀ·scale (+ mask)`` over the full square (transformers' eager path)."""
+    """Eager attention, step 1: ``QKᵀ·scale (+ mask)`` over the full square (transformers' eager
+    path)."""
     n_rep = q.shape[1] // k.shape[1]
     w = torch.matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * (
         q.shape[-1] ** -0.5 if scale is None else scale
@@ -433,7 +437,8 @@ def _fit_mask(mask, keys: int, window: int | None):
 
 
 class TorchLlama(nn.Module):
-    """Llama in plain torch: ``forward(input_ids, cache)`` → logits of the last token ``[b,1,vocab]``.
+    """Llama in plain torch: ``forward(input_ids, cache)`` → logits of the last token
+    ``[b,1,vocab]``.
 
     Also the Qwen2 (q/k/v biases), Qwen3 (q/k norms) and Mistral (sliding window) models,
     from the spec's fields; other families subclass it (``layer_class``, ``forward``).
@@ -538,7 +543,8 @@ def build(spec: ModelSpec, dtype: torch.dtype, device: str, attention: str) -> n
 
 
 def hf_config(spec: ModelSpec) -> dict[str, Any]:
-    """Keyword arguments of the transformers config (``LlamaConfig``, ``Qwen2Config``, ...) of ``spec``.
+    """Keyword arguments of the transformers config (``LlamaConfig``, ``Qwen2Config``, ...) of
+    ``spec``.
 
     >>> from roofprof.specs import load_model
     >>> hf_config(load_model("qwen2.5-0.5b"))["num_key_value_heads"]

@@ -86,7 +86,8 @@ def new_cache(spec: ModelSpec) -> KVCache:
 
 class MoeLayer(LlamaLayer):
     """A Llama layer (with Qwen3's q/k norms, Qwen2's biases, Mistral's window when the spec
-    sets them) whose MLP is the mixture of experts of :func:`~roofprof.models.moe_torch.moe_forward`."""
+    sets them) whose MLP is the mixture of experts of
+    :func:`~roofprof.models.moe_torch.moe_forward`."""
 
     def __init__(self, m: ModelSpec, dtype, device):
         super().__init__(m, dtype, device)
@@ -108,7 +109,8 @@ class MoeLayer(LlamaLayer):
 
 
 class TorchMixtral(TorchLlama):
-    """Mixtral in plain torch: ``forward(input_ids, cache)`` → logits of the last token ``[b,1,vocab]``.
+    """Mixtral in plain torch: ``forward(input_ids, cache)`` → logits of the last token
+    ``[b,1,vocab]``.
 
     :class:`roofprof.models.llama_torch.TorchLlama` with :class:`MoeLayer` layers (``spec.moe``
     gives the experts).

@@ -173,8 +173,9 @@ class MoeOps:
         per_expert = slots / touched if touched else 0.0
         busiest = moe.routing.busiest_tokens(E, k, rows)
         note = (
-            f"{touched:.2f} of {E} experts touched per layer ({moe.routing.kind} routing, T = {rows} "
-            f"tokens); {per_expert:.1f} tokens per touched expert, busiest ~{busiest:.1f}"
+            f"{touched:.2f} of {E} experts touched per layer "
+            f"({moe.routing.kind} routing, T = {rows} tokens); "
+            f"{per_expert:.1f} tokens per touched expert, busiest ~{busiest:.1f}"
         )
         router = self.gemm("router", rows, E, h)
         if moe.router_bias:

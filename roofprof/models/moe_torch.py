@@ -43,7 +43,8 @@ __all__ = [
 def topk_route(
     logits: torch.Tensor, k: int, normalize: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Routing weights ``[T, k]`` (activation dtype) and expert indices ``[T, k]`` of ``logits [T, E]``.
+    """Routing weights ``[T, k]`` (activation dtype) and expert indices ``[T, k]`` of
+    ``logits [T, E]``.
 
     Softmax in float32, top-k, the k weights renormalised to sum 1 (``normalize``), as
     transformers' Mixtral and Qwen3-MoE routers.
@@ -56,7 +57,8 @@ def topk_route(
 
 
 def dispatch(index: torch.Tensor, experts: int) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
-    """Per touched expert: ``(expert, top-k slot, token)`` index pairs (transformers' one-hot mask)."""
+    """Per touched expert: ``(expert, top-k slot, token)`` index pairs (transformers' one-hot
+    mask)."""
     mask = F.one_hot(index, num_classes=experts).permute(2, 1, 0)  # [E, k, T]
     hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
     out = []
@@ -80,7 +82,8 @@ def expert_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 def expert_combine_(
     out: torch.Tensor, y: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
-    """Add one expert's output ``y``, scaled by each token's routing weight, into ``out`` (in place)."""
+    """Add one expert's output ``y``, scaled by each token's routing weight, into ``out`` (in
+    place)."""
     return out.index_add_(0, tok, y * weights[tok, pos, None])
 
 
@@ -92,7 +95,8 @@ def moe_forward(
     k: int,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """The MoE MLP of ``x [T, H]``: router ``[E, H]``, gate_up ``[E, 2I, H]``, down ``[E, H, I]``."""
+    """The MoE MLP of ``x [T, H]``: router ``[E, H]``, gate_up ``[E, 2I, H]``, down
+    ``[E, H, I]``."""
     weights, index = topk_route(F.linear(x, router), k, normalize)
     out = torch.zeros_like(x)
     for e, pos, tok in dispatch(index, router.shape[0]):

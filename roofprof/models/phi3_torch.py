@@ -1,4 +1,5 @@
-"""Phi-3 in plain torch (fused ``qkv_proj`` and ``gate_up_proj``), its transformers config, its preparer.
+"""Phi-3 in plain torch (fused ``qkv_proj`` and ``gate_up_proj``), its transformers config, its
+preparer.
 
 :class:`TorchPhi3` is the architecture of transformers' ``Phi3ForCausalLM``: Llama's, with
 q/k/v as one GEMM whose output is split, and gate/up as one GEMM whose output halves feed
@@ -7,8 +8,9 @@ q/k/v as one GEMM whose output is split, and gate/up as one GEMM whose output ha
 
 >>> import dataclasses, torch
 >>> from roofprof.specs import load_model
->>> small = dataclasses.replace(load_model("phi-3-mini"), num_layers=2, hidden_size=64, intermediate_size=128,
-...                             num_heads=4, num_kv_heads=4, head_dim=16, vocab_size=100)
+>>> small = dataclasses.replace(load_model("phi-3-mini"), num_layers=2, hidden_size=64,
+...                             intermediate_size=128, num_heads=4, num_kv_heads=4, head_dim=16,
+...                             vocab_size=100)
 >>> model = build(small, torch.float32, "cpu", "fused")
 >>> tuple(model(torch.tensor([[1, 2, 3]]), new_cache(small)).shape)
 (1, 1, 100)
@@ -38,7 +40,8 @@ __all__ = [
 
 
 def chunk_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """Phi-3's MLP activation: ``gate, up = gate_up.chunk(2, -1)``; ``up · silu(gate)`` (two kernels)."""
+    """Phi-3's MLP activation: ``gate, up = gate_up.chunk(2, -1)``; ``up · silu(gate)`` (two
+    kernels)."""
     gate, up = gate_up.chunk(2, dim=-1)
     return up * F.silu(gate)
 

@@ -525,8 +525,8 @@ def write_calibration(path: str | Path | None = None) -> dict[str, Any]:
         },
         "model": __doc__.split("**Fitting**")[0].strip(),
         "procedure": "**Fitting**" + __doc__.split("**Fitting**")[1].split(">>>")[0].rstrip(),
-        "base_roofline": "published ceilings of the row's GPU (roofprof roofline --published), datasheet where "
-        "a ceiling is missing",
+        "base_roofline": "published ceilings of the row's GPU (roofprof roofline --published), "
+        "datasheet where a ceiling is missing",
         "profiles": {e: p.to_dict() for e, p in profiles.items()},
         "fit_residuals": residuals,
         "leave_one_out_summary": summary,

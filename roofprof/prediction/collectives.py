@@ -243,7 +243,8 @@ class CollectiveModel:
         return self.ring_busbw_bytes_per_s
 
     def seconds(self, op: str, size_bytes: float, ranks: int) -> float:
-        """Seconds for one ``op`` (nccl-tests name or op ``fn``) of ``size_bytes`` over ``ranks``."""
+        """Seconds for one ``op`` (nccl-tests name or op ``fn``) of ``size_bytes`` over
+        ``ranks``."""
         op = _FN.get(op, op)
         if ranks <= 1 or size_bytes <= 0:
             return 0.0

@@ -28,7 +28,8 @@ __all__ = ["Estimator", "MeasuredEstimator", "OpEstimate", "OpTime", "RooflineEs
 
 @dataclass(frozen=True)
 class OpEstimate:
-    """Seconds for one call of an op, and what bounds it (``memory``, ``compute``, ``measured``...)."""
+    """Seconds for one call of an op, and what bounds it (``memory``, ``compute``,
+    ``measured``...)."""
 
     seconds: float
     bound: str
@@ -172,7 +173,9 @@ class MeasuredEstimator:
         >>> est = MeasuredEstimator({op.shape_key: OpTime(2e-6, "torch", kernels=1)}, launch_s=5e-6)
         >>> est.estimate(op).seconds, est.estimate(op).bound
         (5e-06, 'launch')
-        >>> MeasuredEstimator({op.shape_key: OpTime(2e-6, "torch")}, launch_s=5e-6, include_launch=False).estimate(op).seconds
+        >>> MeasuredEstimator(
+        ...     {op.shape_key: OpTime(2e-6, "torch")}, launch_s=5e-6, include_launch=False
+        ... ).estimate(op).seconds
         2e-06
     """
 
@@ -281,7 +284,8 @@ class MeasuredEstimator:
         labels = self._contended_labels
         shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
         text = (
-            f"{len(labels)} op shape{'s' if len(labels) > 1 else ''} measured while other processes "
+            f"{len(labels)} op shape{'s' if len(labels) > 1 else ''} "
+            "measured while other processes "
             f"used the CPUs (contended even after retries): {shown}; their times are likely "
             "inflated; re-measure on a quiet machine with `roofprof predict --estimator measured "
             "--remeasure`"
@@ -329,7 +333,9 @@ class MeasuredEstimator:
         d = {
             "launch_overhead_s": self.launch_s,
             "launch_overhead_counted": self.include_launch,
-            "launch_model": "each op takes max(measured time, kernels x launch overhead, host issue time)",
+            "launch_model": (
+                "each op takes max(measured time, kernels x launch overhead, host issue time)"
+            ),
             "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
             "unmeasured_ops": [
                 {"shape_key": list(k), "reason": r} for k, r in self.missing.items()

@@ -29,7 +29,8 @@ Throughput is ``B·o / T`` output tokens per second (``B·(p+o) / T`` when the s
 input tokens too); what the published corpus compares is its inverse, the seconds per token.
 
 >>> from roofprof.workload import Scenario
->>> run = batched_run(Scenario.of("llama-3.1-8b", "decode"), batch=8, prompt_tokens=128, output_tokens=64)
+>>> decode = Scenario.of("llama-3.1-8b", "decode")
+>>> run = batched_run(decode, batch=8, prompt_tokens=128, output_tokens=64)
 >>> [(s.phase, s.batch, s.context_tokens, n) for s, n in run.passes(segments=2)]
 [('prefill', 8, 128, 1), ('decode', 8, 143, 32), ('decode', 8, 175, 32)]
 >>> run.tokens("output"), run.tokens("total")
@@ -122,10 +123,13 @@ class BatchedRun:
         """One line stating the model of the run."""
         how = {
             "static": "a static batch",
-            "continuous": "continuous batching at steady state (prefill chunks priced as separate passes)",
+            "continuous": (
+                "continuous batching at steady state (prefill chunks priced as separate passes)"
+            ),
         }
         return (
-            f"{self.batch} requests x ({self.prompt_tokens} in, {self.output_tokens} out), {how[self.batching]}; "
+            f"{self.batch} requests x ({self.prompt_tokens} in, {self.output_tokens} out), "
+            f"{how[self.batching]}; "
             f"concurrency {self.concurrency}"
         )
 
@@ -234,7 +238,8 @@ def predict_batched(
     estimator's phase estimate) and state its throughput.
 
     >>> from roofprof.workload import Scenario
-    >>> run = batched_run(Scenario.of("llama-3.1-8b", "decode"), batch=4, prompt_tokens=16, output_tokens=4)
+    >>> decode = Scenario.of("llama-3.1-8b", "decode")
+    >>> run = batched_run(decode, batch=4, prompt_tokens=16, output_tokens=4)
     >>> predict_batched(run, lambda s: 1.0, segments=2).tokens_per_s  # 1 prefill + 4 steps of 1 s
     3.2
     """

@@ -18,7 +18,8 @@ time several checked ops together (:func:`roofprof.timing.interleave`).
 >>> from roofprof.models import ops
 >>> from roofprof.workload import Scenario
 >>> dev = CpuDevice()
->>> op = next(o for o in ops(Scenario.of("llama-3.2-1b", "decode", dtype="fp32")).ops if o.fn == "linear")
+>>> w = ops(Scenario.of("llama-3.2-1b", "decode", dtype="fp32"))
+>>> op = next(o for o in w.ops if o.fn == "linear")
 >>> numpy_impl = next(i for i in dev.implementations() if i.name == "numpy")
 >>> m = check_then_time(numpy_impl, op, np.random.default_rng(0), clock=dev.clock(), budget_s=0.01)
 >>> m.status, m.check.ok, m.seconds > 0
@@ -250,8 +251,9 @@ def prepare_checked(
         check = prepared.check()
         if not check.ok:
             msg = (
-                f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}) with {impl.name}: failed its correctness "
-                f"check (relative error {check.max_rel_error:.2e} > {check.tolerance:.2e}); excluded"
+                f"{op.phase} {op.name} ({op.m}×{op.n}×{op.k}) with {impl.name}: "
+                "failed its correctness check "
+                f"(relative error {check.max_rel_error:.2e} > {check.tolerance:.2e}); excluded"
             )
             if warn is not None:
                 warn(msg)
@@ -481,7 +483,10 @@ def check_then_time_group(
         for i, *_ in staged:
             if results[i] is None:
                 op = ops[i]
-                msg = f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__} while timed: {exc}"
+                msg = (
+                    f"{op.phase} {op.name} with {impl.name} raised {type(exc).__name__} "
+                    f"while timed: {exc}"
+                )
                 if warn is not None:
                     warn(msg)
                 results[i] = Measurement(impl.name, "error", msg)

@@ -73,7 +73,8 @@ SUPPORTED_FNS = tuple(_PREPARE)
 
 
 def family_preparers(family: str) -> dict[str, Callable[..., PreparedTorchOp]]:
-    """``Op.fn`` -> ``preparer(torch_ops, op)`` that family ``family``'s torch module adds (may be empty)."""
+    """``Op.fn`` -> ``preparer(torch_ops, op)`` that family ``family``'s torch module adds (may be
+    empty)."""
     import importlib
 
     from roofprof.models.families import torch_side
@@ -86,7 +87,8 @@ def family_preparers(family: str) -> dict[str, Callable[..., PreparedTorchOp]]:
 
 @dataclass
 class PreparedTorchOp:
-    """An op with its torch tensors allocated; ``calls`` are equivalent calls over rotated weights."""
+    """An op with its torch tensors allocated; ``calls`` are equivalent calls over rotated
+    weights."""
 
     op: Op
     calls: Sequence[Callable[[], Any]]
@@ -252,8 +254,9 @@ class TorchOps:
         self._seed += 1
         seed = self._seed if seed is None else seed
         if not self.is_cuda and math.prod(shape) >= 1 << 20:
-            # the CPU draws ~125 M normals/s (2 threads here): tile a random block over tensors of 4 MB and more
-            # (every GEMM weight copy of a Llama layer, the lm_head, the embedding)
+            # the CPU draws ~125 M normals/s (2 threads here): tile a random block over tensors
+            # of 4 MB and more (every GEMM weight copy of a Llama layer, the lm_head, the
+            # embedding)
             from roofprof.models.llama_torch import fill_random_
 
             return fill_random_(torch.empty(*shape, dtype=self._dtype(op)), std=std, seed=seed)
@@ -264,8 +267,8 @@ class TorchOps:
         return t.to(dtype=self._dtype(op))
 
     def _weight(self, n: int, k: int, op: Op, copy: int):
-        """Copy ``copy`` of the ``[n, k]`` weight in ``op``'s dtype, from the shared pool (drawn once;
-        numpy's array when numpy drew it first, viewed as a tensor without copying)."""
+        """Copy ``copy`` of the ``[n, k]`` weight in ``op``'s dtype, from the shared pool (drawn
+        once; numpy's array when numpy drew it first, viewed as a tensor without copying)."""
         w = self.inputs.get(
             weight_key((), n, k, op.dtype, copy),
             lambda: self._randn((n, k), op, std=k**-0.5, seed=1000 + copy),

@@ -111,7 +111,8 @@ class PublishedValidation:
             "skipped": [s.to_dict() for s in self.skipped],
             "calibration": dict(self.calibration),
             "seconds": self.seconds,
-            "residual": "predicted / published - 1 (positive: the prediction is slower than the measurement)",
+            "residual": "predicted / published - 1 "
+            "(positive: the prediction is slower than the measurement)",
             "calibrated_is": "leave-one-out: each row predicted from a fit without that row",
         }
 

@@ -108,7 +108,8 @@ class PublishedRow:
         return any(f.get("metric") == metric and f.get("derived") for f in self.figures)
 
     def cite(self) -> str:
-        """``row · source`` as every report prints it, e.g. ``D01 · S5 gpt-fast@32971d3 README.md``."""
+        """``row · source`` as every report prints it, e.g.
+        ``D01 · S5 gpt-fast@32971d3 README.md``."""
         return f"{self.id} · {_cite_source(self.source)}"
 
 

@@ -185,7 +185,8 @@ class Roofline:
         found = [c for c in self.ceilings if c.kind == "compute" and c.dtype == dtype]
         if not found:
             raise ConfigError(
-                f"{self.device} has no {dtype} compute ceiling; dtypes: {', '.join(self.dtypes) or 'none'}"
+                f"{self.device} has no {dtype} compute ceiling; "
+                f"dtypes: {', '.join(self.dtypes) or 'none'}"
             )
         return max(found, key=lambda c: c.value)
 
@@ -194,7 +195,8 @@ class Roofline:
         found = [c for c in self.ceilings if c.kind == "memory" and c.level == level]
         if not found:
             raise ConfigError(
-                f"{self.device} has no {level} bandwidth ceiling; levels: {', '.join(self.levels) or 'none'}"
+                f"{self.device} has no {level} bandwidth ceiling; "
+                f"levels: {', '.join(self.levels) or 'none'}"
             )
         return max(found, key=lambda c: c.value)
 
@@ -224,7 +226,8 @@ class Roofline:
         return max(flops / self.compute_peak(dtype), bytes_ / self.memory_bandwidth(level))
 
     def scaled(self, factors: Mapping[str, float]) -> Roofline:
-        """A copy with compute ceilings of the named dtypes multiplied (e.g. by clock seen / spec clock)."""
+        """A copy with compute ceilings of the named dtypes multiplied (e.g. by clock seen / spec
+        clock)."""
         out = []
         for c in self.ceilings:
             f = factors.get(c.dtype, 1.0) if c.kind == "compute" else 1.0
@@ -241,7 +244,10 @@ class Roofline:
             dtype = "fp64" if key == "fp64_tensor" else key
             ceilings.append(
                 Ceiling(
-                    name=f"{key.replace('_tensor', '')} {'tensor' if tensor else 'CUDA cores'} (datasheet)",
+                    name=(
+                        f"{key.replace('_tensor', '')} "
+                        f"{'tensor' if tensor else 'CUDA cores'} (datasheet)"
+                    ),
                     kind="compute",
                     value=value,
                     dtype=dtype,

@@ -41,7 +41,8 @@ class Plateau:
 
 
 def level_windows(cache_bytes: Mapping[str, int]) -> list[tuple[str, float, float]]:
-    """``(level, lo, hi)``: the working-set sizes (bytes, ``lo <= size <= hi``) on each level's plateau.
+    """``(level, lo, hi)``: the working-set sizes (bytes, ``lo <= size <= hi``) on each level's
+    plateau.
 
     Level *i* of size ``s[i]`` spans ``[max(2·s[i-1], s[i]/8), s[i]/2]`` (clear of the level
     below, and of the tiny sizes where a kernel's per-pass overhead shows); DRAM starts at

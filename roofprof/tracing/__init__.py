@@ -96,7 +96,8 @@ def trace(
 
 
 def import_trace(path: Any, **kwargs: Any):
-    """A TraceResult from a torch profiler Chrome trace (:func:`roofprof.tracing.chrome.import_trace`)."""
+    """A TraceResult from a torch profiler Chrome trace
+    (:func:`roofprof.tracing.chrome.import_trace`)."""
     from roofprof.tracing.chrome import import_trace as _import
 
     return _import(path, **kwargs)

@@ -52,8 +52,9 @@ def summary_lines(result: Any) -> list[str]:
         f"{s.unique_ops} unique",
         f"coverage {_pct(s.coverage)} of op time has a FLOP formula and a byte model; "
         f"{si(s.flops, 'FLOP')}, {si(s.bytes, 'B')} minimum",
-        f"over the op time ({s.dtype}): MFU {_pct(s.mfu_measured)} / MBU {_pct(s.mbu_measured)} of the measured "
-        f"roofline; {_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)} of the datasheet",
+        f"over the op time ({s.dtype}): MFU {_pct(s.mfu_measured)} / MBU {_pct(s.mbu_measured)} "
+        f"of the measured roofline; "
+        f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)} of the datasheet",
     ]
 
 
@@ -72,7 +73,8 @@ def text_table(result: Any, top: int | None = 20) -> str:
     lines = [head, "-" * len(head)]
     for r in result.ops[:top]:
         lines.append(
-            f"{r.op.split('::')[-1][:34]:<34} {_shape(r)[:30]:<30} {r.count:>5} {si(r.time_s, 's'):>9} "
+            f"{r.op.split('::')[-1][:34]:<34} {_shape(r)[:30]:<30} {r.count:>5} "
+            f"{si(r.time_s, 's'):>9} "
             f"{si(r.time_per_call_s, 's'):>9} {si(r.replay_s, 's', missing='-'):>9} "
             f"{'-' if r.flops is None else f'{r.flops / 1e9:.3f}':>8} "
             f"{'-' if r.bytes is None else f'{r.bytes / 1e6:.2f}':>8} "
@@ -98,7 +100,8 @@ def text_table(result: Any, top: int | None = 20) -> str:
         ]
         for r in measured[:top]:
             lines.append(
-                f"{r.op.split('::')[-1][:34]:<34} {_num(r.flops, 1e9):>9} {_num(r.measured_flops, 1e9):>10} "
+                f"{r.op.split('::')[-1][:34]:<34} {_num(r.flops, 1e9):>9} "
+                f"{_num(r.measured_flops, 1e9):>10} "
                 f"{_num(r.bytes, 1e6):>9} {_num(r.measured_dram_bytes, 1e6):>12} "
                 f"{si(r.measured_time_s, 's', missing='-'):>9} {r.measured_kernels:>7}"
             )
@@ -131,7 +134,9 @@ def _modules_csv(result: Any) -> str:
 
 _FLAG_TEXT = {
     "replay-disagrees": "in-context and replayed times differ by more than 20 %",
-    "cache-resident": "faster than the DRAM roof allows: its data stayed in cache (check with --cold)",
+    "cache-resident": (
+        "faster than the DRAM roof allows: its data stayed in cache (check with --cold)"
+    ),
     "no-cost": "no FLOP formula or byte model: time only (register_cost adds one)",
     "in-context-only": "not replayable (data-dependent or stateful): timed in context only",
     "kernel-only": "a device kernel no recorded op launched (fused, compiled, NCCL): time only",
@@ -166,7 +171,8 @@ def _cards(result: Any) -> str:
     return (
         "<div class='cards'>"
         + "".join(
-            f"<div class='card'><div class='lbl'>{html.escape(a)}</div><div class='big'>{html.escape(b)}</div>"
+            f"<div class='card'><div class='lbl'>{html.escape(a)}</div>"
+            f"<div class='big'>{html.escape(b)}</div>"
             f"<div>{html.escape(c)}</div></div>"
             for a, b, c in cards
         )
@@ -212,8 +218,9 @@ def _html(result: Any, png: bytes | None) -> str:
     counters = any(r.measured_kernels for r in result.ops)
     parts = [
         f"<h1>roofprof trace on {html.escape(s.device)}</h1>",
-        f"<p class='muted'>roofline: {html.escape(s.roofline_source)}; FMA = 2 FLOPs; minimum bytes "
-        "(views 0, broadcasts once, gathers the rows touched); times in context, replays in isolation.</p>",
+        f"<p class='muted'>roofline: {html.escape(s.roofline_source)}; FMA = 2 FLOPs; "
+        "minimum bytes (views 0, broadcasts once, gathers the rows touched); "
+        "times in context, replays in isolation.</p>",
         _cards(result),
         "<h2>Roofline</h2>",
         html_image(png, "roofline with the slowest ops placed"),
@@ -227,8 +234,9 @@ def _html(result: Any, png: bytes | None) -> str:
         parts.append(
             "<h2>Flags</h2><ul>"
             + "".join(
-                f"<li><b>{html.escape(f)}</b> ({len(ops)} signatures: {html.escape(', '.join(dict.fromkeys(ops)))}"
-                f"): {html.escape(_FLAG_TEXT.get(f, ''))}</li>"
+                f"<li><b>{html.escape(f)}</b> ({len(ops)} signatures: "
+                f"{html.escape(', '.join(dict.fromkeys(ops)))}): "
+                f"{html.escape(_FLAG_TEXT.get(f, ''))}</li>"
                 for f, ops in flagged.items()
             )
             + "</ul>"

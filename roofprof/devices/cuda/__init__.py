@@ -1,4 +1,5 @@
-"""The CUDA backend: one NVIDIA GPU through CuPy (memory, kernels, events) and NVML (identity, telemetry).
+"""The CUDA backend: one NVIDIA GPU through CuPy (memory, kernels, events) and NVML (identity,
+telemetry).
 
 The face of the package. ``roofprof.devices.select("cuda:N")`` opens :class:`CudaDevice`
 through this module's backend functions, :func:`enumerate` and :func:`open`. Nothing here

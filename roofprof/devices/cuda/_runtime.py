@@ -130,15 +130,18 @@ def memory_refusal(
 ) -> str | None:
     """The refusal message when ``need_bytes`` exceed ``fraction`` of ``free_bytes`` (None: fits).
 
-    >>> memory_refusal(10 * 2**30, 8 * 2**30, "op q_proj", "cuda:0")
-    'op q_proj needs 10.00 GiB of device memory but only 8.00 GiB of cuda:0 is free (at most 90% of it is used); free memory or use smaller shapes'
+    >>> msg = memory_refusal(10 * 2**30, 8 * 2**30, "op q_proj", "cuda:0")
+    >>> print(msg)  # doctest: +NORMALIZE_WHITESPACE
+    op q_proj needs 10.00 GiB of device memory but only 8.00 GiB of cuda:0 is free
+    (at most 90% of it is used); free memory or use smaller shapes
     >>> memory_refusal(1 * 2**30, 8 * 2**30, "x") is None
     True
     """
     if need_bytes <= fraction * free_bytes:
         return None
     return (
-        f"{what} needs {fmt_bytes(need_bytes)} of device memory but only {fmt_bytes(free_bytes)} of "
+        f"{what} needs {fmt_bytes(need_bytes)} of device memory "
+        f"but only {fmt_bytes(free_bytes)} of "
         f"{label} is free (at most {fraction:.0%} of it is used); free memory or use smaller shapes"
     )
 
@@ -222,9 +225,9 @@ class CudaEventClock:
 
     ``pre_start`` (optional) is called before the start event is recorded: the CUDA device
     queues a short delay kernel there (``probe_delay_ns``, 80 µs of ``%globaltimer``), so that
-    the host has queued the timed work before the GPU reaches the start event. The interval then holds GPU time
-    only, not the host's launch overhead (large for Numba and torch launches of
-    microsecond kernels); the host issue rate is a separate figure.
+    the host has queued the timed work before the GPU reaches the start event. The interval
+    then holds GPU time only, not the host's launch overhead (large for Numba and torch
+    launches of microsecond kernels); the host issue rate is a separate figure.
 
     Example (on a GPU)::
 
@@ -299,7 +302,8 @@ class KernelModules:
         return self._cm
 
     def module(self, source: str) -> Any:
-        """The compiled ``RawModule`` of one source file (``probes.cu``, ``gemv.cu``, ``gemm_mma.cu``)."""
+        """The compiled ``RawModule`` of one source file (``probes.cu``, ``gemv.cu``,
+        ``gemm_mma.cu``)."""
         if source in self._failed:
             raise DeviceUnavailableError(self._failed[source])
         if source not in self._modules:
@@ -313,8 +317,8 @@ class KernelModules:
             except Exception as exc:  # noqa: BLE001 - CompileException, missing headers, NVRTC errors
                 log = str(exc).strip().splitlines()
                 reason = (
-                    f"kernels/cuda/{source} did not compile under NVRTC with {' '.join(self.options)}: "
-                    + " | ".join(log[:6])
+                    f"kernels/cuda/{source} did not compile under NVRTC with "
+                    f"{' '.join(self.options)}: " + " | ".join(log[:6])
                 )
                 self._failed[source] = reason
                 raise DeviceUnavailableError(reason) from exc

@@ -74,7 +74,8 @@ def calls_per_sample(
     """Calls per event pair for an op estimated at ``estimate`` seconds: 1 from ``small_s`` on
     (or when unknown), else ``ceil(target_s / estimate)`` capped at ``max_calls``.
 
-    >>> calls_per_sample(2e-6), calls_per_sample(30e-6), calls_per_sample(None), calls_per_sample(1e-9)
+    >>> (calls_per_sample(2e-6), calls_per_sample(30e-6),
+    ...  calls_per_sample(None), calls_per_sample(1e-9))
     (10, 1, 1, 64)
     """
     if estimate is None or not math.isfinite(estimate) or estimate >= small_s:
@@ -100,7 +101,8 @@ class BatchedPrepared:
         self.name = getattr(first, "name", "op")
         self.kernels = getattr(first, "kernels", 1)
         self.note = (
-            f"{getattr(first, 'note', '')}; {self.calls_per_sample} back-to-back calls per CUDA-event "
+            f"{getattr(first, 'note', '')}; "
+            f"{self.calls_per_sample} back-to-back calls per CUDA-event "
             f"pair over {len(self.copies)} operand copies, time divided by {self.calls_per_sample}"
         ).lstrip("; ")
         self.batched_calls: list[Callable[[], Any]] = [self._batch]

@@ -1,4 +1,5 @@
-"""The CUDA device: one NVIDIA GPU through CuPy (memory, streams, events) and NVML (identity, telemetry).
+"""The CUDA device: one NVIDIA GPU through CuPy (memory, streams, events) and NVML (identity,
+telemetry).
 
 ``CudaDevice(index)`` is what ``roofprof.devices.select("cuda:N")`` opens. Its constructor
 raises :class:`~roofprof.errors.DeviceUnavailableError` with a one-line reason when CuPy is
@@ -110,7 +111,8 @@ def _nvml_identity(nv: Any, pci_bus_id: str | None, index: int) -> tuple[dict[st
             nvml_index = _nvml.index_for_pci(pci_bus_id, nvm) if pci_bus_id else None
             if nvml_index is None:
                 return {}, (
-                    f"NVML lists no GPU at PCI bus id {pci_bus_id} (cuda:{index}); telemetry unavailable"
+                    f"NVML lists no GPU at PCI bus id {pci_bus_id} (cuda:{index}); "
+                    "telemetry unavailable"
                     if pci_bus_id
                     else f"cuda:{index} has no PCI bus id to match in NVML; telemetry unavailable"
                 )
@@ -425,7 +427,8 @@ class CudaDevice:
             raise CudaKernelError(f"CUDA error in {what}: {cuda_message(exc)}") from exc
 
     def memcpy_d2d(self, dst: Any, src: Any, nbytes: int) -> None:
-        """``cudaMemcpyAsync`` device to device of ``nbytes`` on the current stream (CuPy's copy)."""
+        """``cudaMemcpyAsync`` device to device of ``nbytes`` on the current stream (CuPy's
+        copy)."""
         cp = self._cp
         self.last_kernel = "cudaMemcpyAsync D2D"
         try:
@@ -565,8 +568,8 @@ class CudaDevice:
 
 def cuda_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
     """The GPU roofline plan: the sweep sized from ``info``'s L2 by
-    :meth:`~roofprof.roofline.plan.RooflinePlan.sized`, larger GEMMs and a DRAM-sized intensity sweep
-    (at least 256 MiB) than on a CPU, and GPU-scale budgets.
+    :meth:`~roofprof.roofline.plan.RooflinePlan.sized`, larger GEMMs and a DRAM-sized
+    intensity sweep (at least 256 MiB) than on a CPU, and GPU-scale budgets.
 
     Raises:
         ConfigError: unknown plan name.
@@ -595,7 +598,8 @@ def cuda_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
 def scale_to_clock(
     value: float, clock_seen_mhz: float | None, spec_clock_mhz: float | None
 ) -> float | None:
-    """A compute rate measured at ``clock_seen_mhz`` restated at ``spec_clock_mhz`` (linear in clock).
+    """A compute rate measured at ``clock_seen_mhz`` restated at ``spec_clock_mhz`` (linear in
+    clock).
 
     >>> scale_to_clock(60e12, 1800.0, 1980.0) / 1e12
     66.0

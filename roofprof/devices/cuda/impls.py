@@ -5,10 +5,15 @@ GEMM/GEMV ops of :func:`roofprof.models.ops` (``y[m,n] = x[m,k]·W[n,k]ᵀ``, th
 
 | name | kernels | dtypes |
 | --- | --- | --- |
-| ``cupy`` | own CUDA C through CuPy: ``gemv.cu`` for ``m ≤ 16`` (split-K when the N blocks would not fill the GPU), ``gemm_mma.cu`` (``mma.sync``) above | bf16, fp16 |
-| ``numba`` | ``kernels/numba_cuda.py`` registry: ``gemv_<dt>`` for ``m ≤ 16``, ``gemm_tiled_<dt>`` above | fp32, fp16 |
-| ``cublas`` | cuBLAS: ``cupy.matmul`` (fp64, fp32, fp16), ``cublasGemmEx`` (bf16; tf32 compute) | fp64, fp32, tf32, fp16, bf16 |
+| ``cupy`` | own CUDA C via CuPy: ``gemv.cu`` for ``m ≤ 16``, ``gemm_mma.cu`` above | bf16, fp16 |
+| ``numba`` | registry: ``gemv_<dt>`` for ``m ≤ 16``, ``gemm_tiled_<dt>`` above | fp32, fp16 |
+| ``cublas`` | cuBLAS: ``cupy.matmul`` (fp64, fp32, fp16), ``cublasGemmEx`` | all five |
 | ``torch`` | ``torch.matmul`` on CUDA (when torch has CUDA) | fp64, fp32, fp16, bf16 |
+
+``gemv.cu`` splits K when the N blocks would not fill the GPU; ``gemm_mma.cu`` uses
+``mma.sync``. The ``numba`` registry is ``kernels/numba_cuda.py``. ``cublas`` covers all
+five of fp64, fp32, tf32, fp16 and bf16, through ``cublasGemmEx`` for bf16 (and for tf32
+compute).
 
 The other ops of a pass (RMSNorm, RoPE, residual adds, SiLU·mul, the embedding gather,
 fused attention) run through ``cupy-ref``: plain CuPy array code computing in float32
@@ -198,8 +203,8 @@ class PreparedGemm:
             got,
             ref,
             check_tolerance(op.dtype, op.k),
-            f"{self.name} vs float64 numpy on a {len(rows)}×{len(cols)} sampled block; output poisoned "
-            "with NaN, every element finite",
+            f"{self.name} vs float64 numpy on a {len(rows)}×{len(cols)} sampled block; "
+            "output poisoned with NaN, every element finite",
         )
 
     def release(self) -> None:
@@ -616,7 +621,8 @@ def torch_fp8_gemm_setup(device: CudaDevice) -> Callable[..., ProbeRun]:
                 got_all[np.ix_(rows, cols)],
                 ref,
                 check_tolerance("bf16", n),
-                "torch._scaled_mm e4m3 (inputs exact in e4m3, scales 1.0, bf16 out) vs float64 numpy "
+                "torch._scaled_mm e4m3 (inputs exact in e4m3, scales 1.0, bf16 out) "
+                "vs float64 numpy "
                 f"on a {len(rows)}×{len(cols)} sampled block",
             )
 

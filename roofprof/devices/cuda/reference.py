@@ -43,7 +43,8 @@ def attention_group(op: Op) -> int:
     >>> from roofprof.specs import load_model
     >>> from roofprof import models
     >>> from roofprof.workload import Scenario
-    >>> ops = models.ops(Scenario(load_model("llama-3.1-8b"), "decode", batch=2, context_tokens=100)).ops
+    >>> scenario = Scenario(load_model("llama-3.1-8b"), "decode", batch=2, context_tokens=100)
+    >>> ops = models.ops(scenario).ops
     >>> attention_group(next(o for o in ops if o.name == "attention"))
     4
     """

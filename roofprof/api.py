@@ -236,7 +236,9 @@ def profile(
     >>> tiny = ModelSpec("tiny", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
     ...                  num_kv_heads=2, head_dim=16, vocab_size=100, tie_word_embeddings=True,
     ...                  max_position_embeddings=256)
-    >>> r = profile(tiny, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"])
+    >>> r = profile(
+    ...     tiny, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"]
+    ... )
     >>> [o.chosen.impl for o in r.ops][:3], r.seconds > 0
     (['torch', 'torch', 'torch'], True)
     """
@@ -332,7 +334,7 @@ def validate(
             batch=batch,
             prompt_tokens=prompt_tokens,
             dtype=dtype or dev.info.default_dtype,
-            convention=Counting(attention=attention),
+            convention=Counting().with_attention(attention),
         )
     )
     settings = ValidationSettings(

@@ -117,12 +117,13 @@ class MeasurementCache:
 
     def _load(self) -> dict[str, Any]:
         if self._data is None:
-            self._data = {}
+            data: dict[str, Any] = {}
             if self.path.exists():
                 try:
-                    self._data = json.loads(self.path.read_text())
+                    data = json.loads(self.path.read_text())
                 except (OSError, json.JSONDecodeError):
-                    self._data = {}
+                    data = {}
+            self._data = data
         return self._data
 
     def get(self, op: Op, impl: str) -> Measurement | None:
@@ -210,7 +211,8 @@ def _complete_result(path: Path) -> RooflineResult | None:
 
 
 def spec_roofline(device: Device) -> Roofline | None:
-    """The datasheet roofline of a GPU matched in data/gpus.json (None for CPUs and unknown GPUs)."""
+    """The datasheet roofline of a GPU matched in data/gpus.json (None for CPUs and unknown
+    GPUs)."""
     if device.info.spec_id is None:
         return None
     from roofprof.specs import load_gpu
@@ -219,7 +221,8 @@ def spec_roofline(device: Device) -> Roofline | None:
 
 
 def minimal_roofline_cache_path(device: Device) -> Path:
-    """Where the minimal roofline of ``device`` is cached (``roofline-minimal-<fingerprint>.json``)."""
+    """Where the minimal roofline of ``device`` is cached
+    (``roofline-minimal-<fingerprint>.json``)."""
     return cache_dir() / f"roofline-minimal-{device_fingerprint(device)}.json"
 
 
@@ -231,7 +234,8 @@ def minimal_roofline(
     One working set where the DRAM plateau starts (the quick plan's first size of at least
     8 × the last-level cache) for the device's ``read`` probe, and the GEMM probes of each of
     ``dtypes`` at the quick plan's smallest GEMM size (the FMA probes where a dtype has no
-    GEMM probe; a dtype with neither gets no ceiling). Enough to classify each op's bound, give the ridge and decide which ops
+    GEMM probe; a dtype with neither gets no ceiling). Enough to classify each op's bound, give the
+    ridge and decide which ops
     stream their weights; ``roofprof roofline`` measures the whole roofline. About 1 s on a
     2-core CPU instead of the quick plan's ~9 s.
 
@@ -268,7 +272,10 @@ def minimal_roofline(
         else None
     )
     result = probe(device, plan=plan, probes=names, progress=hook)
-    source = f"measured (minimal probes: {', '.join(names)}; `roofprof roofline` measures the whole roofline)"
+    source = (
+        f"measured (minimal probes: {', '.join(names)}; "
+        "`roofprof roofline` measures the whole roofline)"
+    )
     return result.roofline, source, result
 
 
@@ -283,7 +290,8 @@ def _peak_probes(device: Device, dtypes: Sequence[str]) -> list[Probe]:
 
 
 def _load_cached(path: Path, dtypes: Sequence[str] = ()) -> Roofline | None:
-    """The roofline cached at ``path`` when it is readable, complete and has every ``dtypes`` ceiling."""
+    """The roofline cached at ``path`` when it is readable, complete and has every ``dtypes``
+    ceiling."""
     result = _complete_result(path)
     roof = result.roofline if result is not None else None
     return roof if roof is not None and set(dtypes) <= set(roof.dtypes) else None
@@ -332,7 +340,8 @@ class ChosenRoofline:
 
 
 def _fresh(path: Path, max_age_s: float) -> tuple[RooflineResult, float] | None:
-    """The complete roofline result cached at ``path`` and its age, if younger than ``max_age_s``."""
+    """The complete roofline result cached at ``path`` and its age, if younger than
+    ``max_age_s``."""
     if max_age_s <= 0:
         return None
     try:

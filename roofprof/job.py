@@ -196,7 +196,7 @@ class RunPlan:
             prompt_tokens=prompt_tokens,
             context_tokens=context,
             dtype=dtype or info.default_dtype,
-            convention=Counting(attention=attention),
+            convention=Counting().with_attention(attention),
         )
         choice = RooflineChoice(
             roofline if roofline is not None else "auto",

@@ -126,8 +126,9 @@ def json_default(obj: Any) -> Any:
     """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
+    tolist = getattr(obj, "tolist", None)
+    if callable(tolist):
+        return tolist()
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -90,7 +90,8 @@ OP_FNS = (
     "all_gather",
     "send",
 )
-#: The fns that move data between ranks (priced on the interconnect, :mod:`roofprof.prediction.collectives`).
+#: The fns that move data between ranks (priced on the interconnect,
+#: :mod:`roofprof.prediction.collectives`).
 COLLECTIVE_FNS = ("allreduce", "reduce_scatter", "all_gather", "send")
 #: Chart groups, in display order.
 OP_GROUPS = (
@@ -111,6 +112,22 @@ class Counting:
     embedding: Literal["gather", "matmul"] = "gather"
     elementwise: Literal["separate", "fused"] = "separate"
     attention: Literal["fused", "unfused"] = "fused"
+
+    def with_attention(self, attention: str) -> Counting:
+        """A copy counting attention as ``fused`` (SDPA) or ``unfused`` (eager, scores through
+        memory).
+
+        Raises:
+            ConfigError: any other value (the message names the valid choices).
+
+        >>> Counting().with_attention("unfused").attention
+        'unfused'
+        """
+        if attention == "fused":
+            return replace(self, attention="fused")
+        if attention == "unfused":
+            return replace(self, attention="unfused")
+        raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
 
     def describe(self) -> str:
         """One line stating the choices, for the output of every prediction."""
@@ -268,14 +285,14 @@ class Scenario:
             kv_bytes(self.kv_dtype)
         if self.batch < 1:
             raise ConfigError(f"batch must be at least 1, got {self.batch}")
-        if self.context_tokens is None:
-            object.__setattr__(self, "context_tokens", self.prompt_tokens)
+        context = self.prompt_tokens if self.context_tokens is None else self.context_tokens
+        object.__setattr__(self, "context_tokens", context)
         if self.phase == "prefill" and self.prompt_tokens < 1:
             raise ConfigError(
                 f"prompt tokens must be at least 1 for prefill, got {self.prompt_tokens}"
             )
-        if self.context_tokens < 0:
-            raise ConfigError(f"context tokens must be 0 or more, got {self.context_tokens}")
+        if context < 0:
+            raise ConfigError(f"context tokens must be 0 or more, got {context}")
         _check_layout(self.model, self.parallel)
 
     @property

@@ -2,7 +2,9 @@
 
 The numba-cuda simulator must be enabled before numba is first imported, so that every
 `numba.cuda` kernel runs on the CPU here (CI has no GPU). Tests that need a real GPU are
-marked ``gpu`` and skipped unless one is present (``roofprof selftest`` runs them).
+marked ``gpu`` and skipped unless one is present (``roofprof selftest`` runs them). Tests
+marked ``slow`` run only with ``--runslow`` (CI passes it; the fast default is for day-to-day
+work).
 """
 
 import os
@@ -15,7 +17,6 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 
 
 def _real_gpu_present() -> bool:
@@ -29,7 +30,18 @@ def _real_gpu_present() -> bool:
         return False
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--runslow", action="store_true", default=False, help="also run the tests marked slow"
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--runslow"):
+        slow = pytest.mark.skip(reason="slow: run with --runslow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
     if _real_gpu_present():
         return
     skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (run `roofprof selftest` on one)")
@@ -86,7 +98,7 @@ def check_every_torch_op(spec, scenarios, **torch_ops_kwargs) -> list[str]:
     import numpy as np
 
     from roofprof.models import ops
-    from roofprof.torch_ops import TorchOps
+    from roofprof.profiling.torch_ops import TorchOps
 
     impl = TorchOps(spec, **torch_ops_kwargs)
     seen, checked = set(), []

@@ -1,4 +1,5 @@
-"""roofprof profile: correctness first, every op measured, placement, faults, cache, CLI (tiny model)."""
+"""roofprof profile: correctness first, every op measured, placement, faults, cache, CLI (tiny
+model)."""
 
 import json
 import warnings

@@ -1,4 +1,5 @@
-"""roofprof run end to end on a tiny model: every step, the files, a readable self-contained report."""
+"""roofprof run end to end on a tiny model: every step, the files, a readable self-contained
+report."""
 
 import base64
 import json

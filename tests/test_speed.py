@@ -1,4 +1,5 @@
-"""The main job's speed changes keep what they measure: shared inputs, sampled checks, grouped sweeps.
+"""The main job's speed changes keep what they measure: shared inputs, sampled checks, grouped
+sweeps.
 
 Speed itself is a benchmark (``benchmarks/bench_run_speed.py``, BENCHMARKS.md), never a timed test:
 these tests check the mechanisms (what is drawn once, what is flushed, how many calls are
@@ -544,15 +545,18 @@ def test_measured_ridge_is_nan_without_a_ceiling_for_the_dtype_and_the_table_say
 
 
 def test_nothing_imported_by_the_cli_starts_numbas_threads_before_the_runtime_is_chosen():
-    """The trap of the profile: numba's ``omp`` layer started early made a real prefill 2.5× slower."""
+    """The trap of the profile: numba's ``omp`` layer started early made a real prefill 2.5×
+    slower."""
     pytest.importorskip("numba")
     code = (
-        "import roofprof.cli, roofprof.job, roofprof.profiling.profiler, roofprof.devices.cpu as c\n"
+        "import roofprof.cli, roofprof.job, roofprof.profiling.profiler\n"
+        "import roofprof.devices.cpu as c\n"
         "print(c.single_openmp_runtime())\n"
         "dev = c.CpuDevice()\n"
         "import numpy as np\n"
         "from roofprof._resources import kernels_module\n"
-        "k = kernels_module('cpu'); a = np.ones((4, 8), np.float32); o = np.empty((4, 4), np.float32)\n"
+        "k = kernels_module('cpu'); a = np.ones((4, 8), np.float32)\n"
+        "o = np.empty((4, 4), np.float32)\n"
         "k.gemm_nt(a, a, o)\n"
         "import numba; print(numba.threading_layer())\n"
     )

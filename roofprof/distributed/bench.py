@@ -47,7 +47,8 @@ __all__ = [
     "timers_for",
 ]
 
-#: The ops measured (nccl-tests names, as :func:`roofprof.prediction.collectives.load_collectives` reads).
+#: The ops measured (nccl-tests names, as :func:`roofprof.prediction.collectives.load_collectives`
+#: reads).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send")
 _ELEMENT_BYTES = 4  # float32 buffers, as nccl-tests' default
 

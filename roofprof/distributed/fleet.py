@@ -1,6 +1,7 @@
 """``roofprof roofline --all-ranks``: every rank's roofline at once, the slow device flagged.
 
-Each rank measures its own device's roofline in parallel (:func:`~roofprof.roofline.probes.measure_roofline`
+Each rank measures its own device's roofline in parallel
+(:func:`~roofprof.roofline.probes.measure_roofline`
 with the plan asked for), reads its clocks and clock-event (throttle) reasons from NVML
 where there is a GPU behind it (``None`` fields and a reason otherwise), and rank 0 gathers
 the rows: :func:`flag_slow` marks any device more than :data:`SLOW_FRACTION` below the median

@@ -68,14 +68,14 @@ def accepts(config: Mapping[str, Any]) -> bool:
 
 def ops(scenario: Scenario) -> Workload:
     """The ops of one prefill pass or decode step: MLA attention, dense-then-MoE MLP."""
-    return llama.build(scenario, _Builder)
+    return llama.build(scenario, Builder)
 
 
-class _Builder(MoeOps, llama._Builder):
+class Builder(MoeOps, llama.Builder):
     roles = ROLES
 
-    def _ops(self) -> list[Op]:
-        ops = super()._ops()
+    def build_ops(self) -> list[Op]:
+        ops = super().build_ops()
         at = next(i for i, op in enumerate(ops) if op.name == "q_proj")
         end = next(i for i, op in enumerate(ops) if op.name == "o_proj") + 1
         return self.moe_mlp(ops[:at] + self.mla_ops(self.model.mla) + ops[end:])
@@ -133,7 +133,7 @@ class _Builder(MoeOps, llama._Builder):
         tq = self.q_tokens
         if self.phase == "prefill":
             ops.append(self.gemm("kv_b_proj", rows, heads * (nope + v), kvl))
-            pairs = b * heads * llama._causal_pairs(tq, None)
+            pairs = b * heads * llama.causal_pairs(tq, None)
             flops = 2.0 * pairs * qk + 2.0 * pairs * v
             moved = rows * heads * (qk + qk + v + v) * e + rows * cache_row
             ops.append(

@@ -58,7 +58,7 @@ def build(scenario: Scenario) -> Workload:
     return llama.build(scenario, Builder)
 
 
-class Builder(llama._Builder):
+class Builder(llama.Builder):
     """The Gemma pass (see the module docstring); tensor parallelism as for Llama."""
 
     roles = ROLES
@@ -81,7 +81,7 @@ class Builder(llama._Builder):
     def add(self, name: str, rows: int, h: int) -> Op:
         return self.elementwise(name, "elementwise", rows, h, 1.0, 2 * rows * h, rows * h)
 
-    def _ops(self) -> list[Op]:
+    def build_ops(self) -> list[Op]:
         m, e, rows = self.model, self.e, self.rows
         h, qs, kvs, inter = m.hidden_size, self.q_size, self.kv_size, self.inter
         ops = [self.embedding()]

@@ -332,7 +332,8 @@ def _prepare_scale(ops, op):
     )
 
 
-#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps`: Gemma's norms, GeGLU, soft-caps.
+#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps`: Gemma's norms, GeGLU,
+#: soft-caps.
 PREPARERS = {
     "gemma_rmsnorm": lambda ops, op: _prepare_norm(ops, op, per_head=False),
     "gemma_head_rmsnorm": lambda ops, op: _prepare_norm(ops, op, per_head=True),

@@ -27,7 +27,16 @@ from roofprof.precision import kv_bytes, weight_bits
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
 from roofprof.workload import OP_GROUPS, Op, Parallel, Scenario, Workload
 
-__all__ = ["ARCHITECTURES", "MODEL_TYPES", "ROLES", "accepts", "build", "ops"]
+__all__ = [
+    "ARCHITECTURES",
+    "MODEL_TYPES",
+    "ROLES",
+    "Builder",
+    "accepts",
+    "build",
+    "causal_pairs",
+    "ops",
+]
 
 _CONFIG = CONFIGS["llama"]
 #: ``model_type`` values of the configs this family reads.
@@ -63,10 +72,10 @@ def ops(scenario: Scenario) -> Workload:
     >>> [(op.name, op.n) for op in w.ops if op.name in ("q_proj", "k_proj", "attn_allreduce")]
     [('q_proj', 1024), ('k_proj', 128), ('attn_allreduce', 8192)]
     """
-    return build(scenario, _Builder)
+    return build(scenario, Builder)
 
 
-def build(scenario: Scenario, builder_class: type[_Builder]) -> Workload:
+def build(scenario: Scenario, builder_class: type[Builder]) -> Workload:
     """The workload of ``scenario`` built by ``builder_class`` (the Llama builder or a subclass)."""
     s = scenario
     builder = builder_class(s)
@@ -89,10 +98,10 @@ def build(scenario: Scenario, builder_class: type[_Builder]) -> Workload:
 _BIASED = frozenset({"q_proj", "k_proj", "v_proj"})
 
 
-def _causal_pairs(tokens: int, window: int | None) -> float:
+def causal_pairs(tokens: int, window: int | None) -> float:
     """(query, key) pairs of causal attention over ``tokens``, each query seeing at most ``window``.
 
-    >>> _causal_pairs(4, None), _causal_pairs(4, 2)
+    >>> causal_pairs(4, None), causal_pairs(4, 2)
     (10.0, 7.0)
     """
     if window is None or window >= tokens:
@@ -143,8 +152,8 @@ ROLES = {
 
 
 @dataclass
-class _Builder:
-    """The Llama pass; other dense families subclass it (``roles``, ``_ops``) or set the
+class Builder:
+    """The Llama pass; other dense families subclass it (``roles``, ``build_ops``) or set the
     ModelSpec fields it reads (``attention_bias``, ``sliding_window``), all off for Llama."""
 
     scenario: Scenario
@@ -294,14 +303,14 @@ class _Builder:
     def ops(self) -> list[Op]:
         """The pass, each op tagged with what it computes (``fn``) and its chart group."""
         tagged = []
-        for op in self._ops():
+        for op in self.build_ops():
             fn, group, short = self.roles[op.name]
             if op.name == "embedding" and op.k:
                 fn = "onehot_matmul"
             tagged.append(replace(op, fn=fn, group=group, short=short))
         return tagged
 
-    def _ops(self) -> list[Op]:
+    def build_ops(self) -> list[Op]:
         m, e, rows = self.model, self.e, self.rows
         h, qs, kvs, inter = m.hidden_size, self.q_size, self.kv_size, self.inter
         ops = [self.embedding()]
@@ -407,7 +416,7 @@ class _Builder:
             kv_cache_read = kv_read
         if self.counting.attention == "fused":
             causal = self.phase == "prefill"
-            pairs = b * heads * (_causal_pairs(tq, window) if causal else tq * keys)
+            pairs = b * heads * (causal_pairs(tq, window) if causal else tq * keys)
             flops = 2 * 2.0 * pairs * d  # QKᵀ and PV
             moved = q_bytes + kv_read + q_bytes + new_kv_bytes
             return [

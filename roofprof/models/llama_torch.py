@@ -597,6 +597,7 @@ def _prepare_norm(ops, op):
     return ops.prepared(op, [call], reference, d, kernels, note, [x, w])
 
 
-#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps` (these win over its own):
+#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps` (these win over its
+#: own):
 #: ``rmsnorm`` also covers Qwen3's per-head q/k norms.
 PREPARERS = {"rmsnorm": _prepare_norm}

@@ -32,4 +32,4 @@ def accepts(config: Mapping[str, Any]) -> bool:
 
 def ops(scenario: Scenario) -> Workload:
     """The ops of one prefill pass or decode step, keys capped by ``ModelSpec.sliding_window``."""
-    return llama.build(scenario, llama._Builder)
+    return llama.build(scenario, llama.Builder)

@@ -147,7 +147,7 @@ def _touched(moe: MoeSpec, tokens: int) -> float:
 
 
 class MoeOps:
-    """Mixin for a :class:`roofprof.models.llama._Builder` subclass: MoE MLP ops.
+    """Mixin for a :class:`roofprof.models.llama.Builder` subclass: MoE MLP ops.
 
     ``moe_mlp(ops)`` swaps the dense MLP ops of a built op list for the MoE ops (counted
     over the MoE layers; the dense ones keep the first ``dense_layers``).

@@ -42,14 +42,14 @@ def ops(scenario: Scenario) -> Workload:
 
     Tensor parallelism splits the fused GEMMs by columns as Llama's separate ones.
     """
-    return llama.build(scenario, _Builder)
+    return llama.build(scenario, Builder)
 
 
-class _Builder(llama._Builder):
+class Builder(llama.Builder):
     roles = ROLES
 
-    def _ops(self) -> list[Op]:
-        ops = super()._ops()
+    def build_ops(self) -> list[Op]:
+        ops = super().build_ops()
         names = [op.name for op in ops]
         rows, h = self.rows, self.model.hidden_size
         q = names.index("q_proj")

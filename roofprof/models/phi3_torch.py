@@ -129,5 +129,6 @@ def _prepare_chunk_silu_mul(ops, op):
     )
 
 
-#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps`: the fused-MLP activation.
+#: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps`: the fused-MLP
+#: activation.
 PREPARERS = {"chunk_silu_mul": _prepare_chunk_silu_mul}

@@ -35,4 +35,4 @@ def ops(scenario: Scenario) -> Workload:
     The biases come from ``ModelSpec.attention_bias`` (set for every Qwen2 config by
     :func:`roofprof.specs.load_model`); parallel layouts are handled as for Llama.
     """
-    return llama.build(scenario, llama._Builder)
+    return llama.build(scenario, llama.Builder)

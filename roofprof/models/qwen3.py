@@ -21,7 +21,7 @@ import roofprof.models.llama as llama
 from roofprof.models.families import CONFIGS
 from roofprof.workload import OP_GROUPS, Op, Scenario, Workload
 
-__all__ = ["ROLES", "accepts", "ops"]
+__all__ = ["ROLES", "Builder", "accepts", "ops"]
 
 _CONFIG = CONFIGS["qwen3"]
 #: Qwen3 op name -> (fn, chart group, short label): Llama's plus the q/k norms.
@@ -39,10 +39,10 @@ def accepts(config: Mapping[str, Any]) -> bool:
 
 def ops(scenario: Scenario) -> Workload:
     """The ops of one prefill pass or decode step: Llama's plus ``q_norm`` and ``k_norm``."""
-    return llama.build(scenario, _Builder)
+    return llama.build(scenario, Builder)
 
 
-class _Builder(llama._Builder):
+class Builder(llama.Builder):
     roles = ROLES
 
     def head_norm(self, name: str, rows: int, size: int) -> Op:
@@ -60,8 +60,8 @@ class _Builder(llama._Builder):
             weight_bytes=d * self.e,
         )
 
-    def _ops(self) -> list[Op]:
-        ops = super()._ops()
+    def build_ops(self) -> list[Op]:
+        ops = super().build_ops()
         at = next(i for i, op in enumerate(ops) if op.name == "rope")
         if self.model.qk_norm:
             ops[at:at] = [

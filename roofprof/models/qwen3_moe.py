@@ -36,11 +36,11 @@ def accepts(config: Mapping[str, Any]) -> bool:
 
 def ops(scenario: Scenario) -> Workload:
     """The ops of one prefill pass or decode step: Qwen3's attention, MoE MLP."""
-    return llama.build(scenario, _Builder)
+    return llama.build(scenario, Builder)
 
 
-class _Builder(MoeOps, qwen3._Builder):
+class Builder(MoeOps, qwen3.Builder):
     roles = ROLES
 
-    def _ops(self) -> list[Op]:
-        return self.moe_mlp(super()._ops())
+    def build_ops(self) -> list[Op]:
+        return self.moe_mlp(super().build_ops())

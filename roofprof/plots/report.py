@@ -61,7 +61,8 @@ def roofline_chart(
 ) -> bytes:
     """Measured ceilings (solid), datasheet ceilings (dashed), and every measured op placed on them.
 
-    ``profiles`` maps phase → :class:`~roofprof.profiling.records.ProfileResult`; each op with a chosen
+    ``profiles`` maps phase → :class:`~roofprof.profiling.records.ProfileResult`; each op with a
+    chosen
     measurement is a point at (analytic intensity, achieved FLOP/s), prefill ▲ red, decode
     ● blue, labelled with a short name. Ops with no FLOPs (the embedding gather) are left
     out (they have no place on a FLOP/s axis) and listed under the chart.
@@ -336,7 +337,8 @@ def sweep_chart(
 ) -> bytes:
     """Decode sweeps: tokens/s vs batch (bound marked per point) and step time vs context.
 
-    Both map an estimator label to a list of decode :class:`~roofprof.prediction.rollup.PhasePrediction`.
+    Both map an estimator label to a list of decode
+    :class:`~roofprof.prediction.rollup.PhasePrediction`.
     Filled markers: memory-bound; hollow: compute-bound.
     """
     plt = pyplot()

@@ -19,7 +19,8 @@ An op then takes ``max(FLOPs / (compute_fraction · peak), bytes / (memory_fract
 which runs once per pass). ``ideal`` is the roofline itself (fractions 1, no overheads).
 
 Where an engine does not run the counted work at the counted peak, its
-:class:`~roofprof.prediction.kernel_paths.KernelPath` (facts of the engine build, not fitted) says how:
+:class:`~roofprof.prediction.kernel_paths.KernelPath` (facts of the engine build, not fitted) says
+how:
 llama.cpp's May 2024 build runs fp16 prefill GEMMs at the fp16-accumulate tensor rate (twice
 the datasheet's fp32-accumulate peak on GeForce Ada), dequantizes Q4_K_M/Q8_0 weights into an
 fp16 buffer before each prefill GEMM (a memory-bound pass per matrix and per 512-token
@@ -36,7 +37,8 @@ steps, fixes the compute fraction only); otherwise the pooled value is kept. An 
 with no rows of a phase borrows the pooled fit of the engines that share its CUDA-graph
 behaviour (stated in the profile's ``fitted_from``). Rows the corpus flags as anomalous
 (``anomalous_pp``) are predicted but never fitted; so are the tensor-parallel rows, whose
-collectives are priced on the interconnect (:mod:`roofprof.prediction.collectives`, CUDA-graph α) and
+collectives are priced on the interconnect (:mod:`roofprof.prediction.collectives`, CUDA-graph α)
+and
 added unscaled: their residual is out of sample whatever the fit.
 
 **Accuracy** is stated leave-one-out (:func:`leave_one_out`): each row is predicted by
@@ -134,7 +136,8 @@ IDEAL = EngineProfile(
 
 
 class CalibratedEstimator:
-    """A rollup :class:`~roofprof.prediction.rollup.Estimator`: a roofline plus an engine profile."""
+    """A rollup :class:`~roofprof.prediction.rollup.Estimator`: a roofline plus an engine
+    profile."""
 
     def __init__(
         self,
@@ -523,8 +526,9 @@ def write_calibration(path: str | Path | None = None) -> dict[str, Any]:
             "cases": len(preps),
             "files": ["data/published/end_to_end.json", "data/published/microbenchmarks.json"],
         },
-        "model": __doc__.split("**Fitting**")[0].strip(),
-        "procedure": "**Fitting**" + __doc__.split("**Fitting**")[1].split(">>>")[0].rstrip(),
+        "model": (__doc__ or "").split("**Fitting**")[0].strip(),
+        "procedure": "**Fitting**"
+        + (__doc__ or "**Fitting**").split("**Fitting**")[1].split(">>>")[0].rstrip(),
         "base_roofline": "published ceilings of the row's GPU (roofprof roofline --published), "
         "datasheet where a ceiling is missing",
         "profiles": {e: p.to_dict() for e, p in profiles.items()},

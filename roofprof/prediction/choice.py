@@ -3,7 +3,8 @@ and ``roofprof.predict``.
 
 :class:`EstimatorChoice` is what a user asked for (a name, a datasheet GPU, a measured
 roofline, an engine profile, a device to measure on); :func:`choose_estimator` turns it into
-an :class:`~roofprof.prediction.estimators.Estimator`, and :func:`collective_model` picks the model that
+an :class:`~roofprof.prediction.estimators.Estimator`, and :func:`collective_model` picks the model
+that
 prices a layout's communication. The defaults: ``spec`` with a GPU, ``empirical`` with a
 roofline alone; ``empirical`` with a GPU and no roofline uses the GPU's published ceilings.
 
@@ -149,7 +150,8 @@ def collective_model(
 ) -> Any:
     """The :class:`~roofprof.prediction.collectives.CollectiveModel` of ``gpu``'s interconnect.
 
-    ``table`` is a measured collectives table (:func:`roofprof.prediction.collectives.load_collectives`)
+    ``table`` is a measured collectives table
+    (:func:`roofprof.prediction.collectives.load_collectives`)
     that replaces the α-β priors where it has the size; the calibrated estimator with an
     engine that launches through CUDA graphs takes the graphs' per-call latency.
 

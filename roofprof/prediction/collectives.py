@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +113,7 @@ class CollectiveTable:
         return None  # pragma: no cover
 
 
-def load_collectives(path: str | Path, *, execution: str = "eager") -> CollectiveTable:
+def load_collectives(path: str | os.PathLike, *, execution: str = "eager") -> CollectiveTable:
     """A measured table from JSON: a list (or ``{"results": [...]}``) of records with
     ``op``, ``bytes``, ``ranks`` and ``seconds`` (the output of ``roofprof collectives``).
 

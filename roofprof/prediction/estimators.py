@@ -49,11 +49,21 @@ class Estimator(Protocol):
     prediction's ops at once (a no-op for arithmetic estimators).
     """
 
-    name: str
-    warnings: Sequence[str]
-    machine: str | None
-    roofline: Roofline | None
-    collectives: Any
+    # read-only in the protocol: a frozen record's field or a property both satisfy it
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def machine(self) -> str | None: ...
+
+    @property
+    def warnings(self) -> Sequence[str]: ...
+
+    @property
+    def roofline(self) -> Roofline | None: ...
+
+    @property
+    def collectives(self) -> Any: ...
 
     def estimate(self, op: Op) -> OpEstimate: ...
 

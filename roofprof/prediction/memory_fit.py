@@ -78,7 +78,9 @@ def fit(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
     table = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
     kv_heads = max(m.num_kv_heads // par.tp, 1)
     seq_tokens = (
-        scenario.prompt_tokens if scenario.phase == "prefill" else scenario.context_tokens + 1
+        scenario.prompt_tokens
+        if scenario.phase == "prefill"
+        else (scenario.context_tokens or 0) + 1
     )
     if m.moe is None and m.mla is None and m.pattern is None:
         per_layer_w = m.layer_param_count()  # attention, MLP, norms

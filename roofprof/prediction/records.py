@@ -1,6 +1,7 @@
 """Prediction records: one op, one pass, one model under one estimator, and a real run.
 
-:class:`Prediction` is what :func:`roofprof.prediction.rollup.predict` returns; :class:`RealRun` is a
+:class:`Prediction` is what :func:`roofprof.prediction.rollup.predict` returns; :class:`RealRun` is
+a
 timed forward pass of a real model, against which :func:`compare` reports each estimator's
 residual ``predicted / real - 1``. Records only: arithmetic, no devices, no I/O.
 """
@@ -87,7 +88,7 @@ class PhasePrediction:
         shares: dict[str, float] = {}
         for o in self.ops:
             shares[o.estimate.bound] = shares.get(o.estimate.bound, 0.0) + o.seconds
-        return max(shares, key=shares.get) if shares else "none"
+        return max(shares, key=lambda bound: shares[bound]) if shares else "none"
 
     def by_kind(self) -> dict[str, float]:
         out: dict[str, float] = {}

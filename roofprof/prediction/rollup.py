@@ -204,7 +204,8 @@ def _predict(
     roof = estimator.roofline
     if roof is not None:
         check_compute(scenario.dtype, roof.dtypes, roof.device or _name(gpu), scenario.weights)
-    spec_model, prompt, context = scenario.model, scenario.prompt_tokens, scenario.context_tokens
+    spec_model, prompt = scenario.model, scenario.prompt_tokens
+    context = scenario.context_tokens or 0  # (set from the prompt when not given)
     notes = []
     longest = max(prompt, context + 1)
     if longest > spec_model.max_position_embeddings:

@@ -1,6 +1,7 @@
 """Batched serving: a static batch, or a loaded continuous-batching server, as roll-up passes.
 
-A single-request prediction (:mod:`roofprof.prediction.rollup`) times one pass. Serving many requests
+A single-request prediction (:mod:`roofprof.prediction.rollup`) times one pass. Serving many
+requests
 at once is a sequence of passes whose costs the roll-up already knows; this module states
 which passes, and divides their time by the tokens they produce.
 
@@ -22,7 +23,8 @@ weight read per chunk, small where prefill is compute-bound).
 
 **Saturation with no stated concurrency** (:func:`saturation_batch`): the scheduler admits
 requests until the KV cache is full, so ``B`` is the most sequences of ``p + o`` tokens whose
-KV cache fits beside the weights (:func:`roofprof.prediction.memory_fit.fit`, its stated allowance for
+KV cache fits beside the weights (:func:`roofprof.prediction.memory_fit.fit`, its stated allowance
+for
 activations), capped at :data:`MAX_BATCH`.
 
 Throughput is ``B·o / T`` output tokens per second (``B·(p+o) / T`` when the source counts

@@ -18,7 +18,8 @@ one that was contended is measured again, and one that stays contended is named 
 warnings with how to refresh it.
 
 Python API: :class:`Profiler` with :class:`ProfileSettings` (the estimators over it:
-:mod:`roofprof.profiling.measured`); ``roofprof.profile`` and ``roofprof.measure`` take loose arguments.
+:mod:`roofprof.profiling.measured`); ``roofprof.profile`` and ``roofprof.measure`` take loose
+arguments.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ __all__ = [
 ]
 
 Progress = Callable[[str, int, int], None]
-#: The roll-up prefers the implementation of :mod:`roofprof.profiling.torch_ops` (what the validated model runs),
-#: whatever name it carries on the device ("torch", or "torch-eager" next to a device's own "torch" GEMM).
+#: The roll-up prefers the implementation of :mod:`roofprof.profiling.torch_ops` (what the validated
+#: model runs),
+#: whatever name it carries on the device ("torch", or "torch-eager" next to a device's own "torch"
+#: GEMM).
 DEFAULT_PREFER = ("reference",)
 #: How to refresh measurements taken on a busy machine (said in every such warning).
 REMEASURE_HINT = (
@@ -264,7 +267,8 @@ class Profiler:
         if key not in self._measured:
             if self._last_impl not in (None, impl.name) and impl.supports(op) is None:
                 # Another runtime's worker threads (numba/OpenMP, OpenBLAS) spin for a while after
-                # their last parallel region and would steal the cores from this one: let them sleep.
+                # their last parallel region and would steal the cores from this one: let them
+                # sleep.
                 time.sleep(self.settings.switch_idle_s)
                 self._last_impl = None
             m = self._measure_impl(impl, op)
@@ -495,7 +499,8 @@ class Profiler:
         return chosen.op_time(), ""
 
     def profile(self, workload: Workload | Scenario) -> ProfileResult:
-        """Measure every op of ``workload`` (or of a scenario's pass) and place it on the roofline."""
+        """Measure every op of ``workload`` (or of a scenario's pass) and place it on the
+        roofline."""
         from roofprof.results import provenance
 
         if isinstance(workload, Scenario):

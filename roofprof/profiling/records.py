@@ -107,11 +107,13 @@ class ProfileResult:
 
     @property
     def seconds(self) -> float:
-        """Sum of the chosen per-op times over the pass (ops with no passing measurement excluded)."""
+        """Sum of the chosen per-op times over the pass (ops with no passing measurement
+        excluded)."""
         return sum(o.seconds * o.op.count for o in self.ops if o.chosen is not None)
 
     def op_times(self) -> dict[tuple, OpTime]:
-        """Chosen measurements keyed by shape, for :class:`~roofprof.prediction.rollup.MeasuredEstimator`."""
+        """Chosen measurements keyed by shape, for
+        :class:`~roofprof.prediction.rollup.MeasuredEstimator`."""
         return {o.op.shape_key: o.chosen.op_time() for o in self.ops if o.chosen is not None}
 
     def to_dict(self) -> dict[str, Any]:

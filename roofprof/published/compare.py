@@ -9,7 +9,8 @@ A row becomes one or more :class:`Case` objects:
   ``output_tokens`` decode steps at that batch) against its derived duration
   (``offline_run_s``: tokens counted / published tokens/s);
 * ``batched``: a static batch, or a loaded or saturated continuous-batching server
-  (:mod:`roofprof.prediction.serving`: prefill of the batch, then the decode steps at batch ``B`` with
+  (:mod:`roofprof.prediction.serving`: prefill of the batch, then the decode steps at batch ``B``
+  with
   their growing KV reads; a saturated server's ``B`` from its KV capacity) against the
   published seconds per token (``s_per_token`` = 1 / tokens/s of the whole system). These
   rows are never fitted and are summarised apart (:func:`summarize`).

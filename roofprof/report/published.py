@@ -155,8 +155,8 @@ def print_published_validation(result, console: Console | None = None) -> None:
     if any(r["phase"] == "batched" for r in result.rows):
         console.print(
             "batched rows: ms per token of the whole system (static batches, loaded or saturated "
-            "servers; roofprof.prediction.serving); never fitted, summarised apart from the single-request "
-            "groups"
+            "servers; roofprof.prediction.serving); never fitted, summarised apart from the "
+            "single-request groups"
         )
 
 

@@ -251,7 +251,8 @@ def print_specs(console: Console | None = None) -> None:
 
 
 def profile_table(result, title: str | None = None) -> Table:
-    """Per op of one :class:`~roofprof.profiling.records.ProfileResult`: time, rates, roof, bound, impls."""
+    """Per op of one :class:`~roofprof.profiling.records.ProfileResult`: time, rates, roof, bound,
+    impls."""
     w = result.workload
     table = Table(
         title=title

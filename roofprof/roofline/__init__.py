@@ -170,11 +170,11 @@ class Roofline:
     # -- lookup --------------------------------------------------------------------
     @property
     def dtypes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(c.dtype for c in self.ceilings if c.kind == "compute"))
+        return tuple(dict.fromkeys(c.dtype for c in self.ceilings if c.dtype is not None))
 
     @property
     def levels(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(c.level for c in self.ceilings if c.kind == "memory"))
+        return tuple(dict.fromkeys(c.level for c in self.ceilings if c.level is not None))
 
     def compute_ceiling(self, dtype: str) -> Ceiling:
         """The highest compute ceiling for ``dtype``.
@@ -230,7 +230,7 @@ class Roofline:
         clock)."""
         out = []
         for c in self.ceilings:
-            f = factors.get(c.dtype, 1.0) if c.kind == "compute" else 1.0
+            f = factors.get(c.dtype, 1.0) if c.kind == "compute" and c.dtype else 1.0
             out.append(Ceiling(**{**asdict(c), "value": c.value * f}))
         return Roofline(self.device, tuple(out))
 

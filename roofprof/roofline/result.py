@@ -42,7 +42,8 @@ class RooflineFailed(RoofprofError):
 
 
 class RooflineInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :func:`~roofprof.roofline.probes.measure_roofline`; ``result`` holds what finished
+    """Ctrl-C during :func:`~roofprof.roofline.probes.measure_roofline`; ``result`` holds what
+    finished
     (``complete=False``)."""
 
     def __init__(self, result: RooflineResult, during: str):

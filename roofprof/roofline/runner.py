@@ -49,7 +49,8 @@ class _Stop(Exception):
 
 
 class RooflineRunner:
-    """State of one :func:`~roofprof.roofline.probes.measure_roofline` call: runs the probe catalogue
+    """State of one :func:`~roofprof.roofline.probes.measure_roofline` call: runs the probe
+    catalogue
     under a plan and builds the (partial, at any time) :class:`RooflineResult`."""
 
     def __init__(

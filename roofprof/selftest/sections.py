@@ -231,7 +231,8 @@ def _bench_fields(m: Measurement, op: Any) -> dict[str, Any]:
 
 
 def _measure(dev: Any, impl: Any, op: Any, rng: np.random.Generator, clock: Any) -> Measurement:
-    """Check then time one (shape, implementation): :func:`roofprof.profiling.engine.prepare_checked`,
+    """Check then time one (shape, implementation):
+    :func:`roofprof.profiling.engine.prepare_checked`,
     then :func:`roofprof.timing.benchmark` of one call (L2 flushed when memory-bound)."""
     prepared, checked = prepare_checked(impl, op, rng)
     if prepared is None:

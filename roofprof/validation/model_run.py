@@ -300,7 +300,8 @@ def _validate(
             nxt = logits[:, -1:].argmax(-1)
             for i in range(warmup_steps + steps_per_rep):
                 tick(
-                    f"repetition {rep + 1}/{prefill_repeats}: decode step {i + 1}/{warmup_steps + steps_per_rep}"
+                    f"repetition {rep + 1}/{prefill_repeats}: "
+                    f"decode step {i + 1}/{warmup_steps + steps_per_rep}"
                     + (" (warm-up)" if i < warmup_steps else "")
                 )
                 logits, elapsed = timed(
@@ -375,7 +376,8 @@ def _validate(
 
 
 def _attention_run(net, attention: str) -> str:
-    """The attention the real model ran: ``sdpa`` or ``eager`` (Gemma 2 runs eager whatever was asked)."""
+    """The attention the real model ran: ``sdpa`` or ``eager`` (Gemma 2 runs eager whatever was
+    asked)."""
     ran = getattr(getattr(net, "config", None), "_attn_implementation", None)
     if ran is None:
         ran = "sdpa" if getattr(net, "attention", attention) == "fused" else "eager"
@@ -400,7 +402,8 @@ def validation_context(
 def predict_for(
     result: ValidationResult, estimators: Mapping[str, Estimator]
 ) -> dict[str, Prediction]:
-    """Each estimator's prediction for exactly what ``result`` ran (model as scaled, shapes, context)."""
+    """Each estimator's prediction for exactly what ``result`` ran (model as scaled, shapes,
+    context)."""
     r = result.real
     scenario = Scenario(
         result.model,

@@ -122,7 +122,8 @@ def _restore_buffers(model, config, device: str) -> None:
 
 
 def build_torch_model(spec: ModelSpec, dtype: str, device: str, attention: str):
-    """The family's plain-torch model (:mod:`roofprof.models.llama_torch` and its kin), random weights."""
+    """The family's plain-torch model (:mod:`roofprof.models.llama_torch` and its kin), random
+    weights."""
     from roofprof.models.llama_torch import torch_dtype
 
     _, module = torch_module(spec)

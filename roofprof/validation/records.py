@@ -42,8 +42,9 @@ class MemoryPlan:
                 f"{self.available_bytes / 1e9:.2f} GB usable)"
             )
         return (
-            f"scaled from {self.original_layers} to {self.num_layers} layers to fit: the full model needs "
-            f"{self.needed_bytes / 1e9:.2f} GB, {self.available_bytes / 1e9:.2f} GB usable; predictions are "
+            f"scaled from {self.original_layers} to {self.num_layers} layers to fit: the full "
+            f"model needs {self.needed_bytes / 1e9:.2f} GB, "
+            f"{self.available_bytes / 1e9:.2f} GB usable; predictions are "
             f"made for the same {self.num_layers}-layer model"
         )
 
@@ -135,7 +136,9 @@ def memory_plan(
 
     >>> from roofprof.specs import load_model
     >>> m = load_model("llama-3.1-8b")
-    >>> p = memory_plan(m, "bf16", batch=1, prompt_tokens=128, total_tokens=160, available_bytes=8e9)
+    >>> p = memory_plan(
+    ...     m, "bf16", batch=1, prompt_tokens=128, total_tokens=160, available_bytes=8e9
+    ... )
     >>> p.scaled, p.num_layers < 32
     (True, True)
     """

@@ -127,12 +127,15 @@ class CupyReference:
 
     #: ``Op.fn`` → how it runs here.
     FNS = ("rmsnorm", "rope", "add", "silu_mul", "gather", "sdpa")
+    _EAGER_ATTENTION = (
+        "eager attention steps are measured by torch-eager (roofprof.profiling.torch_ops)"
+    )
     _ELSEWHERE = {
         "linear": "cupy-ref covers the non-GEMM ops (GEMMs: cupy, numba, cublas, torch)",
         "onehot_matmul": "embedding counted as a matmul (rule-of-thumb convention) is not a gather",
-        "qk_matmul": "eager attention steps are measured by torch-eager (roofprof.profiling.torch_ops)",
-        "softmax": "eager attention steps are measured by torch-eager (roofprof.profiling.torch_ops)",
-        "pv_matmul": "eager attention steps are measured by torch-eager (roofprof.profiling.torch_ops)",
+        "qk_matmul": _EAGER_ATTENTION,
+        "softmax": _EAGER_ATTENTION,
+        "pv_matmul": _EAGER_ATTENTION,
     }
 
     def supports(self, op: Op) -> str | None:

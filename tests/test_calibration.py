@@ -15,7 +15,7 @@ from roofprof.prediction import calibration
 from roofprof.prediction.calibration import (
     ENGINES,
     calibrated_estimator,
-    fit,
+    fit_profiles,
     leave_one_out,
     write_calibration,
 )
@@ -23,7 +23,7 @@ from roofprof.published import cases, validate_published
 
 
 def test_profiles_are_few_and_physical():
-    profiles = fit()
+    profiles = fit_profiles()
     assert set(profiles) == set(ENGINES)
     for p in profiles.values():
         assert 0.05 <= p.memory_fraction <= 1.0 and 0.05 <= p.compute_fraction <= 1.0
@@ -38,9 +38,9 @@ def test_profiles_are_few_and_physical():
 def test_leave_one_out_never_sees_the_row():
     cs, _ = cases()
     loo = leave_one_out()
-    full = fit()
+    full = fit_profiles()
     d06 = next(c for c in cs if c.row.id == "D06")
-    without = fit(exclude_row="D06")
+    without = fit_profiles(exclude_row="D06")
     assert without["gpt-fast"] != full["gpt-fast"]  # D06 moved the gpt-fast fit
     from roofprof.prediction.calibration import _predict, _prepare
 
@@ -91,7 +91,8 @@ def test_calibrate_writes_fit_and_loo_residuals(tmp_path):
 
 def test_shipped_calibration_is_current():
     shipped = calibration.load_calibration()
-    assert shipped["profiles"] == json.loads(json.dumps({e: p.to_dict() for e, p in fit().items()}))
+    fitted = {e: p.to_dict() for e, p in fit_profiles().items()}
+    assert shipped["profiles"] == json.loads(json.dumps(fitted))
 
 
 def test_cli_validate_published(capsys, tmp_path):

@@ -43,7 +43,10 @@ ARCHS = ("sm_80", "sm_89", "sm_90")
 NVCC = shutil.which("nvcc")
 COMPILE_TIMEOUT_S = 300
 
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH (CUDA toolkit absent)")
+pytestmark = [
+    pytest.mark.slow,  # nvcc per architecture: a minute on 2 cores
+    pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH (CUDA toolkit absent)"),
+]
 
 
 def find_tool(name: str) -> str | None:

@@ -20,6 +20,8 @@ from roofprof.distributed.ranks import RankContext, RankError, torchrun_rendezvo
 from roofprof.errors import ConfigError, RoofprofError
 from roofprof.prediction.collectives import busbw_factor, load_collectives
 
+pytestmark = pytest.mark.slow  # subprocesses, ranks or pinned installs: seconds each
+
 torch = pytest.importorskip("torch")
 
 

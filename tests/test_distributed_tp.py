@@ -13,6 +13,8 @@ from roofprof.models import ops
 from roofprof.specs import ModelSpec
 from roofprof.workload import Parallel, Scenario
 
+pytestmark = pytest.mark.slow  # subprocesses, ranks or pinned installs: seconds each
+
 torch = pytest.importorskip("torch")
 
 TINY = ModelSpec(

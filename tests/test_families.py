@@ -97,7 +97,7 @@ def test_mistral_without_window_is_llama():
 
 
 def test_mistral_sliding_window_caps_keys_and_cache(tmp_path):
-    from roofprof.prediction.memory_fit import fit as memory_fit
+    from roofprof.prediction.memory_fit import fit_memory as memory_fit
     from roofprof.specs import load_gpu
 
     spec = load_model(_config(tmp_path, model_type="mistral", sliding_window=100))

@@ -11,7 +11,7 @@ from roofprof.errors import ConfigError
 from roofprof.models import ops
 from roofprof.models.moe import parse_routing, summary
 from roofprof.models.moe_config import UNIFORM, Routing, param_counts
-from roofprof.prediction.memory_fit import fit
+from roofprof.prediction.memory_fit import fit_memory
 from roofprof.specs import load_model
 from roofprof.workload import Scenario
 
@@ -62,14 +62,14 @@ def test_deepseek_kv_cache_is_the_latent_and_rope_key_exactly():
     assert m.kv_bytes_per_token("fp8") == (512 + 64) * 61
     w = ops(Scenario.of(m, "decode", batch=4, context_tokens=4095, dtype="bf16"))
     assert w.kv_bytes == 4 * 4096 * (512 + 64) * 61 * 2
-    f = fit(Scenario.of(m, "decode", batch=4, context_tokens=4095, dtype="bf16"), "h200")
+    f = fit_memory(Scenario.of(m, "decode", batch=4, context_tokens=4095, dtype="bf16"), "h200")
     assert f.kv_bytes_per_sequence == 4096 * (512 + 64) * 61 * 2
     assert f.weights_bytes == pytest.approx(m.param_count() * 2, rel=1e-6)  # every expert held
 
 
 def test_memory_fit_counts_every_expert():
     m = load_model("mixtral-8x7b")
-    f = fit(Scenario.of(m, "decode", context_tokens=0), "h200")
+    f = fit_memory(Scenario.of(m, "decode", context_tokens=0), "h200")
     assert f.weights_bytes == pytest.approx(m.param_count() * 2, rel=1e-6)
     assert f.weights_bytes > 3 * m.active_param_count() * 2
 
@@ -122,7 +122,7 @@ def test_gpt_oss_local_layers_cap_keys_and_sinks():
     assert attn["attention"].count == attn["attention_local"].count == 18
     assert "sinks" in attn["attention"].note
     m = load_model("gpt-oss-120b")
-    f = fit(Scenario.of(m, "decode", context_tokens=4095, dtype="bf16"), "h200")
+    f = fit_memory(Scenario.of(m, "decode", context_tokens=4095, dtype="bf16"), "h200")
     assert f.kv_bytes_per_sequence == 2 * 8 * 64 * 2 * (18 * 4096 + 18 * 128)
 
 

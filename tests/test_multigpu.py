@@ -16,7 +16,7 @@ from roofprof.prediction.collectives import (
     load_collectives,
     published_collectives,
 )
-from roofprof.prediction.memory_fit import fit, smallest_tp
+from roofprof.prediction.memory_fit import fit_memory, smallest_tp
 from roofprof.specs import load_gpu
 from roofprof.workload import COLLECTIVE_FNS, Parallel, Scenario
 
@@ -201,7 +201,7 @@ def test_communication_priced_on_the_interconnect():
 
 def test_memory_fit_targets():
     def fits(model, tp, dtype="bf16"):
-        return fit(
+        return fit_memory(
             Scenario.of(model, "decode", prompt_tokens=2048, dtype=dtype, parallel=Parallel(tp=tp)),
             "h100-sxm",
         ).fits
@@ -212,7 +212,7 @@ def test_memory_fit_targets():
     assert not fits("llama-3.1-405b", 8)
     s = Scenario.of("llama-3.1-70b", "decode", prompt_tokens=2048)
     assert smallest_tp(s, "h100-sxm") == 2
-    m = fit(s.replace(parallel=Parallel(tp=2)), "h100-sxm")
+    m = fit_memory(s.replace(parallel=Parallel(tp=2)), "h100-sxm")
     assert set(m.to_dict()) >= {"per_gpu_bytes", "capacity_bytes", "fits", "max_batch"}
     assert m.max_batch >= 1
 

@@ -29,6 +29,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pip_cache import cached_install  # noqa: E402
 
+pytestmark = pytest.mark.slow  # subprocesses, ranks or pinned installs: seconds each
+
 REPO = Path(__file__).resolve().parents[1]
 MODULE = REPO / "kernels" / "numba_cuda.py"
 # Companions of the floor: the numba/llvmlite pair numba-cuda 0.20 works with (numba 0.68 dropped

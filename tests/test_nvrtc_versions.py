@@ -38,6 +38,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pip_cache import cached_install  # noqa: E402
 
+pytestmark = pytest.mark.slow  # subprocesses, ranks or pinned installs: seconds each
+
 try:
     from roofprof.kernels import cuda_models as cm
 except ImportError:

@@ -9,14 +9,14 @@ import pytest
 
 from roofprof.errors import ConfigError
 from roofprof.models import ops
-from roofprof.prediction.calibration import _prepared_corpus, fit, leave_one_out
+from roofprof.prediction.calibration import _prepared_corpus, fit_profiles, leave_one_out
 from roofprof.prediction.kernel_paths import (
     KERNEL_PATHS,
     KernelPath,
     dequantize_bytes,
     fp16_accumulate_ratio,
 )
-from roofprof.prediction.memory_fit import fit as memory_fit
+from roofprof.prediction.memory_fit import fit_memory as memory_fit
 from roofprof.prediction.serving import MAX_BATCH, batched_run, predict_batched, saturation_batch
 from roofprof.published import cases, validate_published
 from roofprof.workload import Scenario
@@ -81,7 +81,7 @@ def test_batched_rows_are_cases_of_their_own_and_never_fitted():
     assert b09.row.batch is None and b09.passes[0][0].batch > 1000  # KV-capacity concurrency
     preps = _prepared_corpus()
     without = [p for p in preps if p.phase != "batched"]
-    assert fit(preps) == fit(without)  # batched rows never move the fit
+    assert fit_profiles(preps) == fit_profiles(without)  # batched rows never move the fit
 
 
 def test_summary_keeps_batched_rows_apart():

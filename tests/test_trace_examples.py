@@ -14,6 +14,8 @@ pytest.importorskip("torch")
 
 from roofprof.roofline import Ceiling, Roofline  # noqa: E402
 
+pytestmark = pytest.mark.slow  # subprocesses, ranks or pinned installs: seconds each
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

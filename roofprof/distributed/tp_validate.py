@@ -12,8 +12,7 @@ The prediction is the ``measured`` estimator's for the per-rank workload
 (``Scenario(parallel=Parallel(tp=N))``: split heads, intermediate and vocabulary), its ops
 profiled for one rank's shapes with the rank's thread count, plus the measured collective
 times (:class:`~roofprof.prediction.collectives.CollectiveModel` over a table of them). Residuals as
-in
-single-rank validate: ``predicted / real − 1``.
+in single-rank validate: ``predicted / real − 1``.
 """
 
 from __future__ import annotations

@@ -635,8 +635,8 @@ def _prepare_swiglu(ops, op):
 
 
 #: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps` (these win over the
-#: shared ones):
-#: the MoE ones of :mod:`roofprof.models.moe_torch` (``moe_combine``), then gpt-oss's own.
+#: shared ones): the MoE ones of :mod:`roofprof.models.moe_torch` (``moe_combine``), then gpt-oss's
+#: own.
 PREPARERS = {
     **MOE_PREPARERS,
     "rmsnorm": _prepare_norm,

@@ -598,6 +598,5 @@ def _prepare_norm(ops, op):
 
 
 #: ``Op.fn`` -> preparer for :class:`roofprof.profiling.torch_ops.TorchOps` (these win over its
-#: own):
-#: ``rmsnorm`` also covers Qwen3's per-head q/k norms.
+#: own): ``rmsnorm`` also covers Qwen3's per-head q/k norms.
 PREPARERS = {"rmsnorm": _prepare_norm}

@@ -62,8 +62,7 @@ def roofline_chart(
     """Measured ceilings (solid), datasheet ceilings (dashed), and every measured op placed on them.
 
     ``profiles`` maps phase → :class:`~roofprof.profiling.records.ProfileResult`; each op with a
-    chosen
-    measurement is a point at (analytic intensity, achieved FLOP/s), prefill ▲ red, decode
+    chosen measurement is a point at (analytic intensity, achieved FLOP/s), prefill ▲ red, decode
     ● blue, labelled with a short name. Ops with no FLOPs (the embedding gather) are left
     out (they have no place on a FLOP/s axis) and listed under the chart.
     """

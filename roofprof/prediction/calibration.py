@@ -20,8 +20,7 @@ which runs once per pass). ``ideal`` is the roofline itself (fractions 1, no ove
 
 Where an engine does not run the counted work at the counted peak, its
 :class:`~roofprof.prediction.kernel_paths.KernelPath` (facts of the engine build, not fitted) says
-how:
-llama.cpp's May 2024 build runs fp16 prefill GEMMs at the fp16-accumulate tensor rate (twice
+how: llama.cpp's May 2024 build runs fp16 prefill GEMMs at the fp16-accumulate tensor rate (twice
 the datasheet's fp32-accumulate peak on GeForce Ada), dequantizes Q4_K_M/Q8_0 weights into an
 fp16 buffer before each prefill GEMM (a memory-bound pass per matrix and per 512-token
 physical batch, at ``memory_fraction``), and runs attention unfused (no flash attention).
@@ -38,8 +37,7 @@ with no rows of a phase borrows the pooled fit of the engines that share its CUD
 behaviour (stated in the profile's ``fitted_from``). Rows the corpus flags as anomalous
 (``anomalous_pp``) are predicted but never fitted; so are the tensor-parallel rows, whose
 collectives are priced on the interconnect (:mod:`roofprof.prediction.collectives`, CUDA-graph α)
-and
-added unscaled: their residual is out of sample whatever the fit.
+and added unscaled: their residual is out of sample whatever the fit.
 
 **Accuracy** is stated leave-one-out (:func:`leave_one_out`): each row is predicted by
 profiles refitted without it. In-sample residuals are written beside the fit, marked so.
@@ -79,7 +77,7 @@ __all__ = [
     "CalibratedEstimator",
     "EngineProfile",
     "calibrated_estimator",
-    "fit",
+    "fit_profiles",
     "leave_one_out",
     "load_calibration",
     "write_calibration",
@@ -385,7 +383,7 @@ def _fit_pair(
     return replace(prof, compute_fraction=f, prefill_step_s=overhead)
 
 
-def fit(
+def fit_profiles(
     preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = None
 ) -> dict[str, EngineProfile]:
     """Fit every engine profile on the corpus (optionally without the row ``exclude_row``).
@@ -461,10 +459,10 @@ def leave_one_out(case_list=None) -> dict[str, float]:
     full: dict[str, EngineProfile] | None = None
     for row, members in by_row.items():
         if all(p.phase not in _FITTED_PHASES for p in members):
-            full = full or fit(preps)
+            full = full or fit_profiles(preps)
             out.update((p.label, _predict(p, full[p.engine])) for p in members)
             continue
-        profiles = fit(preps, exclude_row=row)
+        profiles = fit_profiles(preps, exclude_row=row)
         for p in members:
             out[p.label] = _predict(p, profiles[p.engine])
     return out
@@ -480,7 +478,7 @@ def write_calibration(path: str | Path | None = None) -> dict[str, Any]:
     from roofprof.results import write_json_atomic
 
     preps = _prepared_corpus()
-    profiles = fit(preps)
+    profiles = fit_profiles(preps)
     loo = leave_one_out()
     residuals = []
     for p in preps:

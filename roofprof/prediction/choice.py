@@ -4,8 +4,7 @@ and ``roofprof.predict``.
 :class:`EstimatorChoice` is what a user asked for (a name, a datasheet GPU, a measured
 roofline, an engine profile, a device to measure on); :func:`choose_estimator` turns it into
 an :class:`~roofprof.prediction.estimators.Estimator`, and :func:`collective_model` picks the model
-that
-prices a layout's communication. The defaults: ``spec`` with a GPU, ``empirical`` with a
+that prices a layout's communication. The defaults: ``spec`` with a GPU, ``empirical`` with a
 roofline alone; ``empirical`` with a GPU and no roofline uses the GPU's published ceilings.
 
 >>> from roofprof.workload import Scenario

@@ -1,7 +1,6 @@
 """The pipeline figures a multi-GPU prediction states beside its times (batch-1 latency,
 steady-state throughput and the bubble); :func:`roofprof.prediction.rollup.predict` puts them, with
-the
-layout and the memory fit, in the prediction's typed fields.
+the layout and the memory fit, in the prediction's typed fields.
 
 Pipeline parallelism does not shorten one token: batch-1 latency runs every stage in turn,
 ``Σ t_stage + (p − 1) · t_send`` (the ops of a PP workload keep every layer and list the

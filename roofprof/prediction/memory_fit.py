@@ -9,7 +9,7 @@ workspace (:data:`ACTIVATION_ALLOWANCE`: a share of capacity, as engines reserve
 
 >>> from roofprof.workload import Parallel, Scenario
 >>> s = Scenario.of("llama-3.1-70b", "decode", prompt_tokens=2048)
->>> fit(s, "h100-sxm").fits, fit(s.replace(parallel=Parallel(tp=2)), "h100-sxm").fits
+>>> fit_memory(s, "h100-sxm").fits, fit_memory(s.replace(parallel=Parallel(tp=2)), "h100-sxm").fits
 (False, True)
 """
 
@@ -22,7 +22,7 @@ from roofprof.errors import ConfigError
 from roofprof.specs import GpuSpec, load_gpu
 from roofprof.workload import Parallel, Scenario
 
-__all__ = ["ACTIVATION_ALLOWANCE", "MemoryFit", "fit", "smallest_tp"]
+__all__ = ["ACTIVATION_ALLOWANCE", "MemoryFit", "fit_memory", "smallest_tp"]
 
 #: Share of the GPU's memory kept for activations, workspace and the runtime (vLLM's
 #: default ``gpu_memory_utilization`` is 0.9: 10 % is left to everything else).
@@ -66,7 +66,7 @@ class MemoryFit:
         }
 
 
-def fit(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
+def fit_memory(scenario: Scenario, gpu: str | GpuSpec) -> MemoryFit:
     """The memory fit of ``scenario`` (its batch, context and layout) on ``gpu``.
 
     The KV cache holds ``context_tokens + 1`` tokens per sequence (decode) or the prompt
@@ -115,6 +115,6 @@ def smallest_tp(scenario: Scenario, gpu: str | GpuSpec, limit: int = 64) -> int 
             )
         except ConfigError:
             continue
-        if fit(s, gpu).fits:
+        if fit_memory(s, gpu).fits:
             return tp
     return None

@@ -1,8 +1,7 @@
 """Prediction records: one op, one pass, one model under one estimator, and a real run.
 
 :class:`Prediction` is what :func:`roofprof.prediction.rollup.predict` returns; :class:`RealRun` is
-a
-timed forward pass of a real model, against which :func:`compare` reports each estimator's
+a timed forward pass of a real model, against which :func:`compare` reports each estimator's
 residual ``predicted / real - 1``. Records only: arithmetic, no devices, no I/O.
 """
 

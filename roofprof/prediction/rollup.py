@@ -117,11 +117,11 @@ def check_memory(scenarios: Sequence[Scenario], gpu: GpuSpec) -> None:
     >>> check_memory([Scenario.of("llama-3.1-8b", "decode", prompt_tokens=128)],
     ...              load_gpu("h100-sxm"))
     """
-    from roofprof.prediction.memory_fit import fit, smallest_tp
+    from roofprof.prediction.memory_fit import fit_memory, smallest_tp
     from roofprof.units import fmt_bytes
 
     for s in scenarios:
-        f = fit(s, gpu)
+        f = fit_memory(s, gpu)
         if f.fits:
             continue
         best = smallest_tp(s, gpu)
@@ -258,11 +258,11 @@ def _blocks(
         )
     if gpu is not None:
         from roofprof.prediction.layout import pipeline
-        from roofprof.prediction.memory_fit import fit
+        from roofprof.prediction.memory_fit import fit_memory
 
         par = scenario.parallel
         out["layout"] = par
-        out["memory"] = fit(decode.workload.scenario, gpu)
+        out["memory"] = fit_memory(decode.workload.scenario, gpu)
         if par.pp > 1:
             out["pipeline"] = {
                 "prefill": pipeline(prefill, par),

@@ -1,8 +1,7 @@
 """Batched serving: a static batch, or a loaded continuous-batching server, as roll-up passes.
 
 A single-request prediction (:mod:`roofprof.prediction.rollup`) times one pass. Serving many
-requests
-at once is a sequence of passes whose costs the roll-up already knows; this module states
+requests at once is a sequence of passes whose costs the roll-up already knows; this module states
 which passes, and divides their time by the tokens they produce.
 
 **Static batch** (``batching="static"``, TensorRT-LLM's ``gptSessionBenchmark``): ``B``
@@ -23,9 +22,8 @@ weight read per chunk, small where prefill is compute-bound).
 
 **Saturation with no stated concurrency** (:func:`saturation_batch`): the scheduler admits
 requests until the KV cache is full, so ``B`` is the most sequences of ``p + o`` tokens whose
-KV cache fits beside the weights (:func:`roofprof.prediction.memory_fit.fit`, its stated allowance
-for
-activations), capped at :data:`MAX_BATCH`.
+KV cache fits beside the weights (:func:`roofprof.prediction.memory_fit.fit_memory`, its
+stated allowance for activations), capped at :data:`MAX_BATCH`.
 
 Throughput is ``B·o / T`` output tokens per second (``B·(p+o) / T`` when the source counts
 input tokens too); what the published corpus compares is its inverse, the seconds per token.
@@ -146,7 +144,7 @@ def saturation_batch(
     Raises:
         ConfigError: not even one sequence fits.
     """
-    from roofprof.prediction.memory_fit import fit
+    from roofprof.prediction.memory_fit import fit_memory
 
     probe = base.replace(
         phase="decode",
@@ -154,7 +152,7 @@ def saturation_batch(
         prompt_tokens=prompt_tokens,
         context_tokens=prompt_tokens + output_tokens - 1,
     )
-    most = fit(probe, gpu).max_batch
+    most = fit_memory(probe, gpu).max_batch
     if most < 1:
         raise ConfigError(
             f"{base.model.id}: not one sequence of {prompt_tokens + output_tokens} tokens fits "

@@ -72,9 +72,8 @@ __all__ = [
 
 Progress = Callable[[str, int, int], None]
 #: The roll-up prefers the implementation of :mod:`roofprof.profiling.torch_ops` (what the validated
-#: model runs),
-#: whatever name it carries on the device ("torch", or "torch-eager" next to a device's own "torch"
-#: GEMM).
+#: model runs), whatever name it carries on the device ("torch", or "torch-eager" next to a device's
+#: own "torch" GEMM).
 DEFAULT_PREFER = ("reference",)
 #: How to refresh measurements taken on a busy machine (said in every such warning).
 REMEASURE_HINT = (

@@ -10,8 +10,7 @@ A row becomes one or more :class:`Case` objects:
   (``offline_run_s``: tokens counted / published tokens/s);
 * ``batched``: a static batch, or a loaded or saturated continuous-batching server
   (:mod:`roofprof.prediction.serving`: prefill of the batch, then the decode steps at batch ``B``
-  with
-  their growing KV reads; a saturated server's ``B`` from its KV capacity) against the
+  with their growing KV reads; a saturated server's ``B`` from its KV capacity) against the
   published seconds per token (``s_per_token`` = 1 / tokens/s of the whole system). These
   rows are never fitted and are summarised apart (:func:`summarize`).
 
@@ -149,7 +148,8 @@ def validate_published(
         loo = leave_one_out(all_cases)
         calibration = {
             "procedure": "leave-one-out: for each row, every profile is refitted on the corpus "
-            "without that row (roofprof.prediction.calibration.fit), then the row is predicted"
+            "without that row (roofprof.prediction.calibration.fit_profiles), then the row is "
+            "predicted"
         }
 
     def keep(c: Case) -> bool:

@@ -1,6 +1,6 @@
 """Benchmark the CPU roofline against a plain OpenMP C triad, and against itself.
 
-Targets (issue 3), all as ratios measured in the same run:
+Targets, all as ratios measured in the same run:
 
 * DRAM ceiling >= 95 % of a STREAM-style OpenMP C triad (benchmarks/triad.c, compiled
   with ``-O3 -march=native -fopenmp``) on the same machine;

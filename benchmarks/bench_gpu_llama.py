@@ -1,7 +1,7 @@
 """Benchmark the GPU kernels at Llama shapes against cuBLAS, and the GPU roofline against its
 datasheet.
 
-Targets (issue 4), every one a ratio measured in the same run (``roofprof.selftest`` holds
+Targets, every one a ratio measured in the same run (``roofprof.selftest`` holds
 the arithmetic, :func:`roofprof.selftest.evaluate_targets`):
 
 * HBM probe ≥ 90 % of the datasheet bandwidth and ≥ a device-to-device ``cudaMemcpy``;

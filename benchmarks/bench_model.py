@@ -1,6 +1,6 @@
 """Benchmark: `roofprof run` end to end, and each estimator's residual against the real model.
 
-Targets (issue 5; see BENCHMARKS.md):
+Targets (see BENCHMARKS.md):
 
 * CPU, Llama 3.2 1B fp32, batch 1: ``measured`` within ±15 % of the real decode step and
   ±20 % of the real 128-token prefill; ``roofprof run`` within 5 minutes on 2 cores.

@@ -1,4 +1,4 @@
-"""Benchmark ``roofprof counters import`` on a large Nsight Compute CSV (issue 15, kind 10).
+"""Benchmark ``roofprof counters import`` on a large Nsight Compute CSV.
 
 The file is built from the real details-page exports in ``tests/fixtures/`` (the RTX 5070
 saxpy and tiled-GEMM runs, the same files as ``/work/shared/fixtures/``): their kernel rows

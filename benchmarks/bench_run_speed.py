@@ -1,6 +1,6 @@
-"""Benchmark: how long the main job takes, old code against new, in the same session of the machine.
+"""Benchmark: how long the main job takes, old code against new, in the same run of the machine.
 
-Targets (issue 16; see BENCHMARKS.md "The main job in under a minute"):
+Targets (see BENCHMARKS.md "The main job in under a minute"):
 
 * ``roofprof run`` <= 60 s on the 2-core CPU machine (quiet, warm numba cache), <= 75 s on a
   fresh install;

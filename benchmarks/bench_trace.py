@@ -1,6 +1,6 @@
 """Benchmark ``roofprof.trace`` on the CPU against FlopCounterMode and an uninstrumented run.
 
-Targets (issue 13), for models no one tuned to (a small CNN, an MLP, a transformer encoder
+Targets, for models no one tuned to (a small CNN, an MLP, a transformer encoder
 with causal SDPA), inference, fp32:
 
 * the traced matmul and convolution FLOPs equal ``FlopCounterMode``'s (same forward pass);

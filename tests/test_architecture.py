@@ -326,3 +326,20 @@ def test_the_private_attribute_check_sees_a_reach_and_allows_private_modules():
         "x = _nvml.query\n"
     )
     assert _private_module_attributes(tree) == [(3, "llama._Builder")]
+
+
+def test_the_module_map_names_every_module_and_only_modules():
+    import re
+
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text[text.index("## Module map") : text.index("## Import floors")]
+    named = {
+        name
+        for line in section.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1])
+        if name != "cli.<verb>"
+    }
+    modules = {m.removeprefix("roofprof.") if m != "roofprof" else "__init__" for m in MODULES}
+    assert not modules - named, f"modules missing from docs/architecture.md: {modules - named}"
+    assert not named - modules, f"the module map names what is not a module: {named - modules}"

@@ -1,4 +1,4 @@
-"""Streaming import of ncu CSV files (issue 15, kind 10): same results as before, bounded memory.
+"""Streaming import of ncu CSV files: same results as before, bounded memory.
 
 The streaming parser (``roofprof.counters.parse``) is compared with a frozen copy of the
 parser it replaced (``tests/ncu_parse_before_streaming.py``): the same records and the same

@@ -1,4 +1,4 @@
-"""Every error branch of ``cli/``, ``results.py`` and ``roofline.py`` driven once (issue 15).
+"""Every error branch of ``cli/``, ``results.py`` and ``roofline.py`` driven once.
 
 Each case names the branch it drives and checks the message a user gets (or, for the
 exit-code plumbing, the code). CLI cases run in-process and must refuse before any work

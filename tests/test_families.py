@@ -1,4 +1,4 @@
-"""Dense Llama-like families beyond Llama: Qwen2/2.5, Mistral, Qwen3 (issue 12, first part)."""
+"""Dense Llama-like families beyond Llama: Qwen2/2.5, Mistral, Qwen3."""
 
 import json
 import time

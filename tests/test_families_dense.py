@@ -1,4 +1,4 @@
-"""Dense families beyond Llama: configs, parameter counts, op lists, torch side (issue 12)."""
+"""Dense families beyond Llama: configs, parameter counts, op lists, torch side."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mixture-of-experts families (issue 12): parameter counts, MLA cache, routing, bad input."""
+"""Mixture-of-experts families: parameter counts, MLA cache, routing, bad input."""
 
 from __future__ import annotations
 

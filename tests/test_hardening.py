@@ -1,4 +1,4 @@
-"""One targeted test per kind of defect of issue 15 (the property tests cover the rest).
+"""One targeted test per kind of defect found by hardening (the property tests cover the rest).
 
 Every bad input or unwritable output: exit 2, one ``roofprof: error:`` line, no traceback,
 and (for output paths) before any measurement. Every JSON printed: strict. Names from

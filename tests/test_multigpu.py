@@ -1,4 +1,4 @@
-"""Tensor and pipeline parallelism: per-rank shapes, collectives, memory fit, CLI (issue 11)."""
+"""Tensor and pipeline parallelism: per-rank shapes, collectives, memory fit, CLI."""
 
 import json
 
@@ -188,7 +188,7 @@ def test_bad_layouts(layout, match):
 def test_communication_priced_on_the_interconnect():
     p = predict("llama-3.1-70b", gpu="h100-sxm", prompt_tokens=128, parallel=Parallel(tp=8))
     bd = p.decode.breakdown()
-    assert 0.15 < bd["communication_share"] < 0.5  # issue 11: 20-45 % of a decode step at TP 8
+    assert 0.15 < bd["communication_share"] < 0.5  # published: 20-45 % of a decode step at TP 8
     assert all(
         o.estimate.bound == "communication" for o in p.decode.ops if o.op.kind == "communication"
     )
@@ -287,5 +287,5 @@ def test_published_tensor_parallel_rows():
         }
     ]
     assert len(tp) == 11
-    assert statistics.median(abs(r["calibrated_residual"]) for r in tp) <= 0.15  # issue 11 target
+    assert statistics.median(abs(r["calibrated_residual"]) for r in tp) <= 0.15  # target
     assert not any("tensor parallelism" in s.reason for s in v.skipped)

@@ -52,7 +52,7 @@ def test_modelled_rows_name_known_models_and_gpus():
 def test_skipped_rows_say_why():
     skipped = {r.id: r.skip for r in published.load_end_to_end() if r.skip}
     assert "GPT-J" in skipped["D09"]
-    assert "D11" not in skipped  # tensor parallelism is modelled (issue 11)
+    assert "D11" not in skipped  # tensor parallelism is modelled
     assert "D14" not in skipped  # the qwen2 family is modelled
     assert "OpenOrca" in skipped["B14"]
 

@@ -614,3 +614,20 @@ def test_the_script_exits_promptly_with_every_byte_written_and_the_exit_code_kep
     assert (
         bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown model 'nope'" in bad.stderr
     )
+
+
+def test_setting_the_cpu_up_chooses_numbas_runtime_before_its_threads_start():
+    """A plan (the device set up, its identity read) must not start numba's OpenMP pool."""
+    pytest.importorskip("numba")
+    code = (
+        "from roofprof.job import RunPlan\n"
+        "RunPlan.of('llama-3.2-1b', device='cpu')\n"
+        "from roofprof.devices.cpu import single_openmp_runtime\n"
+        "print(single_openmp_runtime())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] in ("already workqueue", "workqueue selected")

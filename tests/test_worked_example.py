@@ -28,7 +28,7 @@ def test_decode_rereads_16_gb_at_4_8_ms_and_209_tokens_per_s():
     p = rule_of_thumb(context_tokens=0)
     assert p.decode.workload.weight_bytes == pytest.approx(16.06e9, rel=0.001)
     assert p.decode.seconds == pytest.approx(4.79e-3, rel=0.01)
-    assert p.tokens_per_second == pytest.approx(208.6, rel=0.01)
+    assert p.tokens_per_second == pytest.approx(208.5, rel=0.01)
     assert p.decode.bound == "memory"
     # at the 2,000-token context the KV cache adds ~1.6%
     assert rule_of_thumb().decode.seconds == pytest.approx(4.87e-3, rel=0.01)

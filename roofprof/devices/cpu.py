@@ -200,6 +200,9 @@ def _blas_name() -> str:
 @functools.lru_cache(maxsize=1)
 def cpu_info() -> DeviceInfo:
     """The :class:`DeviceInfo` of this machine's CPU (cached)."""
+    # before numba's threads start (``get_num_threads`` below starts them): numba's kernels
+    # then never bring a second OpenMP runtime beside torch's
+    single_openmp_runtime()
     import numba
 
     cpus = allowed_cpus()

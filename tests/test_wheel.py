@@ -4,7 +4,9 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
+from pathlib import Path
 
 import pytest
 
@@ -30,8 +32,18 @@ def test_wheel_installs_and_predicts(tmp_path, repo_root):
     )
     wheel = next(dist.glob("roofprof-*.whl"))
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True, system_site_packages=True).create(env_dir)
+    venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
+    # the dependencies come from the interpreter running the tests (a virtualenv or not), as
+    # plain path entries: its editable roofprof finder is not loaded, the wheel's roofprof is
+    site_dir = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site_dir) / "_test_parent.pth").write_text("\n".join(sorted(ours)) + "\n")
     subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
         check=True,

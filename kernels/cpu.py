@@ -34,7 +34,10 @@ from numba import njit, prange
 __all__ = [
     "FMA_BLOCK",
     "FMA_UNROLLS",
+    "copy",
+    "dot2",
     "fill",
+    "fill_distinct",
     "flush_read",
     "fma_chain",
     "fma_chain_reference",
@@ -115,6 +118,25 @@ def triad_reference(b: np.ndarray, c: np.ndarray, s: float, reps: int) -> np.nda
     return b + (s + reps - 1) * c
 
 
+@njit(**_EXACT)
+def _copy_reps(a, c, reps):
+    for r in range(reps):
+        d = float(r)  # a different value per pass: no pass can be skipped
+        for i in range(a.shape[0]):
+            c[i] = a[i] + d
+
+
+@njit(parallel=True, **_EXACT)
+def copy(a, c, nthreads, reps):
+    """STREAM copy ``c = a`` (plus the pass index ``r``, so each pass is done) for passes
+    ``r = 0..reps-1``, per-thread chunks: one load and one store per element."""
+    n = a.shape[0]
+    for t in prange(nthreads):
+        lo = (n * t // nthreads) // 8 * 8
+        hi = n if t == nthreads - 1 else (n * (t + 1) // nthreads) // 8 * 8
+        _copy_reps(a[lo:hi], c[lo:hi], reps)
+
+
 @njit(parallel=True, **_OPTS)
 def flush_read(buf, out, nthreads):
     """Read every cache line of ``buf`` (per-thread chunks); returns the sum.
@@ -136,6 +158,36 @@ def fill(x, value):
     """``x[:] = value`` in parallel (first touch spreads pages over the threads)."""
     for i in prange(x.shape[0]):
         x[i] = value
+
+
+@njit(parallel=True, **_EXACT)
+def fill_distinct(x):
+    """``x[i] = 1 + page(i)·2⁻²¹`` in parallel: every 4 KiB page of ``x`` written, and no two
+    pages alike (up to 4 GiB), so no page can stay the kernel's zero page or be merged with
+    another by a deduplicating host; a read of ``x`` then streams distinct memory."""
+    for i in prange(x.shape[0]):
+        x[i] = 1.0 + float((i >> 9) & 0xFFFFF) * 4.76837158203125e-07
+
+
+@njit(**_OPTS)
+def _dot_reps(a, b, reps):
+    s = 0.0
+    for _ in range(reps):
+        for i in range(a.shape[0]):
+            s += a[i] * b[i]
+    return s
+
+
+@njit(parallel=True, **_OPTS)
+def dot2(a, b, out, nthreads, reps):
+    """``reps`` passes of ``sum(a[i]·b[i])``, each thread over its own chunk (BabelStream's
+    Dot: 16 bytes read per element); returns the total."""
+    n = a.shape[0]
+    for t in prange(nthreads):
+        lo = (n * t // nthreads) // 8 * 8
+        hi = n if t == nthreads - 1 else (n * (t + 1) // nthreads) // 8 * 8
+        out[t] = _dot_reps(a[lo:hi], b[lo:hi], reps)
+    return out[:nthreads].sum()
 
 
 # --------------------------------------------------------------------------- compute

@@ -315,6 +315,7 @@ def validate(
     import importlib.util
 
     from roofprof.devices import as_device
+    from roofprof.devices.cpu import single_openmp_runtime
     from roofprof.errors import DeviceUnavailableError
     from roofprof.validation.model_run import TORCH_MISSING, ValidationSettings
     from roofprof.validation.model_run import validate as validate_scenario
@@ -324,6 +325,7 @@ def validate(
         raise DeviceUnavailableError(TORCH_MISSING)
     if not isinstance(model, Scenario) and attention not in ("fused", "unfused"):
         raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
+    single_openmp_runtime()  # before reading the device starts numba's threads
     dev = as_device(device)
     scenario = (
         model

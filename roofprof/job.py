@@ -175,9 +175,11 @@ class RunPlan:
             RoofprofError: unknown model/device/dtype/step, bad sizes.
         """
         from roofprof.devices import as_device
+        from roofprof.devices.cpu import single_openmp_runtime
         from roofprof.validation.model_run import validation_context
         from roofprof.workload import Counting, Scenario
 
+        single_openmp_runtime()  # before reading the device starts numba's threads
         dev = as_device(device)
         info = dev.info
         if model == "auto":

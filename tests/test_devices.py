@@ -358,6 +358,7 @@ def test_cpu_catalogue_is_the_setups_bound_to_the_device():
     names = [p.name for p in CpuDevice().probes()]
     assert names == [
         "read",
+        "copy",
         "triad",
         "fma-fp64",
         "fma-fp32",

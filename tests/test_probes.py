@@ -3,6 +3,7 @@ refusals."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -679,3 +680,82 @@ def test_spec_comparison_pairs_each_probe_with_the_right_datasheet_rate():
     assert "bf16 FMA (fma-bf16x2)" not in rows  # no datasheet vector bf16 rate to compare with
     assert rows["fp32 FMA (fma-fp32)"]["percent_of_spec"] == 100.0 * 60e12 / 66.9e12
     assert rows["DRAM read"]["spec"] == 3.35e12
+
+
+# --------------------------------------------------------------------------- plausibility
+
+
+class InflatedDram(SimDevice):
+    """A planted fault: the read probe reads ``factor`` × the true DRAM bandwidth for its first
+    ``inflated_setups`` DRAM set-ups (a zero-page or merged-page buffer), and the device's
+    reference kernel reads the true one."""
+
+    def __init__(self, factor=1.7, inflated_setups=10**9, reference=LEVEL_BW["dram"]):
+        super().__init__()
+        self.factor, self.left, self.reference = factor, inflated_setups, reference
+
+    def memory_reference(self):
+        from roofprof.roofline.plausibility import Reference
+
+        return Reference(self.reference, "a planted reference", "test")
+
+    def probes(self):
+        out = []
+        for p in super().probes():
+            if p.name == "read":
+                real = p.setup
+
+                def setup(*, working_set_bytes, real=real):
+                    run = real(working_set_bytes=working_set_bytes)
+                    if true_level(working_set_bytes) == "dram" and self.left > 0:
+                        self.left -= 1
+                        inner = run.run
+                        run = dataclasses.replace(
+                            run,
+                            run=lambda reps, inner=inner: self._fast(inner, reps),
+                        )
+                    return run
+
+                p = dataclasses.replace(p, setup=setup)
+            out.append(p)
+        return tuple(out)
+
+    def _fast(self, inner, reps):
+        t0 = self.state["t"]
+        inner(reps)
+        self.state["t"] = t0 + (self.state["t"] - t0) / self.factor
+
+
+def _dram(result, probe):
+    return next(c for c in result.ceilings if c["name"] == f"DRAM {probe}")
+
+
+def test_a_dram_ceiling_above_the_same_run_reference_is_never_reported_silently():
+    dev = InflatedDram()
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"))
+    read = _dram(r, "read")
+    # the probe kept reading 1.7x the memory: re-measured twice, then the reference is used
+    assert read["source"] == "reference" and read["value"] == LEVEL_BW["dram"]
+    assert read["measured_value"] == pytest.approx(1.7 * LEVEL_BW["dram"], rel=0.02)
+    assert read["reference"]["remeasured"] == 2 and read["reference"]["ratio"] > 1.6
+    assert r.roofline.memory_bandwidth("dram") <= LEVEL_BW["dram"] * 1.0001
+    assert any("DRAM read" in w and "the reference is used as the ceiling" in w for w in r.warnings)
+    triad = _dram(r, "triad")  # the honest probe passes untouched
+    assert triad["source"] == "measured" and triad["reference"]["remeasured"] == 0
+
+
+def test_a_transiently_inflated_dram_ceiling_is_re_measured_and_kept():
+    dev = InflatedDram(inflated_setups=2)  # the first pass over the DRAM sizes only
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"))
+    read = _dram(r, "read")
+    assert read["source"] == "measured" and read["reference"]["remeasured"] == 1
+    assert read["value"] == pytest.approx(LEVEL_BW["dram"], rel=0.02)
+    assert any("DRAM read first read 1.7" in w and "re-measured: 1.00" in w for w in r.warnings)
+
+
+def test_a_farther_memory_level_faster_than_a_nearer_one_is_flagged():
+    from roofprof.roofline.plausibility import level_order_flags
+
+    flags = level_order_flags({"l1": 600e9, "l2": 220e9, "l3": 250e9, "dram": 36e9}, "read")
+    assert len(flags) == 1 and flags[0].startswith("L3 read 250 GB/s is 14% above L2 read")
+    assert level_order_flags({"l2": 220e9, "l3": 240e9}, "read") == []  # within 10 %

@@ -8,7 +8,7 @@ without a GPU, as ERT and Intel Advisor do for CPUs.
 * Clock: ``perf_counter`` (numba kernels return when done, so synchronising is a no-op).
 * Flush: a parallel read of a buffer of twice all cache levels together (clean lines, so
   the timed run after it pays no write-back).
-* Probes: ``read`` and ``triad`` bandwidth (working-set sweep), ``fma-fp32``/``fma-fp64``
+* Probes: ``read``, ``copy`` and ``triad`` bandwidth (working-set sweep), ``fma-fp32``/``fma-fp64``
   peak compute, ``gemm-fp32``/``gemm-fp64`` (numpy BLAS), ``intensity-fp64`` and
   ``intensity-fp32`` (FMAs per element swept); in :mod:`roofprof.devices.cpu_probes`.
 * Op implementations: ``numpy`` (BLAS ``matmul``) and ``numba`` (kernels/cpu.py ``gemm_nt``)
@@ -47,6 +47,7 @@ from roofprof.devices.cpu_probes import (  # the probes live there; re-exported 
     aligned_empty,
     cpu_probes,
     gemm_tolerance,
+    setup_copy,
     setup_fma,
     setup_gemm,
     setup_intensity,
@@ -55,6 +56,7 @@ from roofprof.devices.cpu_probes import (  # the probes live there; re-exported 
 )
 from roofprof.devices.pool import InputPool, cold_copies, small_pages, tiled_normal, weight_key
 from roofprof.errors import ConfigError, UnknownNameError
+from roofprof.roofline.plausibility import Reference
 from roofprof.telemetry import CpuFreqSampler, NullSampler
 from roofprof.timing import PerfCounterClock
 
@@ -86,6 +88,7 @@ __all__ = [
     "setup_gemm",
     "setup_intensity",
     "setup_read",
+    "setup_copy",
     "setup_triad",
 ]
 
@@ -200,9 +203,6 @@ def _blas_name() -> str:
 @functools.lru_cache(maxsize=1)
 def cpu_info() -> DeviceInfo:
     """The :class:`DeviceInfo` of this machine's CPU (cached)."""
-    # before numba's threads start (``get_num_threads`` below starts them): numba's kernels
-    # then never bring a second OpenMP runtime beside torch's
-    single_openmp_runtime()
     import numba
 
     cpus = allowed_cpus()
@@ -288,12 +288,36 @@ class CpuDevice:
         """Size of the flush buffer: twice all cache levels together (at least 8 MiB)."""
         return max(2 * sum(self._info.cache_bytes.values()), 8 * 1024**2)
 
+    def memory_reference(self) -> Reference | None:
+        """The DRAM bandwidth (bytes/s) of a BabelStream-style Dot, measured now: two freshly
+        written, page-distinct float64 arrays of 4 × the last-level cache each (8 × in all),
+        every thread over its own chunk, 16 bytes read per element, best of 10 calls. The
+        reference the roofline's DRAM ceilings are held against
+        (:mod:`roofprof.roofline.plausibility`); None when memory is short.
+        """
+        k = _kernels()
+        llc = self._info.last_level_cache_bytes or (32 << 20)
+        n = 4 * llc // 8
+        if 2 * 8 * n > self.free_memory_bytes() // 4:
+            return None
+        a, b = aligned_empty(n, np.float64), aligned_empty(n, np.float64)
+        k.fill_distinct(a)
+        k.fill_distinct(b)
+        out = np.zeros(max(1, self.nthreads))
+        k.dot2(a, b, out, self.nthreads, 1)  # compiled and warm
+        clock, best = self.clock(), float("inf")
+        for _ in range(10):
+            clock.start()
+            k.dot2(a, b, out, self.nthreads, 1)
+            best = min(best, clock.stop())
+        return Reference(16.0 * n / best, "a same-run Dot", "CpuDevice.memory_reference")
+
     def flush(self) -> None:
         """Evict the caches: every thread reads its share of the flush buffer (2× all caches)."""
         k = _kernels()
         if self._flush_buf is None:
             self._flush_buf = aligned_empty(self.flush_bytes // 8, np.float64)
-            k.fill(self._flush_buf, 1.0)
+            k.fill_distinct(self._flush_buf)
             self._flush_out = np.zeros(max(1, self.nthreads))
         k.flush_read(self._flush_buf, self._flush_out, self.nthreads)
 
@@ -501,10 +525,12 @@ def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
             intensity_budget_s=0.02,
             min_repeats=5,
             intensity_max_call_flops=5e9,
+            dram_point_budget_s=0.3,
         )
     else:
         knobs = dict(
             point_budget_s=0.1,
+            dram_point_budget_s=0.5,
             target_call_s=0.005,
             compute_budget_s=1.0,
             compute_call_s=0.03,

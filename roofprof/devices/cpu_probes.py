@@ -7,7 +7,7 @@ own; :func:`cpu_probes` binds them to a device with shared buffers
 
 >>> from roofprof.devices.cpu import CpuDevice
 >>> [p.name for p in cpu_probes(CpuDevice())][:3]
-['read', 'triad', 'fma-fp64']
+['read', 'copy', 'triad']
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "aligned_empty",
     "cpu_probes",
     "gemm_tolerance",
+    "setup_copy",
     "setup_fma",
     "setup_gemm",
     "setup_intensity",
@@ -67,12 +68,20 @@ class ProbeArena:
             # 1/64 headroom: the triad's three staggered arrays then fit in the buffer the read
             # sweep left at the same working set (one first touch of the largest size, not two)
             self.buf = aligned_empty(n + n // 64, np.float64)
-            k.fill(self.buf, 1.0)  # parallel first touch
+            k.fill_distinct(self.buf)  # parallel first touch, every page distinct
         return self.buf
 
 
 def _stagger_elems(itemsize: int) -> int:
     return _STAGGER_BYTES // itemsize
+
+
+def _staggered(arena: ProbeArena, n: int, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``count`` float64 arrays of ``n`` elements in the arena, each start staggered against
+    4K aliasing, and the span of the arena they cover."""
+    stride = -(-n // 512) * 512 + _stagger_elems(8)
+    buf = arena.get(count * stride)[: count * stride]
+    return buf, [buf[i * stride : i * stride + n] for i in range(count)]
 
 
 def _kernels() -> Any:
@@ -139,10 +148,7 @@ def setup_triad(
     k, rng = _kernels(), _rng(rng)
     nt = device.nthreads
     n = max(8 * nt, int(working_set_bytes) // 24 // 8 * 8)
-    pad = _stagger_elems(8)
-    stride = -(-n // 512) * 512 + pad
-    buf = arena.get(3 * stride)
-    a, b, c = buf[0:n], buf[stride : stride + n], buf[2 * stride : 2 * stride + n]
+    buf, (a, b, c) = _staggered(arena, n, 3)
     s = 0.5
 
     def run(reps: int) -> None:
@@ -159,7 +165,7 @@ def setup_triad(
             1e-15 * 8,
             "triad vs numpy b + s*c, a poisoned with NaN, 3 passes",
         )
-        k.fill(buf[: 3 * stride], 1.0)  # what the check wrote (the arena may be far larger)
+        k.fill_distinct(buf)  # what the check wrote (the arena may be larger)
         return res
 
     return ProbeRun(
@@ -168,6 +174,40 @@ def setup_triad(
         bytes_per_rep=24.0 * n,
         check=check,
         working_set_bytes=24 * n,
+        params={"elements_per_array": n, "threads": nt},
+    )
+
+
+def setup_copy(
+    device: CpuDevice,
+    arena: ProbeArena,
+    *,
+    working_set_bytes: int,
+    rng: np.random.Generator | None = None,
+) -> ProbeRun:
+    """The ``copy`` bandwidth probe (STREAM ``c = a``) at one working set (bytes)."""
+    k, rng = _kernels(), _rng(rng)
+    nt = device.nthreads
+    n = max(8 * nt, int(working_set_bytes) // 16 // 8 * 8)
+    buf, (a, c) = _staggered(arena, n, 2)
+
+    def run(reps: int) -> None:
+        k.copy(a, c, nt, reps)
+
+    def check() -> CheckResult:
+        a[:] = rng.random(n) + 0.5
+        c[:] = np.nan
+        k.copy(a, c, nt, 3)
+        res = compare(c, a + 2.0, 0.0, "copy vs a + 2 (the last pass), c poisoned with NaN")
+        k.fill_distinct(buf)  # what the check wrote (the arena may be larger)
+        return res
+
+    return ProbeRun(
+        run=run,
+        flops_per_rep=0.0,
+        bytes_per_rep=16.0 * n,
+        check=check,
+        working_set_bytes=16 * n,
         params={"elements_per_array": n, "threads": nt},
     )
 
@@ -313,6 +353,14 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             partial(setup_read, device, arena, rng=rng),
             accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
             note="vectorised sum, one contiguous chunk per thread",
+        ),
+        Probe(
+            "copy",
+            "bandwidth",
+            partial(setup_copy, device, arena, rng=rng),
+            accounting="bytes = 16·n per pass (STREAM: a, c; write-allocate not counted), "
+            "FLOPs = 0",
+            note="c = a (+ the pass index), one contiguous chunk per thread, arrays staggered",
         ),
         Probe(
             "triad",

@@ -50,6 +50,10 @@ class RooflinePlan:
     warmup_s: float = 0.01
     flush_intensity: bool = True
     intensity_max_call_flops: float = 0.0
+    #: Timing budget of a sweep point on the DRAM plateau (≥ DRAM_FACTOR × the last-level
+    #: cache): a shared host's bandwidth moves within a second, and a best-of over a few
+    #: tens of milliseconds misses its fast moments (BabelStream times each kernel ~0.5 s).
+    dram_point_budget_s: float = 0.0
 
     @classmethod
     def for_device(cls, info: DeviceInfo, name: str = "full") -> RooflinePlan:

@@ -10,6 +10,7 @@ after any step.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,15 @@ from roofprof.errors import RoofprofError
 from roofprof.roofline import Ceiling, Roofline
 from roofprof.roofline.datasheet import spec_comparison
 from roofprof.roofline.plan import RooflinePlan
-from roofprof.roofline.plateaus import Plateau, find_plateaus
+from roofprof.roofline.plateaus import DRAM_FACTOR, Plateau, find_plateaus
+from roofprof.roofline.plausibility import (
+    RETRIES,
+    MemoryReference,
+    Reference,
+    judge,
+    level_order_flags,
+    replacement_note,
+)
 from roofprof.roofline.result import RooflineFailed, RooflineInterrupted, RooflineResult
 from roofprof.roofline.timer import ProbeTimer
 from roofprof.telemetry import Contention, loadavg
@@ -69,6 +78,7 @@ class RooflineRunner:
         self.timer = ProbeTimer(device.clock(), device.sampler(), plan, self.warnings)
         self.ceilings: list[Ceiling] = []
         self.details: list[dict[str, Any]] = []
+        self._reference: Reference | None = None  # the best DRAM reference of this run
         self.sweeps: dict[str, Any] = {"bandwidth": {}, "intensity": {}}
         self.plateaus: dict[str, Any] = {}
         self.probe_records: list[dict[str, Any]] = []
@@ -188,35 +198,108 @@ class RooflineRunner:
         ):  # buffers the sizes share are allocated (and first-touched) once, at the largest
             probe.setup(working_set_bytes=int(sizes[-1])).release()
         for i, ws in enumerate(sizes):
-            run = probe.setup(working_set_bytes=int(ws))
-            if i == 0:
-                self._checked(probe, run, f"working set {run.working_set_bytes} B")
-            reps = self.timer.recalibrate(run, self.plan.target_call_s, previous)
-            previous = (reps, run.working_set_bytes)
-            timing, tele = self.timer.time(
-                lambda run=run, reps=reps: run.run(reps), budget_s=self.plan.point_budget_s
-            )
-            nbytes = run.bytes_per_rep * reps
-            points.append(
-                {
-                    "working_set_bytes": run.working_set_bytes,
-                    "reps": reps,
-                    "bytes_per_call": nbytes,
-                    "flops_per_call": run.flops_per_rep * reps,
-                    "best_bytes_per_s": nbytes / timing.min_s,
-                    "median_bytes_per_s": nbytes / timing.median_s,
-                    "cv": timing.cv,
-                    "noisy": timing.noisy,
-                    "clock_mhz": tele.get("sm_clock_mhz_median")
-                    or tele.get("cpu_clock_mhz_median"),
-                    "params": run.params,
-                    "timing": timing.to_dict(),
-                    "telemetry": _short_telemetry(tele),
-                }
-            )
-            run.release()
-            self._step(f"{probe.name} {_fmt_bytes(run.working_set_bytes)}")
+            point, previous = self._measure_point(probe, int(ws), previous, check=i == 0)
+            points.append(point)
+            self._step(f"{probe.name} {_fmt_bytes(point['working_set_bytes'])}")
         self._bandwidth_ceilings(probe, points)
+        if probe.level is None:
+            self._plausible(probe, points)
+
+    def _measure_point(
+        self, probe: Probe, ws: int, previous: tuple[int, int] | None, *, check: bool = False
+    ) -> tuple[dict[str, Any], tuple[int, int]]:
+        """One working set of a bandwidth sweep: set up, (checked), timed, released."""
+        run = probe.setup(working_set_bytes=ws)
+        if check:
+            self._checked(probe, run, f"working set {run.working_set_bytes} B")
+        reps = self.timer.recalibrate(run, self.plan.target_call_s, previous)
+        llc = self.device.info.last_level_cache_bytes
+        on_dram = bool(llc) and run.working_set_bytes >= DRAM_FACTOR * llc
+        budget = self.plan.point_budget_s
+        budget = max(budget, self.plan.dram_point_budget_s) if on_dram else budget
+        timing, tele = self.timer.time(lambda run=run, reps=reps: run.run(reps), budget_s=budget)
+        nbytes = run.bytes_per_rep * reps
+        point = {
+            "working_set_bytes": run.working_set_bytes,
+            "reps": reps,
+            "bytes_per_call": nbytes,
+            "flops_per_call": run.flops_per_rep * reps,
+            "best_bytes_per_s": nbytes / timing.min_s,
+            "median_bytes_per_s": nbytes / timing.median_s,
+            "cv": timing.cv,
+            "noisy": timing.noisy,
+            "clock_mhz": tele.get("sm_clock_mhz_median") or tele.get("cpu_clock_mhz_median"),
+            "params": run.params,
+            "timing": timing.to_dict(),
+            "telemetry": _short_telemetry(tele),
+        }
+        run.release()
+        return point, (reps, run.working_set_bytes)
+
+    def _memory_reference(self, *, fresh: bool = False) -> Reference | None:
+        """The same-run reference of the DRAM ceilings, else the datasheet. A measured one is
+        measured again when asked ``fresh`` (at each re-judgement) and the best kept: the
+        host's bandwidth moves, and a reference read in a slow moment must not condemn a
+        ceiling read in a fast one."""
+        if self._reference is not None and not fresh:
+            return self._reference
+        ref = self.device.memory_reference() if isinstance(self.device, MemoryReference) else None
+        spec_id = self.device.info.spec_id
+        if ref is None and spec_id:
+            from roofprof.specs import load_gpu
+
+            bw = load_gpu(spec_id).memory_bytes_per_s
+            ref = Reference(bw, "the datasheet", f"data/gpus.json:{spec_id}")
+        best = self._reference
+        if ref is not None and (best is None or ref.bytes_per_s > best.bytes_per_s):
+            self._reference = ref
+        return self._reference
+
+    def _plausible(self, probe: Probe, points: list[dict[str, Any]]) -> None:
+        """The plausibility rule (:mod:`roofprof.roofline.plausibility`) on one sweep: levels
+        against the faster ones, DRAM against the reference (re-measured, else replaced)."""
+        mine = [d for d in self.details if d.get("probe") == probe.name]
+        self.warnings.extend(level_order_flags({d["level"]: d["value"] for d in mine}, probe.name))
+        dram = next((d for d in mine if d["level"] == "dram"), None)
+        ref = self._memory_reference() if dram is not None else None
+        if dram is None or ref is None:
+            return
+        first, tries = dram["value"], []
+        first_ratio = judge(first, ref).ratio
+        while not judge(dram["value"], ref).ok and len(tries) < RETRIES:
+            ref = self._memory_reference(fresh=True) or ref
+            for k, p in enumerate(points):
+                if p.get("level") == "dram":
+                    points[k], _ = self._measure_point(probe, p["working_set_bytes"], None)
+            self.ceilings = [c for c in self.ceilings if c.name not in {d["name"] for d in mine}]
+            self.details = [d for d in self.details if d.get("probe") != probe.name]
+            self._bandwidth_ceilings(probe, points)
+            mine = [d for d in self.details if d.get("probe") == probe.name]
+            dram = next(d for d in mine if d["level"] == "dram")
+            tries.append(dram["value"])
+        ref = (self._memory_reference(fresh=True) or ref) if tries else ref
+        verdict = judge(dram["value"], ref)
+        dram["reference"] = {
+            "name": ref.name,
+            "source": ref.source,
+            "bytes_per_s": ref.bytes_per_s,
+            "ratio": verdict.ratio,
+            "remeasured": len(tries),
+            "first_value": first,
+        }
+        if verdict.ok:
+            if tries:
+                self.warnings.append(
+                    f"DRAM {probe.name} first read {first_ratio:.2f}× {ref.name} "
+                    f"({ref.source}); re-measured: {verdict.ratio:.2f}×"
+                )
+            return
+        self.warnings.append(replacement_note(dram["name"], first, ref, tries))
+        at = next(i for i, c in enumerate(self.ceilings) if c.name == dram["name"])
+        self.ceilings[at] = dataclasses.replace(
+            self.ceilings[at], value=ref.bytes_per_s, source="reference"
+        )
+        dram.update(measured_value=dram["value"], value=ref.bytes_per_s, source="reference")
 
     def _bandwidth_ceilings(self, probe: Probe, points: list[dict[str, Any]]) -> None:
         info = self.device.info

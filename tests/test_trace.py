@@ -274,9 +274,10 @@ def test_cli_import_profiler_trace(capsys, tmp_path):
     )
     assert code == 0, err
     payload = json.loads(out[out.index("{") :])
-    addmm = [o for o in payload["ops"] if o["op"] == "aten::addmm"]
-    assert sorted(o["flops"] for o in addmm) == [2 * 4 * 16 * 32] * 2
-    assert not [o for o in payload["ops"] if o["op"] == "aten::linear"]  # counted once, inside
+    # each nn.Linear counted once, by the outermost op with a cost rule (aten::linear)
+    linear = [o for o in payload["ops"] if o["op"] in ("aten::linear", "aten::addmm")]
+    assert sorted(o["flops"] for o in linear) == [2 * 4 * 16 * 32] * 2
+    assert {o["op"] for o in linear} == {"aten::linear"}
     code, _, err = run_cli(capsys, "trace", "--import", str(_profile(tmp_path / "n.json", False)))
     assert code == 2 and "no shapes" in err and "record_shapes=True" in err
 
@@ -410,3 +411,27 @@ def test_cold_replays_flush_between_calls():
     exp = next(o for o in t.result.ops if o.op == "aten::exp")
     assert exp.replay_s is not None and exp.replay_s > 0
     assert len(t.result.to_dataframe("modules")) == len(t.result.modules)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_imported_tensor_tensor_elementwise_ops_are_costed(tmp_path, mode):
+    """A real profiler trace: ``a + b`` is ``aten::add`` with two tensors recorded, so its
+    overload is ``add.Tensor`` (pointwise), not ``add.default`` (two numbers, no cost)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from roofprof.tracing import import_trace
+
+    a, b = torch.randn(64, 32), torch.randn(64, 32) + 2.0
+    ctx = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+    with ctx, profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        for r in (a + b, a * b, a - b, a / b, a == b, torch.nn.Linear(32, 8)(a)):
+            del r
+    path = tmp_path / "elementwise.json"
+    p.export_chrome_trace(str(path))
+    result = import_trace(path, device="cpu", roofline="none")
+    rows = {o.op: o for o in result.ops}
+    for op in ("aten::add", "aten::mul", "aten::sub", "aten::div", "aten::eq"):
+        assert rows[op].kind == "elementwise" and rows[op].flops == 64 * 32, op
+        assert rows[op].bytes >= 3 * 64 * 32 * (1 if op == "aten::eq" else 4) * 0.66
+    linear = [o for o in result.ops if o.kind == "matmul"]
+    assert sum(o.flops * o.count for o in linear) == 2 * 64 * 32 * 8

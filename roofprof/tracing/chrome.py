@@ -153,7 +153,7 @@ def _infer(
 
         ns, op = name.split("::", 1)
         packet = getattr(getattr(torch.ops, ns), op)
-        default = getattr(packet, "default", None) or getattr(packet, packet.overloads()[0])
+        default = _overload(packet, values)
         schema = default._schema
         tags = frozenset(str(t).split(".")[-1] for t in default.tags)
         view = not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
@@ -170,7 +170,15 @@ def _infer(
         return v
 
     try:
-        out = packet(*[to_meta(v) for v in values])
+        metas_in = [to_meta(v) for v in values]
+        params = schema.arguments
+        pos = [v for v, a in zip(metas_in, params, strict=False) if not a.kwarg_only]
+        kw = {
+            a.name: v
+            for v, a in zip(metas_in, params, strict=False)
+            if a.kwarg_only and v is not None
+        }
+        out = default(*pos, **kw)
         outs = out if isinstance(out, (list, tuple)) else (out,)
         metas = tuple(
             TensorMeta(tuple(o.shape), dtype_name(o.dtype))
@@ -180,6 +188,29 @@ def _infer(
     except Exception:  # noqa: BLE001 - arguments the trace did not record: outputs unknown
         metas = ()
     return metas, tags, view, schema.is_mutable
+
+
+def _overload(packet: Any, values: list[Any]) -> Any:
+    """The overload of ``packet`` whose parameters take the recorded values: a tensor where
+    the trace recorded a tensor, a scalar where it recorded a scalar (``aten::add`` of two
+    tensors is ``add.Tensor``, not ``add.default``, which adds two numbers and has no
+    ``pointwise`` tag). Out= and in-place variants are not considered; the first overload
+    when none fits."""
+    names = [n for n in packet.overloads() if "out" not in n.lower()]
+    for n in names:
+        params = getattr(packet, n)._schema.arguments
+        if len(values) > len(params):
+            continue
+        if all(
+            _takes_tensor(a) == isinstance(v, (TensorMeta, list)) or v is None
+            for v, a in zip(values, params, strict=False)
+        ):
+            return getattr(packet, n)
+    return getattr(packet, "default", None) or getattr(packet, packet.overloads()[0])
+
+
+def _takes_tensor(arg: Any) -> bool:
+    return "Tensor" in str(arg.type)
 
 
 class _Imported:

@@ -63,6 +63,57 @@ def _addmm(call: OpCall) -> Cost:  # bias, a, b
     return _matmul(call, call.args[1], call.args[2])
 
 
+def _written(call: OpCall, numel: int, dtype: str) -> float:
+    """Bytes written: the recorded outputs, else ``numel`` elements of ``dtype`` (a trace)."""
+    if call.outputs:
+        return written_bytes(call, dtype)
+    return numel * _itemsize(call, dtype)
+
+
+def _itemsize(call: OpCall, dtype: str) -> int:
+    first = call.tensors[0] if call.tensors else None
+    return first.itemsize if first is not None and first.dtype == dtype else 4
+
+
+@_rule("linear")
+def _linear(call: OpCall) -> Cost:  # input [..., k], weight [n, k], bias [n] or None
+    """``aten::linear`` as inference mode records it (no decomposition into ``addmm``)."""
+    x, w = call.args[0], call.args[1]
+    k, n = x.shape[-1], w.shape[0]
+    m = math.prod(x.shape[:-1])
+    flops = 2 * m * n * k
+    return Cost(flops, read_bytes(call.tensors), _written(call, m * n, x.dtype), "matmul")
+
+
+@_rule("mv")
+def _mv(call: OpCall) -> Cost:  # matrix [m, k] · vector [k]
+    a = call.args[0]
+    m, k = a.shape
+    return Cost(2 * m * k, read_bytes(call.tensors), _written(call, m, a.dtype), "matmul")
+
+
+@_rule("dot", "vdot")
+def _dot(call: OpCall) -> Cost:
+    a = call.args[0]
+    return Cost(2 * a.numel, read_bytes(call.tensors), _written(call, 1, a.dtype), "matmul")
+
+
+@_rule("matmul")
+def _matmul_any(call: OpCall) -> Cost:
+    """``aten::matmul`` with torch's rules: 1-D operands promoted, batch dims broadcast."""
+    a, b = call.args[0], call.args[1]
+    sa = list(a.shape) if len(a.shape) > 1 else [1, *a.shape]
+    sb = list(b.shape) if len(b.shape) > 1 else [*b.shape, 1]
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    batch_a, batch_b = sa[:-2], sb[:-2]
+    rank = max(len(batch_a), len(batch_b))
+    batch_a = [1] * (rank - len(batch_a)) + batch_a
+    batch_b = [1] * (rank - len(batch_b)) + batch_b
+    batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b, strict=True))
+    out = batch * m * n
+    return Cost(2 * out * k, read_bytes(call.tensors), _written(call, out, a.dtype), "matmul")
+
+
 @_rule("bmm")
 def _bmm(call: OpCall) -> Cost:
     a, b = call.args[0], call.args[1]
@@ -213,6 +264,23 @@ def _embedding(call: OpCall) -> Cost:
     return Cost(
         0, rows * row + idx.nbytes, written_bytes(call, weight.dtype), "gather", "rows touched"
     )
+
+
+@_rule("detach_", "_unsafe_view")
+def _no_data_moved(call: OpCall) -> Cost:  # an in-place detach, a view with its own tags
+    return Cost(0, 0, 0, "view")
+
+
+@_rule("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only")
+def _embedding_bag(call: OpCall) -> Cost:  # weight, indices, offsets, ..., mode
+    """Rows gathered and reduced per bag (sum/mean: one add per looked-up element)."""
+    weight, idx = call.args[0], call.args[1]
+    width = math.prod(weight.shape[1:])
+    rows = idx.numel
+    bags = idx.shape[0] if len(idx.shape) == 2 else max(call.args[2].numel, 1)
+    read = rows * width * weight.itemsize + read_bytes(call.tensors[1:])
+    written = bags * width * weight.itemsize
+    return Cost(rows * width, read, written, "gather", "rows touched, reduced per bag")
 
 
 @_rule("index_select", "gather", "index", "take")

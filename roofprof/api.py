@@ -323,8 +323,6 @@ def validate(
 
     if importlib.util.find_spec("torch") is None:
         raise DeviceUnavailableError(TORCH_MISSING)
-    if not isinstance(model, Scenario) and attention not in ("fused", "unfused"):
-        raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
     single_openmp_runtime()  # before reading the device starts numba's threads
     dev = as_device(device)
     scenario = (

@@ -359,21 +359,21 @@ def test_group_measurement_writes_the_cache_once(isolated_cache):
     prof.release_buffers()
 
 
-def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch):
-    import roofprof.profiling.profiler as profiling
+def _numpy_then_numba():
+    """A profiler of a one-layer model measuring numpy (preferred), then numba."""
+    from roofprof.profiling.profiler import Profiler, ProfileSettings
     from roofprof.specs import ModelSpec
 
-    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
-    prof = profiling.Profiler(
-        "cpu",
-        profiling.ProfileSettings(
-            impls=("numpy", "numba"),
-            prefer=("numpy",),
-            roofline=RooflineChoice("none"),
-            budget_s=0.002,
-        ),
-        model=spec,
+    settings = ProfileSettings(
+        impls=("numpy", "numba"), prefer=("numpy",), roofline=RooflineChoice("none"), budget_s=0.002
     )
+    return Profiler("cpu", settings, model=ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256))
+
+
+def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch):
+    import roofprof.profiling.profiler as profiling
+
+    prof = _numpy_then_numba()
     groups = []
     real = check_then_time_group
     monkeypatch.setattr(
@@ -392,19 +392,8 @@ def test_prefetch_measures_in_one_group_per_preferred_implementation(monkeypatch
 def test_a_runtime_switch_pauses_after_the_checks_and_only_for_what_they_left(monkeypatch):
     import roofprof.profiling.engine as measurement
     import roofprof.profiling.profiler as profiling
-    from roofprof.specs import ModelSpec
 
-    spec = ModelSpec("t", 64, 128, 1, 4, 2, 16, 100, False, 256)
-    prof = profiling.Profiler(
-        "cpu",
-        profiling.ProfileSettings(
-            impls=("numpy", "numba"),
-            prefer=("numpy",),
-            roofline=RooflineChoice("none"),
-            budget_s=0.002,
-        ),
-        model=spec,
-    )
+    prof = _numpy_then_numba()
     events, pauses = [], []
 
     class Clock(FakeClock):

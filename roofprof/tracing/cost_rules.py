@@ -21,6 +21,7 @@ from roofprof.tracing.op_calls import (
     Cost,
     CostFn,
     OpCall,
+    TensorMeta,
     output_numel,
     read_bytes,
     written_bytes,
@@ -63,16 +64,9 @@ def _addmm(call: OpCall) -> Cost:  # bias, a, b
     return _matmul(call, call.args[1], call.args[2])
 
 
-def _written(call: OpCall, numel: int, dtype: str) -> float:
-    """Bytes written: the recorded outputs, else ``numel`` elements of ``dtype`` (a trace)."""
-    if call.outputs:
-        return written_bytes(call, dtype)
-    return numel * _itemsize(call, dtype)
-
-
-def _itemsize(call: OpCall, dtype: str) -> int:
-    first = call.tensors[0] if call.tensors else None
-    return first.itemsize if first is not None and first.dtype == dtype else 4
+def _written(call: OpCall, numel: int, like: TensorMeta) -> float:
+    """Bytes written: the recorded outputs, else ``numel`` elements of ``like``'s dtype."""
+    return written_bytes(call) if call.outputs else numel * like.itemsize
 
 
 @_rule("linear")
@@ -82,20 +76,20 @@ def _linear(call: OpCall) -> Cost:  # input [..., k], weight [n, k], bias [n] or
     k, n = x.shape[-1], w.shape[0]
     m = math.prod(x.shape[:-1])
     flops = 2 * m * n * k
-    return Cost(flops, read_bytes(call.tensors), _written(call, m * n, x.dtype), "matmul")
+    return Cost(flops, read_bytes(call.tensors), _written(call, m * n, x), "matmul")
 
 
 @_rule("mv")
 def _mv(call: OpCall) -> Cost:  # matrix [m, k] · vector [k]
     a = call.args[0]
     m, k = a.shape
-    return Cost(2 * m * k, read_bytes(call.tensors), _written(call, m, a.dtype), "matmul")
+    return Cost(2 * m * k, read_bytes(call.tensors), _written(call, m, a), "matmul")
 
 
 @_rule("dot", "vdot")
 def _dot(call: OpCall) -> Cost:
     a = call.args[0]
-    return Cost(2 * a.numel, read_bytes(call.tensors), _written(call, 1, a.dtype), "matmul")
+    return Cost(2 * a.numel, read_bytes(call.tensors), _written(call, 1, a), "matmul")
 
 
 @_rule("matmul")
@@ -111,7 +105,7 @@ def _matmul_any(call: OpCall) -> Cost:
     batch_b = [1] * (rank - len(batch_b)) + batch_b
     batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b, strict=True))
     out = batch * m * n
-    return Cost(2 * out * k, read_bytes(call.tensors), _written(call, out, a.dtype), "matmul")
+    return Cost(2 * out * k, read_bytes(call.tensors), _written(call, out, a), "matmul")
 
 
 @_rule("bmm")

@@ -4,6 +4,7 @@ The public facade is small: specs and workloads in, predictions and measurements
 
 * :func:`run`: the main job, doctor to HTML report (a :class:`RunPlan`, :mod:`roofprof.job`);
 * :func:`predict`, :func:`sweep`: prefill and decode times from a roofline (:mod:`roofprof.api`);
+* :func:`compare_gpus`: the same scenario on several datasheet GPUs, with ratios to the first;
 * :func:`profile`: every op of a pass measured on this machine (a :class:`Profiler`);
 * :func:`measure`: any function timed and placed on the roofline;
 * :func:`measure_roofline`: a device's empirical roofline from its probes;
@@ -36,6 +37,7 @@ __all__ = [
     "Scenario",
     "ValidationSettings",
     "__version__",
+    "compare_gpus",
     "load_gpu",
     "load_model",
     "measure",
@@ -53,6 +55,7 @@ __all__ = [
 _LAZY = {
     "predict": "roofprof.api",
     "sweep": "roofprof.api",
+    "compare_gpus": "roofprof.api",
     "profile": "roofprof.api",
     "run": "roofprof.api",
     "RunPlan": "roofprof.job",

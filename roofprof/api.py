@@ -25,6 +25,7 @@ from roofprof.errors import ConfigError
 if TYPE_CHECKING:
     from roofprof.devices.base import Device
     from roofprof.job import RunResult
+    from roofprof.prediction.comparison import GpuComparison
     from roofprof.prediction.estimators import Estimator
     from roofprof.prediction.records import Prediction
     from roofprof.profiling.profiler import Profiler
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from roofprof.validation.records import ValidationResult
     from roofprof.workload import Counting, Parallel, Scenario
 
-__all__ = ["predict", "profile", "run", "sweep", "validate"]
+__all__ = ["compare_gpus", "parse_gpu_list", "predict", "profile", "run", "sweep", "validate"]
 
 Progress = Callable[[str, int, int], None]
 
@@ -186,6 +187,86 @@ def predict(
     ('spec', 'memory')
     """
     return sweep(model, gpu, batches=(batch,), contexts=(context_tokens,), **kwargs)[0]
+
+
+def parse_gpu_list(gpus: str | Sequence[str | GpuSpec]) -> list[GpuSpec]:
+    """The datasheet GPUs of a comparison: a comma list (``"h100-sxm,a100-sxm-80gb"``) or a
+    sequence of ids, aliases or specs, in order.
+
+    Raises:
+        UnknownNameError: an unknown id (the message lists the valid ids, closest first).
+        ConfigError: an empty entry, or a GPU named twice.
+
+    >>> [g.id for g in parse_gpu_list("H100, a100-sxm-80gb")]
+    ['h100-sxm', 'a100-sxm-80gb']
+    """
+    from roofprof.specs import GpuSpec, load_gpu
+
+    names = gpus.split(",") if isinstance(gpus, str) else list(gpus)
+    specs: list[GpuSpec] = []
+    for name in names:
+        if isinstance(name, str) and not name.strip():
+            raise ConfigError(f"empty GPU id in {gpus!r}; give ids separated by commas")
+        spec = name if isinstance(name, GpuSpec) else load_gpu(name.strip())
+        if any(s.id == spec.id for s in specs):
+            raise ConfigError(f"GPU {spec.id} is named twice in the comparison")
+        specs.append(spec)
+    if not specs:
+        raise ConfigError("a comparison needs at least one GPU id")
+    return specs
+
+
+def compare_gpus(
+    model: str | ModelSpec,
+    gpus: str | Sequence[str | GpuSpec],
+    *,
+    batches: Sequence[int] = (1,),
+    contexts: Sequence[int | None] = (None,),
+    estimator: str | None = None,
+    **kwargs: Any,
+) -> GpuComparison:
+    """The same scenarios predicted on several datasheet GPUs, side by side, with the ratios
+    to the first (:mod:`roofprof.prediction.comparison`).
+
+    Args:
+        model: as :func:`sweep`.
+        gpus: ids or aliases (a comma list or a sequence), the first being the reference.
+        batches, contexts: the decode grid, as :func:`sweep` (one row per GPU and point).
+        estimator: ``spec`` (default), ``empirical`` (each GPU's published ceilings) or
+            ``calibrated`` (each GPU's fitted engine losses); ``measured`` is refused, since
+            it measures this machine and not the GPUs compared.
+        kwargs: the rest of :func:`sweep`'s scenario arguments (``prompt_tokens``, ``dtype``,
+            ``weights``, ``parallel``, ...). A layout is never refused here: each GPU's memory
+            fit is stated in its row instead.
+
+    Returns:
+        A :class:`~roofprof.prediction.comparison.GpuComparison` (``.to_list()`` is the JSON
+        of ``roofprof predict --gpu a,b -f json``).
+
+    Raises:
+        RoofprofError: an unknown GPU (the valid ids listed), a GPU named twice, a measured
+            roofline or estimator, or anything :func:`sweep` refuses.
+
+    >>> c = compare_gpus("llama-3.1-8b", "a100-sxm-80gb,h100-sxm", prompt_tokens=2000)
+    >>> round(c.rows[1].ttft_speedup, 1), c.rows[1].prediction.decode.bound
+    (3.0, 'memory')
+    """
+    from roofprof.prediction.comparison import compare
+
+    if estimator == "measured" or kwargs.get("roofline") is not None:
+        raise ConfigError(
+            "a GPU comparison predicts from each GPU's datasheet: --estimator spec, empirical or "
+            "calibrated (a measured roofline or estimator is this machine's, not the GPUs')"
+        )
+    if estimator is not None and not isinstance(estimator, str):
+        raise ConfigError("a GPU comparison takes an estimator name (spec, empirical, calibrated)")
+    specs = parse_gpu_list(gpus)
+    kwargs.setdefault("ignore_memory", True)  # the fit is a column, not a refusal
+    predictions = [
+        sweep(model, g, batches=batches, contexts=contexts, estimator=estimator, **kwargs)
+        for g in specs
+    ]
+    return compare(specs, predictions)
 
 
 def profile(

@@ -201,6 +201,11 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
         facts["clock_khz"] / 1000.0 if facts["clock_khz"] else None
     )
     spec = match_gpu(name)
+    if spec is not None and not spec.measurable:
+        raise DeviceUnavailableError(
+            f"{name} is an {spec.vendor.upper()} GPU: no device backend of roofprof measures it "
+            f"(its datasheet row is analytic only: roofprof predict --gpu {spec.id})"
+        )
     try:
         runtime_version = str(cp.cuda.runtime.runtimeGetVersion())
         driver_cuda = str(cp.cuda.runtime.driverGetVersion())

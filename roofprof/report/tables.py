@@ -200,7 +200,7 @@ def print_specs(console: Console | None = None) -> None:
     for col in (
         "id",
         "name",
-        "SMs",
+        "SMs (AMD: CUs)",
         "memory",
         "bandwidth",
         "fp32",

@@ -281,6 +281,13 @@ class Scenario:
             raise UnknownNameError("dtype", self.dtype, DTYPES)
         if self.weights is not None:
             weight_format(self.weights)
+        stored = self.model.stored
+        if (
+            self.weights is None
+            and stored is not None
+            and stored.bits_per_weight != stored.bits_per_weight
+        ):
+            raise ConfigError(stored.assumption)  # an unmodelled quantization: NaN bits
         if self.kv_dtype is not None:
             kv_bytes(self.kv_dtype)
         if self.batch < 1:
@@ -297,7 +304,9 @@ class Scenario:
 
     @property
     def weight_precision(self) -> str:
-        """The stored weight format (``weights``, else the compute ``dtype``)."""
+        """The stored weight format (``weights``, else the checkpoint's, else ``dtype``)."""
+        if self.weights is None and self.model.stored is not None:
+            return self.model.stored.format
         return self.weights or self.dtype
 
     @property
@@ -310,6 +319,8 @@ class Scenario:
         """Bytes per stored weight, scales and zero points included (:mod:`roofprof.precision`)."""
         from roofprof.precision import weight_bits
 
+        if self.weights is None and self.model.stored is not None:
+            return self.model.stored.mean_bits / 8.0  # the checkpoint's bytes per parameter
         if self.weights is None:
             return float(BYTES_PER_ELEMENT[self.dtype])
         return weight_bits(self.weights) / 8.0

@@ -37,7 +37,10 @@ __all__ = ["profile", "profile_with_counters"]
 @app.command()
 def profile(
     model: str = typer.Option(
-        "llama-3.2-1b", "--model", "-m", help="Model id or HF config.json path."
+        "llama-3.2-1b",
+        "--model",
+        "-m",
+        help="Model: shipped id, Hub id (org/name[@rev]), folder, .gguf or config.json.",
     ),
     phase: str = typer.Option("decode", "--phase", help="prefill | decode | both."),
     batch: str = typer.Option(

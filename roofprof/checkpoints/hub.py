@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 import json
-import os
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +60,26 @@ def fetch_hub_files(repo_id: str, revision: str | None = None) -> HubFiles:
     """
     try:
         import huggingface_hub as hf
-        from huggingface_hub import errors
+        from huggingface_hub import constants, errors
     except ImportError:
         raise DeviceUnavailableError(HUB_MISSING) from None
+    # the client's retry notices are warnings of its HTTP logger (it resets its own level):
+    # the one line raised below says it all
+    http_logger = logging.getLogger("huggingface_hub.utils._http")
+    http_logger.addFilter(_errors_only)
+    try:
+        return _fetch(hf, constants, errors, repo_id, revision)
+    finally:
+        http_logger.removeFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
+def _fetch(hf: Any, constants: Any, errors: Any, repo_id: str, revision: str | None) -> HubFiles:
     name = repo_id + (f"@{revision}" if revision else "")
-    url = f"{hf.constants.ENDPOINT}/{repo_id}"
+    url = f"{constants.ENDPOINT}/{repo_id}"
     try:
         config = Path(hf.hf_hub_download(repo_id, "config.json", revision=revision))
     except errors.GatedRepoError:
@@ -74,19 +89,19 @@ def fetch_hub_files(repo_id: str, revision: str | None = None) -> HubFiles:
         ) from None
     except errors.RepositoryNotFoundError:
         raise ConfigError(
-            f"no model {repo_id!r} on the Hub at {hf.constants.ENDPOINT} (check the id; a "
+            f"no model {repo_id!r} on the Hub at {constants.ENDPOINT} (check the id; a "
             "private repo needs hf auth login or HF_TOKEN)"
         ) from None
     except errors.RevisionNotFoundError:
         raise ConfigError(f"{repo_id} has no revision {revision!r} (see {url}/tree/main)") from None
     except errors.LocalEntryNotFoundError:
-        if hf.constants.HF_HUB_OFFLINE:
+        if constants.HF_HUB_OFFLINE:
             raise ConfigError(
                 f"{name} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: unset "
                 f"it, or fetch it once online (hf download {repo_id} config.json)"
             ) from None
         raise ConfigError(
-            f"cannot reach the Hub at {hf.constants.ENDPOINT} and {name} is not cached: "
+            f"cannot reach the Hub at {constants.ENDPOINT} and {name} is not cached: "
             "check the network (or HF_ENDPOINT), or fetch it where the Hub is reachable"
         ) from None
     except errors.EntryNotFoundError:
@@ -106,11 +121,13 @@ def fetch_hub_files(repo_id: str, revision: str | None = None) -> HubFiles:
         config,
         optional["generation_config.json"],
         optional["model.safetensors.index.json"],
-        _headers(hf, repo_id, commit),
+        _headers(hf, repo_id, commit, constants.HF_HUB_OFFLINE),
     )
 
 
-def _headers(hf: Any, repo_id: str, commit: str) -> tuple[dict[str, Any], ...] | None:
+def _headers(
+    hf: Any, repo_id: str, commit: str, offline: bool
+) -> tuple[dict[str, Any], ...] | None:
     """The repo's parsed safetensors headers at ``commit``: from roofprof's copy, else from
     the Hub (range requests, kept for next time); None offline without a copy or on error."""
     from roofprof._resources import cache_root
@@ -122,12 +139,23 @@ def _headers(hf: Any, repo_id: str, commit: str) -> tuple[dict[str, Any], ...] |
             return tuple(json.loads(path.read_text())["files"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    if hf.constants.HF_HUB_OFFLINE or os.environ.get("ROOFPROF_NO_HEADERS"):
+    if offline:
         return None
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    quiet = are_progress_bars_disabled()
+    disable_progress_bars()  # one bar per shard otherwise
     try:
         meta = hf.get_safetensors_metadata(repo_id, revision=commit)
     except Exception:  # not a safetensors repo, no network, an old hub: the index suffices
         return None
+    finally:
+        if not quiet:
+            enable_progress_bars()
     headers = [
         {
             name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": list(t.data_offsets)}

@@ -189,7 +189,7 @@ class Prediction:
         out: dict[str, Any] = {}
         stored = self.model.stored
         if stored is not None and self.prefill.workload.weights is None:
-            out["checkpoint"] = {"source": self.model.source, **stored.describe()}
+            out["checkpoint"] = {"location": self.model.source, **stored.describe()}
         if self.layout is not None:
             par = self.layout
             out["parallel"] = {

@@ -358,10 +358,14 @@ class Scenario:
         parallel: Parallel | None = None,
         weights: str | None = None,
         kv_dtype: str | None = None,
+        stored_weights: bool = True,
     ) -> Scenario:
         """A scenario from loose arguments (a model id/path or spec, a convention name).
 
-        ``weights`` and ``kv_dtype`` default to ``None``: the same as ``dtype``.
+        ``weights`` and ``kv_dtype`` default to ``None``: the checkpoint's stored weights
+        when the model has them (a quantized checkpoint, a GGUF file), else ``dtype``.
+        ``stored_weights=False`` drops the checkpoint's (what a real run with random
+        ``dtype`` weights runs: ``profile``, ``validate``, ``run``).
 
         Raises:
             ConfigError, UnknownNameError: unknown model, phase, dtype, weight format, KV
@@ -370,6 +374,8 @@ class Scenario:
         from roofprof.specs import load_model
 
         spec = model if isinstance(model, ModelSpec) else load_model(model)
+        if not stored_weights and spec.stored is not None:
+            spec = replace(spec, stored=None)
         return cls(
             spec,
             phase,

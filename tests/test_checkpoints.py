@@ -225,3 +225,22 @@ def test_a_config_json_path_reads_its_quantization_too(tmp_path):
     m = load_model(str(path))
     assert m.stored.format == "bnb-nf4-dq" and not math.isnan(m.stored.mean_bits)
     assert "quantization_config" not in m.ignored_fields
+
+
+def test_config_only_decode_bytes_follow_the_formats_bits(tmp_path):
+    qc = PUBLISHED["Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"]
+    folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, None)
+    p = roofprof.predict(str(folder), gpu="h100-sxm", prompt_tokens=16)
+    ops = {o.op.name: o.op for o in p.decode.ops}
+    bits = 4 + 16 / 128 + 4 / 128
+    for name, k, n in LINEARS:
+        assert ops[name.split(".")[1]].weight_bytes == pytest.approx(k * n * bits / 8)
+    assert ops["lm_head"].weight_bytes == 1024 * 256 * 2  # left in 16 bits
+
+
+def test_a_real_run_uses_dense_weights_at_the_dtype(tmp_path):
+    qc = PUBLISHED["hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"]
+    folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, None)
+    dense = Scenario.of(str(folder), "decode", dtype="fp32", stored_weights=False)
+    assert dense.model.stored is None and dense.weight_precision == "fp32"
+    assert Scenario.of(str(folder), "decode").weight_precision == "awq-int4-g128"

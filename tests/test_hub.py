@@ -55,6 +55,7 @@ FILES = {
 REPOS = {
     "acme/tiny-awq": None,
     "acme/tiny-st": None,
+    "acme/no-config": None,
     "acme/gated": "GatedRepo",
     "acme/nothing": "RepoNotFound",
 }
@@ -79,6 +80,7 @@ def _awq_safetensors() -> bytes:
 SERVED = {
     "acme/tiny-awq": FILES,
     "acme/tiny-st": {"config.json": FILES["config.json"], "model.safetensors": _awq_safetensors()},
+    "acme/no-config": {"generation_config.json": FILES["generation_config.json"]},
 }
 
 
@@ -220,6 +222,7 @@ def test_revision_is_honoured(hub, tmp_path):
         ("acme/gated", "is gated on the Hub: accept its licence at"),
         ("acme/nothing", "no model 'acme/nothing' on the Hub"),
         ("acme/tiny-awq@v9", "has no revision 'v9'"),
+        ("acme/no-config", "has no config.json: not a transformers model"),
     ],
 )
 def test_hub_refusals_are_one_line(hub, tmp_path, model, words):

@@ -197,7 +197,14 @@ def list_models() -> tuple[str, ...]:
 
 
 def load_model(id_or_path: str | Path) -> ModelSpec:
-    """A model from a shipped id (``llama-3.1-8b``) or the path of an HF ``config.json``.
+    """A model from a shipped id (``llama-3.1-8b``), the path of an HF ``config.json``, a
+    Hugging Face Hub id (``org/name[@revision]``), a local model folder or a ``.gguf`` file
+    (:func:`roofprof.checkpoints.locate`; docs/concepts/naming-models.md).
+
+    Anything but a bare shipped id also reads the checkpoint's stored weights into
+    :attr:`ModelSpec.stored` (its ``quantization_config``, the safetensors headers or index,
+    a GGUF tensor table); a Hub id that is a shipped config's ``_name_or_path`` is read from
+    the shipped file, without network.
 
     Dense families read: ``llama``, ``qwen2`` (q/k/v biases), ``mistral``
     (``sliding_window``), ``qwen3`` (explicit ``head_dim``, q/k norms); mixture-of-experts
@@ -209,7 +216,8 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     family roofprof has op lists for (:func:`roofprof.models.family_of`).
 
     Raises:
-        UnknownNameError: neither a known id nor an existing file; or a config of a model
+        UnknownNameError: neither a known id, an existing file or folder, nor a Hub id; a
+            GGUF architecture roofprof does not read; or a config of a model
             family roofprof does not model (e.g. ``mixtral``), naming it and the families.
         ConfigError: the file cannot be read or is not JSON, misses a field, has a field of
             the wrong type (``"false"`` for a boolean), a size that is not a whole number in

@@ -244,3 +244,39 @@ def test_a_real_run_uses_dense_weights_at_the_dtype(tmp_path):
     dense = Scenario.of(str(folder), "decode", dtype="fp32", stored_weights=False)
     assert dense.model.stored is None and dense.weight_precision == "fp32"
     assert Scenario.of(str(folder), "decode").weight_precision == "awq-int4-g128"
+
+
+def test_nvfp4_and_hqq_layouts():
+    # compressed-tensors' NVFP4 preset: fp4 (E2M1) weights in groups of 16 with FP8 scales
+    nvfp4 = {
+        "quant_method": "compressed-tensors",
+        "format": "nvfp4-pack-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 4,
+                    "type": "float",
+                    "strategy": "tensor_group",
+                    "group_size": 16,
+                    "symmetric": True,
+                },
+                "input_activations": {
+                    "num_bits": 4,
+                    "type": "float",
+                    "strategy": "tensor_group",
+                    "group_size": 16,
+                    "dynamic": "local",
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    }
+    s = scheme_of(nvfp4)
+    assert s is not None and s.bits == 4 + 8 / 16 and s.format == "ct-fp4-a4-g16"
+    hqq = {
+        "quant_method": "hqq",
+        "quant_config": {"weight_quant_params": {"nbits": 4, "group_size": 64}},
+    }
+    h = scheme_of(hqq)
+    assert h is not None and h.bits == 4 + 32 / 64 and "16-bit" in h.assumption

@@ -141,7 +141,7 @@ def _compressed(qc: Mapping[str, Any], label: str) -> tuple[str, float, str, str
     acts = first.get("input_activations")
     a = f"a{acts.get('num_bits')}" if isinstance(acts, Mapping) else "a16"
     name = f"ct-{'fp' if kind == 'float' else 'int'}{n}-{a}"
-    if strategy == "group":
+    if strategy in ("group", "tensor_group"):
         g = _int(w, "group_size", 128, label, 1, 2**20)
         scale = 8 if kind == "float" and n == 4 else 16
         bits = n + scale / g + (0.0 if w.get("symmetric", True) else n / g)

@@ -56,6 +56,7 @@ REPOS = {
     "acme/tiny-awq": None,
     "acme/tiny-st": None,
     "acme/no-config": None,
+    "acme/private": None,  # served only with the token below
     "acme/gated": "GatedRepo",
     "acme/nothing": "RepoNotFound",
 }
@@ -81,7 +82,9 @@ SERVED = {
     "acme/tiny-awq": FILES,
     "acme/tiny-st": {"config.json": FILES["config.json"], "model.safetensors": _awq_safetensors()},
     "acme/no-config": {"generation_config.json": FILES["generation_config.json"]},
+    "acme/private": FILES,
 }
+TOKEN = "hf_test_token"
 
 
 class _Hub(BaseHTTPRequestHandler):
@@ -92,6 +95,8 @@ class _Hub(BaseHTTPRequestHandler):
         parts = self.path.split("?")[0].strip("/").split("/")
         repo, rev, name = "/".join(parts[:2]), parts[3] if len(parts) > 3 else "", parts[-1]
         code = REPOS.get(repo, "RepoNotFound")
+        if repo == "acme/private" and self.headers.get("authorization") != f"Bearer {TOKEN}":
+            code = "RepoNotFound"  # as the Hub answers for a private repo without access
         if code is None and rev not in ("main", COMMIT):
             code = "RevisionNotFound"
         files = SERVED.get(repo, {})
@@ -141,9 +146,11 @@ def _closed_port() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-def _roofprof(home: Path, endpoint: str, *args: str, offline: bool = False):
+def _roofprof(home: Path, endpoint: str, *args: str, offline: bool = False, token: str = ""):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env |= {"HF_HOME": str(home), "HF_ENDPOINT": endpoint, "ROOFPROF_CACHE": str(home / "rp")}
+    if token:
+        env["HF_TOKEN"] = token
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
     return subprocess.run(
@@ -275,3 +282,12 @@ def test_safetensors_headers_are_read_by_range_and_kept_for_offline_use(hub, tmp
     offline = _roofprof(tmp_path, _closed_port(), *args, offline=True)
     assert offline.returncode == 0, offline.stderr
     assert json.loads(offline.stdout)["checkpoint"] == block
+
+
+def test_hf_token_opens_a_private_repo(hub, tmp_path):
+    args = ("predict", "-m", "acme/private", "-g", "h100-sxm", "-f", "json")
+    refused = _one_line_error(_roofprof(tmp_path, hub, *args))
+    assert "a private repo needs hf auth login or HF_TOKEN" in refused
+    opened = _roofprof(tmp_path, hub, *args, token=TOKEN)
+    assert opened.returncode == 0, opened.stderr
+    assert json.loads(opened.stdout)["model"] == "acme/private"

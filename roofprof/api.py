@@ -338,6 +338,7 @@ def profile(
             context_tokens=context_tokens,
             dtype=dtype,
             convention=convention,
+            stored_weights=False,  # the profiled kernels read dense dtype weights
         )
     )
     prof = profiler or Profiler(
@@ -416,6 +417,7 @@ def validate(
             prompt_tokens=prompt_tokens,
             dtype=dtype or dev.info.default_dtype,
             convention=Counting().with_attention(attention),
+            stored_weights=False,  # the real run has random weights at the dtype
         )
     )
     settings = ValidationSettings(

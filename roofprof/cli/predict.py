@@ -29,7 +29,8 @@ def predict(
         "llama-3.1-8b",
         "--model",
         "-m",
-        help="Model id (see `roofprof specs`) or path to a HF config.json.",
+        help="Model: a shipped id (see `roofprof specs`), a Hugging Face Hub id (org/name[@rev]), "
+        "a model folder, a .gguf file or a config.json path.",
     ),
     gpu: str | None = typer.Option(
         None,
@@ -186,6 +187,7 @@ def predict(
     _emit(predictions, fmt)
     if fmt == "table":
         _say_moe(predictions)
+        _say_checkpoint(predictions[0])
     # the table ends with the first prediction's warnings: those are not printed twice
     show_warnings(caught, shown=predictions[0].warnings if fmt == "table" else ())
     if plot is not None:
@@ -205,6 +207,23 @@ def _say_moe(predictions: list) -> None:
             f"{block['total_params'] / 1e9:.2f} B parameters active per token",
             err=True,
         )
+
+
+def _say_checkpoint(p) -> None:
+    """One stderr line naming the checkpoint's stored weights and where they come from."""
+    block = p.to_dict().get("checkpoint")
+    if block is None:
+        return
+    stored = block["stored_bytes"]
+    size = f"{stored / 1e9:.2f} GB stored" if stored else "size from the format"
+    typer.echo(
+        f"weights: {block['format']} ({block['quantization'] or 'as stored'}), "
+        f"{block['mean_bits_per_weight']:.2f} bits per parameter, {size}; from "
+        f"{block['source'] or 'the config'} of {p.model.source}"
+        + (f"; assumed: {block['assumption']}" if block["assumption"] else "")
+        + " (--weights overrides)",
+        err=True,
+    )
 
 
 def _emit(predictions: list, fmt: str) -> None:

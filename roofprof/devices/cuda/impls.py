@@ -605,7 +605,10 @@ def torch_fp8_gemm_setup(device: CudaDevice) -> Callable[..., ProbeRun]:
 
         def call() -> Any:
             device.last_kernel = "torch._scaled_mm (fp8 e4m3)"
-            return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            y = torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            # torch 2.1-2.4 return (out, amax): native_functions.yaml "-> (Tensor, Tensor)"
+            # (pytorch#106844); a single tensor from 2.5 on (pytorch#128683, June 2024)
+            return y[0] if isinstance(y, tuple) else y
 
         def run(reps: int) -> None:
             for _ in range(int(reps)):

@@ -1,0 +1,88 @@
+"""torch 2.1-2.4's ``_scaled_mm`` and probes that fail with an unexpected exception type.
+
+torch 2.1-2.4 declare ``_scaled_mm(...) -> (Tensor, Tensor)`` (out, amax; pytorch#106844,
+native_functions.yaml); pytorch#128683 (June 2024, torch 2.5) made it return the output
+alone. ``fake_torch(scaled_mm_amax=True)`` answers in the older shape. No GPU here: the
+device is the fake of tests/fakegpu.py; the roofline runner and the probe code are real.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from fakegpu import fake_device, fake_torch
+
+from roofprof.devices.cuda import impls
+
+PROBES = ["gemm-fp8-torch", "gemm-tf32", "read-l2"]
+
+
+def _numpy_cublas(dev, a, w, out, dtype):
+    out[...] = (np.asarray(a, np.float64) @ np.asarray(w, np.float64).T).astype(out.dtype)
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    monkeypatch.setattr(impls, "_cublas_consts", lambda: (None, {}))
+    monkeypatch.setattr(impls, "cublas_gemm_nt", _numpy_cublas)
+    return fake_device(cc="90")
+
+
+def test_fp8_probe_reads_the_out_amax_tuple_of_torch_2_4(hopper, monkeypatch):
+    monkeypatch.setitem(
+        sys.modules, "torch", fake_torch(version="2.4.0+cu121", scaled_mm_amax=True)
+    )
+    p = {p.name: p for p in hopper.probes()}["gemm-fp8-torch"]
+    run = p.setup(size=64)
+    res = run.check()
+    assert res.ok, res.note
+    run.run(2)
+    assert len(sys.modules["torch"].scaled_mm_calls) == 3
+
+
+def test_the_roofline_on_torch_2_4_keeps_the_fp8_ceiling(hopper, monkeypatch):
+    from roofprof.roofline.probes import measure_roofline
+
+    monkeypatch.setitem(
+        sys.modules, "torch", fake_torch(version="2.4.0+cu121", scaled_mm_amax=True)
+    )
+    r = measure_roofline(hopper, plan="test", probes=PROBES)
+    assert not r.failed_probes, r.failed_probes
+    assert "gemm-fp8-torch" in r.roofline.compute_ceiling("fp8").name
+
+
+@pytest.mark.parametrize("error", [AttributeError, TypeError, ValueError, KeyError])
+def test_a_probe_failing_with_any_exception_costs_that_probe_only(hopper, monkeypatch, error):
+    from roofprof.roofline.probes import measure_roofline
+
+    torch = fake_torch()
+
+    def broken(*args, **kwargs):
+        raise error("library answered in a shape the probe did not expect")
+
+    torch._scaled_mm = broken
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    r = measure_roofline(hopper, plan="test", probes=PROBES)
+    (failed,) = r.failed_probes
+    assert failed["probe"] == "gemm-fp8-torch" and failed["type"] == error.__name__
+    assert "shape the probe did not expect" in failed["error"]
+    assert any("gemm-fp8-torch" in w and error.__name__ in w for w in r.warnings)
+    assert "fp8" not in r.roofline.dtypes
+    assert "gemm-tf32" in r.roofline.compute_ceiling("tf32").name
+    assert any(c.kind == "memory" for c in r.roofline.ceilings)
+
+
+def test_keyboard_interrupt_still_ends_the_run(hopper, monkeypatch):
+    from roofprof.roofline.probes import RooflineInterrupted, measure_roofline
+
+    torch = fake_torch()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    torch._scaled_mm = interrupted
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    with pytest.raises(RooflineInterrupted):
+        measure_roofline(hopper, plan="test", probes=PROBES)

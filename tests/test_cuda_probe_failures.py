@@ -86,3 +86,50 @@ def test_keyboard_interrupt_still_ends_the_run(hopper, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", torch)
     with pytest.raises(RooflineInterrupted):
         measure_roofline(hopper, plan="test", probes=PROBES)
+
+
+# ------------------------------------------------ numba-cuda and a CUDA image without nvidia-nvvm
+
+
+def test_nvvm_home_is_the_toolkit_with_an_nvvm_folder(tmp_path):
+    from roofprof.devices.cuda.buffers import nvvm_cuda_home
+
+    bare, toolkit = tmp_path / "bare", tmp_path / "cuda"
+    bare.mkdir()
+    (toolkit / "nvvm" / "lib64").mkdir(parents=True)
+    roots = (str(bare), str(toolkit))
+    assert nvvm_cuda_home({}, roots) == str(toolkit)
+    assert nvvm_cuda_home({"CUDA_HOME": "/opt/x"}, roots) is None  # numba-cuda reads it
+    assert nvvm_cuda_home({"CUDA_PATH": "/opt/x"}, roots) is None  # cuda-pathfinder too
+    assert nvvm_cuda_home({}, (str(bare),)) is None
+
+
+def test_numba_reason_sets_cuda_home_and_reports_a_missing_nvvm(tmp_path, monkeypatch):
+    """numba.cuda and its nvvm module stand in with the two functions the code calls
+    (numba-cuda 0.30.4: ``numba.cuda.is_available``, ``numba.cuda.cudadrv.nvvm.is_available``)."""
+    import types
+
+    from roofprof.devices.cuda import buffers
+
+    (tmp_path / "nvvm").mkdir()
+    monkeypatch.setattr(buffers.nvvm_cuda_home, "__defaults__", (None, (str(tmp_path),)))
+    monkeypatch.setenv("CUDA_HOME", "restored after the test")
+    monkeypatch.delenv("CUDA_HOME")
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    nvvm = types.SimpleNamespace(is_available=lambda: False)
+    cuda = types.SimpleNamespace(is_available=lambda: True)
+    numba = types.ModuleType("numba")
+    numba.cuda = cuda  # type: ignore[attr-defined]
+    cudadrv = types.ModuleType("numba.cuda.cudadrv")
+    cudadrv.nvvm = nvvm  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "numba", numba)
+    monkeypatch.setitem(sys.modules, "numba.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv", cudadrv)
+    reason = buffers.numba_cuda_reason()
+    assert reason is not None and "no NVVM" in reason
+    import os
+
+    assert os.environ["CUDA_HOME"] == str(tmp_path)
+    nvvm.is_available = lambda: True
+    assert buffers.numba_cuda_reason() is None

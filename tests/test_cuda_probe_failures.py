@@ -1,4 +1,5 @@
-"""torch 2.1-2.4's ``_scaled_mm`` and probes that fail with an unexpected exception type.
+"""GPU paths against the real libraries' behaviour: torch 2.1-2.4's ``_scaled_mm``, probes
+that fail with an unexpected exception type, numba-cuda's NVVM lookup, CUDA_VISIBLE_DEVICES.
 
 torch 2.1-2.4 declare ``_scaled_mm(...) -> (Tensor, Tensor)`` (out, amax; pytorch#106844,
 native_functions.yaml); pytorch#128683 (June 2024, torch 2.5) made it return the output
@@ -133,3 +134,42 @@ def test_numba_reason_sets_cuda_home_and_reports_a_missing_nvvm(tmp_path, monkey
     assert os.environ["CUDA_HOME"] == str(tmp_path)
     nvvm.is_available = lambda: True
     assert buffers.numba_cuda_reason() is None
+
+
+# ------------------------------------------------------- CUDA_VISIBLE_DEVICES and NVML's GPU list
+
+
+def _eight_gpus():
+    from fakegpu import fake_nvml
+
+    return fake_nvml(
+        gpus=tuple((f"NVIDIA H100 80GB HBM3 #{i}", f"00000000:{i + 16:02X}:00.0") for i in range(8))
+    )
+
+
+def test_visible_devices_give_cuda_ordinals_not_nvml_rows(monkeypatch):
+    from fakegpu import fake_cupy
+
+    from roofprof.devices import cuda as cuda_mod
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    rows = cuda_mod.enumerate(nvml=_eight_gpus(), cupy=fake_cupy(device_count=1))
+    assert [r.label for r in rows] == ["cuda:0"] and rows[0].usable
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    rows = cuda_mod.enumerate(nvml=_eight_gpus(), cupy=fake_cupy(device_count=1))
+    assert len(rows) == 8  # no variable: every GPU NVML lists
+
+
+def test_visible_devices_without_cupy_pick_nvml_rows(monkeypatch):
+    from roofprof.devices import cuda as cuda_mod
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,2")
+    rows = cuda_mod.enumerate(nvml=_eight_gpus())
+    assert [(r.label, r.name) for r in rows] == [
+        ("cuda:0", "NVIDIA H100 80GB HBM3 #5"),
+        ("cuda:1", "NVIDIA H100 80GB HBM3 #2"),
+    ]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    (row,) = cuda_mod.enumerate(nvml=_eight_gpus())
+    assert not row.usable and "hides every GPU" in row.reason

@@ -517,6 +517,14 @@ class CudaDevice:
         """The op implementations (:func:`roofprof.devices.cuda.impls.cuda_implementations`)."""
         return cuda_implementations(self)
 
+    def small_op_batching(self, impl: OpImpl) -> OpImpl:
+        """``impl`` timing ops estimated under 20 µs as N calls per CUDA-event pair
+        (:class:`~roofprof.devices.cuda.batching.SmallOpBatching`): how the profiler wraps
+        ``torch-eager``, as :meth:`implementations` wraps its own."""
+        from roofprof.devices.cuda.batching import SmallOpBatching
+
+        return SmallOpBatching(impl, self)
+
     def roofline_plan(self, name: str = "full") -> RooflinePlan:
         """The GPU's ``full``, ``quick`` or ``test`` roofline plan (:func:`cuda_roofline_plan`)."""
         return cuda_roofline_plan(self._info, name)

@@ -122,7 +122,7 @@ def story_rows(data: Mapping[str, Any]) -> list[list[str]]:
         slow = "—"
         if (
             kv
-            and level["prompt_tokens"] == kv.get("long_prompt_tokens")
+            and r.get("prompt_tokens") == kv.get("long_prompt_tokens")
             and kv.get("measured_percent") is not None
         ):
             slow = f"{kv['measured_percent']:+.0f} % vs {kv['predicted_percent']:+.0f} %"
@@ -157,7 +157,10 @@ def print_table(data: Mapping[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    import shutil
+
+    # a pipe or a file gets a wide table rather than rich's 80 columns
+    console = Console(highlight=False, width=max(shutil.get_terminal_size((150, 24)).columns, 100))
     table = Table(title=f"{data['url']} · {data['model_id']} · {data['endpoint_type']}")
     for c in _COLUMNS:
         table.add_column(_SHORT.get(c, c), justify="right")

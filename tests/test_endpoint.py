@@ -275,7 +275,7 @@ def test_poisson_rate_level_and_time_bound():
             requests=6,
             warmup=0,
             floor_requests=0,
-            seed=3,
+            draw=3,
         )
         result = measure(session, plan, url=srv.url, model="scripted")
         bounded = measure(
@@ -287,7 +287,7 @@ def test_poisson_rate_level_and_time_bound():
                 warmup=0,
                 floor_requests=0,
                 level_seconds=0.05,
-                seed=4,
+                draw=4,
             ),
             url=srv.url,
             model="scripted",

@@ -115,7 +115,11 @@ def endpoint(
     slo: str | None = typer.Option(
         None, "--slo", help="Goodput SLOs in ms: ttft=500,tpot=50 (also e2el)."
     ),
-    seed: int | None = typer.Option(None, "--seed", help="Prompt seed (default: fresh each run)."),
+    draw: int | None = typer.Option(
+        None,
+        "--draw",
+        help="Random draw of the prompts and arrivals (default: a new one each run).",
+    ),
     out: Path = typer.Option(
         Path("roofprof-endpoint"), "--out", "-o", help="Folder for endpoint.json/.csv/.html."
     ),
@@ -161,7 +165,7 @@ def endpoint(
         api_key=api_key,
         tokenizer=tokenizer,
         extra=_extra(extra),
-        seed=seed,
+        draw=draw,
     )
     data = payload(result, slos)
     written = write_files(data, folder, html=not no_html)

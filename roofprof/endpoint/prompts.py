@@ -11,7 +11,7 @@ server does. Where it comes from, best first (:func:`prompt_source`):
    the server's ``usage.prompt_tokens`` is what the report uses.
 
 >>> src = WordPrompts()
->>> a, b = src.prompt(8, seed=1), src.prompt(8, seed=2)
+>>> a, b = src.prompt(8, draw=1), src.prompt(8, draw=2)
 >>> a != b, len(a.split())
 (True, 8)
 """
@@ -53,7 +53,7 @@ class PromptSource(Protocol):
     @property
     def name(self) -> str: ...
 
-    def prompt(self, n: int, seed: int) -> str: ...
+    def prompt(self, n: int, draw: int) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,10 @@ class WordPrompts:
     exact: bool = False
     name: str = "words (approximate length; usage.prompt_tokens reported)"
 
-    def prompt(self, n: int, seed: int) -> str:
-        """``n`` words drawn with ``seed``, starting with the seed's number (distinct)."""
-        rng = random.Random(seed)
-        return " ".join([str(seed), *(rng.choice(_WORDS) for _ in range(max(0, n - 1)))])
+    def prompt(self, n: int, draw: int) -> str:
+        """``n`` words drawn with ``draw``, starting with the draw number (distinct)."""
+        rng = random.Random(draw)
+        return " ".join([str(draw), *(rng.choice(_WORDS) for _ in range(max(0, n - 1)))])
 
 
 class ServerTokenizer:
@@ -110,13 +110,13 @@ class TokenizerPrompts:
         self.encode, self.decode, self.allowed = encode, decode, list(allowed)
         self.name, self.check = name, check
 
-    def prompt(self, n: int, seed: int) -> str:
-        """A text of exactly ``n`` tokens (random ids drawn with ``seed``).
+    def prompt(self, n: int, draw: int) -> str:
+        """A text of exactly ``n`` tokens (random ids drawn with ``draw``).
 
         Raises:
             ConfigError: no exact text after 20 rounds (the last length is named).
         """
-        rng = random.Random(seed)
+        rng = random.Random(draw)
         ids = [rng.choice(self.allowed) for _ in range(n)]
         got = -1
         for _ in range(_MAX_TRIES):

@@ -51,7 +51,7 @@ class SweepPlan:
         warmup: uncounted requests before each level.
         floor_requests: 1-token requests for the network floor (0: none).
         level_seconds: no request is sent after this long into a level.
-        seed: prompt and arrival seed (None: a fresh one per run, so a warm prefix cache
+        draw: random draw of prompts and arrivals (None: a fresh one per run, so a warm prefix cache
             cannot serve a second run's prompts).
     """
 
@@ -63,7 +63,7 @@ class SweepPlan:
     warmup: int = 1
     floor_requests: int = 5
     level_seconds: float = 120.0
-    seed: int | None = None
+    draw: int | None = None
 
     def levels(self) -> list[tuple[int, int, float | None]]:
         """(prompt tokens, concurrency, rate) of every level, in the order measured."""
@@ -159,9 +159,9 @@ class _Interrupted(Exception):
         self.level = level
 
 
-def _preflight(session: Session, seed: int) -> None:
+def _preflight(session: Session, draw: int) -> None:
     """One short request: refused optional fields are dropped (once), a hard error raised."""
-    prompt = session.prompts.prompt(8, seed)
+    prompt = session.prompts.prompt(8, draw)
     try:
         record, _ = session.one(prompt, 8, 2)
     except HttpStatusError as exc:
@@ -189,7 +189,7 @@ def _preflight(session: Session, seed: int) -> None:
         )
 
 
-def _floor(session: Session, n: int, seed: int) -> NetworkFloor | None:
+def _floor(session: Session, n: int, draw: int) -> NetworkFloor | None:
     if n <= 0:
         return None
     times, errors = [], []
@@ -197,7 +197,7 @@ def _floor(session: Session, n: int, seed: int) -> NetworkFloor | None:
         if session.stop.is_set():
             break
         try:
-            record, _ = session.one(session.prompts.prompt(1, seed + i), 1, 1)
+            record, _ = session.one(session.prompts.prompt(1, draw + i), 1, 1)
         except (ConnectFailure, HttpStatusError) as exc:
             errors.append(str(exc))
             continue
@@ -217,10 +217,10 @@ def _run_level(
     count: int,
     warmup: int,
     seconds: float,
-    seed: int,
+    draw: int,
     clock: Callable[[], float] = time.perf_counter,
 ) -> LevelResult:
-    prompts = [session.prompts.prompt(prompt_tokens, seed + i) for i in range(count + warmup)]
+    prompts = [session.prompts.prompt(prompt_tokens, draw + i) for i in range(count + warmup)]
     for i in range(warmup):  # one after the other, not counted
         if session.stop.is_set():
             break
@@ -228,7 +228,7 @@ def _run_level(
             session.one(prompts[count + i], prompt_tokens, max_tokens)
         except (ConnectFailure, HttpStatusError):
             pass
-    rng = random.Random(seed)
+    rng = random.Random(draw)
     at, offsets = 0.0, []
     for _ in range(count):
         offsets.append(at if rate else 0.0)
@@ -312,13 +312,13 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
         HttpStatusError: the first request is refused (the server's message is kept).
         ConfigError: no exact-length prompt could be built.
     """
-    seed = plan.seed if plan.seed is not None else int.from_bytes(os.urandom(4), "little")
+    draw = plan.draw if plan.draw is not None else int.from_bytes(os.urandom(4), "little")
     levels: list[LevelResult] = []
     floor = None
     interrupted = False
     try:
-        _preflight(session, seed)
-        floor = _floor(session, plan.floor_requests, seed + 1_000)
+        _preflight(session, draw)
+        floor = _floor(session, plan.floor_requests, draw + 1_000)
         for k, (p, c, rate) in enumerate(plan.levels()):
             levels.append(
                 _run_level(
@@ -330,7 +330,7 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
                     plan.requests_at(max(c, 1)),
                     plan.warmup,
                     plan.level_seconds,
-                    seed + 100_000 * (k + 1),
+                    draw + 100_000 * (k + 1),
                 )
             )
     except _Interrupted as exc:
@@ -340,7 +340,7 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
         session.stop.set()
         interrupted = True
     settings = {
-        "seed": seed,
+        "draw": draw,
         "prompt_lengths": list(plan.prompt_lengths),
         "output_tokens": plan.output_tokens,
         "concurrency": list(plan.concurrency),

@@ -154,10 +154,10 @@ _STORY_HEADERS = (
 
 def print_table(data: Mapping[str, Any]) -> None:
     """The levels, the story and the formulas on stdout (rich)."""
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
-
-    import shutil
 
     # a pipe or a file gets a wide table rather than rich's 80 columns
     console = Console(highlight=False, width=max(shutil.get_terminal_size((150, 24)).columns, 100))

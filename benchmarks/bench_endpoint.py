@@ -66,18 +66,22 @@ def start(cmd: list[str], url: str, log: Path, env: dict, wait_s: float = 600) -
     proc = subprocess.Popen(
         cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
-    t0 = time.time()
-    while time.time() - t0 < wait_s:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    print(f"server up after {time.time() - t0:.1f} s", flush=True)
-                    return proc
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
+    try:
+        t0 = time.time()
+        while time.time() - t0 < wait_s:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        print(f"server up after {time.time() - t0:.1f} s", flush=True)
+                        return proc
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        stop(proc)
+        raise
     proc.kill()
     raise SystemExit("server did not start:\n" + log.read_text(errors="replace")[-3000:])
 
@@ -197,20 +201,35 @@ def bench_transformers(args) -> dict:
             "tok",
         )
         rounds = []
+        for i in range(3):  # warm the server
+            probe(url, str(model), src.prompt(args.prompt, 77 + i), args.output_tokens, {})
         for k in range(args.rounds):
-            ours = roofprof_run(url, args.prompt, args.output_tokens, args.requests, {}, work)
-            probe(url, str(model), src.prompt(args.prompt, 999 + k), args.output_tokens, {})
-            theirs = [
-                probe(
-                    url, str(model), src.prompt(args.prompt, 10_000 * k + i), args.output_tokens, {}
-                )
-                for i in range(args.requests)
-            ]
-            ind = {
-                "median_ttft_ms": 1e3 * statistics.median(t for t, _ in theirs),
-                "median_tpot_ms": 1e3 * statistics.median(p for _, p in theirs),
-            }
-            rounds.append({"roofprof": ours, "independent_client": ind})
+
+            def ours():
+                return roofprof_run(url, args.prompt, args.output_tokens, args.requests, {}, work)
+
+            def theirs(k: int = k):
+                got = [
+                    probe(
+                        url,
+                        str(model),
+                        src.prompt(args.prompt, 10_000 * k + i),
+                        args.output_tokens,
+                        {},
+                    )
+                    for i in range(args.requests + 1)
+                ][1:]  # the first is a warm-up, as roofprof's
+                return {
+                    "median_ttft_ms": 1e3 * statistics.median(t for t, _ in got),
+                    "median_tpot_ms": 1e3 * statistics.median(p for _, p in got),
+                }
+
+            if k % 2 == 0:
+                a, b = ours(), theirs()
+            else:  # odd rounds: the other client first
+                b = theirs()
+                a = ours()
+            rounds.append({"roofprof": a, "independent_client": b, "roofprof_first": k % 2 == 0})
             print(json.dumps(rounds[-1]), flush=True)
     finally:
         stop(proc)
@@ -269,61 +288,73 @@ def bench_vllm(args) -> dict:
     )
     rounds = []
     try:
+        for i in range(3):  # the first requests after start pay one-off kernel set-up
+            probe(url, str(model), f"warm up {i} " * 40, args.output_tokens, {"ignore_eos": True})
         for k in range(args.rounds):
-            ours = roofprof_run(
-                url,
-                args.prompt,
-                args.output_tokens,
-                args.requests,
-                {"ignore_eos": True},
-                work,
-                dtype="bf16",
-            )
-            res = work / f"vllm-{k}.json"
-            subprocess.run(
-                [
-                    args.vllm_python,
-                    "-m",
-                    "vllm.entrypoints.cli.main",
-                    "bench",
-                    "serve",
-                    "--backend",
-                    "vllm",
-                    "--base-url",
+
+            def ours():
+                return roofprof_run(
                     url,
-                    "--model",
-                    str(model),
-                    "--dataset-name",
-                    "random",
-                    "--random-input-len",
-                    str(args.prompt),
-                    "--random-output-len",
-                    str(args.output_tokens),
-                    "--num-prompts",
-                    str(args.requests),
-                    "--max-concurrency",
-                    "1",
-                    "--num-warmups",
-                    "1",
-                    "--seed",
-                    str(100 + k),
-                    "--save-result",
-                    "--result-dir",
-                    str(work),
-                    "--result-filename",
-                    res.name,
-                ],
-                check=True,
-                env=env,
-                capture_output=True,
-                timeout=1800,
-            )
-            theirs = json.loads(res.read_text())
-            ind = {
-                "median_ttft_ms": theirs["median_ttft_ms"],
-                "median_tpot_ms": theirs["median_tpot_ms"],
-            }
-            rounds.append({"roofprof": ours, "vllm_bench_serve": ind})
+                    args.prompt,
+                    args.output_tokens,
+                    args.requests,
+                    {"ignore_eos": True},
+                    work,
+                    dtype="bf16",
+                )
+
+            def theirs(k: int = k):
+                res = work / f"vllm-{k}.json"
+                subprocess.run(
+                    [
+                        args.vllm_python,
+                        "-m",
+                        "vllm.entrypoints.cli.main",
+                        "bench",
+                        "serve",
+                        "--backend",
+                        "vllm",
+                        "--base-url",
+                        url,
+                        "--model",
+                        str(model),
+                        "--dataset-name",
+                        "random",
+                        "--random-input-len",
+                        str(args.prompt),
+                        "--random-output-len",
+                        str(args.output_tokens),
+                        "--num-prompts",
+                        str(args.requests),
+                        "--max-concurrency",
+                        "1",
+                        "--num-warmups",
+                        "1",
+                        "--seed",
+                        str(100 + k),
+                        "--save-result",
+                        "--result-dir",
+                        str(work),
+                        "--result-filename",
+                        res.name,
+                    ],
+                    check=True,
+                    env=env,
+                    capture_output=True,
+                    timeout=1800,
+                )
+                got = json.loads(res.read_text())
+                return {
+                    "median_ttft_ms": got["median_ttft_ms"],
+                    "median_tpot_ms": got["median_tpot_ms"],
+                }
+
+            if k % 2 == 0:
+                a, b = ours(), theirs()
+            else:  # odd rounds: vLLM's client first
+                b = theirs()
+                a = ours()
+            rounds.append({"roofprof": a, "vllm_bench_serve": b, "roofprof_first": k % 2 == 0})
             print(json.dumps(rounds[-1]), flush=True)
     finally:
         stop(proc)

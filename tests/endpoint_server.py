@@ -16,6 +16,7 @@ otherwise), ``status``/``message`` (an HTTP error), ``malformed``, ``stall_s``, 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -97,6 +98,11 @@ class ScriptedServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def setup(self) -> None:
+                super().setup()
+                # as uvicorn: each SSE event leaves at once (no Nagle wait behind a delayed ACK)
+                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -165,7 +171,13 @@ class ScriptedServer:
                         }
                     return {"index": 0, "text": text, "finish_reason": finish}
 
-                usage = {"prompt_tokens": 9, "completion_tokens": n, "total_tokens": 9 + n}
+                # one token a word (the word prompts), 9 for a chat message
+                prompt_n = 9 if chat else len(str(body.get("prompt", "")).split())
+                usage = {
+                    "prompt_tokens": prompt_n,
+                    "completion_tokens": n,
+                    "total_tokens": prompt_n + n,
+                }
                 try:
                     if chat and sc.role_first:
                         self._event(

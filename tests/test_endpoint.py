@@ -76,7 +76,7 @@ def test_measured_ttft_and_itl_match_the_scripted_writes(api):
 def test_usage_on_a_separate_chunk_and_done_sentinel_are_read():
     with ScriptedServer(Script(usage_on_last=False, done=True, tokens=4)) as srv:
         record, _, _ = _one(srv, max_tokens=4)
-    assert record.done_sentinel and record.output_tokens == 4 and record.server_prompt_tokens == 9
+    assert record.done_sentinel and record.output_tokens == 4 and record.server_prompt_tokens == 1
 
 
 def test_no_usage_falls_back_to_the_tokenizer_or_the_chunk_count():
@@ -209,7 +209,7 @@ def test_the_json_has_vllm_field_names_and_per_request_samples(capsys, tmp_path)
         "duration",
     ):
         assert key in level
-    assert level["output_lens"] == [3, 3] and level["input_lens"] == [9, 9]
+    assert level["output_lens"] == [3, 3] and level["input_lens"] == [4, 4]
     assert level["request_goodput"] == 0.0  # TPOT ≈ 20 ms never meets a 1 ms SLO
     assert [(lv["prompt_tokens"], lv["max_concurrency"]) for lv in data["levels"]] == [
         (4, 1),
@@ -326,3 +326,48 @@ def test_connect_failure_is_a_roofprof_error():
     target = Target.parse(f"http://127.0.0.1:{_free_port()}", model="m", timeout_s=1)
     with pytest.raises(ConnectFailure, match="refused"):
         stream_request(target, {"model": "m", "prompt": "x", "max_tokens": 1})
+
+
+def test_levels_are_placed_on_the_datasheet_roofline_of_the_named_model(capsys, tmp_path):
+    """Llama 3.1 8B on an H100: the long prompt's decode is predicted 13 % slower (its KV)."""
+    with ScriptedServer(Script(first_s=0.02, gap_s=0.02)) as srv:
+        rc, out, err = _cli(
+            [
+                "--url",
+                srv.url,
+                "-f",
+                "json",
+                "--gpu",
+                "h100-sxm",
+                "--roofprof-model",
+                "llama-3.1-8b",
+                "--prompt",
+                "16,16000",
+                "-n",
+                "3",
+                "--requests",
+                "2",
+                "--floor-requests",
+                "2",
+                "--warmup",
+                "0",
+                "--concurrency",
+                "1,4",
+            ],
+            capsys,
+            tmp_path,
+        )
+    assert rc == 0, err
+    roof = json.loads(out)["roofline"]
+    assert (roof["model"], roof["estimator"], roof["dtype"]) == ("llama-3.1-8b", "spec", "bf16")
+    short, long, four = roof["levels"]
+    assert (short["prompt_tokens"], long["prompt_tokens"]) == (16, 16000)
+    assert long["context_tokens"] == 16000 + 2  # prompt + half the output
+    assert long["kv_cache_bytes"] == pytest.approx(2.1e9, rel=0.01)
+    assert roof["kv_slowdown"]["predicted_percent"] == pytest.approx(13.0, abs=1.0)
+    # ~20 ms a token scripted: far below the H100's ~210 tokens/s
+    assert 15 < short["decode_percent_of_roofline"] < 30
+    assert four["concurrency"] == 4 and roof["batch_curve"]["batches"] == [1, 2, 4]
+    assert short["predicted_decode_tokens_per_s"] == pytest.approx(
+        roof["batch_curve"]["predicted_output_throughput"][0]
+    )

@@ -278,6 +278,8 @@ def test_poisson_rate_level_and_time_bound():
             draw=3,
         )
         result = measure(session, plan, url=srv.url, model="scripted")
+    with ScriptedServer(Script(first_s=0.02, gap_s=0.0)) as slow:  # >= 20 ms a request
+        session = Session(Target.parse(slow.url, model="scripted"), WordPrompts())
         bounded = measure(
             session,
             SweepPlan(
@@ -286,10 +288,10 @@ def test_poisson_rate_level_and_time_bound():
                 requests=50,
                 warmup=0,
                 floor_requests=0,
-                level_seconds=0.05,
+                level_seconds=0.1,
                 draw=4,
             ),
-            url=srv.url,
+            url=slow.url,
             model="scripted",
         )
     rate_level = result.levels[-1]
@@ -371,3 +373,17 @@ def test_levels_are_placed_on_the_datasheet_roofline_of_the_named_model(capsys, 
     assert short["predicted_decode_tokens_per_s"] == pytest.approx(
         roof["batch_curve"]["predicted_output_throughput"][0]
     )
+
+
+def test_a_server_that_accepts_but_never_answers_is_one_line_exit_2(capsys, tmp_path):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel accepts connections; nothing ever answers
+    try:
+        start = time.perf_counter()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        rc, _, err = _cli(["--url", url, "--timeout", "0.5", *QUICK], capsys, tmp_path)
+    finally:
+        silent.close()
+    assert rc == 2 and "no answer" in err and err.count("\n") == 1
+    assert time.perf_counter() - start < 10

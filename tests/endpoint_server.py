@@ -87,10 +87,12 @@ class ScriptedServer:
         self,
         script: Script | Callable[[dict[str, Any]], Script] | None = None,
         on_request: Callable[[int], None] | None = None,
+        tokenize: bool = False,
     ):
         fixed = script if isinstance(script, Script) else Script()
         self.script_for = script if callable(script) else (lambda body: fixed)
         self.on_request = on_request
+        self.tokenize = tokenize  # serve /tokenize (as vLLM and SGLang do)
         self.served: list[Served] = []
         self.lock = threading.Lock()
         outer = self
@@ -118,6 +120,11 @@ class ScriptedServer:
                 received = time.perf_counter()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path == "/tokenize" and outer.tokenize:
+                    # as a subword tokenizer would: a word of more than 6 letters is 2 tokens
+                    words = str(body.get("prompt", "")).split()
+                    self._json(200, {"count": sum(1 + (len(w) > 6) for w in words)})
+                    return
                 if self.path not in ("/v1/completions", "/v1/chat/completions"):
                     self._json(404, {"detail": "Not Found"})
                     return

@@ -387,3 +387,17 @@ def test_a_server_that_accepts_but_never_answers_is_one_line_exit_2(capsys, tmp_
         silent.close()
     assert rc == 2 and "no answer" in err and err.count("\n") == 1
     assert time.perf_counter() - start < 10
+
+
+def test_the_servers_tokenize_makes_word_prompts_exact(capsys, tmp_path):
+    with ScriptedServer(Script(first_s=0.0, gap_s=0.0), tokenize=True) as srv:
+        rc, out, err = _cli(
+            ["--url", srv.url, "-f", "json", "--prompt", "40,300", *QUICK[2:]], capsys, tmp_path
+        )
+        prompts = [s.body["prompt"] for s in srv.served if s.body.get("max_tokens") == 3]
+    assert rc == 0, err
+    data = json.loads(out)
+    assert "aligned by the server's /tokenize" in " ".join(data["notes"])
+    counts = [sum(1 + (len(w) > 6) for w in p.split()) for p in prompts]
+    assert counts == [40, 40, 300, 300]  # what the server counts, not the word count
+    assert any(len(p.split()) != 40 for p in prompts[:2])

@@ -97,7 +97,7 @@ def test_a_real_server_is_measured_and_placed_on_the_cpu_roofline(served, tmp_pa
             "--device",
             "cpu",
             "--prompt",
-            "16,1000",
+            "16,2000",
             "-n",
             "24",
             "--concurrency",
@@ -126,14 +126,14 @@ def test_a_real_server_is_measured_and_placed_on_the_cpu_roofline(served, tmp_pa
         assert 0 < level["median_tpot_ms"] < 2_000
         assert all(len(itl) == 23 for itl in level["itls"])  # one text chunk per token
     # exact prompts: the server counts the text's tokens plus its BOS
-    assert short["input_lens"] == [17] * 3 and long["input_lens"] == [1001] * 3
-    assert long["median_ttft_ms"] > short["median_ttft_ms"]  # prefill of 1,000 tokens shows
+    assert short["input_lens"] == [17] * 3 and long["input_lens"] == [2001] * 3
+    assert long["median_ttft_ms"] > short["median_ttft_ms"]  # prefill of 2,000 tokens shows
     roof = data["roofline"]
     assert roof["estimator"] == "measured" and roof["dtype"] == "fp32"
     row = roof["levels"][0]
     assert row["prompt_tokens"] == 17 and row["context_tokens"] == 17 + 12
     assert 0 < row["decode_percent_of_roofline"] < 1000
-    assert roof["kv_slowdown"]["long_prompt_tokens"] == 1001
+    assert roof["kv_slowdown"]["long_prompt_tokens"] == 2001
     assert roof["batch_curve"]["batches"] == [1, 2]
     # the same prediction as `roofprof predict --device cpu --estimator measured`
     p = predict(
@@ -144,9 +144,9 @@ def test_a_real_server_is_measured_and_placed_on_the_cpu_roofline(served, tmp_pa
         prompt_tokens=17,
         context_tokens=29,
     )
-    assert row["predicted_decode_tokens_per_s"] == pytest.approx(
-        p.decode.workload.batch / p.decode.seconds, rel=0.5
-    )
+    # each measures this shared CPU afresh: the same op timings within a factor of 2
+    ratio = row["predicted_decode_tokens_per_s"] * p.decode.seconds / p.decode.workload.batch
+    assert 0.5 < ratio < 2.0
     assert (tmp_path / "endpoint.html").stat().st_size > 10_000
 
 

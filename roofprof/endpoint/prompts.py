@@ -7,7 +7,9 @@ server does. Where it comes from, best first (:func:`prompt_source`):
 1. the server's ``/tokenize`` (vLLM, SGLang), which then checks every prompt's length;
 2. the model's own tokenizer (``--tokenizer``, or the served model id when it is a local
    folder; transformers is needed, and nothing is downloaded unless asked);
-3. none: words of a fixed list, about one token each — the length is then *approximate* and
+3. the server's ``/tokenize`` alone: word prompts lengthened or shortened, word by word, until
+   the server counts exactly N tokens (:class:`ServerAlignedWords`);
+4. none: words of a fixed list, about one token each — the length is then *approximate* and
    the server's ``usage.prompt_tokens`` is what the report uses.
 
 >>> src = WordPrompts()
@@ -28,6 +30,7 @@ from roofprof.errors import ConfigError
 
 __all__ = [
     "PromptSource",
+    "ServerAlignedWords",
     "ServerTokenizer",
     "TokenizerPrompts",
     "WordPrompts",
@@ -67,6 +70,38 @@ class WordPrompts:
         """``n`` words drawn with ``draw``, starting with the draw number (distinct)."""
         rng = random.Random(draw)
         return " ".join([str(draw), *(rng.choice(_WORDS) for _ in range(max(0, n - 1)))])
+
+
+class ServerAlignedWords:
+    """Word prompts whose length the server's token counter (``count``) makes exact."""
+
+    exact = True
+    name = "words aligned by the server's /tokenize"
+
+    def __init__(self, count: Callable[[str], int]):
+        self.count = count
+
+    def prompt(self, n: int, draw: int) -> str:
+        """Words drawn with ``draw``, resized until the server counts exactly ``n`` tokens.
+
+        Raises:
+            ConfigError: no exact length after 20 counts (the last count is named).
+        """
+        rng = random.Random(draw)
+        words = WordPrompts().prompt(n, draw).split()
+        got = -1
+        for _ in range(_MAX_TRIES):
+            text = " ".join(words)
+            got = self.count(text)
+            if got == n:
+                return text
+            if got > n and len(words) > 1:  # drop about the excess, at least one word
+                words = words[: len(words) - max(1, min(got - n, len(words) - 1))]
+            elif got > n:  # one word of several tokens: another word
+                words = [rng.choice(_WORDS)]
+            else:
+                words += [rng.choice(_WORDS) for _ in range(max(1, (n - got) // 2))]
+        raise ConfigError(f"no prompt of exactly {n} tokens after {_MAX_TRIES} tries (last {got})")
 
 
 class ServerTokenizer:
@@ -190,5 +225,8 @@ def prompt_source(
             via = " checked by the server's /tokenize" if server_count else ""
             src = _from_tokenizer(tok, f"tokenizer {name}{via}", server_count)
             return src, f"prompts: exact lengths, random ids through {src.name}"
+    if server_count is not None:
+        aligned = ServerAlignedWords(server_count)
+        return aligned, f"prompts: exact lengths, {aligned.name}"
     src = WordPrompts()
     return src, f"prompts: {src.name}"

@@ -310,7 +310,8 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
     Raises:
         ConnectFailure: the server cannot be reached at the first request.
         HttpStatusError: the first request is refused (the server's message is kept).
-        ConfigError: no exact-length prompt could be built.
+        ConfigError: no exact-length prompt could be built for the first level (for a later
+            one the sweep stops there, with a note, and what was measured is returned).
     """
     draw = plan.draw if plan.draw is not None else int.from_bytes(os.urandom(4), "little")
     levels: list[LevelResult] = []
@@ -339,6 +340,10 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
     except KeyboardInterrupt:
         session.stop.set()
         interrupted = True
+    except ConfigError as exc:  # a prompt of a later level could not be made: keep the rest
+        if not levels:
+            raise
+        session.notes.append(f"the sweep stopped before its end: {exc}")
     settings = {
         "draw": draw,
         "prompt_lengths": list(plan.prompt_lengths),

@@ -401,3 +401,17 @@ def test_the_servers_tokenize_makes_word_prompts_exact(capsys, tmp_path):
     counts = [sum(1 + (len(w) > 6) for w in p.split()) for p in prompts]
     assert counts == [40, 40, 300, 300]  # what the server counts, not the word count
     assert any(len(p.split()) != 40 for p in prompts[:2])
+
+
+def test_the_python_facade_measures_before_and_after_the_package_is_imported():
+    import roofprof
+
+    with ScriptedServer(Script(first_s=0.0, gap_s=0.0)) as srv:
+        kw = dict(prompt_lengths=(4,), output_tokens=2, requests=1, floor_requests=1, warmup=0)
+        first = roofprof.endpoint(srv.url, **kw)
+        import roofprof.endpoint.client  # noqa: F401  (binds the package to roofprof.endpoint)
+
+        second = roofprof.endpoint(srv.url, **kw)
+    for r in (first, second):
+        assert r.model == "scripted" and r.levels[0].requests[0].output_tokens == 2
+        assert r.floor is not None and len(r.floor.ttft_s) == 1 and r.roofline is None

@@ -475,7 +475,11 @@ def endpoint(
     context = None
     try:
         listed = get_json(target, "models").get("data") or []
-    except (HttpStatusError, AttributeError):
+    except HttpStatusError as exc:
+        if exc.status in (401, 403):  # a key is missing or wrong: say so, not "no model"
+            raise
+        listed = []
+    except AttributeError:
         listed = []
     ids = [m.get("id") for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
     model = served_model or (ids[0] if ids else None)

@@ -109,7 +109,13 @@ class ScriptedServer:
                 pass
 
             def do_GET(self) -> None:
-                if self.path == "/v1/models":
+                try:
+                    sc = outer.script_for({})
+                except (KeyError, TypeError):  # a script that reads the request body
+                    sc = Script()
+                if sc.status == 401:
+                    self._json(401, {"error": {"message": sc.message}})
+                elif self.path == "/v1/models":
                     self._json(
                         200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
                     )

@@ -415,3 +415,12 @@ def test_the_python_facade_measures_before_and_after_the_package_is_imported():
     for r in (first, second):
         assert r.model == "scripted" and r.levels[0].requests[0].output_tokens == 2
         assert r.floor is not None and len(r.floor.ttft_s) == 1 and r.roofline is None
+
+
+def test_a_refused_key_is_one_line_with_the_servers_message(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with ScriptedServer(Script(status=401, message="invalid API key")) as srv:
+        rc, _, err = _cli(["--url", srv.url, "--api-key", "wrong", *QUICK], capsys, tmp_path)
+        asked = [s.body for s in srv.served]
+    assert rc == 2 and "HTTP 401: invalid API key" in err and "wrong" not in err
+    assert asked == []  # refused at /v1/models: no completion was sent

@@ -10,6 +10,7 @@ The public facade is small: specs and workloads in, predictions and measurements
 * :func:`measure_roofline`: a device's empirical roofline from its probes;
 * :func:`validate`: a real model forward pass against the estimators;
 * :func:`trace`: any PyTorch code's ops costed, timed and placed (:mod:`roofprof.tracing`);
+* :func:`endpoint`: a live OpenAI-compatible server measured and placed (:mod:`roofprof.endpoint`);
 * the vocabulary: :class:`Scenario`, :func:`load_model`, :func:`load_gpu`, :class:`Roofline`.
 
 Loose arguments (a model id, sizes) are accepted here; the functions below take a
@@ -38,6 +39,7 @@ __all__ = [
     "ValidationSettings",
     "__version__",
     "compare_gpus",
+    "endpoint",
     "load_gpu",
     "load_model",
     "measure",
@@ -69,6 +71,7 @@ _LAZY = {
     "measure_roofline": "roofprof.roofline.probes",
     "measure": "roofprof.profiling.function",
     "validate": "roofprof.api",
+    "endpoint": "roofprof.api",
     "trace": "roofprof.tracing",
 }
 

@@ -71,9 +71,11 @@ def scheme_of(qc: Mapping[str, Any] | None, label: str = "config") -> Scheme | N
         for key in ("modules_to_not_convert", "ignore", "llm_int8_skip_modules")
         for p in qc.get(key) or ()
     ]
-    unquantized = tuple(
-        dict.fromkeys([*UNQUANTIZED_OPS, *(o for p in skip for o in ops_of_pattern(str(p)))])
-    )
+    # compressed-tensors quantizes every module its targets name (``Linear``: the head too)
+    # but those its ``ignore`` lists; the other methods leave the head in 16 bits. The
+    # embedding is no Linear, and a router's bytes are too few to matter: both stay in 16.
+    kept = ("embedding", "router") if method == "compressed-tensors" else UNQUANTIZED_OPS
+    unquantized = tuple(dict.fromkeys([*kept, *(o for p in skip for o in ops_of_pattern(str(p)))]))
     read = _READERS.get(method)
     if read is None:
         return Scheme(

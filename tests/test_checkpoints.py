@@ -176,7 +176,7 @@ def _folder(tmp_path: Path, config: dict, tensors: dict | None, shards: int = 1)
     from safetensors.numpy import save_file
 
     folder = tmp_path / "my-model"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config))
     if tensors is not None:
         names = sorted(tensors)
@@ -314,3 +314,54 @@ def test_hqq_layout():
     }
     h = scheme_of(hqq)
     assert h is not None and h.bits == 4 + 32 / 64 and "16-bit" in h.assumption
+
+
+def _dense_tensors() -> dict[str, np.ndarray]:
+    """TINY in bf16 as transformers saves it (stored here as fp16: the same 2 bytes)."""
+    h, v = TINY["hidden_size"], TINY["vocab_size"]
+    out = {
+        "model.embed_tokens.weight": np.zeros((v, h), np.float16),
+        "lm_head.weight": np.zeros((v, h), np.float16),
+    }
+    for layer in range(TINY["num_hidden_layers"]):
+        for name, k, n in LINEARS:
+            out[f"model.layers.{layer}.{name}.weight"] = np.zeros((n, k), np.float16)
+    return out
+
+
+def test_an_unquantized_checkpoint_states_where_its_bytes_come_from(tmp_path):
+    cfg = {**TINY, "torch_dtype": "bfloat16"}
+    index = {"metadata": {"total_size": 3_000_000}, "weight_map": {}}
+    # config only: the dtype's bytes, and the prediction says so
+    only = _folder(tmp_path / "a", cfg, None)
+    block = roofprof.predict(str(only), gpu="h100-sxm", prompt_tokens=16).to_dict()["checkpoint"]
+    assert block["source"].startswith("config.json") and block["stored_bytes"] is None
+    assert block["format"] == "bf16" and block["bits_per_weight"] == 16.0
+    # the index's total_size beats the config
+    indexed = _folder(tmp_path / "b", cfg, None)
+    (indexed / "model.safetensors.index.json").write_text(json.dumps(index))
+    p = roofprof.predict(str(indexed), gpu="h100-sxm", prompt_tokens=16)
+    block = p.to_dict()["checkpoint"]
+    assert block["source"] == "model.safetensors.index.json total_size"
+    assert block["stored_bytes"] == 3_000_000 and block["format"] == "bf16"
+    assert p.decode.workload.scenario.weight_bytes_per_element == pytest.approx(
+        3_000_000 / load_model(str(indexed)).param_count()
+    )
+    # the safetensors headers beat the index
+    headed = _folder(tmp_path / "c", cfg, _dense_tensors())
+    (headed / "model.safetensors.index.json").write_text(json.dumps(index))
+    block = roofprof.predict(str(headed), gpu="h100-sxm", prompt_tokens=16).to_dict()["checkpoint"]
+    assert block["source"] == "safetensors headers (1 files)"
+    assert block["format"] == "bf16" and block["per_op_bits"]["q_proj"] == 16.0
+    assert block["stored_bytes"] == sum(t.nbytes for t in _dense_tensors().values())
+    # a bare shipped id is roofprof's own config: no checkpoint to state
+    assert "checkpoint" not in roofprof.predict("llama-3.2-1b", gpu="h100-sxm").to_dict()
+
+
+def test_the_cli_names_an_unquantized_checkpoints_byte_source(tmp_path, capsys):
+    from roofprof.cli import main
+
+    folder = _folder(tmp_path, {**TINY, "torch_dtype": "bfloat16"}, None)
+    assert main(["predict", "-m", str(folder), "-g", "h100-sxm", "-p", "16"]) == 0
+    err = capsys.readouterr().err
+    assert "weights: unquantized, bf16 (16 bits per parameter); bytes from config.json" in err

@@ -365,3 +365,44 @@ def test_the_cli_names_an_unquantized_checkpoints_byte_source(tmp_path, capsys):
     assert main(["predict", "-m", str(folder), "-g", "h100-sxm", "-p", "16"]) == 0
     err = capsys.readouterr().err
     assert "weights: unquantized, bf16 (16 bits per parameter); bytes from config.json" in err
+
+
+def test_the_measured_estimator_refuses_a_quantized_checkpoint(tmp_path, capsys):
+    from roofprof.cli import main
+
+    qc = PUBLISHED["Qwen/Qwen1.5-14B-Chat-AWQ"]
+    folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, None)
+    with pytest.raises(ConfigError, match="choose --estimator spec, empirical or calibrated"):
+        roofprof.predict(str(folder), estimator="measured", device="cpu", prompt_tokens=16)
+    assert main(["predict", "-m", str(folder), "--estimator", "measured", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "awq-int4-g128 weights" in err[0] and "--weights bf16" in err[0]
+
+
+def test_profile_and_validate_say_their_kernels_are_dense(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from roofprof.cli import main
+
+    qc = PUBLISHED["Qwen/Qwen1.5-14B-Chat-AWQ"]
+    folder = str(_folder(tmp_path, {**TINY, "quantization_config": qc}, None))
+    with pytest.warns(UserWarning, match="kernels are dense at fp32"):
+        r = roofprof.profile(
+            folder, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"]
+        )
+    assert any("stores awq-int4-g128 weights" in w for w in r.to_dict()["warnings"])
+    # the profiled ops read the dense fp32 weights the kernels ran: 4 bytes each
+    q = next(o.op for o in r.ops if o.op.name == "q_proj")
+    assert q.weight_bytes == 256 * 256 * 4
+    with pytest.warns(UserWarning, match="kernels are dense at fp32"):
+        v = roofprof.validate(folder, device="cpu", prompt_tokens=8, decode_steps=2, warmup_steps=1)
+    assert any("not the checkpoint's" in w for w in v.warnings)
+    args = ["profile", "-m", folder, "--phase", "decode", "-c", "8", "--impl", "torch"]
+    with pytest.warns(UserWarning, match="kernels are dense at fp32"):  # stderr, in the CLI
+        assert main([*args, "--roofline", "none", "--budget", "0.002", "-f", "json"]) == 0
+    assert any("awq-int4-g128" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+    # an unquantized checkpoint has nothing to say
+    plain = str(_folder(tmp_path / "plain", TINY, None))
+    r = roofprof.profile(
+        plain, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"]
+    )
+    assert not any("not the checkpoint's" in w for w in r.warnings)

@@ -165,6 +165,15 @@ def _family_tensors(arch: str) -> dict[str, tuple[tuple[int, ...], object]]:
         "attn_v": ((kv, H), Q.Q6_K),
         "attn_output": ((H, q), Q.Q4_K),
     }
+    if arch == "phi3":  # fused: attn_qkv, and ffn_up holds gate and up
+        return {
+            "attn_qkv": ((H + 2 * 128, H), Q.Q4_K),
+            "attn_output": ((H, H), Q.Q4_K),
+            "ffn_up": ((2 * FF, H), Q.Q4_K),
+            "ffn_down": ((H, FF), Q.Q6_K),
+            "attn_norm": ((H,), Q.F32),
+            "ffn_norm": ((H,), Q.F32),
+        }
     if arch in ("qwen3moe", "mixtral"):
         ff = FF_E if arch == "qwen3moe" else FF  # Mixtral's experts are feed_forward_length
         mlp = {
@@ -187,7 +196,7 @@ def _family_tensors(arch: str) -> dict[str, tuple[tuple[int, ...], object]]:
     return {**attn, **mlp, **norms}
 
 
-def write_family_gguf(path: Path, arch: str) -> Path:
+def write_family_gguf(path: Path, arch: str, rope_dims: int = 64) -> Path:
     """A two-layer GGUF file of ``arch`` (``mixtral``: a ``llama`` file with experts) with the
     keys llama.cpp's converter writes for it."""
     w = gguf.GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
@@ -196,6 +205,9 @@ def write_family_gguf(path: Path, arch: str) -> Path:
         w.add_key_length(HEAD)
         w.add_value_length(HEAD)
         w.add_sliding_window(512)
+    if arch == "phi3":  # as llama.cpp's Phi3MiniModel writes them
+        w.add_sliding_window(2047)
+        w.add_rope_dimension_count(rope_dims)
     if arch == "gemma2":
         w.add_attn_logit_softcapping(50.0)
         w.add_final_logit_softcapping(30.0)
@@ -222,20 +234,30 @@ def write_family_gguf(path: Path, arch: str) -> Path:
 
 @pytest.mark.parametrize(
     ("arch", "family"),
-    [("gemma2", "gemma2"), ("gemma3", "gemma3"), ("qwen3moe", "qwen3_moe"), ("mixtral", "mixtral")],
+    [
+        ("gemma2", "gemma2"),
+        ("gemma3", "gemma3"),
+        ("qwen3moe", "qwen3_moe"),
+        ("mixtral", "mixtral"),
+        ("phi3", "phi3"),
+    ],
 )
 def test_more_families_are_read_from_their_gguf_keys(tmp_path, arch, family):
     m = load_model(str(write_family_gguf(tmp_path / f"tiny-{arch}.gguf", arch)))
     assert m.family == family and m.num_layers == LAYERS and m.hidden_size == H
     assert m.stored is not None and m.stored.format == "gguf-Q4_K_M"
     # the attention projections at their own types: Q4_K 4.5 bits, Q6_K 6.5625 bits
-    assert m.stored.bits("q_proj") == pytest.approx(4.5)
-    assert m.stored.bits("v_proj") == pytest.approx(6.5625)
+    if family == "phi3":  # fused projections, read whole
+        assert m.stored.bits("qkv_proj") == m.stored.bits("gate_up_proj") == pytest.approx(4.5)
+        assert m.stored.bits("down_proj") == pytest.approx(6.5625) and m.sliding_window == 2047
+    else:
+        assert m.stored.bits("q_proj") == pytest.approx(4.5)
+        assert m.stored.bits("v_proj") == pytest.approx(6.5625)
     if family in ("qwen3_moe", "mixtral"):
         assert m.moe is not None and (m.moe.experts, m.moe.experts_per_token) == (E, 2)
         # the experts (Q4_K) are the rest of the model's bytes, with the router and norms
         assert m.stored.bits_per_weight == pytest.approx(4.5, rel=0.05)
-    else:
+    elif family != "phi3":
         assert m.head_dim == HEAD and m.sliding_window == 512 and m.tie_word_embeddings
         assert m.gemma is not None and m.gemma.query_pre_attn_scalar == HEAD
         assert m.stored.bits("down_proj") == pytest.approx(6.5625)
@@ -245,3 +267,9 @@ def test_more_families_are_read_from_their_gguf_keys(tmp_path, arch, family):
         assert m.moe.expert_intermediate_size == FF_E and m.qk_norm
     p = roofprof.predict(str(tmp_path / f"tiny-{arch}.gguf"), gpu="h100-sxm", prompt_tokens=16)
     assert p.to_dict()["weights"] == "gguf-Q4_K_M" and p.decode.seconds > 0
+
+
+def test_a_partial_rope_phi3_file_is_refused_by_name(tmp_path):
+    path = write_family_gguf(tmp_path / "phi-partial.gguf", "phi3", rope_dims=32)
+    with pytest.raises(ConfigError, match="partial_rotary_factor"):
+        load_model(str(path))

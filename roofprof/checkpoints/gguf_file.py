@@ -27,6 +27,7 @@ ARCHITECTURES = {
     "qwen3moe": "qwen3_moe",
     "gemma2": "gemma2",
     "gemma3": "gemma3",
+    "phi3": "phi3",
 }
 GGUF_MISSING = "reading a GGUF file needs the gguf package: pip install 'roofprof[gguf]'"
 
@@ -61,7 +62,12 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], tuple[Any, ...], str]:
     if arch not in ARCHITECTURES:
         raise UnknownNameError("GGUF architecture", arch, ARCHITECTURES)
     tensors = tuple(
-        Tensor(t.name, t.tensor_type.name, tuple(int(d) for d in t.shape), int(t.n_bytes))
+        Tensor(
+            _op_name(arch, t.name),
+            t.tensor_type.name,
+            tuple(int(d) for d in t.shape),
+            int(t.n_bytes),
+        )
         for t in reader.tensors
     )
     names = {t.name: t for t in tensors}
@@ -105,6 +111,14 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], tuple[Any, ...], str]:
     return config, tensors, mix
 
 
+def _op_name(arch: str, name: str) -> str:
+    """A tensor's name for the op mapping: Phi-3's ``ffn_up`` holds the fused gate and up
+    projections (llama.cpp's ``LLM_ARCH_PHI3``), so it is read as ``ffn_gate_up``."""
+    if arch == "phi3" and name.endswith(".ffn_up.weight"):
+        return name.replace(".ffn_up.weight", ".ffn_gate_up.weight")
+    return name
+
+
 def _family_keys(arch: str, value: Any, config: dict[str, Any], label: str) -> dict[str, Any]:
     """The config fields a family reads beyond the dense sizes, from the ``<arch>.*`` keys
     llama.cpp's ``convert_hf_to_gguf.py`` writes (``gguf.Keys.LLM``, ``gguf.Keys.Attention``).
@@ -137,6 +151,13 @@ def _family_keys(arch: str, value: Any, config: dict[str, Any], label: str) -> d
             "decoder_sparse_step": 1,
             "mlp_only_layers": [],
         }
+    if arch == "phi3":  # a sliding window of 0 is none (Phi-4); partial RoPE is refused
+        window = value("phi3.attention.sliding_window")
+        rope = value("phi3.rope.dimension_count")
+        out = {"sliding_window": int(window) if window else None}
+        if rope is not None and int(rope) != config["head_dim"]:
+            out["partial_rotary_factor"] = int(rope) / config["head_dim"]
+        return out
     if arch not in ("gemma2", "gemma3"):
         return {}
     layers, heads = config["num_hidden_layers"], config["num_attention_heads"]

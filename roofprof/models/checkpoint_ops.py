@@ -52,6 +52,7 @@ _GGUF = {
     "attn_qkv": "qkv_proj",
     "ffn_gate": "gate_proj",
     "ffn_up": "up_proj",
+    "ffn_gate_up": "gate_up_proj",  # Phi-3's fused ffn_up, as the GGUF reader names it
     "ffn_down": "down_proj",
     "output": "lm_head",
     "token_embd": "embedding",

@@ -111,7 +111,7 @@ def test_shipped_gpt_oss_quantization_is_the_published_one():
     ("repo", "published_gb"),
     [
         # hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4: AutoAWQ GEMM, zero point, group
-        # 128 (its model card); files 4.68 GB + 1.05 GB (tree at 62c1d842, SOURCES.md)
+        # 128 (the series' card); files 4.68 GB + 1.05 GB (tree at 62c1d842, SOURCES.md)
         ("Qwen/Qwen1.5-14B-Chat-AWQ", 4.68 + 1.05),
         # neuralmagic/Meta-Llama-3.1-8B-Instruct-quantized.w8a8: int8 per-channel weights,
         # lm_head left out; files 5 GB + 4.08 GB (tree at f40c4073, SOURCES.md)

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["UNQUANTIZED_OPS", "ATTENTION_OPS", "op_elements", "op_of_tensor", "ops_of_pattern"]
 
 #: Ops a quantized Hugging Face checkpoint keeps in 16 bits unless it says otherwise (AutoAWQ,
-#: AutoGPTQ, llm-compressor and bitsandbytes quantize the decoder layers' linear layers only).
+#: AutoGPTQ and bitsandbytes quantize the decoder layers' linear layers only; compressed-tensors
+#: quantizes the head too unless its ``ignore`` names it:
+#: :func:`roofprof.checkpoints.quantization.scheme_of`).
 UNQUANTIZED_OPS = ("embedding", "lm_head", "router")
 #: The attention projections (a ``self_attn`` entry of a "do not convert" list).
 ATTENTION_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")

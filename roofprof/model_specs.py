@@ -32,6 +32,7 @@ __all__ = [
     "ignored_fields",
     "list_models",
     "load_model",
+    "base_shipped_id",
     "shipped_id",
 ]
 
@@ -243,8 +244,18 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
         )
     else:
         from roofprof.checkpoints import locate
+        from roofprof.checkpoints.hub import HubUnreachableError
 
-        located = locate(text)
+        try:
+            located = locate(text)
+        except HubUnreachableError as e:
+            base = base_shipped_id(text)
+            if base is None:
+                raise
+            raise HubUnreachableError(
+                f"{e}; roofprof ships the config of its base model as {base} (--model {base}), "
+                "which a fine-tune usually shares"
+            ) from None
         if located is None and _exists(text):  # a socket, ...: say what is wrong with the path
             raise ConfigError(f"model config {text!r} is not a file")
         if located is None:
@@ -275,6 +286,28 @@ def shipped_id(hub_id: str) -> str | None:
     if revision not in ("", "main"):
         return None
     return _shipped_hub_ids().get(repo.lower())
+
+
+def base_shipped_id(hub_id: str) -> str | None:
+    """The shipped config of the base model of a fine-tune's Hub id: ``hub_id`` without its
+    ``-Instruct``/``-it``/``-chat`` parts, when roofprof ships that id; else None. Used only
+    to suggest a name when the fine-tune's own config cannot be read.
+
+    >>> base_shipped_id("meta-llama/Llama-3.1-8B-Instruct")
+    'llama-3.1-8b'
+    >>> base_shipped_id("mistralai/Mistral-7B-Instruct-v0.3"), base_shipped_id("org/other-it")
+    ('mistral-7b-v0.3', None)
+    """
+    repo = hub_id.partition("@")[0]
+    org, _, name = repo.rpartition("/")
+    kept = [part for part in name.split("-") if part.lower() not in _FINE_TUNE_PARTS]
+    if len(kept) == len(name.split("-")):
+        return None
+    return _shipped_hub_ids().get(f"{org}/{'-'.join(kept)}".lower())
+
+
+#: name parts that mark an instruction or chat fine-tune of a base model on the Hub
+_FINE_TUNE_PARTS = frozenset({"instruct", "it", "chat"})
 
 
 @functools.lru_cache(maxsize=1)

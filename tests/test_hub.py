@@ -246,6 +246,22 @@ def test_an_offline_cache_miss_is_one_line(tmp_path):
         _roofprof(tmp_path, _closed_port(), "predict", "-m", "acme/x", offline=True)
     )
     assert "not in the Hugging Face cache and HF_HUB_OFFLINE is set" in miss
+    assert "base model" not in miss  # acme/x is no fine-tune of a shipped model
+
+
+@pytest.mark.parametrize(
+    "fine_tune, base",
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+        ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3"),
+        ("google/gemma-2-9b-it", "gemma-2-9b"),
+    ],
+)
+def test_an_unreadable_fine_tune_names_its_shipped_base(tmp_path, fine_tune, base):
+    miss = _one_line_error(
+        _roofprof(tmp_path, _closed_port(), "predict", "-m", fine_tune, offline=True)
+    )
+    assert "HF_HUB_OFFLINE is set" in miss and f"(--model {base})" in miss
 
 
 def test_a_shipped_hub_id_needs_no_network(tmp_path):

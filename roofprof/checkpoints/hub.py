@@ -24,7 +24,7 @@ from typing import Any
 
 from roofprof.errors import ConfigError, DeviceUnavailableError
 
-__all__ = ["HUB_MISSING", "HubFiles", "fetch_hub_files", "parse_hub_id"]
+__all__ = ["HUB_MISSING", "HubFiles", "HubUnreachableError", "fetch_hub_files", "parse_hub_id"]
 
 HUB_MISSING = "naming a Hub model needs huggingface_hub: pip install huggingface_hub"
 _ID = re.compile(r"^([A-Za-z0-9][\w.-]{0,95})/([\w][\w.-]{0,95})(?:@([\w./-]{1,200}))?$")
@@ -73,6 +73,10 @@ def fetch_hub_files(repo_id: str, revision: str | None = None) -> HubFiles:
         http_logger.removeFilter(_errors_only)
 
 
+class HubUnreachableError(ConfigError):
+    """The Hub cannot be asked (no network, or ``HF_HUB_OFFLINE``) and the model is not cached."""
+
+
 def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 
@@ -96,11 +100,11 @@ def _fetch(hf: Any, constants: Any, errors: Any, repo_id: str, revision: str | N
         raise ConfigError(f"{repo_id} has no revision {revision!r} (see {url}/tree/main)") from None
     except errors.LocalEntryNotFoundError:
         if constants.HF_HUB_OFFLINE:
-            raise ConfigError(
+            raise HubUnreachableError(
                 f"{name} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: unset "
                 f"it, or fetch it once online (hf download {repo_id} config.json)"
             ) from None
-        raise ConfigError(
+        raise HubUnreachableError(
             f"cannot reach the Hub at {constants.ENDPOINT} and {name} is not cached: "
             "check the network (or HF_ENDPOINT), or fetch it where the Hub is reachable"
         ) from None

@@ -1,9 +1,10 @@
 """`roofprof endpoint` against an in-process streaming server with scripted delays.
 
 Timing tolerance: the server stamps each write with perf_counter in this process; a text
-chunk's measured arrival must be within 1 ms of its write (each TTFT, and the median ITL
-difference; the largest single ITL difference within 5 ms, since another job on a shared
-2-core machine can delay one wake-up). Scripted delays are 20–30 ms.
+chunk's measured arrival must be within 1 ms of its write as the median ITL difference, and
+any single reading (a TTFT, the largest ITL difference) within 5 ms, since another job on a
+shared 2-core machine can delay one wake-up by a few ms. Scripted delays are 20–30 ms, so a
+reading off by one chunk still fails.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from roofprof.endpoint.protocol import Session, SweepPlan, capped_prompts, measu
 from roofprof.endpoint.records import LevelResult, RequestRecord
 from roofprof.errors import ConfigError
 
-TOL_S = 1e-3
+TOL_S = 1e-3  # a median of readings
+ONE_READING_TOL_S = 5e-3  # a single reading
 
 
 class StampedClock:
@@ -58,18 +60,18 @@ def test_measured_ttft_and_itl_match_the_scripted_writes(api):
         record, t0, served = _one(srv, api, max_tokens=6)
     texts = [t for kind, t in served.writes if kind == "text"]
     assert record.error == "" and len(record.chunk_s) == 6 == len(texts)
-    assert abs(record.ttft_s - (texts[0] - t0)) < TOL_S
+    assert abs(record.ttft_s - (texts[0] - t0)) < ONE_READING_TOL_S
     assert record.ttft_s >= 0.03
     gaps = [b - a for a, b in zip(texts, texts[1:], strict=False)]
     diffs = [abs(m - g) for m, g in zip(record.itls_s, gaps, strict=True)]
-    assert statistics.median(diffs) < TOL_S and max(diffs) < 5e-3
+    assert statistics.median(diffs) < TOL_S and max(diffs) < ONE_READING_TOL_S
     assert all(g >= 0.02 for g in record.itls_s)
     assert record.output_tokens == 6 and record.tokens_from == "usage"  # usage on the last chunk
     assert record.done_sentinel is False  # no [DONE], as transformers serve
     assert len(record.itls_s) == 5  # the final empty-text chunk is not an ITL
     if api == "chat":  # the role-only chunk is the first event, not the first token
         role = next(t for kind, t in served.writes if kind == "role")
-        assert abs(record.first_event_s - (role - t0)) < TOL_S
+        assert abs(record.first_event_s - (role - t0)) < ONE_READING_TOL_S
         assert record.ttft_s - record.first_event_s > 0.025
 
 

@@ -11,7 +11,53 @@ from typing import Any
 
 from roofprof.units import clean, si
 
-__all__ = ["csv_text", "summary_lines", "text_table", "write_report"]
+__all__ = ["csv_text", "short_name", "summary_lines", "text_table", "write_report"]
+
+
+def _strip(text: str, open_: str, close: str) -> tuple[str, list[str]]:
+    """``text`` with each outermost ``open_ ... close`` group removed, and the groups."""
+    out, groups, depth, cur = [], [], 0, []
+    for ch in text:
+        if ch == open_:
+            depth += 1
+            if depth == 1:
+                cur = []
+                continue
+        elif ch == close and depth:
+            depth -= 1
+            if depth == 0:
+                groups.append("".join(cur))
+                continue
+        (cur if depth else out).append(ch)
+    return "".join(out), groups
+
+
+def short_name(op: str) -> str:
+    """A readable short name for a table: an aten op without its namespace, a demangled
+    kernel name as its function name (return type, namespaces, template arguments and
+    parameters dropped; a generic ``Kernel`` keeps its first template argument).
+
+    >>> short_name("aten::addmm")
+    'addmm'
+    >>> short_name("kernel::void at::native::vectorized_elementwise_kernel<4, "
+    ...            "at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, "
+    ...            "at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    'vectorized_elementwise_kernel'
+    >>> short_name("kernel::void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_nn>"
+    ...            "(cutlass_80_tensorop_s1688gemm_64x64_nn::Params)")
+    'Kernel<cutlass_80_tensorop_s1688gemm_64x64_nn>'
+    """
+    if not op.startswith("kernel::"):
+        return op.split("::")[-1]
+    name = op[len("kernel::") :]
+    bare, _ = _strip(name, "(", ")")
+    bare, targs = _strip(bare, "<", ">")
+    words = bare.replace("void ", " ").split()
+    func = (words[-1] if words else name).split("::")[-1] or name
+    if func.lower().startswith("kernel") and len(func) <= 8 and targs:
+        func = f"{func}<{targs[0].split(',')[0].split('::')[-1].strip()}>"
+    return func
+
 
 _COLUMNS = (
     "op",
@@ -47,6 +93,7 @@ def summary_lines(result: Any) -> list[str]:
     s = result.summary
     return [
         f"device {s.device}; roofline: {s.roofline_source}",
+        *(f"note: {n}" for n in getattr(s, "notes", ())),
         f"window: wall {si(s.wall_s, 's')} (instrumented), op time {si(s.op_time_s, 's')}, "
         f"unattributed {si(s.unattributed_s, 's')} (Python, tracer, idle); {s.calls} op calls, "
         f"{s.unique_ops} unique",
@@ -73,7 +120,7 @@ def text_table(result: Any, top: int | None = 20) -> str:
     lines = [head, "-" * len(head)]
     for r in result.ops[:top]:
         lines.append(
-            f"{r.op.split('::')[-1][:34]:<34} {_shape(r)[:30]:<30} {r.count:>5} "
+            f"{short_name(r.op)[:34]:<34} {_shape(r)[:30]:<30} {r.count:>5} "
             f"{si(r.time_s, 's'):>9} "
             f"{si(r.time_per_call_s, 's'):>9} {si(r.replay_s, 's', missing='-'):>9} "
             f"{'-' if r.flops is None else f'{r.flops / 1e9:.3f}':>8} "
@@ -100,7 +147,7 @@ def text_table(result: Any, top: int | None = 20) -> str:
         ]
         for r in measured[:top]:
             lines.append(
-                f"{r.op.split('::')[-1][:34]:<34} {_num(r.flops, 1e9):>9} "
+                f"{short_name(r.op)[:34]:<34} {_num(r.flops, 1e9):>9} "
                 f"{_num(r.measured_flops, 1e9):>10} "
                 f"{_num(r.bytes, 1e6):>9} {_num(r.measured_dram_bytes, 1e6):>12} "
                 f"{si(r.measured_time_s, 's', missing='-'):>9} {r.measured_kernels:>7}"
@@ -229,7 +276,7 @@ def _html(result: Any, png: bytes | None) -> str:
     flagged: dict[str, list[str]] = {}
     for r in result.ops:
         for f in r.flags:
-            flagged.setdefault(f, []).append(r.op.split("::")[-1])
+            flagged.setdefault(f, []).append(short_name(r.op))
     if flagged:
         parts.append(
             "<h2>Flags</h2><ul>"

@@ -99,7 +99,9 @@ class TraceSummary:
     ``op_time_s`` (sum of in-context op times), ``unattributed_s`` (wall time in no op:
     Python, the tracer, idle), ``coverage`` (share of op time with a FLOP formula and a byte
     model), FLOPs and bytes of the window, and MFU/MBU over the op time against the
-    datasheet (None without one, e.g. a CPU) and the measured roofline (``dtype``'s roof)."""
+    datasheet (None without one, e.g. a CPU) and the measured roofline (``dtype``'s roof).
+    ``notes``: what the figures rest on when that is in doubt (an imported trace whose
+    device time joined no op)."""
 
     device: str
     roofline_source: str
@@ -116,6 +118,7 @@ class TraceSummary:
     mbu_measured: float | None
     mfu_datasheet: float | None
     mbu_datasheet: float | None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from roofprof.errors import ConfigError  # noqa: E402
 from roofprof.tracing.chrome import import_trace  # noqa: E402
 from roofprof.tracing.kernels import union_s  # noqa: E402
-from roofprof.tracing.report import short_name  # noqa: E402
+from roofprof.tracing.report import short_name, summary_lines  # noqa: E402
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 A100 = TRACES / "a100_torch1.12_hta_trace_diff_control.json.gz"
@@ -102,7 +102,8 @@ def test_no_joined_kernel_says_so_and_gives_no_mfu(tmp_path):
     p.write_text(json.dumps(data))
     s = import_trace(p).summary
     assert any("rest on nothing" in n for n in s.notes)
-    assert s.mfu_datasheet is None and s.mbu_datasheet is None
+    assert s.mfu_datasheet is None and s.mbu_datasheet is None and s.coverage is None
+    assert "coverage - of op time" in "\n".join(summary_lines(import_trace(p)))
 
 
 def test_kernels_of_an_op_without_cost_rule_join_that_op():
@@ -162,6 +163,13 @@ def test_gpu_override_and_unknown_gpu(tmp_path, capsys):
     assert code == 2
     assert "--gpu ID" in capsys.readouterr().err
     assert main(["trace", "--import", str(p), "--gpu", "a100-sxm-40gb", "-f", "json"]) == 0
+    capsys.readouterr()
+    assert main(["trace", "--import", str(A100), "--roofline", "spec", "-f", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["roofline_source"] == "datasheet" and "A100" in summary["device"]
+    assert main(["trace", "--import", str(H100)]) == 0
+    text = capsys.readouterr().out
+    assert "of the datasheet roofline" in text and "measured roofline" not in text
 
 
 def test_one_window_for_op_and_device_time():

@@ -116,7 +116,7 @@ def _scalar(text: str) -> Any:
         return text
 
 
-def _call(name: str, inputs: tuple[Any, Any, Any]) -> OpCall:
+def _call(name: str, inputs: list[Any]) -> OpCall:
     """The call an op event records. torch 1.8/1.9 traces record no ``Input type``: a
     non-empty ``Input Dims`` entry is then read as an fp32 tensor (FLOPs are exact, bytes
     assume 4-byte elements)."""
@@ -376,10 +376,14 @@ def import_trace(
     untyped = trace.torch_format == "1.8-1.9"
 
     def signature(e: Event) -> Any:
-        key = (e.name, json.dumps(e.inputs))
+        key = (e.name, e.inputs)
         stats = imp.sigs.get(key)
         if stats is None:
-            call = _call(e.name, e.inputs) if "::" in e.name and e.inputs else OpCall(e.name)
+            call = (
+                _call(e.name, json.loads(e.inputs))
+                if "::" in e.name and e.inputs
+                else OpCall(e.name)
+            )
             tensors = call.tensors
             stats = SignatureStats(
                 e.name,
@@ -442,6 +446,11 @@ def import_trace(
             "and are not given"
         )
         s = dataclasses.replace(
-            s, mfu_measured=None, mbu_measured=None, mfu_datasheet=None, mbu_datasheet=None
+            s,
+            coverage=None,
+            mfu_measured=None,
+            mbu_measured=None,
+            mfu_datasheet=None,
+            mbu_datasheet=None,
         )
     return dataclasses.replace(result, summary=dataclasses.replace(s, notes=tuple(notes)))

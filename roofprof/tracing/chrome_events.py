@@ -17,9 +17,11 @@ torch 2.1 and later       as above, plus ``cuda_driver`` launches (``cuLaunchKer
 Memory stays proportionate to the file: the JSON text is decoded one event at a time
 (:meth:`json.JSONDecoder.raw_decode`) and only ops, launches and device intervals are
 kept, as :class:`Event` records with ``__slots__`` (Python stacks, flow arrows and
-instant events are dropped as they are read).
+instant events are dropped as they are read). An op's recorded inputs are kept as one
+interned JSON text: the calls of one signature share it, and it is decoded once per
+signature.
 
->>> e = Event("op", "aten::mm", 1, 1, 0.0, 5.0, 7, None, ([[2, 3], [3, 4]], ["float"], []))
+>>> e = Event("op", "aten::mm", 1, 1, 0.0, 5.0, 7, None, '[[[2, 3], [3, 4]], ["float"], []]')
 >>> e.end
 5.0
 """
@@ -59,8 +61,8 @@ _KINDS = {
 class Event:
     """One kept trace event: ``kind`` (:data:`OP`, :data:`KERNEL`, :data:`RUNTIME`),
     ``name``, ``pid``/``tid``, ``ts``/``dur`` (µs), ``ext`` (its ``External id``), ``corr``
-    (its ``correlation``) and, for ops, ``inputs`` (``Input Dims``, ``Input type``,
-    ``Concrete Inputs``)."""
+    (its ``correlation``) and, for ops, ``inputs``: ``[Input Dims, Input type, Concrete
+    Inputs]`` as JSON text, interned (None: no shapes recorded)."""
 
     __slots__ = ("corr", "dur", "ext", "inputs", "kind", "name", "pid", "tid", "ts")
 
@@ -74,7 +76,7 @@ class Event:
         dur: float,
         ext: Any,
         corr: Any,
-        inputs: tuple[Any, Any, Any] | None = None,
+        inputs: str | None = None,
     ):
         self.kind, self.name, self.pid, self.tid = kind, name, pid, tid
         self.ts, self.dur, self.ext, self.corr, self.inputs = ts, dur, ext, corr, inputs
@@ -164,7 +166,9 @@ def _record(e: Any) -> Event | None:
     ext = a.get("External id", a.get("external id"))
     inputs = None
     if kind == OP and "Input Dims" in a:
-        inputs = (a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"))
+        inputs = sys.intern(
+            json.dumps([a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs")])
+        )
     return Event(
         kind,
         sys.intern(str(e.get("name", "?"))),

@@ -65,11 +65,13 @@ _COLUMNS = (
     "dtypes",
     "count",
     "kind",
-    "flops",
-    "bytes",
+    "flops_per_call",
+    "flops_total",
+    "bytes_per_call",
+    "bytes_total",
     "intensity",
-    "time_s",
-    "time_per_call_s",
+    "seconds_total",
+    "seconds_per_call",
     "replay_s",
     "roof",
     "percent_of_roof",
@@ -77,9 +79,9 @@ _COLUMNS = (
     "flags",
     "modules",
     "signature",
-    "measured_flops",
-    "measured_dram_bytes",
-    "measured_time_s",
+    "measured_flops_per_call",
+    "measured_dram_bytes_per_call",
+    "measured_seconds_per_call",
     "measured_kernels",
 )
 
@@ -91,6 +93,14 @@ def _pct(x: float | None) -> str:
 def summary_lines(result: Any) -> list[str]:
     """The summary in a few lines (wall, op time, coverage, MFU/MBU)."""
     s = result.summary
+    rates = (
+        f"over the op time ({s.dtype}): MFU {_pct(s.mfu_datasheet)} / MBU "
+        f"{_pct(s.mbu_datasheet)} of the datasheet roofline"
+        if s.roofline_source == "datasheet"  # an imported GPU trace: one roofline, not two
+        else f"over the op time ({s.dtype}): MFU {_pct(s.mfu_measured)} / MBU "
+        f"{_pct(s.mbu_measured)} of the measured roofline; "
+        f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)} of the datasheet"
+    )
     return [
         f"device {s.device}; roofline: {s.roofline_source}",
         *(f"note: {n}" for n in getattr(s, "notes", ())),
@@ -99,9 +109,7 @@ def summary_lines(result: Any) -> list[str]:
         f"{s.unique_ops} unique",
         f"coverage {_pct(s.coverage)} of op time has a FLOP formula and a byte model; "
         f"{si(s.flops, 'FLOP')}, {si(s.bytes, 'B')} minimum",
-        f"over the op time ({s.dtype}): MFU {_pct(s.mfu_measured)} / MBU {_pct(s.mbu_measured)} "
-        f"of the measured roofline; "
-        f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)} of the datasheet",
+        rates,
     ]
 
 
@@ -173,7 +181,7 @@ def csv_text(result: Any) -> str:
 def _modules_csv(result: Any) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["module", "phase", "calls", "time_s", "flops", "bytes"])
+    w.writerow(["module", "phase", "calls", "seconds_total", "flops_total", "bytes_total"])
     for m in result.modules:
         w.writerow([m.module, m.phase, m.calls, m.time_s, m.flops, m.bytes])
     return buf.getvalue()

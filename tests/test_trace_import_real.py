@@ -22,6 +22,7 @@ A100 = TRACES / "a100_torch1.12_hta_trace_diff_control.json.gz"
 V100 = TRACES / "v100_torch1.9_kineto_resnet50.json.gz"
 H100 = TRACES / "h100_torch2_tracelens_bert_small.json.gz"
 B200 = TRACES / "b200_torch2_tracelens_vllm_eager.json.gz"
+A100_STREAMS = TRACES / "a100_torch1.12_hta_concurrent_streams.json.gz"
 OPS = ("cpu_op", "Operator")
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 LAUNCH = ("cuda_runtime", "cuda_driver", "Runtime")
@@ -61,7 +62,11 @@ def _kernel_rows(result) -> dict[str, tuple[int, float]]:
     return {r.op[len("kernel::") :]: (r.count, r.time_s) for r in result.ops if r.kind == "kernel"}
 
 
-@pytest.mark.parametrize("path", [A100, V100, H100, B200], ids=lambda p: p.name.split("_")[0])
+@pytest.mark.parametrize(
+    "path",
+    [A100, A100_STREAMS, V100, H100, B200],
+    ids=["a100", "a100-streams", "v100", "h100", "b200"],
+)
 def test_kernels_join_the_ops_the_trace_links(path):
     """Every device interval the trace links to an op is joined; the rest are kernel-only
     rows whose count and time equal an independent reading of the file."""
@@ -185,6 +190,27 @@ def test_one_window_for_op_and_device_time():
     assert s.op_time_s <= s.wall_s
 
 
+def test_op_time_on_concurrent_streams_stays_inside_the_wall():
+    """NCCL and compute kernels overlap on two streams: the ops' own times add up to more
+    than the window; op time is the device's busy time (the union of every interval)."""
+    ev = _events(A100_STREAMS)
+    devices = [e for e in ev if e.get("cat") in DEVICE]
+    linked = _linked(A100_STREAMS)
+    per_op: dict[int, list[tuple[int, int]]] = {}
+    for i, k in enumerate(devices):
+        key = id(linked[i]) if linked[i] is not None else hash(k["name"])
+        per_op.setdefault(key, []).append((k["ts"], k["ts"] + k["dur"]))
+    span = [*(e for e in ev if e.get("cat") in OPS), *devices]
+    wall = (max(e["ts"] + e["dur"] for e in span) - min(e["ts"] for e in span)) * 1e-6
+    busy = union_s([(k["ts"], k["ts"] + k["dur"]) for k in devices]) * 1e3
+    assert sum(union_s(v) * 1e3 for v in per_op.values()) > wall  # the overlap is real
+    s = import_trace(A100_STREAMS).summary
+    assert s.wall_s == pytest.approx(wall) and s.op_time_s == pytest.approx(busy)
+    assert s.op_time_s <= s.wall_s and s.unattributed_s == pytest.approx(wall - busy)
+    assert any("concurrent streams" in n for n in s.notes)
+    assert s.coverage is not None and 0 <= s.coverage <= 1
+
+
 def test_torch_1_9_trace_is_read_with_its_own_categories():
     cats = {e.get("cat") for e in _events(V100)}
     assert {"Operator", "Kernel", "Runtime"} <= cats and "cpu_op" not in cats
@@ -210,3 +236,18 @@ def test_demangled_kernel_names_are_shortened_readably():
     names = {short_name(r.op) for r in import_trace(A100).ops if r.kind == "kernel"}
     assert all("(" not in n and ")" not in n and not n.startswith("{") for n in names)
     assert any(n.startswith("ncclKernel") for n in names)
+
+
+@pytest.mark.parametrize("path", [H100, B200], ids=["h100", "b200"])
+def test_launch_join_agrees_with_the_external_id_link(path):
+    """torch 2.x records both links: a kernel's ``External id`` names its op, and its launch
+    lies inside that op; the innermost op around the launch is the op the id names."""
+    ev = _events(path)
+    by_ext = {o["args"]["External id"]: o for o in ev if o.get("cat") in OPS}
+    linked = _linked(path)
+    pairs = [
+        (linked[i], by_ext.get(k["args"].get("External id")))
+        for i, k in enumerate(e for e in ev if e.get("cat") in DEVICE)
+        if linked[i] is not None
+    ]
+    assert pairs and all(a == b for a, b in pairs)

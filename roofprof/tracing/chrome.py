@@ -22,6 +22,7 @@ from roofprof.errors import ConfigError
 from roofprof.tracing.chrome_events import KERNEL, OP, RUNTIME, Event, TraceFile, read_trace
 from roofprof.tracing.costs import C10_DTYPE_NAMES, OpCall, TensorMeta, cost_of, dtype_name
 from roofprof.tracing.kernels import union_s
+from roofprof.units import si
 
 __all__ = ["import_trace", "read_events", "trace_device"]
 
@@ -440,6 +441,27 @@ def import_trace(
     joined = sum(len(v) for v in intervals.values())
     notes = [f"{joined} of {len(kernels)} device intervals joined to a recorded op"]
     s = result.summary
+    busy = union_s([(k.ts, k.end) for k in kernels]) * 1e3  # device busy time (s)
+    if s.op_time_s > busy * (1 + 1e-9) and busy > 0:  # concurrent streams overlap
+        costed = [
+            sp for e in counted if signature(e).cost is not None for sp in intervals.get(e, ())
+        ]
+        scale = s.op_time_s / busy
+        notes.append(
+            f"ops overlap on concurrent streams: their times add up to "
+            f"{si(s.op_time_s, 's')} in {si(busy, 's')} of device busy time; op time, "
+            "coverage, MFU and MBU are over the busy time"
+        )
+        s = dataclasses.replace(
+            s,
+            op_time_s=busy,
+            unattributed_s=max(0.0, s.wall_s - busy),
+            coverage=union_s(costed) * 1e3 / busy,
+            **{
+                k: None if getattr(s, k) is None else getattr(s, k) * scale
+                for k in ("mfu_measured", "mbu_measured", "mfu_datasheet", "mbu_datasheet")
+            },
+        )
     if not joined:
         notes.append(
             "no device time is joined to an op: MFU, MBU and coverage rest on nothing "

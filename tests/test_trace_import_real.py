@@ -15,7 +15,6 @@ pytest.importorskip("torch")
 from roofprof.errors import ConfigError  # noqa: E402
 from roofprof.tracing.chrome import import_trace  # noqa: E402
 from roofprof.tracing.kernels import union_s  # noqa: E402
-from roofprof.tracing.report import short_name, summary_lines  # noqa: E402
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 A100 = TRACES / "a100_torch1.12_hta_trace_diff_control.json.gz"
@@ -105,6 +104,8 @@ def test_no_joined_kernel_says_so_and_gives_no_mfu(tmp_path):
     data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in LAUNCH]
     p = tmp_path / "nolaunch.json"
     p.write_text(json.dumps(data))
+    from roofprof.tracing.report import summary_lines
+
     s = import_trace(p).summary
     assert any("rest on nothing" in n for n in s.notes)
     assert s.mfu_datasheet is None and s.mbu_datasheet is None and s.coverage is None
@@ -233,6 +234,8 @@ def test_linear_flops_match_a_hand_count():
 
 
 def test_demangled_kernel_names_are_shortened_readably():
+    from roofprof.tracing.report import short_name
+
     names = {short_name(r.op) for r in import_trace(A100).ops if r.kind == "kernel"}
     assert all("(" not in n and ")" not in n and not n.startswith("{") for n in names)
     assert any(n.startswith("ncclKernel") for n in names)

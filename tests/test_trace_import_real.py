@@ -109,7 +109,10 @@ def test_no_joined_kernel_says_so_and_gives_no_mfu(tmp_path):
     s = import_trace(p).summary
     assert any("rest on nothing" in n for n in s.notes)
     assert s.mfu_datasheet is None and s.mbu_datasheet is None and s.coverage is None
-    assert "coverage - of op time" in "\n".join(summary_lines(import_trace(p)))
+    result = import_trace(p)
+    assert "coverage - of op time" in "\n".join(summary_lines(result))
+    result.save(tmp_path / "out")
+    assert "rest on nothing" in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_kernels_of_an_op_without_cost_rule_join_that_op():

@@ -436,6 +436,7 @@ def import_trace(
         )
         imp.sigs[("kernel", name)] = stats
     result = build_result(imp)
+    result = dataclasses.replace(result, summary=dataclasses.replace(result.summary, imported=True))
     if not kernels:
         return result
     joined = sum(len(v) for v in intervals.values())

@@ -93,6 +93,7 @@ def _pct(x: float | None) -> str:
 def summary_lines(result: Any) -> list[str]:
     """The summary in a few lines (wall, op time, coverage, MFU/MBU)."""
     s = result.summary
+    imported = getattr(s, "imported", False)
     rates = (
         f"over the op time ({s.dtype}): MFU {_pct(s.mfu_datasheet)} / MBU "
         f"{_pct(s.mbu_datasheet)} of the datasheet roofline"
@@ -104,9 +105,10 @@ def summary_lines(result: Any) -> list[str]:
     return [
         f"device {s.device}; roofline: {s.roofline_source}",
         *(f"note: {n}" for n in getattr(s, "notes", ())),
-        f"window: wall {si(s.wall_s, 's')} (instrumented), op time {si(s.op_time_s, 's')}, "
-        f"unattributed {si(s.unattributed_s, 's')} (Python, tracer, idle); {s.calls} op calls, "
-        f"{s.unique_ops} unique",
+        f"window: wall {si(s.wall_s, 's')} ({'recorded span' if imported else 'instrumented'}), "
+        f"op time {si(s.op_time_s, 's')}, unattributed {si(s.unattributed_s, 's')} "
+        f"({'in no op or kernel' if imported else 'Python, tracer, idle'}); "
+        f"{s.calls} op calls, {s.unique_ops} unique",
         f"coverage {_pct(s.coverage)} of op time has a FLOP formula and a byte model; "
         f"{si(s.flops, 'FLOP')}, {si(s.bytes, 'B')} minimum",
         rates,
@@ -206,7 +208,7 @@ def _cards(result: Any) -> str:
     s = result.summary
     cards = [
         (
-            "window (instrumented)",
+            "window (recorded span)" if getattr(s, "imported", False) else "window (instrumented)",
             si(s.wall_s, "s"),
             f"op time {si(s.op_time_s, 's')}, unattributed {si(s.unattributed_s, 's')}",
         ),
@@ -276,6 +278,7 @@ def _html(result: Any, png: bytes | None) -> str:
         f"<p class='muted'>roofline: {html.escape(s.roofline_source)}; FMA = 2 FLOPs; "
         "minimum bytes (views 0, broadcasts once, gathers the rows touched); "
         "times in context, replays in isolation.</p>",
+        *(f"<p><b>note:</b> {html.escape(n)}</p>" for n in getattr(s, "notes", ())),
         _cards(result),
         "<h2>Roofline</h2>",
         html_image(png, "roofline with the slowest ops placed"),

@@ -124,7 +124,8 @@ class TraceSummary:
     window, and MFU/MBU over the op time against the datasheet (None without one, e.g. a
     CPU) and the measured roofline (``dtype``'s roof).
     ``notes``: what the figures rest on when that is in doubt (an imported trace whose
-    device time joined no op)."""
+    device time joined no op); ``imported``: read from a profiler trace (the window is the
+    recorded span, not an instrumented run)."""
 
     device: str
     roofline_source: str
@@ -142,6 +143,7 @@ class TraceSummary:
     mfu_datasheet: float | None
     mbu_datasheet: float | None
     notes: tuple[str, ...] = ()
+    imported: bool = False
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,25 @@ def test_gpu_override_and_unknown_gpu(tmp_path, capsys):
     assert "of the datasheet roofline" in text and "measured roofline" not in text
 
 
+def test_gpu_trace_without_device_properties(tmp_path, capsys):
+    """Device kernels but no deviceProperties: not placed on the importing machine."""
+    from roofprof.cli import main
+
+    with gzip.open(H100, "rt") as f:
+        data = json.load(f)
+    del data["deviceProperties"]
+    p = tmp_path / "noprops.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="no deviceProperties.*--gpu ID"):
+        import_trace(p)
+    assert main(["trace", "--import", str(p)]) == 2
+    assert "--gpu ID" in capsys.readouterr().err
+    s = import_trace(p, roofline="none").summary
+    assert "cpu" not in s.device.lower() and s.mfu_datasheet is None
+    s = import_trace(p, gpu="h100-sxm").summary
+    assert s.roofline_source == "datasheet" and s.mfu_datasheet is not None
+
+
 def test_one_window_for_op_and_device_time():
     """Kernels still running from before the first recorded op count inside the wall."""
     ev = _events(A100)

@@ -265,7 +265,6 @@ def trace_device(trace: TraceFile, gpu: str | None = None) -> Any:
     >>> trace_device(read_trace("a100.json.gz")).info.spec_id  # doctest: +SKIP
     'a100-sxm-40gb'
     """
-    from roofprof.devices.base import DeviceInfo
     from roofprof.gpu_specs import list_gpus, load_gpu, match_gpu
 
     props = trace.devices[0] if trace.devices else {}
@@ -297,28 +296,54 @@ def trace_device(trace: TraceFile, gpu: str | None = None) -> Any:
                 f"({props.get('numSms')} SMs), which matches no GPU in data/gpus.json; "
                 f"give --gpu ID (one of: {ids}) or --roofline none|roofline.json"
             )
-    info = DeviceInfo(
-        kind="cuda",
-        index=int(props.get("id", 0) or 0),
-        name=name or spec.name,
-        compute_units=int(props.get("numSms") or spec.sm_count),
-        memory_bytes=int(props.get("totalGlobalMem") or spec.memory_bytes),
-        spec_id=spec.id,
-        extra={"from": f"trace deviceProperties, {how} as {spec.id}"},
-        asynchronous=True,
-        shared_host=False,
-        default_dtype="bf16",
-        torch_device="cuda:0",
-        compute_unit_name="SMs",
+    return _TraceDevice(
+        name or spec.name,
+        int(props.get("numSms") or spec.sm_count),
+        int(props.get("totalGlobalMem") or spec.memory_bytes),
+        spec.id,
+        f"trace deviceProperties, {how} as {spec.id}",
+        int(props.get("id", 0) or 0),
     )
-    return _TraceDevice(info)
+
+
+def _unnamed_gpu(trace: TraceFile, roofline: Any) -> Any:
+    """The device of a GPU trace without ``deviceProperties``: refused against a datasheet
+    (which GPU's?), else a GPU known only by that."""
+    from roofprof.gpu_specs import list_gpus
+
+    if roofline in ("auto", "spec"):
+        ids = ", ".join(s.id for s in list_gpus())
+        raise ConfigError(
+            f"{trace.path} has device kernels but no deviceProperties naming its GPU; give "
+            f"--gpu ID (one of: {ids}) or --roofline none|roofline.json"
+        )
+    return _TraceDevice(
+        "a GPU the trace does not name", 0, 0, None, "the trace records no deviceProperties"
+    )
 
 
 class _TraceDevice:
     """The GPU a trace was recorded on (identity only: nothing runs on it)."""
 
-    def __init__(self, info: Any):
-        self.info = info
+    def __init__(
+        self, name: str, sms: int, memory: int, spec_id: str | None, source: str, index: int = 0
+    ):
+        from roofprof.devices.base import DeviceInfo
+
+        self.info = DeviceInfo(
+            kind="cuda",
+            index=index,
+            name=name,
+            compute_units=sms,
+            memory_bytes=memory,
+            spec_id=spec_id,
+            extra={"from": source},
+            asynchronous=True,
+            shared_host=False,
+            default_dtype="bf16",
+            torch_device="cuda:0",
+            compute_unit_name="SMs",
+        )
 
 
 class _Imported:
@@ -363,6 +388,8 @@ def import_trace(
     kernels = [e for e in trace.events if e.kind == KERNEL]
     runtime = {e.corr: e for e in trace.events if e.kind == RUNTIME and e.corr is not None}
     dev = trace_device(trace, gpu) if (kernels or gpu) else None
+    if dev is None and kernels:  # a GPU trace that does not name its GPU
+        dev = _unnamed_gpu(trace, roofline)
     if dev is not None:
         roofline = "spec" if roofline == "auto" else roofline
     elif isinstance(device, str):

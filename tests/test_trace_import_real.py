@@ -261,6 +261,8 @@ def test_demangled_kernel_names_are_shortened_readably():
     names = {short_name(r.op) for r in import_trace(A100).ops if r.kind == "kernel"}
     assert all("(" not in n and ")" not in n and not n.startswith("{") for n in names)
     assert any(n.startswith("ncclKernel") for n in names)
+    table = import_trace(A100).table()
+    assert "ncclKernel_SendRecv_RING_SIMPLE_S…" in table  # cut on the right, marked
 
 
 @pytest.mark.parametrize("path", [H100, B200], ids=["h100", "b200"])

@@ -32,6 +32,11 @@ def _strip(text: str, open_: str, close: str) -> tuple[str, list[str]]:
     return "".join(out), groups
 
 
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def short_name(op: str) -> str:
     """A readable short name for a table: an aten op without its namespace, a demangled
     kernel name as its function name (return type, namespaces, template arguments and
@@ -130,7 +135,7 @@ def text_table(result: Any, top: int | None = 20) -> str:
     lines = [head, "-" * len(head)]
     for r in result.ops[:top]:
         lines.append(
-            f"{short_name(r.op)[:34]:<34} {_shape(r)[:30]:<30} {r.count:>5} "
+            f"{_fit(short_name(r.op), 34):<34} {_shape(r)[:30]:<30} {r.count:>5} "
             f"{si(r.time_s, 's'):>9} "
             f"{si(r.time_per_call_s, 's'):>9} {si(r.replay_s, 's', missing='-'):>9} "
             f"{'-' if r.flops is None else f'{r.flops / 1e9:.3f}':>8} "
@@ -157,7 +162,7 @@ def text_table(result: Any, top: int | None = 20) -> str:
         ]
         for r in measured[:top]:
             lines.append(
-                f"{short_name(r.op)[:34]:<34} {_num(r.flops, 1e9):>9} "
+                f"{_fit(short_name(r.op), 34):<34} {_num(r.flops, 1e9):>9} "
                 f"{_num(r.measured_flops, 1e9):>10} "
                 f"{_num(r.bytes, 1e6):>9} {_num(r.measured_dram_bytes, 1e6):>12} "
                 f"{si(r.measured_time_s, 's', missing='-'):>9} {r.measured_kernels:>7}"

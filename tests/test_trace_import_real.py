@@ -278,3 +278,15 @@ def test_launch_join_agrees_with_the_external_id_link(path):
         if linked[i] is not None
     ]
     assert pairs and all(a == b for a, b in pairs)
+
+
+def test_a_trace_older_than_torch_1_8_is_refused_naming_the_range(tmp_path):
+    """The legacy autograd profiler's export (before Kineto) has no op categories."""
+    legacy = [
+        {"name": "aten::mm", "ph": "X", "ts": 0, "dur": 5, "tid": 1, "pid": "CPU functions"},
+        {"name": "aten::add", "ph": "X", "ts": 6, "dur": 2, "tid": 1, "pid": "CPU functions"},
+    ]
+    p = tmp_path / "legacy.json"
+    p.write_text(json.dumps(legacy))
+    with pytest.raises(ConfigError, match="torch 1.8 and later"):
+        import_trace(p)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytest.importorskip("resource")  # peak resident memory (not on Windows)
 
 H100 = Path(__file__).parent / "fixtures" / "traces" / "h100_torch2_tracelens_bert_small.json.gz"
 IDS = ("External id", "correlation", "external id")
@@ -26,7 +27,8 @@ import roofprof.tracing.result, roofprof.tracing.tracer  # noqa: F401
 import_trace(sys.argv[1], device="cpu", roofline="none")  # warm: lazy imports, op schemas
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 r = import_trace(sys.argv[2], device="cpu", roofline="none")
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base, len(r.ops))
+kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
+print(kb // 1024 if sys.platform == "darwin" else kb, len(r.ops))  # macOS: bytes
 """
 
 

@@ -334,8 +334,9 @@ def profile(
     """
     from roofprof.cache import RooflineChoice
     from roofprof.profiling.profiler import Profiler, ProfileSettings
-    from roofprof.workload import Scenario
+    from roofprof.workload import Scenario, dense_run
 
+    model, note = dense_run(model, dtype if not isinstance(model, Scenario) else model.dtype)
     scenario = (
         model
         if isinstance(model, Scenario)
@@ -362,7 +363,17 @@ def profile(
         ),
         progress=progress,
     )
-    return prof.profile(scenario)
+    return _noted(prof.profile(scenario), note)
+
+
+def _noted(result: Any, note: str) -> Any:
+    """``result`` with ``note`` among its warnings (and warned: the CLI prints it)."""
+    if not note:
+        return result
+    import warnings
+
+    warnings.warn(note, stacklevel=3)
+    return dataclasses.replace(result, warnings=(*result.warnings, note))
 
 
 def validate(
@@ -410,12 +421,14 @@ def validate(
     from roofprof.errors import DeviceUnavailableError
     from roofprof.validation.model_run import TORCH_MISSING, ValidationSettings
     from roofprof.validation.model_run import validate as validate_scenario
-    from roofprof.workload import Counting, Scenario
+    from roofprof.workload import Counting, Scenario, dense_run
 
     if importlib.util.find_spec("torch") is None:
         raise DeviceUnavailableError(TORCH_MISSING)
     single_openmp_runtime()  # before reading the device starts numba's threads
     dev = as_device(device)
+    dtype = dtype or dev.info.default_dtype
+    model, note = dense_run(model, model.dtype if isinstance(model, Scenario) else dtype)
     scenario = (
         model
         if isinstance(model, Scenario)
@@ -424,7 +437,7 @@ def validate(
             "decode",
             batch=batch,
             prompt_tokens=prompt_tokens,
-            dtype=dtype or dev.info.default_dtype,
+            dtype=dtype,
             convention=Counting().with_attention(attention),
             stored_weights=False,  # the real run has random weights at the dtype
         )
@@ -439,7 +452,8 @@ def validate(
         max_layers=max_layers,
         memory_fraction=memory_fraction,
     )
-    return validate_scenario(scenario, dev, settings, estimators=estimators, progress=progress)
+    result = validate_scenario(scenario, dev, settings, estimators=estimators, progress=progress)
+    return _noted(result, note)
 
 
 def run(

@@ -77,6 +77,8 @@ class RunPlan:
             prompt).
         steps: the steps to run, in :data:`STEPS` order (only :data:`OPTIONAL_STEPS` may
             be left out).
+        notes: said among the run's warnings (a quantized checkpoint run with dense
+            kernels: :func:`~roofprof.workload.dense_run`).
 
     Raises:
         ConfigError: an unknown step, or a required one left out.
@@ -95,6 +97,7 @@ class RunPlan:
     batches: tuple[int, ...] = (1, 8, 64, 256)
     contexts: tuple[int, ...] = ()
     steps: tuple[str, ...] = STEPS
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.steps if s not in STEPS]
@@ -177,7 +180,7 @@ class RunPlan:
         from roofprof.devices import as_device
         from roofprof.devices.cpu import single_openmp_runtime
         from roofprof.validation.model_run import validation_context
-        from roofprof.workload import Counting, Scenario
+        from roofprof.workload import Counting, Scenario, dense_run
 
         single_openmp_runtime()  # before reading the device starts numba's threads
         dev = as_device(device)
@@ -191,13 +194,15 @@ class RunPlan:
         context = validation_context(
             prompt_tokens, validation.warmup_steps, decode_steps, validation.prefill_repeats
         )
+        dtype = dtype or info.default_dtype
+        model, note = dense_run(model, dtype)
         scenario = Scenario.of(
             model,
             "decode",
             batch=batch,
             prompt_tokens=prompt_tokens,
             context_tokens=context,
-            dtype=dtype or info.default_dtype,
+            dtype=dtype,
             convention=Counting().with_attention(attention),
             stored_weights=False,  # the real run has random weights at the dtype
         )
@@ -220,6 +225,7 @@ class RunPlan:
             tuple(batches),
             tuple(contexts or ()),
             STEPS if validate else tuple(s for s in STEPS if s != "validation"),
+            (note,) if note else (),
         )
 
 
@@ -373,7 +379,9 @@ def run(plan: RunPlan, *, progress: Progress | None = None, step: Step | None = 
     scenario = plan.scenario
     context = scenario.context_tokens
     clock = _Clock(step)
-    warnings: list[str] = []
+    warnings: list[str] = list(plan.notes)
+    for note in plan.notes:
+        _warnings.warn(note, stacklevel=2)
     files: dict[str, str] = {}
     with cpu_threads(plan.profile.threads) as threads:  # the same for profile and validation
         base = RunResult(plan, dev.info.to_dict(), threads, openmp)

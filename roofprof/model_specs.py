@@ -102,6 +102,7 @@ class ModelSpec:
     mla: MlaSpec | None = None  # multi-head latent attention (DeepSeek-V3)
     pattern: AttentionPattern | None = None  # sliding layers, sinks, o bias (gpt-oss)
     stored: StoredWeights | None = None  # the checkpoint's weights (quantized, GGUF); None: dtype
+    weights_source: str = ""  # where the dtype's weight bytes come from when ``stored`` is None
 
     def kv_tokens(self, tokens: int) -> int | float:
         """Tokens of a ``tokens``-long sequence the KV cache holds per layer (``sliding_window``
@@ -288,12 +289,13 @@ def _shipped_hub_ids() -> dict[str, str]:
 
 def _with_stored(spec: ModelSpec, cfg: Mapping[str, Any], located: Any, text: str) -> ModelSpec:
     """``spec`` with the checkpoint's stored weights (quantization, tensor bytes) and source."""
-    from roofprof.checkpoints.quantization import scheme_of, stored_weights
+    from roofprof.checkpoints.quantization import DENSE_FORMATS, scheme_of, stored_weights
 
     scheme = scheme_of(cfg.get("quantization_config"), text)
+    dense = DENSE_FORMATS.get(str(cfg.get("torch_dtype") or cfg.get("dtype")), "checkpoint")
     if located is None:
         stored = stored_weights(spec, scheme, source="quantization_config")
-        return spec if stored is None else replace(spec, stored=stored)
+        return replace(spec, stored=stored, weights_source=_CONFIG_ONLY if stored is None else "")
     if located.gguf_mix is not None and scheme is None:
         from roofprof.checkpoints.quantization import Scheme
 
@@ -301,8 +303,19 @@ def _with_stored(spec: ModelSpec, cfg: Mapping[str, Any], located: Any, text: st
             "gguf", f"gguf-{located.gguf_mix}", math.nan, (), f"GGUF {located.gguf_mix}"
         )
     where = located.tensors_source or ("quantization_config" if scheme is not None else "")
-    stored = stored_weights(spec, scheme, located.tensors, located.index_total, source=where)
-    return replace(spec, stored=stored, source=located.source)
+    stored = stored_weights(
+        spec, scheme, located.tensors, located.index_total, source=where, dense_format=dense
+    )
+    return replace(
+        spec,
+        stored=stored,
+        source=located.source,
+        weights_source=_CONFIG_ONLY if stored is None else "",
+    )
+
+
+#: Where an unquantized checkpoint's weight bytes come from when no file gave them.
+_CONFIG_ONLY = "config.json (no safetensors header or index read: parameters × the dtype)"
 
 
 def _spec_of_config(cfg: Any, text: str, label: str, path: Path) -> ModelSpec:

@@ -202,6 +202,27 @@ class StoredWeights:
         """Bits per stored weight of op ``op_name`` (scales and zero points included)."""
         return dict(self.per_op_bits).get(op_name, self.bits_per_weight)
 
+    @property
+    def quantized(self) -> bool:
+        """Whether some op is stored in fewer than 15.5 bits per weight (or in bits not
+        known): weights that dense kernels at a 16-bit compute dtype do not read.
+
+        >>> StoredWeights("bf16", 16.0).quantized, StoredWeights("mxfp4", 4.25).quantized
+        (False, True)
+        """
+        bits = (self.bits_per_weight, *(b for _, b in self.per_op_bits))
+        return not all(b >= 15.5 for b in bits)  # NaN: not known, so not dense
+
+    def dense_run_note(self, model: str, dtype: str) -> str:
+        """What a run of dense ``dtype`` kernels (``profile``, ``validate``, ``run``) times
+        when the model is this checkpoint: said in its output and JSON ``warnings``."""
+        return (
+            f"{model} stores {self.format} weights ({self.mean_bits:.2f} bits per parameter, "
+            f"from {self.source or 'its config'}); these kernels are dense at {dtype}: the "
+            f"times are a dense {dtype} model's, not the checkpoint's (`roofprof predict` "
+            "predicts the checkpoint's bytes)"
+        )
+
     def describe(self) -> dict[str, object]:
         """The record as JSON-ready fields (for ``predict -f json``)."""
         return {

@@ -51,6 +51,7 @@ from roofprof.specs import BYTES_PER_ELEMENT, DTYPES, ModelSpec
 
 __all__ = [
     "COLLECTIVE_FNS",
+    "dense_run",
     "CONVENTIONS",
     "CONVENTION_ALIASES",
     "OP_FNS",
@@ -450,6 +451,23 @@ class Workload:
             weights=self.weights,
             kv_dtype=self.kv_dtype,
         )
+
+
+def dense_run(model: str | ModelSpec | Scenario, dtype: str) -> tuple[Any, str]:
+    """``model`` loaded (a Scenario stays one), and the note a run of dense ``dtype``
+    kernels (``profile``, ``validate``, ``run``) states when it is a quantized checkpoint
+    (:meth:`~roofprof.precision.StoredWeights.dense_run_note`; ``""``: none to state).
+
+    >>> dense_run("llama-3.2-1b", "bf16")[1], bool(dense_run("openai/gpt-oss-20b", "bf16")[1])
+    ('', True)
+    """
+    from roofprof.specs import load_model
+
+    loaded = load_model(model) if isinstance(model, str) else model
+    spec = loaded.model if isinstance(loaded, Scenario) else loaded
+    stored = spec.stored
+    note = stored.dense_run_note(spec.id, dtype) if stored and stored.quantized else ""
+    return loaded, note
 
 
 def counting_of(convention: str | Counting) -> Counting:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import roofprof
+from roofprof._resources import data_root
 from roofprof.checkpoints.quantization import scheme_of
 from roofprof.checkpoints.tensors import read_safetensors_header
 from roofprof.errors import ConfigError, UnknownNameError
@@ -51,22 +52,78 @@ LINEARS = [
 
 
 @pytest.mark.parametrize(
-    ("repo", "fmt", "bits"),
+    ("repo", "fmt", "bits", "kept"),
     [
-        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", "awq-int4-g128", 4 + 20 / 128),
-        ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", "gptq-int4-g128", 4 + 20 / 128),
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "ct-int4-a16-g128", 4.125),
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "ct-fp8-a8", 8.0),
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "ct-int8-a8", 8.0),
-        ("Qwen/Qwen3-8B-FP8", "fp8-block128", 8 + 32 / 128**2),
-        ("unsloth/llama-3-8b-bnb-4bit", "bnb-nf4-dq", 4 + 8 / 64 + 32 / (64 * 256)),
+        ("Qwen/Qwen1.5-14B-Chat-AWQ", "awq-int4-g128", 4 + 20 / 128, ("lm_head",)),
+        # a transformers re-save adds backend/do_fuse/exllama_config: the same layout
+        ("PatronusAI/Llama-3.1-70B-Instruct-AWQ-INT4", "awq-int4-g128", 4 + 20 / 128, ()),
+        ("neuralmagic/Qwen2-1.5B-Instruct-quantized.w4a16", "gptq-int4-g128", 4 + 20 / 128, ()),
+        # int4 experts only: attention, shared experts and dense MLPs ignored by regex
+        ("moonshotai/Kimi-K2.5", "ct-int4-a16-g32", 4 + 16 / 32, ("shared_up_proj", "up_proj")),
+        (
+            "nm-testing/Meta-Llama-3-8B-Instruct-FP8-Dynamic-IA-Per-Tensor-Weight-testing",
+            "ct-fp8-a8",
+            8.0,
+            ("lm_head",),
+        ),
+        ("nm-testing/Meta-Llama-3-8B-Instruct-W8A8-Static-Per-Tensor-Asym", "ct-int8-a8", 8.0, ()),
+        ("BrainForge/Devstral-2-123B-Instruct-2512-NVFP4", "ct-fp4-a4-g16", 4 + 8 / 16, ()),
+        ("Qwen/Qwen3-32B-FP8", "fp8-block128", 8 + 32 / 128**2, ()),
+        ("KOCDIGITAL/Kocdigital-LLM-8b-v0.1", "bnb-nf4-dq", 4 + 8 / 64 + 32 / (64 * 256), ()),
+        ("nandhakumar7/mergedpeft", "bnb-nf4-dq", 4 + 8 / 64 + 32 / (64 * 256), ()),
+        ("openai/gpt-oss-20b", "mxfp4", 4.25, ("q_proj", "router")),
     ],
 )
-def test_published_quantization_configs_give_the_formats_bits_per_weight(repo, fmt, bits):
+def test_published_quantization_configs_give_the_formats_bits_per_weight(repo, fmt, bits, kept):
     scheme = scheme_of(PUBLISHED[repo], repo)
     assert scheme is not None
     assert (scheme.format, scheme.bits) == (fmt, pytest.approx(bits, rel=1e-12))
-    assert "lm_head" in scheme.unquantized and "embedding" in scheme.unquantized
+    assert "embedding" in scheme.unquantized
+    assert all(op in scheme.unquantized for op in kept)
+    if scheme.method != "compressed-tensors" or "lm_head" in PUBLISHED[repo]["ignore"]:
+        assert "lm_head" in scheme.unquantized
+    else:  # compressed-tensors quantizes the head too unless its ignore list names it
+        assert "lm_head" not in scheme.unquantized
+
+
+def test_every_published_config_is_tested():
+    # each fixture is cited in SOURCES.md
+    sources = (FIXTURES / "SOURCES.md").read_text()
+    assert all(f"`{repo}`" in sources for repo in PUBLISHED)
+
+
+def test_kimi_quantizes_only_its_routed_experts():
+    s = scheme_of(PUBLISHED["moonshotai/Kimi-K2.5"])
+    assert s is not None
+    dense = ("q_proj", "o_proj", "gate_proj", "down_proj", "shared_gate_proj", "shared_down_proj")
+    assert all(op in s.unquantized for op in dense)
+    assert "expert_gate_up_proj" not in s.unquantized
+    assert "expert_down_proj" not in s.unquantized
+
+
+def test_shipped_gpt_oss_quantization_is_the_published_one():
+    for size in ("20b", "120b"):
+        shipped = json.loads((data_root() / "models" / f"gpt-oss-{size}.json").read_text())
+        assert shipped["quantization_config"] == PUBLISHED[f"openai/gpt-oss-{size}"]
+
+
+@pytest.mark.parametrize(
+    ("repo", "published_gb"),
+    [
+        # hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4: AutoAWQ GEMM, zero point, group
+        # 128 (the series' card); files 4.68 GB + 1.05 GB (tree at 62c1d842, SOURCES.md)
+        ("Qwen/Qwen1.5-14B-Chat-AWQ", 4.68 + 1.05),
+        # neuralmagic/Meta-Llama-3.1-8B-Instruct-quantized.w8a8: int8 per-channel weights,
+        # lm_head left out; files 5 GB + 4.08 GB (tree at f40c4073, SOURCES.md)
+        ("nm-testing/Meta-Llama-3-8B-Instruct-W8A8-Static-Per-Tensor-Asym", 5.0 + 4.08),
+    ],
+)
+def test_llama_3_1_8b_quantized_bytes_match_the_published_files(tmp_path, repo, published_gb):
+    cfg = {**json.loads((data_root() / "models" / "llama-3.1-8b.json").read_text())}
+    cfg["quantization_config"] = PUBLISHED[repo]
+    m = load_model(str(_folder(tmp_path, cfg, None)))
+    stored_gb = m.stored.mean_bits * m.param_count() / 8 / 1e9
+    assert stored_gb == pytest.approx(published_gb, rel=0.01)
 
 
 def test_mxfp4_leaves_what_gpt_oss_does_not_convert_in_16_bits():
@@ -119,7 +176,7 @@ def _folder(tmp_path: Path, config: dict, tensors: dict | None, shards: int = 1)
     from safetensors.numpy import save_file
 
     folder = tmp_path / "my-model"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config))
     if tensors is not None:
         names = sorted(tensors)
@@ -130,7 +187,7 @@ def _folder(tmp_path: Path, config: dict, tensors: dict | None, shards: int = 1)
 
 
 def test_awq_folder_bytes_come_from_the_safetensors_headers(tmp_path):
-    qc = PUBLISHED["hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"]
+    qc = PUBLISHED["Qwen/Qwen1.5-14B-Chat-AWQ"]
     folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, _awq_tensors(128), shards=2)
     m = load_model(str(folder))
     stored = m.stored
@@ -152,7 +209,7 @@ def test_awq_folder_bytes_come_from_the_safetensors_headers(tmp_path):
 
 
 def test_weights_option_overrides_the_checkpoint(tmp_path):
-    qc = PUBLISHED["hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"]
+    qc = PUBLISHED["Qwen/Qwen1.5-14B-Chat-AWQ"]
     folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, None)
     p = roofprof.predict(str(folder), gpu="h100-sxm", prompt_tokens=16, weights="int8")
     q = next(o.op for o in p.decode.ops if o.op.name == "q_proj")
@@ -160,15 +217,17 @@ def test_weights_option_overrides_the_checkpoint(tmp_path):
 
 
 def test_config_only_folder_takes_the_bits_from_quantization_config(tmp_path):
-    qc = PUBLISHED["RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16"]
+    qc = PUBLISHED["BrainForge/Devstral-2-123B-Instruct-2512-NVFP4"]
     m = load_model(str(_folder(tmp_path, {**TINY, "quantization_config": qc}, None)))
     assert m.stored.source == "quantization_config" and m.stored.total_bytes is None
-    assert m.stored.bits("up_proj") == 4.125 and m.stored.bits("lm_head") == 16.0
+    # its ignore list is empty: the head is quantized too, the embedding (no Linear) is not
+    assert m.stored.bits("up_proj") == m.stored.bits("lm_head") == 4.5
+    assert m.stored.bits("embedding") == 16.0
 
 
 def test_index_total_size_is_the_stored_total_when_no_shard_is_there(tmp_path):
     folder = _folder(
-        tmp_path, {**TINY, "quantization_config": PUBLISHED["Qwen/Qwen3-8B-FP8"]}, None
+        tmp_path, {**TINY, "quantization_config": PUBLISHED["Qwen/Qwen3-32B-FP8"]}, None
     )
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": 2_000_000}, "weight_map": {}})
@@ -220,7 +279,7 @@ def test_an_unmodelled_model_type_is_refused_by_name(tmp_path):
 def test_a_config_json_path_reads_its_quantization_too(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(
-        json.dumps({**TINY, "quantization_config": PUBLISHED["unsloth/llama-3-8b-bnb-4bit"]})
+        json.dumps({**TINY, "quantization_config": PUBLISHED["KOCDIGITAL/Kocdigital-LLM-8b-v0.1"]})
     )
     m = load_model(str(path))
     assert m.stored.format == "bnb-nf4-dq" and not math.isnan(m.stored.mean_bits)
@@ -228,7 +287,7 @@ def test_a_config_json_path_reads_its_quantization_too(tmp_path):
 
 
 def test_config_only_decode_bytes_follow_the_formats_bits(tmp_path):
-    qc = PUBLISHED["Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"]
+    qc = PUBLISHED["neuralmagic/Qwen2-1.5B-Instruct-quantized.w4a16"]
     folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, None)
     p = roofprof.predict(str(folder), gpu="h100-sxm", prompt_tokens=16)
     ops = {o.op.name: o.op for o in p.decode.ops}
@@ -239,44 +298,111 @@ def test_config_only_decode_bytes_follow_the_formats_bits(tmp_path):
 
 
 def test_a_real_run_uses_dense_weights_at_the_dtype(tmp_path):
-    qc = PUBLISHED["hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"]
+    qc = PUBLISHED["Qwen/Qwen1.5-14B-Chat-AWQ"]
     folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, None)
     dense = Scenario.of(str(folder), "decode", dtype="fp32", stored_weights=False)
     assert dense.model.stored is None and dense.weight_precision == "fp32"
     assert Scenario.of(str(folder), "decode").weight_precision == "awq-int4-g128"
 
 
-def test_nvfp4_and_hqq_layouts():
-    # compressed-tensors' NVFP4 preset: fp4 (E2M1) weights in groups of 16 with FP8 scales
-    nvfp4 = {
-        "quant_method": "compressed-tensors",
-        "format": "nvfp4-pack-quantized",
-        "config_groups": {
-            "group_0": {
-                "targets": ["Linear"],
-                "weights": {
-                    "num_bits": 4,
-                    "type": "float",
-                    "strategy": "tensor_group",
-                    "group_size": 16,
-                    "symmetric": True,
-                },
-                "input_activations": {
-                    "num_bits": 4,
-                    "type": "float",
-                    "strategy": "tensor_group",
-                    "group_size": 16,
-                    "dynamic": "local",
-                },
-            }
-        },
-        "ignore": ["lm_head"],
-    }
-    s = scheme_of(nvfp4)
-    assert s is not None and s.bits == 4 + 8 / 16 and s.format == "ct-fp4-a4-g16"
+def test_hqq_layout():
+    # no published config.json with quant_method "hqq" was found to copy (SOURCES.md): this
+    # block is built from transformers' HqqConfig fields, not copied from a checkpoint
     hqq = {
         "quant_method": "hqq",
         "quant_config": {"weight_quant_params": {"nbits": 4, "group_size": 64}},
     }
     h = scheme_of(hqq)
     assert h is not None and h.bits == 4 + 32 / 64 and "16-bit" in h.assumption
+
+
+def _dense_tensors() -> dict[str, np.ndarray]:
+    """TINY in bf16 as transformers saves it (stored here as fp16: the same 2 bytes)."""
+    h, v = TINY["hidden_size"], TINY["vocab_size"]
+    out = {
+        "model.embed_tokens.weight": np.zeros((v, h), np.float16),
+        "lm_head.weight": np.zeros((v, h), np.float16),
+    }
+    for layer in range(TINY["num_hidden_layers"]):
+        for name, k, n in LINEARS:
+            out[f"model.layers.{layer}.{name}.weight"] = np.zeros((n, k), np.float16)
+    return out
+
+
+def test_an_unquantized_checkpoint_states_where_its_bytes_come_from(tmp_path):
+    cfg = {**TINY, "torch_dtype": "bfloat16"}
+    index = {"metadata": {"total_size": 3_000_000}, "weight_map": {}}
+    # config only: the dtype's bytes, and the prediction says so
+    only = _folder(tmp_path / "a", cfg, None)
+    block = roofprof.predict(str(only), gpu="h100-sxm", prompt_tokens=16).to_dict()["checkpoint"]
+    assert block["source"].startswith("config.json") and block["stored_bytes"] is None
+    assert block["format"] == "bf16" and block["bits_per_weight"] == 16.0
+    # the index's total_size beats the config
+    indexed = _folder(tmp_path / "b", cfg, None)
+    (indexed / "model.safetensors.index.json").write_text(json.dumps(index))
+    p = roofprof.predict(str(indexed), gpu="h100-sxm", prompt_tokens=16)
+    block = p.to_dict()["checkpoint"]
+    assert block["source"] == "model.safetensors.index.json total_size"
+    assert block["stored_bytes"] == 3_000_000 and block["format"] == "bf16"
+    assert p.decode.workload.scenario.weight_bytes_per_element == pytest.approx(
+        3_000_000 / load_model(str(indexed)).param_count()
+    )
+    # the safetensors headers beat the index
+    headed = _folder(tmp_path / "c", cfg, _dense_tensors())
+    (headed / "model.safetensors.index.json").write_text(json.dumps(index))
+    block = roofprof.predict(str(headed), gpu="h100-sxm", prompt_tokens=16).to_dict()["checkpoint"]
+    assert block["source"] == "safetensors headers (1 files)"
+    assert block["format"] == "bf16" and block["per_op_bits"]["q_proj"] == 16.0
+    assert block["stored_bytes"] == sum(t.nbytes for t in _dense_tensors().values())
+    # a bare shipped id is roofprof's own config: no checkpoint to state
+    assert "checkpoint" not in roofprof.predict("llama-3.2-1b", gpu="h100-sxm").to_dict()
+
+
+def test_the_cli_names_an_unquantized_checkpoints_byte_source(tmp_path, capsys):
+    from roofprof.cli import main
+
+    folder = _folder(tmp_path, {**TINY, "torch_dtype": "bfloat16"}, None)
+    assert main(["predict", "-m", str(folder), "-g", "h100-sxm", "-p", "16"]) == 0
+    err = capsys.readouterr().err
+    assert "weights: unquantized, bf16 (16 bits per parameter); bytes from config.json" in err
+
+
+def test_the_measured_estimator_refuses_a_quantized_checkpoint(tmp_path, capsys):
+    from roofprof.cli import main
+
+    qc = PUBLISHED["Qwen/Qwen1.5-14B-Chat-AWQ"]
+    folder = _folder(tmp_path, {**TINY, "quantization_config": qc}, None)
+    with pytest.raises(ConfigError, match="choose --estimator spec, empirical or calibrated"):
+        roofprof.predict(str(folder), estimator="measured", device="cpu", prompt_tokens=16)
+    assert main(["predict", "-m", str(folder), "--estimator", "measured", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "awq-int4-g128 weights" in err[0] and "--weights bf16" in err[0]
+
+
+def test_profile_and_validate_say_their_kernels_are_dense(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from roofprof.cli import main
+
+    qc = PUBLISHED["Qwen/Qwen1.5-14B-Chat-AWQ"]
+    folder = str(_folder(tmp_path, {**TINY, "quantization_config": qc}, None))
+    with pytest.warns(UserWarning, match="kernels are dense at fp32"):
+        r = roofprof.profile(
+            folder, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"]
+        )
+    assert any("stores awq-int4-g128 weights" in w for w in r.to_dict()["warnings"])
+    # the profiled ops read the dense fp32 weights the kernels ran: 4 bytes each
+    q = next(o.op for o in r.ops if o.op.name == "q_proj")
+    assert q.weight_bytes == 256 * 256 * 4
+    with pytest.warns(UserWarning, match="kernels are dense at fp32"):
+        v = roofprof.validate(folder, device="cpu", prompt_tokens=8, decode_steps=2, warmup_steps=1)
+    assert any("not the checkpoint's" in w for w in v.warnings)
+    args = ["profile", "-m", folder, "--phase", "decode", "-c", "8", "--impl", "torch"]
+    with pytest.warns(UserWarning, match="kernels are dense at fp32"):  # stderr, in the CLI
+        assert main([*args, "--roofline", "none", "--budget", "0.002", "-f", "json"]) == 0
+    assert any("awq-int4-g128" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+    # an unquantized checkpoint has nothing to say
+    plain = str(_folder(tmp_path / "plain", TINY, None))
+    r = roofprof.profile(
+        plain, "decode", context_tokens=8, roofline="none", budget_s=0.002, impls=["torch"]
+    )
+    assert not any("not the checkpoint's" in w for w in r.warnings)

@@ -45,19 +45,24 @@ def _tensor(shape, qtype):
     return np.zeros(gguf.quants.quant_shape_to_byte_shape(shape, qtype), np.uint8)
 
 
-def write_gguf(path: Path, arch: str = "llama", tied: bool = False) -> Path:
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("tiny-q4km")
+def _add_sizes(w, name: str, *, context: int, rope_base: float, eps: float) -> None:
+    """The keys every family's file has: sizes (4 heads, 2 KV heads), RoPE base, norm eps."""
+    w.add_name(name)
     w.add_block_count(LAYERS)
-    w.add_context_length(4096)
+    w.add_context_length(context)
     w.add_embedding_length(H)
     w.add_feed_forward_length(FF)
     w.add_head_count(4)
     w.add_head_count_kv(2)
-    w.add_rope_freq_base(500000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(eps)
     w.add_vocab_size(VOCAB)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+
+
+def write_gguf(path: Path, arch: str = "llama", tied: bool = False) -> Path:
+    w = gguf.GGUFWriter(str(path), arch)
+    _add_sizes(w, "tiny-q4km", context=4096, rope_base=500000.0, eps=1e-5)
     tensors = {"token_embd.weight": ((VOCAB, H), Q.Q8_0), "output_norm.weight": ((H,), Q.F32)}
     if not tied:
         tensors["output.weight"] = ((VOCAB, H), Q.F16)
@@ -144,3 +149,127 @@ def test_missing_gguf_package_names_the_extra(model_file, tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].endswith("pip install 'roofprof[gguf]'")
     assert "Traceback" not in out.stderr
+
+
+#: Families beyond the dense Llama-likes: (GGUF architecture, extra keys, per-layer tensors).
+E, FF_E, HEAD = 4, 256, 128
+
+
+def _family_tensors(arch: str) -> dict[str, tuple[tuple[int, ...], object]]:
+    headed = arch.startswith("gemma") or arch == "qwen3moe"  # key_length given: 4 × 128
+    q = 4 * HEAD if headed else H
+    kv = 2 * HEAD if headed else 128
+    attn = {
+        "attn_q": ((q, H), Q.Q4_K),
+        "attn_k": ((kv, H), Q.Q4_K),
+        "attn_v": ((kv, H), Q.Q6_K),
+        "attn_output": ((H, q), Q.Q4_K),
+    }
+    if arch == "phi3":  # fused: attn_qkv, and ffn_up holds gate and up
+        return {
+            "attn_qkv": ((H + 2 * 128, H), Q.Q4_K),
+            "attn_output": ((H, H), Q.Q4_K),
+            "ffn_up": ((2 * FF, H), Q.Q4_K),
+            "ffn_down": ((H, FF), Q.Q6_K),
+            "attn_norm": ((H,), Q.F32),
+            "ffn_norm": ((H,), Q.F32),
+        }
+    if arch in ("qwen3moe", "mixtral"):
+        ff = FF_E if arch == "qwen3moe" else FF  # Mixtral's experts are feed_forward_length
+        mlp = {
+            "ffn_gate_inp": ((E, H), Q.F32),
+            "ffn_gate_exps": ((E, ff, H), Q.Q4_K),
+            "ffn_up_exps": ((E, ff, H), Q.Q4_K),
+            "ffn_down_exps": ((E, H, ff), Q.Q4_K),
+        }
+    else:
+        mlp = {
+            "ffn_gate": ((FF, H), Q.Q4_K),
+            "ffn_up": ((FF, H), Q.Q4_K),
+            "ffn_down": ((H, FF), Q.Q6_K),
+        }
+    norms = {"attn_norm": ((H,), Q.F32), "ffn_norm": ((H,), Q.F32)}
+    if arch.startswith("gemma"):
+        norms |= {"post_attention_norm": ((H,), Q.F32), "post_ffw_norm": ((H,), Q.F32)}
+    if arch in ("qwen3moe", "gemma3"):
+        norms |= {"attn_q_norm": ((HEAD,), Q.F32), "attn_k_norm": ((HEAD,), Q.F32)}
+    return {**attn, **mlp, **norms}
+
+
+def write_family_gguf(path: Path, arch: str, rope_dims: int = 64) -> Path:
+    """A two-layer GGUF file of ``arch`` (``mixtral``: a ``llama`` file with experts) with the
+    keys llama.cpp's converter writes for it."""
+    w = gguf.GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
+    _add_sizes(w, f"tiny-{arch}", context=8192, rope_base=1e6, eps=1e-6)
+    if arch.startswith("gemma"):
+        w.add_key_length(HEAD)
+        w.add_value_length(HEAD)
+        w.add_sliding_window(512)
+    if arch == "phi3":  # as llama.cpp's Phi3MiniModel writes them
+        w.add_sliding_window(2047)
+        w.add_rope_dimension_count(rope_dims)
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(50.0)
+        w.add_final_logit_softcapping(30.0)
+    if arch in ("qwen3moe", "mixtral"):
+        w.add_expert_count(E)
+        w.add_expert_used_count(2)
+    if arch == "qwen3moe":
+        w.add_key_length(HEAD)
+        w.add_expert_feed_forward_length(FF_E)
+    tensors = {"token_embd.weight": ((VOCAB, H), Q.Q8_0), "output_norm.weight": ((H,), Q.F32)}
+    if not arch.startswith("gemma"):  # Gemma ties its head to the embedding table
+        tensors["output.weight"] = ((VOCAB, H), Q.Q6_K)
+    for i in range(LAYERS):
+        for name, spec in _family_tensors(arch).items():
+            tensors[f"blk.{i}.{name}.weight"] = spec
+    for name, (shape, qtype) in tensors.items():
+        w.add_tensor(name, _tensor(shape, qtype), raw_dtype=None if qtype == Q.F32 else qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("arch", "family"),
+    [
+        ("gemma2", "gemma2"),
+        ("gemma3", "gemma3"),
+        ("qwen3moe", "qwen3_moe"),
+        ("mixtral", "mixtral"),
+        ("phi3", "phi3"),
+    ],
+)
+def test_more_families_are_read_from_their_gguf_keys(tmp_path, arch, family):
+    m = load_model(str(write_family_gguf(tmp_path / f"tiny-{arch}.gguf", arch)))
+    assert m.family == family and m.num_layers == LAYERS and m.hidden_size == H
+    assert m.stored is not None and m.stored.format == "gguf-Q4_K_M"
+    # the attention projections at their own types: Q4_K 4.5 bits, Q6_K 6.5625 bits
+    if family == "phi3":  # fused projections, read whole
+        assert m.stored.bits("qkv_proj") == m.stored.bits("gate_up_proj") == pytest.approx(4.5)
+        assert m.stored.bits("down_proj") == pytest.approx(6.5625) and m.sliding_window == 2047
+    else:
+        assert m.stored.bits("q_proj") == pytest.approx(4.5)
+        assert m.stored.bits("v_proj") == pytest.approx(6.5625)
+    if family in ("qwen3_moe", "mixtral"):
+        assert m.moe is not None and (m.moe.experts, m.moe.experts_per_token) == (E, 2)
+        # the experts (Q4_K) are the rest of the model's bytes, with the router and norms
+        assert m.stored.bits_per_weight == pytest.approx(4.5, rel=0.05)
+    elif family != "phi3":
+        assert m.head_dim == HEAD and m.sliding_window == 512 and m.tie_word_embeddings
+        assert m.gemma is not None and m.gemma.query_pre_attn_scalar == HEAD
+        assert m.stored.bits("down_proj") == pytest.approx(6.5625)
+    if family == "gemma2":
+        assert (m.gemma.attn_logit_softcapping, m.gemma.final_logit_softcapping) == (50.0, 30.0)
+    if family == "qwen3_moe":
+        assert m.moe.expert_intermediate_size == FF_E and m.qk_norm
+    p = roofprof.predict(str(tmp_path / f"tiny-{arch}.gguf"), gpu="h100-sxm", prompt_tokens=16)
+    assert p.to_dict()["weights"] == "gguf-Q4_K_M" and p.decode.seconds > 0
+
+
+def test_a_partial_rope_phi3_file_is_refused_by_name(tmp_path):
+    path = write_family_gguf(tmp_path / "phi-partial.gguf", "phi3", rope_dims=32)
+    with pytest.raises(ConfigError, match="partial_rotary_factor"):
+        load_model(str(path))

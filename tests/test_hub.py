@@ -35,14 +35,12 @@ TINY = {
     "vocab_size": 1024,
     "max_position_embeddings": 2048,
     "tie_word_embeddings": True,
-    "quantization_config": {
-        "bits": 4,
-        "group_size": 128,
-        "modules_to_not_convert": None,
-        "quant_method": "awq",
-        "version": "gemm",
-        "zero_point": True,
-    },
+    # Qwen/Qwen1.5-14B-Chat-AWQ's published block (tests/fixtures/checkpoints/SOURCES.md)
+    "quantization_config": json.loads(
+        (
+            Path(__file__).parent / "fixtures" / "checkpoints" / "quantization_configs.json"
+        ).read_text()
+    )["Qwen/Qwen1.5-14B-Chat-AWQ"],
 }
 FILES = {
     "config.json": json.dumps(TINY).encode(),

@@ -92,7 +92,9 @@ def test_unknown_model():
 
 
 #: Mixtral 8x7B's config.json as published (mistralai/Mixtral-8x7B-v0.1): a sparse MoE, not a
-#: dense Llama.
+#: dense Llama. Identical, field by field, to the copy that github.com/ai-dynamo/aiconfigurator
+#: vendors (aic-core/src/aiconfigurator_core/model_configs/mistralai--Mixtral-8x7B-v0.1_config.json,
+#: commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce; read 2026-12-03).
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],
     "attention_dropout": 0.0,

@@ -17,8 +17,18 @@ from roofprof.errors import ConfigError, DeviceUnavailableError
 
 __all__ = ["ARCHITECTURES", "GGUF_MISSING", "read_gguf"]
 
-#: GGUF architectures read, with the Hugging Face ``model_type`` each becomes.
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3"}
+#: GGUF architectures read, with the Hugging Face ``model_type`` each becomes (a ``llama``
+#: file with ``llama.expert_count`` is Mixtral, as llama.cpp's converter writes it).
+ARCHITECTURES = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "qwen3moe": "qwen3_moe",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
+    "phi3": "phi3",
+}
 GGUF_MISSING = "reading a GGUF file needs the gguf package: pip install 'roofprof[gguf]'"
 
 
@@ -52,7 +62,12 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], tuple[Any, ...], str]:
     if arch not in ARCHITECTURES:
         raise UnknownNameError("GGUF architecture", arch, ARCHITECTURES)
     tensors = tuple(
-        Tensor(t.name, t.tensor_type.name, tuple(int(d) for d in t.shape), int(t.n_bytes))
+        Tensor(
+            _op_name(arch, t.name),
+            t.tensor_type.name,
+            tuple(int(d) for d in t.shape),
+            int(t.n_bytes),
+        )
         for t in reader.tensors
     )
     names = {t.name: t for t in tensors}
@@ -83,6 +98,7 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], tuple[Any, ...], str]:
         "rms_norm_eps": float(value(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
         "tie_word_embeddings": "output.weight" not in names,
     }
+    config.update(_family_keys(arch, value, config, str(path)))
     kind = value("general.file_type")
     try:
         mix = (
@@ -93,3 +109,72 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], tuple[Any, ...], str]:
     except ValueError:
         mix = "mixed"
     return config, tensors, mix
+
+
+def _op_name(arch: str, name: str) -> str:
+    """A tensor's name for the op mapping: Phi-3's ``ffn_up`` holds the fused gate and up
+    projections (llama.cpp's ``LLM_ARCH_PHI3``), so it is read as ``ffn_gate_up``."""
+    if arch == "phi3" and name.endswith(".ffn_up.weight"):
+        return name.replace(".ffn_up.weight", ".ffn_gate_up.weight")
+    return name
+
+
+def _family_keys(arch: str, value: Any, config: dict[str, Any], label: str) -> dict[str, Any]:
+    """The config fields a family reads beyond the dense sizes, from the ``<arch>.*`` keys
+    llama.cpp's ``convert_hf_to_gguf.py`` writes (``gguf.Keys.LLM``, ``gguf.Keys.Attention``).
+
+    Mixtral (``llama.expert_count``) and Qwen3-MoE: experts, top-k and (Qwen3) the expert FF
+    size. Gemma 2/3: the sliding window, the soft-caps (Gemma 2), and the attention scale,
+    which GGUF does not store: llama.cpp takes ``hidden / heads`` for the 27B models (Gemma 2
+    with 46 layers, Gemma 3 with 62) and the head size otherwise (``src/llama-model.cpp``),
+    and so does this.
+    """
+
+    def need(key: str) -> Any:
+        found = value(f"{arch}.{key}")
+        if found is None:
+            raise ConfigError(f"{label}: GGUF key '{arch}.{key}' missing")
+        return found
+
+    experts = value(f"{arch}.expert_count")
+    if arch == "llama" and experts:
+        return {
+            "model_type": "mixtral",
+            "num_local_experts": int(experts),
+            "num_experts_per_tok": int(need("expert_used_count")),
+        }
+    if arch == "qwen3moe":
+        return {
+            "num_experts": int(need("expert_count")),
+            "num_experts_per_tok": int(need("expert_used_count")),
+            "moe_intermediate_size": int(need("expert_feed_forward_length")),
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        }
+    if arch == "phi3":  # a sliding window of 0 is none (Phi-4); partial RoPE is refused
+        window = value("phi3.attention.sliding_window")
+        rope = value("phi3.rope.dimension_count")
+        out = {"sliding_window": int(window) if window else None}
+        if rope is not None and int(rope) != config["head_dim"]:
+            out["partial_rotary_factor"] = int(rope) / config["head_dim"]
+        return out
+    if arch not in ("gemma2", "gemma3"):
+        return {}
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    big = (arch, layers) in (("gemma2", 46), ("gemma3", 62))  # the 27B models
+    scale = config["hidden_size"] // heads if big else None
+    out: dict[str, Any] = {
+        "sliding_window": int(need("attention.sliding_window")),
+        "query_pre_attn_scalar": scale or config["head_dim"],
+    }
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if value(f"{arch}.{key}") is not None:
+            out[key] = float(value(f"{arch}.{key}"))
+    pattern = value(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, int) and arch == "gemma3":
+        out["sliding_window_pattern"] = pattern
+    elif isinstance(pattern, list) and len(pattern) == layers:  # per layer: true = local
+        out["layer_types"] = [
+            "sliding_attention" if local else "full_attention" for local in pattern
+        ]
+    return out

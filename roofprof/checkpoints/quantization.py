@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from roofprof.model_specs import ModelSpec
     from roofprof.precision import StoredWeights
 
-__all__ = ["METHODS", "Scheme", "scheme_of", "stored_weights"]
+__all__ = ["DENSE_FORMATS", "METHODS", "Scheme", "scheme_of", "stored_weights"]
 
 #: ``quant_method`` values read (any other is named in the refusal).
 METHODS = ("awq", "gptq", "compressed-tensors", "fp8", "bitsandbytes", "mxfp4", "hqq")
@@ -71,9 +71,11 @@ def scheme_of(qc: Mapping[str, Any] | None, label: str = "config") -> Scheme | N
         for key in ("modules_to_not_convert", "ignore", "llm_int8_skip_modules")
         for p in qc.get(key) or ()
     ]
-    unquantized = tuple(
-        dict.fromkeys([*UNQUANTIZED_OPS, *(o for p in skip for o in ops_of_pattern(str(p)))])
-    )
+    # compressed-tensors quantizes every module its targets name (``Linear``: the head too)
+    # but those its ``ignore`` lists; the other methods leave the head in 16 bits. The
+    # embedding is no Linear, and a router's bytes are too few to matter: both stay in 16.
+    kept = ("embedding", "router") if method == "compressed-tensors" else UNQUANTIZED_OPS
+    unquantized = tuple(dict.fromkeys([*kept, *(o for p in skip for o in ops_of_pattern(str(p)))]))
     read = _READERS.get(method)
     if read is None:
         return Scheme(
@@ -230,6 +232,10 @@ _READERS = {
 }
 
 
+#: ``torch_dtype`` values -> roofprof's dtype names (an unquantized checkpoint's format).
+DENSE_FORMATS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
 def stored_weights(
     spec: ModelSpec,
     scheme: Scheme | None,
@@ -238,13 +244,17 @@ def stored_weights(
     *,
     source: str = "",
     unquantized_bits: float = 16.0,
+    dense_format: str = "checkpoint",
 ) -> StoredWeights | None:
-    """The stored weights of a checkpoint (None: unquantized and no tensor table).
+    """The stored weights of a checkpoint (None: unquantized and neither a tensor table nor
+    an index total: its weights are the compute dtype's).
 
     With ``tensors``: each dense op's bits = its tensors' bytes × 8 / its weights
     (:func:`~roofprof.models.checkpoint_ops.op_elements`); every other op (experts, MLA)
     at the rest's bits. Without: the scheme's bits for quantized ops and
     ``unquantized_bits`` for the others; ``index_total`` (bytes) is then the stored total.
+    Unquantized with only ``index_total``: every op at ``total × 8 / parameters`` bits.
+    ``dense_format`` names an unquantized checkpoint's weights (``bf16``).
     """
     from roofprof.models.checkpoint_ops import op_elements
     from roofprof.precision import StoredWeights
@@ -273,7 +283,7 @@ def stored_weights(
         if spec.tie_word_embeddings and "embedding" in per:
             per["lm_head"] = per["embedding"]
         return StoredWeights(
-            scheme.format if scheme is not None else "checkpoint",
+            scheme.format if scheme is not None else dense_format,
             default,
             tuple(sorted(per.items())),
             8.0 * total / params,
@@ -283,7 +293,10 @@ def stored_weights(
             scheme.assumption if scheme is not None else "",
         )
     if scheme is None:
-        return None
+        if index_total is None:
+            return None
+        mean = 8.0 * index_total / params
+        return StoredWeights(dense_format, mean, (), mean, index_total, source, "", "")
     if math.isnan(scheme.bits):
         if index_total is None:
             return StoredWeights(

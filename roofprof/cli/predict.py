@@ -215,6 +215,13 @@ def _say_checkpoint(p) -> None:
     if block is None:
         return
     stored = block["stored_bytes"]
+    if not stored and not block["quantization"] and not block["per_op_bits"]:
+        typer.echo(
+            f"weights: unquantized, {block['format']} ({block['bits_per_weight']:.0f} bits per "
+            f"parameter); bytes from {block['source']} of {p.model.source}",
+            err=True,
+        )
+        return
     size = f"{stored / 1e9:.2f} GB stored" if stored else "size from the format"
     typer.echo(
         f"weights: {block['format']} ({block['quantization'] or 'as stored'}), "

@@ -95,8 +95,7 @@ def profile(
     roofline."""
     from roofprof.cache import RooflineChoice
     from roofprof.profiling.profiler import Profiler, ProfileSettings
-    from roofprof.specs import load_model
-    from roofprof.workload import Scenario
+    from roofprof.workload import Scenario, dense_run
 
     phases = {"both": ["prefill", "decode"], "prefill": ["prefill"], "decode": ["decode"]}.get(
         phase
@@ -115,9 +114,13 @@ def profile(
         )
     else:
         check_output(out, "--out")
-    # the profiled kernels read dense weights at the dtype, not a checkpoint's stored format
-    spec = dataclasses.replace(load_model(model), stored=None)
     dev, dtype = resolve_dtype(dtype, device)
+    # the profiled kernels read dense weights at the dtype, not a checkpoint's stored format:
+    # said (stderr and the JSON's warnings) when the checkpoint is quantized
+    loaded, note = dense_run(model, dtype)
+    spec = dataclasses.replace(loaded, stored=None)
+    if note:
+        warnings.warn(note, stacklevel=1)
     impls = split_list(impl)
     if counters:
         from roofprof.counters import find_ncu
@@ -161,7 +164,9 @@ def profile(
                 for c in contexts if ph == "decode" else [None]:
                     if step:
                         step(f"{ph} batch {b}" + (f" context {c}" if c is not None else ""))
-                    results.append(prof.profile(Scenario(spec, ph, b, prompt, c, dtype, counting_)))
+                    r = prof.profile(Scenario(spec, ph, b, prompt, c, dtype, counting_))
+                    notes = (*r.warnings, note) if note else r.warnings
+                    results.append(dataclasses.replace(r, warnings=notes))
     if out is not None:
         from roofprof.results import write_json_atomic
 

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["UNQUANTIZED_OPS", "ATTENTION_OPS", "op_elements", "op_of_tensor", "ops_of_pattern"]
 
 #: Ops a quantized Hugging Face checkpoint keeps in 16 bits unless it says otherwise (AutoAWQ,
-#: AutoGPTQ, llm-compressor and bitsandbytes quantize the decoder layers' linear layers only).
+#: AutoGPTQ and bitsandbytes quantize the decoder layers' linear layers only; compressed-tensors
+#: quantizes the head too unless its ``ignore`` names it:
+#: :func:`roofprof.checkpoints.quantization.scheme_of`).
 UNQUANTIZED_OPS = ("embedding", "lm_head", "router")
 #: The attention projections (a ``self_attn`` entry of a "do not convert" list).
 ATTENTION_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
@@ -52,6 +54,7 @@ _GGUF = {
     "attn_qkv": "qkv_proj",
     "ffn_gate": "gate_proj",
     "ffn_up": "up_proj",
+    "ffn_gate_up": "gate_up_proj",  # Phi-3's fused ffn_up, as the GGUF reader names it
     "ffn_down": "down_proj",
     "output": "lm_head",
     "token_embd": "embedding",
@@ -76,6 +79,19 @@ _SHARED = {
     "gate_proj": "shared_gate_proj",
     "up_proj": "shared_up_proj",
     "down_proj": "shared_down_proj",
+}
+#: A module name of each op as Hugging Face checkpoints spell it: what a ``re:`` pattern
+#: of a "not converted" list (compressed-tensors' ``ignore``) is matched against.
+_MODULE_OF_OP = {
+    **{op: f"model.layers.0.self_attn.{op}" for op in ATTENTION_OPS},
+    **{op: f"model.layers.0.mlp.{op}" for op in ("gate_proj", "up_proj", "down_proj")},
+    "gate_up_proj": "model.layers.0.mlp.gate_up_proj",
+    "router": "model.layers.0.mlp.gate",
+    "expert_gate_up_proj": "model.layers.0.mlp.experts.0.gate_proj",
+    "expert_down_proj": "model.layers.0.mlp.experts.0.down_proj",
+    **{f"shared_{p}": f"model.layers.0.mlp.shared_experts.{p}" for p in _SHARED},
+    "embedding": "model.embed_tokens",
+    "lm_head": "lm_head",
 }
 _FUSED_SUFFIX = re.compile(r"_(blocks|scales|bias)$")
 _GGUF_NAME = re.compile(r"^(?:blk\.\d+\.)?([a-z_]+)\.weight$")
@@ -104,12 +120,24 @@ def op_of_tensor(name: str) -> str | None:
 
 
 def ops_of_pattern(pattern: str) -> tuple[str, ...]:
-    """The ops a "not converted" entry of a ``quantization_config`` names
+    r"""The ops a "not converted" entry of a ``quantization_config`` names
     (``lm_head``, ``model.layers.*.self_attn``, ``re:.*mlp.gate$``...).
+
+    A ``re:`` entry (compressed-tensors) is a regular expression matched, as
+    compressed-tensors matches it, from the start of each op's module name
+    (``model.layers.0.mlp.shared_experts.up_proj``); a bad expression names no op.
 
     >>> ops_of_pattern("model.layers.*.self_attn")[:2], ops_of_pattern("re:.*lm_head")
     (('q_proj', 'k_proj'), ('lm_head',))
+    >>> ops_of_pattern(r"re:.*mlp\.(gate|up|gate_up|down)_proj.*")
+    ('gate_proj', 'up_proj', 'down_proj', 'gate_up_proj')
     """
+    if pattern.startswith("re:"):
+        try:
+            rx = re.compile(pattern[3:])
+        except re.error:
+            return ()
+        return tuple(op for op, module in _MODULE_OF_OP.items() if rx.match(module))
     found: list[str] = []
     if "self_attn" in pattern or "attn" == pattern.rsplit(".", 1)[-1]:
         found += ATTENTION_OPS

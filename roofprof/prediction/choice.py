@@ -87,7 +87,9 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
     Raises:
         ConfigError: a choice that lacks what it needs (``spec`` without a GPU, ``empirical``
             without a roofline or a GPU with published ceilings, ``--engine`` without
-            ``calibrated``), an unknown estimator; UnknownNameError: an unknown GPU or engine.
+            ``calibrated``), an unknown estimator, ``measured`` for a quantized checkpoint
+            without ``weights`` (its kernels are dense); UnknownNameError: an unknown GPU or
+            engine.
     """
     from roofprof.prediction.estimators import RooflineEstimator
 
@@ -137,6 +139,14 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
         raise ConfigError(
             f"{gpu.id} is analytic only: no device backend of roofprof measures an "
             f"{gpu.vendor.upper()} GPU; use --estimator spec (its datasheet)"
+        )
+    stored = scenario.model.stored
+    if scenario.weights is None and stored is not None and stored.quantized:
+        raise ConfigError(
+            f"the measured estimator times dense kernels at {scenario.dtype}, but "
+            f"{scenario.model.id} stores {stored.format} weights ({stored.mean_bits:.2f} bits "
+            "per parameter); choose --estimator spec, empirical or calibrated to predict the "
+            f"checkpoint, or --weights {scenario.dtype} to measure it as a dense model"
         )
     from roofprof.profiling.measured import measured_estimator
 

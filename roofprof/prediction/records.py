@@ -192,9 +192,22 @@ class Prediction:
 
     def _blocks(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        stored = self.model.stored
-        if stored is not None and self.prefill.workload.weights is None:
+        stored, workload = self.model.stored, self.prefill.workload
+        if stored is not None and workload.weights is None:
             out["checkpoint"] = {"location": self.model.source, **stored.describe()}
+        elif self.model.weights_source and workload.weights is None:
+            bits = 8.0 * workload.scenario.weight_bytes_per_element
+            out["checkpoint"] = {  # unquantized, no file gave the bytes: the dtype's
+                "location": self.model.source,
+                "format": workload.dtype,
+                "bits_per_weight": bits,
+                "per_op_bits": {},
+                "mean_bits_per_weight": bits,
+                "stored_bytes": None,
+                "source": self.model.weights_source,
+                "quantization": "",
+                "assumption": "",
+            }
         if self.layout is not None:
             par = self.layout
             out["parallel"] = {

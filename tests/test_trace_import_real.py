@@ -22,6 +22,7 @@ V100 = TRACES / "v100_torch1.9_kineto_resnet50.json.gz"
 H100 = TRACES / "h100_torch2_tracelens_bert_small.json.gz"
 B200 = TRACES / "b200_torch2_tracelens_vllm_eager.json.gz"
 A100_STREAMS = TRACES / "a100_torch1.12_hta_concurrent_streams.json.gz"
+MI300X = TRACES / "mi300x_torch2_tracelens_bert_small.json.gz"
 OPS = ("cpu_op", "Operator")
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 LAUNCH = ("cuda_runtime", "cuda_driver", "Runtime")
@@ -63,8 +64,8 @@ def _kernel_rows(result) -> dict[str, tuple[int, float]]:
 
 @pytest.mark.parametrize(
     "path",
-    [A100, A100_STREAMS, V100, H100, B200],
-    ids=["a100", "a100-streams", "v100", "h100", "b200"],
+    [A100, A100_STREAMS, V100, H100, B200, MI300X],
+    ids=["a100", "a100-streams", "v100", "h100", "b200", "mi300x"],
 )
 def test_kernels_join_the_ops_the_trace_links(path):
     """Every device interval the trace links to an op is joined; the rest are kernel-only
@@ -138,8 +139,9 @@ def test_kernels_of_an_op_without_cost_rule_join_that_op():
         (V100, "v100-sxm2-32gb", "Tesla V100-DGXS-32GB"),
         (H100, "h100-sxm", "NVIDIA H100 80GB HBM3"),
         (B200, "b200", "NVIDIA B200"),
+        (MI300X, "mi300x", "AMD Instinct MI300X VF"),
     ],
-    ids=["a100", "v100", "h100", "b200"],
+    ids=["a100", "v100", "h100", "b200", "mi300x"],
 )
 def test_gpu_trace_is_placed_on_the_recording_gpu(path, gpu, name):
     from roofprof.gpu_specs import load_gpu
@@ -253,6 +255,21 @@ def test_linear_flops_match_a_hand_count():
         if r.op == "aten::linear" and r.shapes[:2] == ((1, 141, 512), (512, 512))
     ]
     assert rows and rows[0].flops == pytest.approx(2 * 141 * 512 * 512 + 141 * 512, rel=0.01)
+
+
+def test_one_model_on_two_vendors_gets_the_same_costs():
+    """bert-small, batch 1, bf16, recorded on an H100 (CUDA) and an MI300X (ROCm): other
+    kernels, the same ops and shapes, so the same FLOPs and bytes per signature."""
+
+    def costs(path):
+        return {
+            (r.op, r.shapes): (r.count, r.flops, r.bytes)
+            for r in import_trace(path).ops
+            if r.kind != "kernel"
+        }
+
+    h100, mi300x = costs(H100), costs(MI300X)
+    assert h100 == mi300x and sum(1 for c in h100.values() if c[1]) >= 5
 
 
 def test_demangled_kernel_names_are_shortened_readably():

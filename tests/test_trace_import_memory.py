@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("resource")  # peak resident memory (not on Windows)
+pytestmark = pytest.mark.slow  # two fresh processes importing 7 and 22 MB traces: ~20 s
 
 H100 = Path(__file__).parent / "fixtures" / "traces" / "h100_torch2_tracelens_bert_small.json.gz"
 IDS = ("External id", "correlation", "external id")

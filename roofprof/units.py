@@ -18,7 +18,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["clean", "dumps_strict", "finite_or_none", "fmt_bytes", "fmt_rate", "json_default", "si"]
+__all__ = [
+    "clean",
+    "dumps_strict",
+    "finite_or_none",
+    "fmt_bytes",
+    "fmt_rate",
+    "json_default",
+    "scoped",
+    "si",
+]
 
 _DECIMAL = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"),
             (1e-6, "µ"), (1e-9, "n"))  # fmt: skip
@@ -161,3 +170,18 @@ def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
             return str(o)
 
     return json.dumps(clean(obj), indent=indent, allow_nan=False, default=default)
+
+
+def scoped(count: int, **per_call: float | None) -> dict[str, float | None]:
+    """Per-call quantities of an op record and their totals over ``count`` calls, the scope
+    in the name (``<name>_per_call``, ``<name>_total``; None stays None). Every command's
+    op records spell FLOPs, bytes and times this way.
+
+    >>> scoped(3, flops=2.0, bytes=None)
+    {'flops_per_call': 2.0, 'flops_total': 6.0, 'bytes_per_call': None, 'bytes_total': None}
+    """
+    out: dict[str, float | None] = {}
+    for name, v in per_call.items():
+        out[f"{name}_per_call"] = v
+        out[f"{name}_total"] = None if v is None else v * count
+    return out

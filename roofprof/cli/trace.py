@@ -11,6 +11,7 @@ bytes to each op row.
 
 from __future__ import annotations
 
+import contextlib
 import runpy
 import sys
 import traceback
@@ -26,13 +27,14 @@ __all__ = ["trace"]
 
 
 def _run_script(script: Path, args: list[str], tracer) -> None:
-    """Run ``script`` as ``__main__`` with ``args`` inside ``tracer``; on the script's own
-    exception print its traceback (frames of roofprof removed) and exit 1."""
+    """Run ``script`` as ``__main__`` with ``args`` inside ``tracer``, its standard output
+    sent to stderr (roofprof's own output keeps stdout); on the script's own exception
+    print its traceback (frames of roofprof removed) and exit 1."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [str(script), *args]
     sys.path.insert(0, str(script.resolve().parent))
-    try:
-        with tracer:
+    try:  # the script's prints go to stderr: stdout is roofprof's (--format json | jq)
+        with tracer, contextlib.redirect_stdout(sys.stderr):
             runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (0, None):
@@ -89,6 +91,9 @@ def trace(
     ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
     roofline: str = typer.Option("auto", "--roofline", help="auto | spec | none | roofline.json."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="With --import: the data/gpus.json id the trace was recorded on."
+    ),
     replay: bool = typer.Option(
         True, "--replay/--no-replay", help="Replay each unique op in isolation."
     ),
@@ -126,6 +131,8 @@ def trace(
         if import_ is not None:
             raise ConfigError("--counters runs a script under Nsight Compute; not with --import")
         ncu = require_counters(select(device))  # a GPU and ncu, before anything runs
+    if gpu is not None and import_ is None:
+        raise ConfigError("--gpu names the GPU of an imported trace; use it with --import")
     if nvtx_signatures:  # the --counters child: run the script with NVTX ranges, report nothing
         from roofprof.tracing import trace as make_trace
 
@@ -143,7 +150,9 @@ def trace(
     if import_ is not None:
         from roofprof.tracing.chrome import import_trace
 
-        result = import_trace(import_, device=device, roofline=roofline, module_depth=module_depth)
+        result = import_trace(
+            import_, device=device, roofline=roofline, module_depth=module_depth, gpu=gpu
+        )
     else:
         if not script.is_file():
             raise ConfigError(f"no such script: {script}")

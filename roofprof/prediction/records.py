@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from roofprof.prediction.estimators import OpEstimate
 from roofprof.specs import ModelSpec
+from roofprof.units import scoped
 from roofprof.workload import Op, Parallel, Workload
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class OpPrediction:
+    """One op under one estimator. :meth:`to_dict` spells the scope in each name
+    (``flops_per_call`` / ``flops_total``, ``bytes_*``, ``seconds_*``); the unscoped
+    ``flops``, ``bytes`` and ``seconds`` are the totals over ``count`` calls."""
+
     op: Op
     estimate: OpEstimate
 
@@ -43,11 +48,11 @@ class OpPrediction:
         op = self.op
         return {
             **op.to_dict(),
-            "flops": op.total_flops,
+            **scoped(op.count, flops=op.flops, bytes=op.bytes, seconds=self.estimate.seconds),
+            "flops": op.total_flops,  # unscoped names (all calls) kept for earlier readers
             "bytes": op.total_bytes,
             "intensity": op.intensity,
             "seconds": self.seconds,
-            "seconds_per_call": self.estimate.seconds,
             "bound": self.estimate.bound,
             "note": "; ".join(n for n in (op.note, self.estimate.note) if n),
         }

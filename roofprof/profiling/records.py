@@ -17,6 +17,7 @@ from roofprof.errors import ConfigError
 from roofprof.prediction.estimators import OpTime
 from roofprof.profiling.engine import Measurement
 from roofprof.roofline import Point, Roofline, place
+from roofprof.units import scoped
 from roofprof.workload import Op, Workload
 
 __all__ = ["OpResult", "ProfileResult"]
@@ -53,7 +54,10 @@ def _placement(point: Point, roofline: Roofline | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class OpResult:
-    """One op of the workload: every implementation's measurement and the one chosen."""
+    """One op of the workload: every implementation's measurement and the one chosen.
+    :meth:`to_dict` spells the scope in each name (``flops_per_call`` / ``flops_total``,
+    ``bytes_*``, ``seconds_*``); the unscoped ``flops`` and ``bytes`` are per call and
+    ``seconds`` is all calls."""
 
     op: Op
     measurements: tuple[Measurement, ...]
@@ -76,14 +80,15 @@ class OpResult:
 
     def to_dict(self) -> dict[str, Any]:
         op, chosen = self.op, self.chosen
+        seconds = self.seconds if chosen else None
         return {
             **op.to_dict(),
-            "flops": op.flops,
+            **scoped(op.count, flops=op.flops, bytes=op.bytes, seconds=seconds),
+            "flops": op.flops,  # unscoped names kept for earlier readers: per call
             "bytes": op.bytes,
             "note": op.note,
             "impl": chosen.impl if chosen else None,
-            "seconds_per_call": self.seconds if chosen else None,
-            "seconds": self.seconds * op.count if chosen else None,
+            "seconds": self.seconds * op.count if chosen else None,  # all calls
             "cv": chosen.timing.cv if chosen else None,
             "clock_mhz": (chosen.telemetry or {}).get("clock_mhz") if chosen else None,
             **self.placement(),

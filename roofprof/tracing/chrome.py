@@ -12,93 +12,100 @@ else the op's own CPU duration.
 from __future__ import annotations
 
 import ast
-import gzip
+import bisect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from roofprof.errors import ConfigError
+from roofprof.tracing.chrome_events import KERNEL, OP, RUNTIME, Event, TraceFile, read_trace
 from roofprof.tracing.costs import C10_DTYPE_NAMES, OpCall, TensorMeta, cost_of, dtype_name
 from roofprof.tracing.kernels import union_s
+from roofprof.units import si
 
-__all__ = ["import_trace", "read_events"]
+__all__ = ["import_trace", "read_events", "trace_device"]
 
 
-def read_events(path: str | Path) -> list[dict[str, Any]]:
-    """The ``traceEvents`` of a Chrome trace (``.json`` or ``.json.gz``).
+def _nest(ops: list[Event]) -> dict[Any, tuple[list[float], list[Event], list[int]]]:
+    """Per thread: op start times, the ops (by start, outer first) and each op's parent
+    index (-1: a root)."""
+    by_thread: dict[Any, list[Event]] = {}
+    for e in ops:
+        by_thread.setdefault((e.pid, e.tid), []).append(e)
+    nests = {}
+    for key, evs in by_thread.items():
+        evs.sort(key=lambda e: (e.ts, -e.dur))
+        parents: list[int] = []
+        stack: list[int] = []
+        for i, e in enumerate(evs):
+            while stack and evs[stack[-1]].end <= e.ts:
+                stack.pop()
+            parents.append(stack[-1] if stack else -1)
+            stack.append(i)
+        nests[key] = ([e.ts for e in evs], evs, parents)
+    return nests
 
-    Raises:
-        ConfigError: unreadable, not JSON, or not a torch profiler trace.
-    """
-    p = Path(path)
-    try:
-        raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-        data = json.loads(raw)
-    except OSError as exc:
-        raise ConfigError(f"cannot read trace {p}: {exc.strerror or exc}") from None
-    except (ValueError, gzip.BadGzipFile):
-        raise ConfigError(
-            f"{p} is not a JSON trace (torch.profiler's export_chrome_trace writes one)"
-        ) from None
-    events = (
-        data.get("traceEvents")
-        if isinstance(data, dict)
-        else data
-        if isinstance(data, list)
-        else None
-    )
-    if not isinstance(events, list) or not any(
-        isinstance(e, dict) and e.get("cat") == "cpu_op" for e in events
-    ):
-        raise ConfigError(f"{p} is not a torch profiler trace (no cpu_op events in traceEvents)")
-    ops = [e for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op"]
-    if not any("Input Dims" in (e.get("args") or {}) for e in ops):
-        raise ConfigError(
-            f"{p} has no shapes: record it with torch.profiler.profile(record_shapes=True)"
-        )
-    return events
+
+def _innermost(nest: tuple[list[float], list[Event], list[int]] | None, t: float) -> Event | None:
+    """The innermost op of a thread's nest whose span holds time ``t`` (None: no op)."""
+    if nest is None:
+        return None
+    starts, evs, parents = nest
+    i = bisect.bisect_right(starts, t) - 1
+    while i >= 0 and not (evs[i].ts <= t <= evs[i].end):
+        i = parents[i]
+    return evs[i] if i >= 0 else None
 
 
 def _select(
-    ops: list[dict[str, Any]], costed: Any, owner: dict[Any, dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
+    nests: dict[Any, tuple[list[float], list[Event], list[int]]], costed: Any
+) -> tuple[list[Event], list[Event], dict[Event, Event]]:
     """The ops to count: the outermost op of each nest that has a cost rule (what it calls
-    inside is part of it), else the innermost ops (leaves) with their own time. ``owner``
-    (filled when given) maps the ``External id`` of every op inside a chosen one to it, so
-    a kernel launched by an inner op joins the op counted."""
-    by_thread: dict[Any, list[dict[str, Any]]] = {}
-    for e in ops:
-        by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
-    chosen: list[dict[str, Any]] = []
-    for evs in by_thread.values():
-        evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
-        children: dict[int, list[dict]] = {}
-        roots: list[dict] = []
-        stack: list[dict] = []
-        for e in evs:
-            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) <= e["ts"]:
-                stack.pop()
-            (children.setdefault(id(stack[-1]), []) if stack else roots).append(e)
-            stack.append(e)
-
-        def own(e: dict, top: dict, children: dict[int, list[dict]] = children) -> None:
-            if owner is not None:
-                owner[(e.get("args") or {}).get("External id")] = top
-            for k in children.get(id(e), []):
-                own(k, top)
-
-        def visit(e: dict, children: dict[int, list[dict]] = children) -> None:
-            kids = children.get(id(e), [])
-            if costed(e) or not kids:
-                chosen.append(e)
-                own(e, e)
+    inside is part of it), else the innermost ops (leaves) with their own time. Returns
+    ``(chosen, launchers, owner)``: ``launchers`` are the ops passed through (children but
+    no cost rule, e.g. a custom ``vllm::moe_forward``), counted only for the kernels they
+    launch themselves; ``owner`` maps every op to the chosen op or launcher counting it."""
+    chosen: list[Event] = []
+    launchers: list[Event] = []
+    owner: dict[Event, Event] = {}
+    for _, evs, parents in nests.values():
+        children: dict[int, list[int]] = {}
+        for i, p in enumerate(parents):
+            children.setdefault(p, []).append(i)
+        todo = list(reversed(children.get(-1, [])))
+        while todo:
+            i = todo.pop()
+            kids = children.get(i, [])
+            if costed(evs[i]) or not kids:
+                chosen.append(evs[i])
+                inner = [i]
+                while inner:
+                    j = inner.pop()
+                    owner[evs[j]] = evs[i]
+                    inner.extend(children.get(j, []))
             else:
-                for k in kids:
-                    visit(k)
+                launchers.append(evs[i])
+                owner[evs[i]] = evs[i]
+                todo.extend(reversed(kids))
+    return chosen, launchers, owner
 
-        for r in roots:
-            visit(r)
-    return chosen
+
+def _launcher(
+    k: Event,
+    runtime: dict[Any, Event],
+    nests: dict[Any, tuple[list[float], list[Event], list[int]]],
+    by_ext: dict[Any, Event],
+) -> Event | None:
+    """The op that launched device interval ``k``: the innermost op around the runtime
+    launch with ``k``'s correlation (on the launching thread), else the op whose
+    ``External id`` ``k`` names (when that id is not its own correlation)."""
+    rt = runtime.get(k.corr) if k.corr is not None else None
+    if rt is not None:
+        return _innermost(nests.get((rt.pid, rt.tid)), rt.ts)
+    if k.ext is not None and k.ext != k.corr:
+        return by_ext.get(k.ext)
+    return None
 
 
 def _scalar(text: str) -> Any:
@@ -110,20 +117,23 @@ def _scalar(text: str) -> Any:
         return text
 
 
-def _call(name: str, args: dict[str, Any]) -> OpCall:
-    dims, types = args.get("Input Dims", []), args.get("Input type", [])
-    concrete = args.get("Concrete Inputs", [])
+def _call(name: str, inputs: list[Any]) -> OpCall:
+    """The call an op event records. torch 1.8/1.9 traces record no ``Input type``: a
+    non-empty ``Input Dims`` entry is then read as an fp32 tensor (FLOPs are exact, bytes
+    assume 4-byte elements)."""
+    dims, types, concrete = (x or [] for x in inputs)
+    untyped = not types
     values: list[Any] = []
     for i, d in enumerate(dims):
         t = types[i] if i < len(types) else ""
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):  # TensorList
-            values.append([TensorMeta(tuple(x), dtype_name(t)) for x in d])
+            values.append([TensorMeta(tuple(x), dtype_name(t or "float")) for x in d])
         elif (
             isinstance(d, list)
             and (t.lower() in C10_DTYPE_NAMES or dtype_name(t) != t.lower())
             and t != "Scalar"
-        ):
-            values.append(TensorMeta(tuple(d), dtype_name(t)))
+        ) or (untyped and isinstance(d, list) and d):
+            values.append(TensorMeta(tuple(d), dtype_name(t or "float")))
         else:
             values.append(_scalar(concrete[i]) if i < len(concrete) else None)
     outputs, tags, view, mutable = _infer(name, values)
@@ -209,8 +219,131 @@ def _overload(packet: Any, values: list[Any]) -> Any:
     return getattr(packet, "default", None) or getattr(packet, packet.overloads()[0])
 
 
+def _unrecorded_ints(call: OpCall) -> bool:
+    """True when an ``int[]`` argument of ``call`` (stride, padding, kernel size...) is
+    unrecorded (torch 1.8/1.9 traces keep no ``Concrete Inputs``): its cost is unknown."""
+    try:
+        import torch
+
+        ns, op = call.op.split("::", 1)
+        schema = _overload(getattr(getattr(torch.ops, ns), op), list(call.args))._schema
+    except Exception:  # noqa: BLE001 - not a registered op
+        return False
+    return any(
+        v is None and ("int[" in str(a.type).lower() or "list[int]" in str(a.type).lower())
+        for v, a in zip(call.args, schema.arguments, strict=False)
+    )
+
+
 def _takes_tensor(arg: Any) -> bool:
     return "Tensor" in str(arg.type)
+
+
+def read_events(path: str | Path) -> TraceFile:
+    """The trace at ``path`` as compact records (:func:`~roofprof.tracing.chrome_events.
+    read_trace`; kept for callers of the earlier name).
+
+    Raises:
+        ConfigError: unreadable, not JSON, not a torch profiler trace, or without shapes.
+    """
+    return read_trace(path)
+
+
+_FAMILY = re.compile(r"[A-Z]{1,3}\d{2,4}[A-Z]?")
+
+
+def trace_device(trace: TraceFile, gpu: str | None = None) -> Any:
+    """The device a GPU trace was recorded on, as a roofprof Device stand-in (``.info``):
+    ``gpu`` (a ``data/gpus.json`` id) when given, else the trace's ``deviceProperties``
+    (its first device) matched by name, or by family, SM count and memory (within 15 %).
+    None for a trace without device properties.
+
+    Raises:
+        ConfigError: ``gpu`` is not a known id, or the trace's GPU matches no row
+            (the message names the GPU and the ids that exist).
+
+    >>> trace_device(read_trace("a100.json.gz")).info.spec_id  # doctest: +SKIP
+    'a100-sxm-40gb'
+    """
+    from roofprof.gpu_specs import list_gpus, load_gpu, match_gpu
+
+    props = trace.devices[0] if trace.devices else {}
+    name = str(props.get("name") or "")
+    if gpu is not None:
+        spec = load_gpu(gpu)
+        how = f"--gpu {spec.id}"
+    elif not props:
+        return None
+    else:
+        spec, how = match_gpu(name), "matched by name"
+        if spec is None:
+            family = _FAMILY.findall(name.upper())
+            sms, mem = props.get("numSms"), float(props.get("totalGlobalMem") or 0)
+            near = [
+                s
+                for s in list_gpus()
+                if any(f in s.name.upper() for f in family)
+                and s.sm_count == sms
+                and mem
+                and abs(s.memory_bytes - mem) <= 0.15 * s.memory_bytes
+            ]
+            near.sort(key=lambda s: abs(s.memory_bytes - mem))
+            spec, how = (near[0] if near else None), "matched by family, SM count and memory"
+        if spec is None:
+            ids = ", ".join(s.id for s in list_gpus())
+            raise ConfigError(
+                f"{trace.path} was recorded on {name or 'an unnamed GPU'} "
+                f"({props.get('numSms')} SMs), which matches no GPU in data/gpus.json; "
+                f"give --gpu ID (one of: {ids}) or --roofline none|roofline.json"
+            )
+    return _TraceDevice(
+        name or spec.name,
+        int(props.get("numSms") or spec.sm_count),
+        int(props.get("totalGlobalMem") or spec.memory_bytes),
+        spec.id,
+        f"trace deviceProperties, {how} as {spec.id}",
+        int(props.get("id", 0) or 0),
+    )
+
+
+def _unnamed_gpu(trace: TraceFile, roofline: Any) -> Any:
+    """The device of a GPU trace without ``deviceProperties``: refused against a datasheet
+    (which GPU's?), else a GPU known only by that."""
+    from roofprof.gpu_specs import list_gpus
+
+    if roofline in ("auto", "spec"):
+        ids = ", ".join(s.id for s in list_gpus())
+        raise ConfigError(
+            f"{trace.path} has device kernels but no deviceProperties naming its GPU; give "
+            f"--gpu ID (one of: {ids}) or --roofline none|roofline.json"
+        )
+    return _TraceDevice(
+        "a GPU the trace does not name", 0, 0, None, "the trace records no deviceProperties"
+    )
+
+
+class _TraceDevice:
+    """The GPU a trace was recorded on (identity only: nothing runs on it)."""
+
+    def __init__(
+        self, name: str, sms: int, memory: int, spec_id: str | None, source: str, index: int = 0
+    ):
+        from roofprof.devices.base import DeviceInfo
+
+        self.info = DeviceInfo(
+            kind="cuda",
+            index=index,
+            name=name,
+            compute_units=sms,
+            memory_bytes=memory,
+            spec_id=spec_id,
+            extra={"from": source},
+            asynchronous=True,
+            shared_host=False,
+            default_dtype="bf16",
+            torch_device="cuda:0",
+            compute_unit_name="SMs",
+        )
 
 
 class _Imported:
@@ -229,71 +362,85 @@ def import_trace(
     device: Any = "cpu",
     roofline: Any = "auto",
     module_depth: int | None = None,
+    gpu: str | None = None,
 ):
     """A :class:`~roofprof.tracing.result.TraceResult` from a torch profiler Chrome trace.
 
-    ``device`` and ``roofline`` choose the roofline the ops are placed on (give the
-    ``roofline.json`` of the machine the trace was made on). No replays (the inputs are
-    not in the trace).
+    A GPU trace (device intervals and ``deviceProperties``) is placed on the GPU it was
+    recorded on (:func:`trace_device`; ``gpu`` overrides), against that GPU's datasheet
+    roofline (``roofline`` ``"auto"`` or ``"spec"``; or a ``roofline.json`` / ``"none"``).
+    A CPU trace is placed on ``device``'s roofline. No replays (the inputs are not in the
+    trace). The result's ``summary.notes`` say when no device time could be joined to an
+    op (MFU/MBU are then not given).
 
     Raises:
-        ConfigError: not a torch profiler trace, or a trace without shapes.
+        ConfigError: not a torch profiler trace, a trace without shapes, or a GPU that
+            matches no ``data/gpus.json`` row.
     """
+    import dataclasses
+
     from roofprof.devices import select
     from roofprof.tracing.result import build_result
     from roofprof.tracing.tracer import SignatureStats
 
-    events = read_events(path)
-    ops = [e for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op" and "ts" in e]
-    kernels = [
-        e
-        for e in events
-        if isinstance(e, dict) and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-    ]
-    imp = _Imported(select(device) if isinstance(device, str) else device, roofline, module_depth)
-    start = min(e["ts"] for e in ops)
-    imp.wall_s = (max(e["ts"] + e.get("dur", 0) for e in [*ops, *kernels]) - start) * 1e-6
+    trace = read_trace(path)
+    ops = [e for e in trace.events if e.kind == OP]
+    kernels = [e for e in trace.events if e.kind == KERNEL]
+    runtime = {e.corr: e for e in trace.events if e.kind == RUNTIME and e.corr is not None}
+    dev = trace_device(trace, gpu) if (kernels or gpu) else None
+    if dev is None and kernels:  # a GPU trace that does not name its GPU
+        dev = _unnamed_gpu(trace, roofline)
+    if dev is not None:
+        roofline = "spec" if roofline == "auto" else roofline
+    elif isinstance(device, str):
+        dev = select(device)
+    else:
+        dev = device
+    imp = _Imported(dev, roofline, module_depth)
+    span = [*ops, *kernels]  # one window for op and device time
+    start = min(e.ts for e in span)
+    imp.wall_s = (max(e.end for e in span) - start) * 1e-6
 
-    def signature(e: dict) -> Any:
-        a = e.get("args") or {}
-        name = e.get("name", "?")
-        key = (
-            name,
-            json.dumps(a.get("Input Dims")),
-            json.dumps(a.get("Input type")),
-            json.dumps(a.get("Concrete Inputs")),
-        )
+    untyped = trace.torch_format == "1.8-1.9"
+
+    def signature(e: Event) -> Any:
+        key = (e.name, e.inputs)
         stats = imp.sigs.get(key)
         if stats is None:
-            call = _call(name, a) if "::" in name else OpCall(name)
+            call = (
+                _call(e.name, json.loads(e.inputs))
+                if "::" in e.name and e.inputs
+                else OpCall(e.name)
+            )
             tensors = call.tensors
             stats = SignatureStats(
-                name,
+                e.name,
                 "default",
                 tuple(t.shape for t in tensors),
                 tuple(t.dtype for t in tensors),
                 call,
-                cost_of(call),
+                None if untyped and _unrecorded_ints(call) else cost_of(call),
                 None,
             )
             imp.sigs[key] = stats
         return stats
 
-    owner: dict[Any, dict[str, Any]] = {}
-    chosen = _select(ops, lambda e: signature(e).cost is not None, owner)
-    intervals: dict[int, list[tuple[float, float]]] = {}  # chosen op -> its kernels (µs)
+    nests = _nest(ops)
+    chosen, launchers, owner = _select(nests, lambda e: signature(e).cost is not None)
+    by_ext = {e.ext: e for e in ops if e.ext is not None}
+    intervals: dict[Event, list[tuple[float, float]]] = {}  # counted op -> its kernels (µs)
     unattributed: dict[str, list[tuple[float, float]]] = {}
     for k in kernels:
-        a = k.get("args") or {}
-        top = owner.get(a.get("External id", a.get("external id")))
-        span = (float(k["ts"]), float(k["ts"]) + float(k.get("dur", 0)))
-        if top is not None and a.get("External id", a.get("external id")) is not None:
-            intervals.setdefault(id(top), []).append(span)
+        op = _launcher(k, runtime, nests, by_ext)
+        top = owner.get(op) if op is not None else None
+        if top is not None:
+            intervals.setdefault(top, []).append((k.ts, k.end))
         else:  # a kernel of no op (fused, raw Triton, NCCL): its own row, time only
-            unattributed.setdefault(str(k.get("name", "kernel")), []).append(span)
-    for e in chosen:
+            unattributed.setdefault(k.name, []).append((k.ts, k.end))
+    counted = [*chosen, *(e for e in launchers if e in intervals)] if kernels else chosen
+    for e in counted:
         stats = signature(e)
-        us = union_s(intervals.get(id(e), [])) * 1e9 if kernels else e.get("dur", 0)
+        us = union_s(intervals.get(e, [])) * 1e9 if kernels else e.dur
         stats.count += 1
         stats.time_s += us * 1e-6
         m = stats.modules.setdefault(("-", "forward"), [0, 0.0])
@@ -315,4 +462,45 @@ def import_trace(
             kernel_only=True,
         )
         imp.sigs[("kernel", name)] = stats
-    return build_result(imp)
+    result = build_result(imp)
+    result = dataclasses.replace(result, summary=dataclasses.replace(result.summary, imported=True))
+    if not kernels:
+        return result
+    joined = sum(len(v) for v in intervals.values())
+    notes = [f"{joined} of {len(kernels)} device intervals joined to a recorded op"]
+    s = result.summary
+    busy = union_s([(k.ts, k.end) for k in kernels]) * 1e3  # device busy time (s)
+    if s.op_time_s > busy * (1 + 1e-9) and busy > 0:  # concurrent streams overlap
+        costed = [
+            sp for e in counted if signature(e).cost is not None for sp in intervals.get(e, ())
+        ]
+        scale = s.op_time_s / busy
+        notes.append(
+            f"ops overlap on concurrent streams: their times add up to "
+            f"{si(s.op_time_s, 's')} in {si(busy, 's')} of device busy time; op time, "
+            "coverage, MFU and MBU are over the busy time"
+        )
+        s = dataclasses.replace(
+            s,
+            op_time_s=busy,
+            unattributed_s=max(0.0, s.wall_s - busy),
+            coverage=union_s(costed) * 1e3 / busy,
+            **{
+                k: None if getattr(s, k) is None else getattr(s, k) * scale
+                for k in ("mfu_measured", "mbu_measured", "mfu_datasheet", "mbu_datasheet")
+            },
+        )
+    if not joined:
+        notes.append(
+            "no device time is joined to an op: MFU, MBU and coverage rest on nothing "
+            "and are not given"
+        )
+        s = dataclasses.replace(
+            s,
+            coverage=None,
+            mfu_measured=None,
+            mbu_measured=None,
+            mfu_datasheet=None,
+            mbu_datasheet=None,
+        )
+    return dataclasses.replace(result, summary=dataclasses.replace(s, notes=tuple(notes)))

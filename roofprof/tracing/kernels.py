@@ -46,6 +46,7 @@ __all__ = [
     "KernelRow",
     "TorchKernelProfiler",
     "join_kernels",
+    "split_kineto",
     "union_s",
 ]
 
@@ -101,7 +102,7 @@ class KernelJoin:
     kernels: int
 
 
-def union_s(intervals: Iterable[tuple[int, int]]) -> float:
+def union_s(intervals: Iterable[tuple[float, float]]) -> float:
     """Seconds covered by the union of ``(start_ns, end_ns)`` intervals.
 
     >>> union_s([(0, 10), (5, 20), (30, 40)])
@@ -230,31 +231,43 @@ class TorchKernelProfiler:
             yield
 
     def events(self) -> tuple[list[HostEvent], list[KernelEvent]]:
-        cpu = self._torch.autograd.DeviceType.CPU
-        host: list[HostEvent] = []
-        kernels: list[KernelEvent] = []
-        for e in self._prof.profiler.kineto_results.events():
-            activity = str(e.activity_type()) if hasattr(e, "activity_type") else ""
-            if e.device_type() == cpu:
-                if (
-                    activity in _HOST_ACTIVITIES or not activity
-                ):  # not cuda_runtime: another id space
-                    host.append(
-                        HostEvent(
-                            e.correlation_id(),
-                            e.name(),
-                            e.start_ns(),
-                            e.end_ns(),
-                            e.start_thread_id(),
-                        )
+        return split_kineto(
+            self._prof.profiler.kineto_results.events(), self._torch.autograd.DeviceType.CPU
+        )
+
+
+def split_kineto(events: Iterable[Any], cpu: Any) -> tuple[list[HostEvent], list[KernelEvent]]:
+    """Host ops and device intervals of torch's ``_KinetoEvent`` records, by torch's own
+    rule (``torch.autograd.profiler``'s ``_parse_kineto_results``): a CPU event is a host
+    op or range only when its ``linked_correlation_id()`` is 0 (a runtime launch such as
+    ``cudaLaunchKernel`` links to its op and lives in another id space); a device event
+    that is not a user annotation is an interval, linked to its op by
+    ``linked_correlation_id()``. Works whether or not the torch version has
+    ``activity_type()`` (2.11 has none); where it has, device activities other than
+    kernels, copies and sets are left out.
+
+    >>> split_kineto([], cpu="CPU")
+    ([], [])
+    """
+    host: list[HostEvent] = []
+    kernels: list[KernelEvent] = []
+    for e in events:
+        if e.device_type() == cpu:
+            if e.linked_correlation_id() == 0:
+                host.append(
+                    HostEvent(
+                        e.correlation_id(), e.name(), e.start_ns(), e.end_ns(), e.start_thread_id()
                     )
-            elif (activity in _DEVICE_ACTIVITIES or not activity) and not e.is_user_annotation():
-                kernels.append(
-                    KernelEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id())
                 )
-        return host, kernels
+            continue
+        activity = str(e.activity_type()) if hasattr(e, "activity_type") else ""
+        activity = activity.split(".")[-1].lower()
+        if (not activity or activity in _DEVICE_ACTIVITIES) and not e.is_user_annotation():
+            kernels.append(
+                KernelEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id())
+            )
+    return host, kernels
 
 
-#: Kineto activity types of host ops and ranges, and of device intervals that take time
-_HOST_ACTIVITIES = ("cpu_op", "user_annotation")
+#: Kineto activity types of device intervals that take time
 _DEVICE_ACTIVITIES = ("kernel", "gpu_memcpy", "gpu_memset", "concurrent_kernel")

@@ -11,7 +11,58 @@ from typing import Any
 
 from roofprof.units import clean, si
 
-__all__ = ["csv_text", "summary_lines", "text_table", "write_report"]
+__all__ = ["csv_text", "short_name", "summary_lines", "text_table", "write_report"]
+
+
+def _strip(text: str, open_: str, close: str) -> tuple[str, list[str]]:
+    """``text`` with each outermost ``open_ ... close`` group removed, and the groups."""
+    out, groups, depth, cur = [], [], 0, []
+    for ch in text:
+        if ch == open_:
+            depth += 1
+            if depth == 1:
+                cur = []
+                continue
+        elif ch == close and depth:
+            depth -= 1
+            if depth == 0:
+                groups.append("".join(cur))
+                continue
+        (cur if depth else out).append(ch)
+    return "".join(out), groups
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def short_name(op: str) -> str:
+    """A readable short name for a table: an aten op without its namespace, a demangled
+    kernel name as its function name (return type, namespaces, template arguments and
+    parameters dropped; a generic ``Kernel`` keeps its first template argument).
+
+    >>> short_name("aten::addmm")
+    'addmm'
+    >>> short_name("kernel::void at::native::vectorized_elementwise_kernel<4, "
+    ...            "at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, "
+    ...            "at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    'vectorized_elementwise_kernel'
+    >>> short_name("kernel::void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_nn>"
+    ...            "(cutlass_80_tensorop_s1688gemm_64x64_nn::Params)")
+    'Kernel<cutlass_80_tensorop_s1688gemm_64x64_nn>'
+    """
+    if not op.startswith("kernel::"):
+        return op.split("::")[-1]
+    name = op[len("kernel::") :]
+    bare, _ = _strip(name, "(", ")")
+    bare, targs = _strip(bare, "<", ">")
+    words = bare.replace("void ", " ").split()
+    func = (words[-1] if words else name).split("::")[-1] or name
+    if func.lower().startswith("kernel") and len(func) <= 8 and targs:
+        func = f"{func}<{targs[0].split(',')[0].split('::')[-1].strip()}>"
+    return func
+
 
 _COLUMNS = (
     "op",
@@ -19,11 +70,13 @@ _COLUMNS = (
     "dtypes",
     "count",
     "kind",
-    "flops",
-    "bytes",
+    "flops_per_call",
+    "flops_total",
+    "bytes_per_call",
+    "bytes_total",
     "intensity",
-    "time_s",
-    "time_per_call_s",
+    "seconds_total",
+    "seconds_per_call",
     "replay_s",
     "roof",
     "percent_of_roof",
@@ -31,9 +84,9 @@ _COLUMNS = (
     "flags",
     "modules",
     "signature",
-    "measured_flops",
-    "measured_dram_bytes",
-    "measured_time_s",
+    "measured_flops_per_call",
+    "measured_dram_bytes_per_call",
+    "measured_seconds_per_call",
     "measured_kernels",
 )
 
@@ -45,16 +98,25 @@ def _pct(x: float | None) -> str:
 def summary_lines(result: Any) -> list[str]:
     """The summary in a few lines (wall, op time, coverage, MFU/MBU)."""
     s = result.summary
+    imported = getattr(s, "imported", False)
+    rates = (
+        f"over the op time ({s.dtype}): MFU {_pct(s.mfu_datasheet)} / MBU "
+        f"{_pct(s.mbu_datasheet)} of the datasheet roofline"
+        if s.roofline_source == "datasheet"  # an imported GPU trace: one roofline, not two
+        else f"over the op time ({s.dtype}): MFU {_pct(s.mfu_measured)} / MBU "
+        f"{_pct(s.mbu_measured)} of the measured roofline; "
+        f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)} of the datasheet"
+    )
     return [
         f"device {s.device}; roofline: {s.roofline_source}",
-        f"window: wall {si(s.wall_s, 's')} (instrumented), op time {si(s.op_time_s, 's')}, "
-        f"unattributed {si(s.unattributed_s, 's')} (Python, tracer, idle); {s.calls} op calls, "
-        f"{s.unique_ops} unique",
+        *(f"note: {n}" for n in getattr(s, "notes", ())),
+        f"window: wall {si(s.wall_s, 's')} ({'recorded span' if imported else 'instrumented'}), "
+        f"op time {si(s.op_time_s, 's')}, unattributed {si(s.unattributed_s, 's')} "
+        f"({'in no op or kernel' if imported else 'Python, tracer, idle'}); "
+        f"{s.calls} op calls, {s.unique_ops} unique",
         f"coverage {_pct(s.coverage)} of op time has a FLOP formula and a byte model; "
         f"{si(s.flops, 'FLOP')}, {si(s.bytes, 'B')} minimum",
-        f"over the op time ({s.dtype}): MFU {_pct(s.mfu_measured)} / MBU {_pct(s.mbu_measured)} "
-        f"of the measured roofline; "
-        f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)} of the datasheet",
+        rates,
     ]
 
 
@@ -73,7 +135,7 @@ def text_table(result: Any, top: int | None = 20) -> str:
     lines = [head, "-" * len(head)]
     for r in result.ops[:top]:
         lines.append(
-            f"{r.op.split('::')[-1][:34]:<34} {_shape(r)[:30]:<30} {r.count:>5} "
+            f"{_fit(short_name(r.op), 34):<34} {_shape(r)[:30]:<30} {r.count:>5} "
             f"{si(r.time_s, 's'):>9} "
             f"{si(r.time_per_call_s, 's'):>9} {si(r.replay_s, 's', missing='-'):>9} "
             f"{'-' if r.flops is None else f'{r.flops / 1e9:.3f}':>8} "
@@ -100,7 +162,7 @@ def text_table(result: Any, top: int | None = 20) -> str:
         ]
         for r in measured[:top]:
             lines.append(
-                f"{r.op.split('::')[-1][:34]:<34} {_num(r.flops, 1e9):>9} "
+                f"{_fit(short_name(r.op), 34):<34} {_num(r.flops, 1e9):>9} "
                 f"{_num(r.measured_flops, 1e9):>10} "
                 f"{_num(r.bytes, 1e6):>9} {_num(r.measured_dram_bytes, 1e6):>12} "
                 f"{si(r.measured_time_s, 's', missing='-'):>9} {r.measured_kernels:>7}"
@@ -126,7 +188,7 @@ def csv_text(result: Any) -> str:
 def _modules_csv(result: Any) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["module", "phase", "calls", "time_s", "flops", "bytes"])
+    w.writerow(["module", "phase", "calls", "seconds_total", "flops_total", "bytes_total"])
     for m in result.modules:
         w.writerow([m.module, m.phase, m.calls, m.time_s, m.flops, m.bytes])
     return buf.getvalue()
@@ -151,7 +213,7 @@ def _cards(result: Any) -> str:
     s = result.summary
     cards = [
         (
-            "window (instrumented)",
+            "window (recorded span)" if getattr(s, "imported", False) else "window (instrumented)",
             si(s.wall_s, "s"),
             f"op time {si(s.op_time_s, 's')}, unattributed {si(s.unattributed_s, 's')}",
         ),
@@ -221,6 +283,7 @@ def _html(result: Any, png: bytes | None) -> str:
         f"<p class='muted'>roofline: {html.escape(s.roofline_source)}; FMA = 2 FLOPs; "
         "minimum bytes (views 0, broadcasts once, gathers the rows touched); "
         "times in context, replays in isolation.</p>",
+        *(f"<p><b>note:</b> {html.escape(n)}</p>" for n in getattr(s, "notes", ())),
         _cards(result),
         "<h2>Roofline</h2>",
         html_image(png, "roofline with the slowest ops placed"),
@@ -229,7 +292,7 @@ def _html(result: Any, png: bytes | None) -> str:
     flagged: dict[str, list[str]] = {}
     for r in result.ops:
         for f in r.flags:
-            flagged.setdefault(f, []).append(r.op.split("::")[-1])
+            flagged.setdefault(f, []).append(short_name(r.op))
     if flagged:
         parts.append(
             "<h2>Flags</h2><ul>"

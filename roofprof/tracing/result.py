@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from roofprof.roofline import Point, Roofline, place
+from roofprof.units import scoped
 
 __all__ = [
     "ModuleRow",
@@ -43,7 +44,13 @@ class OpRow:
     fused ``torch.compile`` kernel, time only). ``signature`` is the call's stable id
     (:func:`~roofprof.tracing.tracer.signature_id`); ``measured_*`` are Nsight Compute's
     counts for one call (``--counters``; None without), beside the formula's ``flops`` and
-    ``bytes``."""
+    ``bytes``.
+
+    :meth:`to_dict` spells the scope in each name, as every command's op records do:
+    ``flops_per_call`` / ``flops_total``, ``bytes_per_call`` / ``bytes_total``,
+    ``seconds_per_call`` / ``seconds_total``, ``measured_*_per_call``; the unscoped
+    ``flops``, ``bytes`` (per call), ``time_s`` (total) and ``time_per_call_s`` are kept
+    for earlier readers."""
 
     op: str
     overload: str
@@ -71,6 +78,11 @@ class OpRow:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.update(scoped(self.count, flops=self.flops, bytes=self.bytes))
+        d["seconds_per_call"], d["seconds_total"] = self.time_per_call_s, self.time_s
+        d["measured_flops_per_call"] = self.measured_flops
+        d["measured_dram_bytes_per_call"] = self.measured_dram_bytes
+        d["measured_seconds_per_call"] = self.measured_time_s
         d["shapes"] = [list(s) for s in self.shapes]
         d["dtypes"], d["flags"], d["modules"] = (
             list(self.dtypes),
@@ -83,7 +95,9 @@ class OpRow:
 @dataclass(frozen=True)
 class ModuleRow:
     """A module (fully qualified name, cut at ``module_depth``) in one ``phase`` (forward or
-    backward): its op calls, in-context time, FLOPs and minimum bytes (ops with a cost)."""
+    backward): its op calls, in-context time, FLOPs and minimum bytes (ops with a cost),
+    all totals over its calls (:meth:`to_dict` adds ``seconds_total``, ``flops_total``,
+    ``bytes_total``)."""
 
     module: str
     phase: str
@@ -92,14 +106,26 @@ class ModuleRow:
     flops: float
     bytes: float
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "seconds_total": self.time_s,
+            "flops_total": self.flops,
+            "bytes_total": self.bytes,
+        }
+
 
 @dataclass(frozen=True)
 class TraceSummary:
     """The window: ``wall_s`` (instrumented: includes the tracer's per-op overhead),
     ``op_time_s`` (sum of in-context op times), ``unattributed_s`` (wall time in no op:
     Python, the tracer, idle), ``coverage`` (share of op time with a FLOP formula and a byte
-    model), FLOPs and bytes of the window, and MFU/MBU over the op time against the
-    datasheet (None without one, e.g. a CPU) and the measured roofline (``dtype``'s roof)."""
+    model; None when it would rest on nothing, see ``notes``), FLOPs and bytes of the
+    window, and MFU/MBU over the op time against the datasheet (None without one, e.g. a
+    CPU) and the measured roofline (``dtype``'s roof).
+    ``notes``: what the figures rest on when that is in doubt (an imported trace whose
+    device time joined no op); ``imported``: read from a profiler trace (the window is the
+    recorded span, not an instrumented run)."""
 
     device: str
     roofline_source: str
@@ -108,7 +134,7 @@ class TraceSummary:
     unattributed_s: float
     calls: int
     unique_ops: int
-    coverage: float
+    coverage: float | None
     flops: float
     bytes: float
     dtype: str
@@ -116,6 +142,8 @@ class TraceSummary:
     mbu_measured: float | None
     mfu_datasheet: float | None
     mbu_datasheet: float | None
+    notes: tuple[str, ...] = ()
+    imported: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,7 +161,7 @@ class TraceResult:
         return {
             "summary": asdict(self.summary),
             "ops": [r.to_dict() for r in self.ops],
-            "modules": [asdict(m) for m in self.modules],
+            "modules": [m.to_dict() for m in self.modules],
             "roofline": self.roofline.to_dict() if self.roofline else None,
             "datasheet": self.datasheet.to_dict() if self.datasheet else None,
         }
@@ -142,9 +170,7 @@ class TraceResult:
         """``ops`` or ``modules`` as a pandas DataFrame (pandas imported here)."""
         import pandas as pd
 
-        rows = (
-            [r.to_dict() for r in self.ops] if what == "ops" else [asdict(m) for m in self.modules]
-        )
+        rows = [r.to_dict() for r in (self.ops if what == "ops" else self.modules)]
         return pd.DataFrame(rows)
 
     def table(self, top: int | None = 20) -> str:

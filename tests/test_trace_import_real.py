@@ -143,7 +143,7 @@ def test_kernels_of_an_op_without_cost_rule_join_that_op():
     ],
     ids=["a100", "v100", "h100", "b200", "mi300x"],
 )
-def test_gpu_trace_is_placed_on_the_recording_gpu(path, gpu, name):
+def test_gpu_trace_is_placed_on_the_recording_gpu(path, gpu, name, tmp_path):
     from roofprof.gpu_specs import load_gpu
 
     result = import_trace(path)
@@ -152,6 +152,8 @@ def test_gpu_trace_is_placed_on_the_recording_gpu(path, gpu, name):
     spec = load_gpu(gpu)
     assert result.roofline is not None
     assert result.roofline.memory_bandwidth("dram") == pytest.approx(spec.memory_bytes_per_s)
+    result.save(tmp_path / "out")  # the report names one roofline, the datasheet's
+    assert "of the measured roofline" not in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_gpu_override_and_unknown_gpu(tmp_path, capsys):

@@ -219,13 +219,19 @@ def _cards(result: Any) -> str:
         ),
         ("coverage", _pct(s.coverage), "of op time has a FLOP formula and a byte model"),
         ("ops", f"{s.calls:,}", f"calls, {s.unique_ops} unique signatures"),
-        (
-            f"MFU / MBU ({s.dtype})",
-            f"{_pct(s.mfu_measured)} / {_pct(s.mbu_measured)}",
-            "of the measured roofline",
+        *(
+            ()
+            if s.roofline_source == "datasheet"  # an imported GPU trace: one roofline
+            else [
+                (
+                    f"MFU / MBU ({s.dtype})",
+                    f"{_pct(s.mfu_measured)} / {_pct(s.mbu_measured)}",
+                    "of the measured roofline",
+                )
+            ]
         ),
         (
-            "MFU / MBU, datasheet",
+            f"MFU / MBU ({s.dtype}), datasheet",
             f"{_pct(s.mfu_datasheet)} / {_pct(s.mbu_datasheet)}",
             "of the datasheet peaks" if result.datasheet else "no datasheet row for this device",
         ),

@@ -7,7 +7,8 @@ by the fit on the whole corpus. "before" is the single-fraction model (one memor
 compute fraction per engine, a prefill cost per pass, each dtype its own ceiling); "after"
 is the shipped model (fractions per GPU generation and tensor path shrunk towards the
 engine's own, prefill cost per kernel for CUDA-graph engines, fp16 and bf16 on one measured
-16-bit ceiling). Each change alone is reported too (``--ablation``, the default).
+16-bit ceiling). Each change alone, and the width of the groups' prior, are reported too
+(unless ``--no-ablation``).
 
 Usage::
 
@@ -29,7 +30,9 @@ from roofprof.prediction.calibration import SINGLE_FRACTION, FitOptions, leave_o
 from roofprof.prediction.loo_groups import compare_groups, group_summary
 from roofprof.published.cases import cases
 
-__all__ = ["FITS", "main", "phase_summary"]
+__all__ = ["FITS", "PRIOR_WIDTHS", "main", "phase_summary"]
+
+PRIOR_WIDTHS = (0.03, 0.05, 0.10, 0.20, 0.50, 1e6)
 
 FITS = {
     "before (single fraction)": SINGLE_FRACTION,
@@ -114,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{_pct(g['median_before'])} | {_pct(g['max_before'])} | "
             f"{_pct(g['median_after'])} | {_pct(g['max_after'])} | {g['worst_after']} |"
         )
+    prior = {}
+    if not args.no_ablation:  # how much the prior's width matters (the shipped width: 0.10)
+        print("\n| prior width (ln f) | decode | prefill | offline | batched |")
+        print("| --- | --- | --- | --- | --- |")
+        for width in PRIOR_WIDTHS:
+            ph = phase_summary(leave_one_out(options=FitOptions(prior_scale=width)), cs)
+            prior[str(width)] = ph
+            cells = [f"{_pct(ph[k]['median_abs'])} / {_pct(ph[k]['max_abs'])}" for k in ph]
+            label = "none (each group alone)" if width >= 1e3 else f"{width:g}"
+            print(f"| {label} | " + " | ".join(cells) + " |")
     if args.out:
         payload = {
             "benchmark": "bench_calibration_groups",
@@ -124,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": walls,
             "phases": phases,
             "groups": groups,
+            "prior_width": prior,
             "rows": rows,
         }
         args.out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")

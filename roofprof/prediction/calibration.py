@@ -249,7 +249,9 @@ def _predict_grid(p: _Prepared, prof: EngineProfile, vary: str | None, grid) -> 
     return total / p.tokens
 
 
-def _fit_groups(prof: EngineProfile, dec, pre_off) -> EngineProfile:
+def _fit_groups(
+    prof: EngineProfile, dec, pre_off, prior_scale: float | None = None
+) -> EngineProfile:
     """The engine's fractions per GPU generation (memory, from ``dec``) and per generation
     and tensor path (compute, from ``pre_off``), each shrunk towards the engine's own
     fraction (:func:`roofprof.prediction.fraction_groups.shrunk_fraction`)."""
@@ -270,7 +272,10 @@ def _fit_groups(prof: EngineProfile, dec, pre_off) -> EngineProfile:
                 )
                 for g, ms in by.items()
             }
-            fitted[vary] = {g: shrunk_fraction(_GRID, s, pool=pool) for g, s in sq.items()}
+            fitted[vary] = {
+                g: shrunk_fraction(_GRID, s, pool=pool, prior_scale=prior_scale)
+                for g, s in sq.items()
+            }
             groups.update({f"{vary}:{g}": [p.label for p in ms] for g, ms in by.items()})
         prof = replace(prof, memory_fractions=fitted["memory"], compute_fractions=fitted["compute"])
     return replace(prof, group_rows=groups)
@@ -355,6 +360,8 @@ class FitOptions:
     groups: bool = True
     prefill_per_kernel: bool = True
     shared_path: bool = True
+    #: width of the groups' prior in ln f (None: ``fraction_groups.PRIOR_SCALE``)
+    prior_scale: float | None = None
 
 
 SINGLE_FRACTION = FitOptions(groups=False, prefill_per_kernel=False, shared_path=False)
@@ -421,7 +428,7 @@ def fit_profiles(
             )
         prof = run(replace(pool, engine=engine), dec, pre, off)
         if options.groups:
-            prof = _fit_groups(prof, dec, [*pre, *off])
+            prof = _fit_groups(prof, dec, [*pre, *off], options.prior_scale)
         profiles[engine] = replace(
             prof,
             fitted_from=source,

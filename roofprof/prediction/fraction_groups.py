@@ -95,17 +95,26 @@ def compute_group(gpu: str, dtype: str) -> str:
     return f"{generation_of(gpu)}/{compute_path(dtype)}"
 
 
-def penalized(sq_rel_residuals: np.ndarray, grid: np.ndarray, pool: float) -> np.ndarray:
+def penalized(
+    sq_rel_residuals: np.ndarray, grid: np.ndarray, pool: float, prior_scale: float | None = None
+) -> np.ndarray:
     """The objective of a group at each fraction of ``grid``: its rows' summed squared
     relative residuals (one value per grid point) over ``RESIDUAL_SCALE``², plus the prior
-    term ``(ln f - ln pool)² / PRIOR_SCALE²``."""
-    prior = (np.log(grid) - np.log(pool)) ** 2 / PRIOR_SCALE**2
+    term ``(ln f - ln pool)² / prior_scale²`` (default :data:`PRIOR_SCALE`)."""
+    scale = PRIOR_SCALE if prior_scale is None else prior_scale
+    prior = (np.log(grid) - np.log(pool)) ** 2 / scale**2
     return np.asarray(sq_rel_residuals) / RESIDUAL_SCALE**2 + prior
 
 
-def shrunk_fraction(grid: np.ndarray, sq_rel_residuals: np.ndarray, *, pool: float) -> float:
+def shrunk_fraction(
+    grid: np.ndarray,
+    sq_rel_residuals: np.ndarray,
+    *,
+    pool: float,
+    prior_scale: float | None = None,
+) -> float:
     """The grid fraction minimising :func:`penalized` (bounded by the grid, within (0, 1])."""
-    return float(grid[int(np.argmin(penalized(sq_rel_residuals, grid, pool)))])
+    return float(grid[int(np.argmin(penalized(sq_rel_residuals, grid, pool, prior_scale)))])
 
 
 def shared_tensor_path(roof: Roofline) -> Roofline:

@@ -1,22 +1,33 @@
 """The calibrated estimator: the published-ceiling roofline plus a small model of what real
 engines lose, fitted on the published corpus and judged leave-one-out.
 
-Per engine profile (``--engine``), four physical parameters:
+Per engine profile (``--engine``), a few physical parameters:
 
-* ``memory_fraction``: the share of the memory ceiling a memory-bound kernel reaches;
-* ``compute_fraction``: the share of the compute ceiling a compute-bound kernel reaches;
-* ``decode_step_s`` / ``prefill_step_s``: a fixed cost per pass (scheduling, sampling,
-  host work and what CUDA graphs cannot hide) for engines that replay CUDA graphs;
-* ``launch_s``: a cost per kernel launch (kernels per pass = the op calls of the pass),
-  which replaces ``decode_step_s`` for engines that run without CUDA graphs: a model with
-  more layers launches more kernels and pays more;
+* ``memory_fraction``: the share of the memory ceiling a memory-bound kernel reaches, per
+  GPU generation (``memory_fractions``, e.g. ``ampere``; the engine-wide value where the
+  engine has no rows on that generation);
+* ``compute_fraction``: the share of the compute ceiling a compute-bound kernel reaches,
+  per generation and tensor path (``compute_fractions``, e.g. ``hopper/tensor-fp8``,
+  ``ampere/tensor-16``; fp16 and bf16 share the 16-bit path), the engine-wide value as
+  fallback (:mod:`roofprof.prediction.fraction_groups`);
+* ``decode_step_s``: a fixed cost per decode pass (scheduling, sampling, host work and
+  what CUDA graphs cannot hide) for engines that replay CUDA graphs at decode;
+* ``prefill_launch_s``: for those engines, a cost per kernel of a prefill pass: prefill runs
+  without CUDA graphs, so a model with more layers (70B: 80, 8B: 32) pays more;
+* ``launch_s`` and ``prefill_step_s``: for engines that run without CUDA graphs, a cost per
+  kernel launch (kernels per pass = the op calls of the pass), which replaces
+  ``decode_step_s``, and a fixed cost per prefill pass;
 * ``offline_run_s``: for offline batch runs only (``vllm bench throughput``), a fixed cost
   per run (the scheduling of its chunked prefill and decode steps, detokenisation); it is
   not part of a single pass and the per-op estimator does not apply it.
 
 An op then takes ``max(FLOPs / (compute_fraction · peak), bytes / (memory_fraction · BW))
-+ launch_s`` per call, and each pass adds its step cost once (charged to its embedding op,
-which runs once per pass). ``ideal`` is the roofline itself (fractions 1, no overheads).
++ launch_s`` per call (``+ prefill_launch_s`` in prefill), and each pass adds its step cost
+once (charged to its embedding op, which runs once per pass). ``ideal`` is the roofline
+itself (fractions 1, no overheads). The base roofline is the GPU's published ceilings; a
+16-bit dtype with only a datasheet ceiling takes the measured figure of the other 16-bit
+dtype (same tensor path: an fp16 row on an A100 PCIe uses its measured bf16 GEMM, 253
+TFLOP/s, not the 312 of the datasheet).
 
 Where an engine does not run the counted work at the counted peak, its
 :class:`~roofprof.prediction.kernel_paths.KernelPath` (facts of the engine build, not fitted) says
@@ -27,7 +38,7 @@ physical batch, at ``memory_fraction``), and runs attention unfused (no flash at
 
 **Fitting** (:func:`fit`, run by ``roofprof calibrate``): per engine, decode rows fix
 ``memory_fraction`` and the decode overhead; prefill and offline rows then fix
-``compute_fraction`` and ``prefill_step_s`` (one more round re-fits decode with the
+``compute_fraction`` and the prefill overhead (one more round re-fits decode with the
 compute fraction found). Each pair is found by a grid over the fraction (0.05-1.00, step
 0.0025) with the overhead solved in closed form (least squares on relative error,
 clipped at 0), minimising the squared relative residuals. An overhead is fitted only
@@ -37,7 +48,13 @@ with no rows of a phase borrows the pooled fit of the engines that share its CUD
 behaviour (stated in the profile's ``fitted_from``). Rows the corpus flags as anomalous
 (``anomalous_pp``) are predicted but never fitted; so are the tensor-parallel rows, whose
 collectives are priced on the interconnect (:mod:`roofprof.prediction.collectives`, CUDA-graph α)
-and added unscaled: their residual is out of sample whatever the fit.
+and added unscaled: their residual is out of sample whatever the fit. Then, with the
+engine's overheads kept, each group's fraction (memory: the engine's decode rows on one
+GPU generation; compute: its prefill and offline rows on one generation and tensor path)
+is the maximum a posteriori grid value of its rows' squared relative residuals (scatter
+``RESIDUAL_SCALE`` = 0.10) plus a log-normal prior (width ``PRIOR_SCALE`` = 0.10 in ln f)
+around the engine-wide fraction: one row moves its group at most half-way (in ln f), a group
+with no rows keeps the engine's value (two rounds, memory then compute).
 
 **Accuracy** is stated leave-one-out (:func:`leave_one_out`): each row is predicted by
 profiles refitted without it. In-sample residuals are written beside the fit, marked so.
@@ -53,7 +70,7 @@ import functools
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +78,30 @@ import numpy as np
 
 from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
+from roofprof.prediction.engine_profile import (
+    CUDA_GRAPHS,
+    ENGINES,
+    IDEAL,
+    CalibratedEstimator,
+    EngineProfile,
+)
+from roofprof.prediction.fraction_groups import compute_group, generation_of, shrunk_fraction
 from roofprof.prediction.kernel_paths import (
     dequantize_bytes,
     fp16_accumulate_ratio,
     path_of,
     peak_scale,
 )
-from roofprof.prediction.rollup import OpEstimate
 from roofprof.roofline import Roofline
-from roofprof.workload import COLLECTIVE_FNS, Op
+from roofprof.workload import COLLECTIVE_FNS
 
 __all__ = [
     "CUDA_GRAPHS",
     "ENGINES",
     "CalibratedEstimator",
     "EngineProfile",
+    "FitOptions",
+    "SINGLE_FRACTION",
     "calibrated_estimator",
     "fit_profiles",
     "leave_one_out",
@@ -83,126 +109,9 @@ __all__ = [
     "write_calibration",
 ]
 
-#: Engine profile -> whether it replays CUDA graphs at decode (what the fixed cost is per).
-CUDA_GRAPHS = {
-    "ideal": True,
-    "trt-llm": True,  # TensorRT-LLM engines (S7/S8 in-engine timing)
-    "vllm": True,  # vLLM V1 captures CUDA graphs for decode by default
-    "sglang": True,
-    "gpt-fast": True,  # S5 caveats: "torch.compile (CUDA graphs)"
-    "llama.cpp": False,  # S13 is a May 2024 llama-bench build (assumed to launch each kernel)
-    "hf-eager": False,  # transformers eager mode: one launch per kernel
-}
-ENGINES = tuple(CUDA_GRAPHS)
 _FITTED_PHASES = ("decode", "prefill", "offline")  # batched rows are predicted, never fitted
 _GRID = np.round(np.arange(0.05, 1.0 + 1e-9, 0.0025), 4)
 _CALIBRATION = "calibration.json"
-
-
-@dataclass(frozen=True)
-class EngineProfile:
-    """The fitted losses of one engine (see the module docstring for the model)."""
-
-    engine: str
-    memory_fraction: float = 1.0
-    compute_fraction: float = 1.0
-    decode_step_s: float = 0.0
-    prefill_step_s: float = 0.0
-    launch_s: float = 0.0
-    offline_run_s: float = 0.0
-    cuda_graphs: bool = True
-    fitted_from: Mapping[str, str] = field(default_factory=dict)
-    rows: Mapping[str, Sequence[str]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["fitted_from"], d["rows"] = (
-            dict(self.fitted_from),
-            {k: list(v) for k, v in self.rows.items()},
-        )
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> EngineProfile:
-        keys = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in keys})
-
-
-IDEAL = EngineProfile(
-    "ideal", fitted_from={"decode": "none: the roofline itself", "prefill": "none"}
-)
-
-
-class CalibratedEstimator:
-    """A rollup :class:`~roofprof.prediction.rollup.Estimator`: a roofline plus an engine
-    profile."""
-
-    def __init__(
-        self,
-        roofline: Roofline,
-        profile: EngineProfile,
-        *,
-        source: str = "",
-        level: str = "dram",
-        provenance: Mapping[str, Any] | None = None,
-        warnings: Sequence[str] = (),
-        fp16_ratio: float = 1.0,
-    ):
-        self.roofline = roofline
-        self.profile = profile
-        self.source = source
-        self.level = level
-        self.name = "calibrated"
-        self.provenance = dict(provenance or {})
-        self.warnings = list(warnings)
-        self.machine = roofline.device or None
-        self.collectives = (
-            None  # a CollectiveModel: rollup.estimate_phase prices collectives with it
-        )
-        self.kernel_path = path_of(profile.engine)
-        self.fp16_ratio = fp16_ratio
-
-    def prefetch(self, ops: Sequence[Op]) -> None:
-        """Nothing to measure ahead: the calibrated model is arithmetic."""
-
-    def estimate(self, op: Op) -> OpEstimate:
-        p = self.profile
-        bw = self.roofline.memory_bandwidth(self.level) * p.memory_fraction
-        peak = self.roofline.compute_peak(op.dtype) * peak_scale(
-            op, self.kernel_path, self.fp16_ratio
-        )
-        compute_s = op.flops / (peak * p.compute_fraction)
-        memory_s = op.bytes / bw
-        seconds = max(compute_s, memory_s) + p.launch_s
-        note = ""
-        if (
-            dequant := dequantize_bytes(op, self.kernel_path)
-        ) > 0:  # the engine's dequantization kernel
-            seconds += dequant / bw + p.launch_s
-            note = f"includes dequantizing the weights to fp16 ({dequant / 1e6:.1f} MB moved); "
-        if op.fn in ("gather", "onehot_matmul"):  # the embedding, once per pass: the per-step cost
-            step = p.prefill_step_s if op.phase == "prefill" else p.decode_step_s
-            seconds += step
-            note += f"includes the {op.phase} step cost {step * 1e3:.3f} ms" if step else ""
-        return OpEstimate(seconds, "compute" if compute_s >= memory_s else "memory", note)
-
-    def ridge(self, dtype: str) -> float:
-        p = self.profile
-        return (
-            self.roofline.compute_peak(dtype)
-            * p.compute_fraction
-            / (self.roofline.memory_bandwidth(self.level) * p.memory_fraction)
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "roofline_device": self.roofline.device,
-            "roofline_source": self.source,
-            "ceilings": self.roofline.to_dict()["ceilings"],
-            "engine_profile": self.profile.to_dict(),
-            "kernel_path": {**asdict(self.kernel_path), "fp16_accumulate_ratio": self.fp16_ratio},
-            "calibration": self.provenance,
-        }
 
 
 # --------------------------------------------------------------------------- fitting
@@ -248,12 +157,14 @@ class _Prepared:
     run_cost: bool = (
         False  # the run pays the profile's ``offline_run_s`` (offline ``vllm bench throughput``)
     )
+    generation: str = "unknown"  # the memory-fraction group (roofprof.prediction.fraction_groups)
+    group: str = "unknown"  # the compute-fraction group, ``generation/tensor path``
 
 
-def _prepare(case) -> _Prepared:
+def _prepare(case, shared_path: bool = True) -> _Prepared:
     from roofprof.published.cases import base_roofline, collectives, workload
 
-    roof, _ = base_roofline(case.gpu)
+    roof, _ = base_roofline(case.gpu, shared_path=shared_path)
     bw = roof.memory_bandwidth()
     path = path_of(case.engine)
     ratio = fp16_accumulate_ratio(case.gpu) if path.fp16_accumulate else 1.0
@@ -301,31 +212,82 @@ def _prepare(case) -> _Prepared:
         case.row.tp > 1,
         case.tokens,
         run_cost,
+        generation_of(case.gpu),
+        compute_group(case.gpu, case.row.dtype or "bf16"),
     )
 
 
-@functools.lru_cache(maxsize=1)
-def _prepared_corpus() -> tuple[_Prepared, ...]:
+@functools.lru_cache(maxsize=2)
+def _prepared_corpus(shared_path: bool = True) -> tuple[_Prepared, ...]:
     from roofprof.published.cases import cases
 
-    return tuple(_prepare(c) for c in cases()[0])
+    return tuple(_prepare(c, shared_path) for c in cases()[0])
 
 
 def _predict(p: _Prepared, prof: EngineProfile) -> float:
-    total = prof.offline_run_s if p.run_cost else 0.0
+    return float(_predict_grid(p, prof, None, np.ones(1))[0])
+
+
+def _predict_grid(p: _Prepared, prof: EngineProfile, vary: str | None, grid) -> np.ndarray:
+    """Predicted seconds of ``p`` at each fraction of ``grid`` for the fraction ``vary``
+    (``memory`` or ``compute``; ``None``: the profile's own fractions, one value)."""
+    fm, fc = prof.fractions(p.generation, p.group)
+    total = np.full(len(grid), prof.offline_run_s if p.run_cost else 0.0)
     for ps in p.passes:
-        step = prof.prefill_step_s if ps.phase == "prefill" else prof.decode_step_s
-        total += ps.times * (
-            float(ps.roof(prof.memory_fraction, prof.compute_fraction)[0])
-            + step
-            + prof.launch_s * ps.kernels
-            + ps.comm_s
+        step = (
+            prof.prefill_step_s + prof.prefill_launch_s * ps.kernels
+            if ps.phase == "prefill"
+            else prof.decode_step_s
         )
+        if vary == "memory":
+            t = ps.roof(grid, fc)
+        elif vary == "compute":
+            t = ps.roof_compute_grid(fm, grid)
+        else:
+            t = ps.roof(fm, fc)
+        total += ps.times * (t + step + prof.launch_s * ps.kernels + ps.comm_s)
     return total / p.tokens
 
 
+def _fit_groups(
+    prof: EngineProfile, dec, pre_off, prior_scale: float | None = None
+) -> EngineProfile:
+    """The engine's fractions per GPU generation (memory, from ``dec``) and per generation
+    and tensor path (compute, from ``pre_off``), each shrunk towards the engine's own
+    fraction (:func:`roofprof.prediction.fraction_groups.shrunk_fraction`)."""
+    groups: dict[str, list[str]] = {}
+    for _ in range(2):
+        fitted = {}
+        for vary, rows, key, pool in (
+            ("memory", dec, "generation", prof.memory_fraction),
+            ("compute", pre_off, "group", prof.compute_fraction),
+        ):
+            by: dict[str, list[_Prepared]] = {}
+            for p in rows:
+                by.setdefault(getattr(p, key), []).append(p)
+            sq = {
+                g: np.sum(
+                    [(_predict_grid(p, prof, vary, _GRID) / p.published_s - 1) ** 2 for p in ms],
+                    axis=0,
+                )
+                for g, ms in by.items()
+            }
+            fitted[vary] = {
+                g: shrunk_fraction(_GRID, s, pool=pool, prior_scale=prior_scale)
+                for g, s in sq.items()
+            }
+            groups.update({f"{vary}:{g}": [p.label for p in ms] for g, ms in by.items()})
+        prof = replace(prof, memory_fractions=fitted["memory"], compute_fractions=fitted["compute"])
+    return replace(prof, group_rows=groups)
+
+
 def _fit_pair(
-    preps: Sequence[_Prepared], prof: EngineProfile, which: str, *, fit_fraction: bool = True
+    preps: Sequence[_Prepared],
+    prof: EngineProfile,
+    which: str,
+    *,
+    fit_fraction: bool = True,
+    per_kernel_prefill: bool = True,
 ) -> EngineProfile:
     """Grid over one fraction, closed-form overhead; ``which`` is ``decode``, ``prefill`` or
     ``offline`` (compute fraction and the per-run cost of offline batch runs).
@@ -337,9 +299,10 @@ def _fit_pair(
     y = np.array([p.published_s for p in preps])
     base = np.zeros((len(grid), len(preps)))  # time without the fitted overhead
     reg = np.zeros(len(preps))  # regressor of the fitted overhead
+    per_kernel = prof.cuda_graphs and per_kernel_prefill
     current = {
         "decode": prof.launch_s if not prof.cuda_graphs else prof.decode_step_s,
-        "prefill": prof.prefill_step_s,
+        "prefill": prof.prefill_launch_s if per_kernel else prof.prefill_step_s,
         "offline": prof.offline_run_s,
     }[which]
     fitted = "decode" if which == "decode" else "prefill"
@@ -360,9 +323,9 @@ def _fit_pair(
                 else:
                     fixed += prof.decode_step_s
             elif which == "prefill":
-                x = 1.0
+                x = ps.kernels if per_kernel else 1.0
             else:
-                fixed += prof.prefill_step_s
+                fixed += prof.prefill_step_s + prof.prefill_launch_s * ps.kernels
             base[:, j] += ps.times * (t + fixed)
             reg[j] += ps.times * x
     w = 1.0 / y**2
@@ -380,33 +343,60 @@ def _fit_pair(
         return replace(prof, memory_fraction=f, launch_s=overhead)
     if which == "offline":
         return replace(prof, compute_fraction=f, offline_run_s=overhead)
+    if per_kernel:
+        return replace(prof, compute_fraction=f, prefill_launch_s=overhead)
     return replace(prof, compute_fraction=f, prefill_step_s=overhead)
 
 
+@dataclass(frozen=True)
+class FitOptions:
+    """Which parts of the model the fit uses: ``groups``, fractions per GPU generation and
+    tensor path (:mod:`roofprof.prediction.fraction_groups`); ``prefill_per_kernel``, the
+    prefill fixed cost of CUDA-graph engines per kernel rather than per pass; ``shared_path``,
+    fp16 and bf16 on one measured 16-bit ceiling (``base_roofline`` of
+    :mod:`roofprof.published.cases`). :data:`SINGLE_FRACTION` (all off) is the earlier
+    model: one fraction per engine, a prefill cost per pass, each dtype its own ceiling."""
+
+    groups: bool = True
+    prefill_per_kernel: bool = True
+    shared_path: bool = True
+    #: width of the groups' prior in ln f (None: ``fraction_groups.PRIOR_SCALE``)
+    prior_scale: float | None = None
+
+
+SINGLE_FRACTION = FitOptions(groups=False, prefill_per_kernel=False, shared_path=False)
+
+
 def fit_profiles(
-    preps: Sequence[_Prepared] | None = None, *, exclude_row: str | None = None
+    preps: Sequence[_Prepared] | None = None,
+    *,
+    exclude_row: str | None = None,
+    options: FitOptions = FitOptions(),
 ) -> dict[str, EngineProfile]:
-    """Fit every engine profile on the corpus (optionally without the row ``exclude_row``).
+    """Fit every engine profile on the corpus (optionally without the row ``exclude_row``),
+    with the model parts of ``options``.
 
     Returns engine -> :class:`EngineProfile` (``ideal`` included, unfitted).
     """
     preps = [
         p
-        for p in (preps if preps is not None else _prepared_corpus())
+        for p in (preps if preps is not None else _prepared_corpus(options.shared_path))
         if p.row != exclude_row and not p.anomalous and not p.multi_gpu
     ]
 
     def rows_of(engines: Sequence[str], phases: Sequence[str]) -> list[_Prepared]:
         return [p for p in preps if p.engine in engines and p.phase in phases]
 
+    pk = options.prefill_per_kernel
+
     def run(prof: EngineProfile, dec, pre, off) -> EngineProfile:
         for _ in range(2):
             if dec:
-                prof = _fit_pair(dec, prof, "decode")
+                prof = _fit_pair(dec, prof, "decode", per_kernel_prefill=pk)
             if pre:
-                prof = _fit_pair(pre, prof, "prefill")
+                prof = _fit_pair(pre, prof, "prefill", per_kernel_prefill=pk)
             if off:
-                prof = _fit_pair(off, prof, "offline", fit_fraction=not pre)
+                prof = _fit_pair(off, prof, "offline", fit_fraction=not pre, per_kernel_prefill=pk)
         return prof
 
     def labels(rows: Sequence[_Prepared]) -> list[str]:
@@ -437,6 +427,8 @@ def fit_profiles(
                 f"own rows ({len(own)})" if own else f"{pool.engine} ({len(pool.rows[phase])} rows)"
             )
         prof = run(replace(pool, engine=engine), dec, pre, off)
+        if options.groups:
+            prof = _fit_groups(prof, dec, [*pre, *off], options.prior_scale)
         profiles[engine] = replace(
             prof,
             fitted_from=source,
@@ -445,13 +437,14 @@ def fit_profiles(
     return profiles
 
 
-def leave_one_out(case_list=None) -> dict[str, float]:
+def leave_one_out(case_list=None, *, options: FitOptions = FitOptions()) -> dict[str, float]:
     """Case label -> predicted seconds from profiles fitted without that case's row.
 
     Batched rows (``phase="batched"``) are never fitted, so the fit on the whole corpus is
     already out of sample for them: they are predicted with it (one fit, not one per row).
     """
-    preps = _prepared_corpus() if case_list is None else tuple(_prepare(c) for c in case_list)
+    sp = options.shared_path
+    preps = _prepared_corpus(sp) if case_list is None else tuple(_prepare(c, sp) for c in case_list)
     out: dict[str, float] = {}
     by_row: dict[str, list[_Prepared]] = {}
     for p in preps:
@@ -459,10 +452,10 @@ def leave_one_out(case_list=None) -> dict[str, float]:
     full: dict[str, EngineProfile] | None = None
     for row, members in by_row.items():
         if all(p.phase not in _FITTED_PHASES for p in members):
-            full = full or fit_profiles(preps)
+            full = full or fit_profiles(preps, options=options)
             out.update((p.label, _predict(p, full[p.engine])) for p in members)
             continue
-        profiles = fit_profiles(preps, exclude_row=row)
+        profiles = fit_profiles(preps, exclude_row=row, options=options)
         for p in members:
             out[p.label] = _predict(p, profiles[p.engine])
     return out
@@ -607,5 +600,11 @@ def calibrated_estimator(
         fp16_accumulate_ratio(gpu) if gpu is not None and path_of(engine).fp16_accumulate else 1.0
     )
     return CalibratedEstimator(
-        roof, profile, source=source, provenance=provenance, warnings=warnings, fp16_ratio=ratio
+        roof,
+        profile,
+        source=source,
+        provenance=provenance,
+        warnings=warnings,
+        fp16_ratio=ratio,
+        gpu=gpu,
     )

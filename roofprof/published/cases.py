@@ -14,6 +14,7 @@ from typing import Any
 from roofprof import models
 from roofprof.errors import ConfigError, RoofprofError
 from roofprof.prediction.collectives import CollectiveModel
+from roofprof.prediction.fraction_groups import shared_tensor_path
 from roofprof.prediction.kernel_paths import path_of
 from roofprof.prediction.rollup import Estimator, estimate_phase
 from roofprof.prediction.serving import batched_run
@@ -239,9 +240,13 @@ def empirical_roofline(gpu: str) -> Roofline | str:
         return str(exc)
 
 
-def base_roofline(gpu: str) -> tuple[Roofline, str]:
-    """The roofline the calibrated estimator starts from: published ceilings, else the datasheet."""
+def base_roofline(gpu: str, *, shared_path: bool = True) -> tuple[Roofline, str]:
+    """The roofline the calibrated estimator starts from: published ceilings, else the datasheet.
+
+    With ``shared_path``, a 16-bit dtype with only a datasheet ceiling takes the measured
+    figure of the other 16-bit dtype (fp16 and bf16 run the same tensor path;
+    :func:`roofprof.prediction.fraction_groups.shared_tensor_path`)."""
     roof = empirical_roofline(gpu)
     if isinstance(roof, Roofline):
-        return roof, "published ceilings"
+        return (shared_tensor_path(roof) if shared_path else roof), "published ceilings"
     return spec_roofline(gpu), "datasheet (no published ceilings)"

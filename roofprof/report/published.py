@@ -17,6 +17,7 @@ from roofprof.units import si
 
 __all__ = [
     "calibration_table",
+    "group_table",
     "print_calibration",
     "print_published_roofline",
     "print_published_validation",
@@ -179,6 +180,7 @@ def calibration_table(payload: Mapping[str, Any]) -> Table:
         "compute frac",
         "decode step ms",
         "prefill step ms",
+        "prefill µs/kernel",
         "launch µs",
         "offline run s",
         "fitted from",
@@ -192,10 +194,31 @@ def calibration_table(payload: Mapping[str, Any]) -> Table:
             f"{p['compute_fraction']:.3f}",
             f"{p['decode_step_s'] * 1e3:.2f}",
             f"{p['prefill_step_s'] * 1e3:.2f}",
+            f"{p.get('prefill_launch_s', 0) * 1e6:.1f}",
             f"{p['launch_s'] * 1e6:.1f}",
             f"{p.get('offline_run_s', 0):.3f}",
             escape(src),
         )
+    return t
+
+
+def group_table(payload: Mapping[str, Any]) -> Table:
+    """The fitted fractions per GPU generation (memory) and generation/tensor path (compute)."""
+    t = Table(title="Fractions per group (shrunk towards the engine's own fraction)")
+    for col in ("engine", "fraction", "group", "value", "engine-wide", "rows"):
+        t.add_column(col)
+    for name, p in payload["profiles"].items():
+        rows = p.get("group_rows", {})
+        for kind, key in (("memory", "memory_fractions"), ("compute", "compute_fractions")):
+            for group, value in p.get(key, {}).items():
+                t.add_row(
+                    name,
+                    kind,
+                    group,
+                    f"{value:.3f}",
+                    f"{p[f'{kind}_fraction']:.3f}",
+                    escape(", ".join(rows.get(f"{kind}:{group}", []))),
+                )
     return t
 
 
@@ -204,6 +227,7 @@ def print_calibration(
 ) -> None:
     console = console or _console()
     console.print(calibration_table(payload))
+    console.print(group_table(payload))
     t = Table(title="Leave-one-out |residual| of the calibrated estimator")
     for col in ("phase", "n", "median", "worst", "worst case"):
         t.add_column(col)

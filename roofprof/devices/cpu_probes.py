@@ -360,7 +360,7 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             "bandwidth",
             partial(setup_read, device, arena, rng=rng),
             accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
-            note="vectorised sum, one contiguous chunk per thread",
+            note="vectorised sum, one contiguous chunk per thread read as two halves at once",
         ),
         Probe(
             "copy",
@@ -368,7 +368,8 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             partial(setup_copy, device, arena, rng=rng),
             accounting="bytes = 16·n per pass (STREAM: a, c; write-allocate not counted), "
             "FLOPs = 0",
-            note="c = a (+ the pass index), one contiguous chunk per thread, arrays staggered",
+            note="c = a (+ the pass index), one chunk per thread worked as two halves at once, "
+            "arrays staggered",
         ),
         Probe(
             "triad",
@@ -376,8 +377,8 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             partial(setup_triad, device, arena, rng=rng),
             accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), "
             "FLOPs = 2·n",
-            note="a = b + s·c, one contiguous chunk per thread, arrays staggered against "
-            "4K aliasing",
+            note="a = b + s·c, one chunk per thread worked as two halves at once, arrays "
+            "staggered against 4K aliasing",
         ),
         Probe(
             "fma-fp64",

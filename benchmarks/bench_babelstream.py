@@ -9,7 +9,13 @@ BabelStream:
 
 * ``DRAM read`` ÷ BabelStream ``Dot`` (both read-only streams),
 * ``DRAM copy`` ÷ ``Copy`` and ``DRAM triad`` ÷ ``Triad`` (same byte counts, write-allocate
-  not counted by either).
+  not counted by either),
+* ``DRAM read`` ÷ ``Dot (vectorised)``: BabelStream's Dot from a second build with
+  ``-ffast-math``. The stock build (``-O3`` alone) may not reorder the sum, so its Dot adds
+  one element after another into one register: on a 2-core Zen 4 guest that chain caps it at
+  ~35 GB/s however fast memory is (measured with arrays that fit the caches, recorded as
+  ``dot_in_cache``), below what Copy and Triad read from DRAM. The vectorised build sums in
+  SIMD lanes, as roofprof's read does; the other kernels compile the same in both builds.
 
 BabelStream's arrays live on ordinary 4 KiB pages where transparent huge pages are
 ``madvise`` only (a ``new``'d array asks for none), roofprof's numpy buffers ask for huge
@@ -49,20 +55,27 @@ from bench_cpu_roofline import QUIET_LOG, cpu_idle, lscpu, wait_quiet  # noqa: E
 SOURCES = HERE / "babelstream"
 #: BabelStream's kernel → the roofprof DRAM ceiling that measures the same traffic.
 PAIRS = {"Dot": "DRAM read", "Copy": "DRAM copy", "Triad": "DRAM triad"}
+#: The vectorised Dot (the ``-ffast-math`` build) against the DRAM read.
+VEC_DOT = "Dot (vectorised)"
+#: Doubles per array of the in-cache run (1 MiB each: L2/L3-resident), where Dot's add
+#: chain, not memory, sets its speed.
+IN_CACHE_ELEMENTS = 1 << 17
 TARGET = (0.95, 1.10)
 
 
-def build_babelstream(workdir: Path) -> Path:
-    """Compile the vendored OpenMP build (``g++ -O3 -march=native -fopenmp``)."""
+def build_babelstream(workdir: Path, *, fast_math: bool = False) -> Path:
+    """Compile the vendored OpenMP build (``g++ -O3 -march=native -fopenmp``; with
+    ``fast_math`` also ``-ffast-math``, which lets the compiler vectorise Dot's sum)."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         sys.exit("bench_babelstream: no C++ compiler (g++) on PATH")
-    exe = workdir / "babelstream-omp"
+    exe = workdir / ("babelstream-omp-fastmath" if fast_math else "babelstream-omp")
     cmd = [
         cxx,
         "-O3",
         "-march=native",
         "-fopenmp",
+        *(["-ffast-math"] if fast_math else []),
         "-DOMP",
         f"-I{SOURCES}",
         f"-I{SOURCES / 'omp'}",
@@ -75,35 +88,71 @@ def build_babelstream(workdir: Path) -> Path:
     return exe
 
 
-def run_babelstream(exe: Path, times: int = 50) -> dict[str, float]:
-    """BabelStream's best bandwidth per kernel (bytes/s) over ``times`` runs."""
+def run_babelstream(exe: Path, times: int = 50, elements: int | None = None) -> dict[str, float]:
+    """BabelStream's best bandwidth per kernel (bytes/s) over ``times`` runs (``elements``
+    doubles per array: its default, 2^25, when None)."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(len(os.sched_getaffinity(0))),
         "OMP_PROC_BIND": "true",
     }
     out = subprocess.run(
-        [str(exe), "-n", str(times), "--csv"], capture_output=True, text=True, check=True, env=env
+        [str(exe), "-n", str(times), "--csv", *(["-s", str(elements)] if elements else [])],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     ).stdout
     rows = csv.DictReader(io.StringIO(out[out.index("function") :]))
     return {r["function"]: float(r["max_MB_per_sec"]) * 1e6 for r in rows}
 
 
-def run_roofprof(outdir: Path, *, huge_pages: bool) -> tuple[dict[str, float], list[str], float]:
+def run_roofprof(
+    outdir: Path, *, huge_pages: bool, tree: Path | None = None
+) -> tuple[dict[str, float], list[str], float]:
     """``roofprof roofline --device cpu --quick`` in a fresh process: DRAM ceilings, warnings.
 
     ``huge_pages=False`` runs it with ``NUMPY_MADVISE_HUGEPAGE=0``: its buffers then live on
     4 KiB pages, as BabelStream's do where transparent huge pages are ``madvise`` only.
+    ``tree``: run the roofprof of that source tree instead (``PYTHONPATH``).
     """
     cmd = [sys.executable, "-m", "roofprof", "roofline", "--device", "cpu", "--quick"]
     cmd += ["--out", str(outdir), "--format", "json"]
     env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "1" if huge_pages else "0"}
+    if tree is not None:  # another checkout's roofprof (its roofprof/kernels linked in)
+        env["PYTHONPATH"] = str(tree)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     result = json.loads((outdir / "roofline.json").read_text())
     ceilings = {c["name"]: c["value"] for c in result["ceilings"]}
     return ceilings, list(result.get("warnings", [])), wall
+
+
+def ratios(roofprof: dict[str, float], babelstream: dict[str, float]) -> dict[str, float]:
+    """roofprof's DRAM ceilings ÷ BabelStream's kernels of the same traffic, by pair name.
+
+    >>> r = ratios({"DRAM read": 40e9, "DRAM triad": 45e9}, {"Dot": 32e9, "Triad": 45e9,
+    ...            VEC_DOT: 40e9})
+    >>> r["DRAM read / Dot"], r["DRAM triad / Triad"], r["DRAM read / Dot (vectorised)"]
+    (1.25, 1.0, 1.0)
+    """
+    pairs = [(ours, theirs) for theirs, ours in PAIRS.items()] + [("DRAM read", VEC_DOT)]
+    return {
+        f"{ours} / {theirs}": roofprof[ours] / babelstream[theirs]
+        for ours, theirs in pairs
+        if ours in roofprof and theirs in babelstream
+    }
+
+
+def spread(rounds: list[dict], key: str, names: list[str]) -> dict[str, dict[str, float]]:
+    """Min / median / max over the rounds of each ratio in ``round[key]["ratios"]``."""
+    out = {}
+    for n in names:
+        vals = [r[key]["ratios"][n] for r in rounds if n in r.get(key, {}).get("ratios", {})]
+        if vals:
+            out[n] = {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}
+    return out
 
 
 def _thp() -> str:
@@ -118,13 +167,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="babelstream_cpu.json")
     ap.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for quiet")
+    ap.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also run the roofprof of this source tree (4 KiB pages) in every round: a "
+        "checkout with roofprof/kernels and roofprof/data linked to its kernels/ and data/",
+    )
     args = ap.parse_args(argv)
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_babelstream(Path(tmp))
+        exe_vec = build_babelstream(Path(tmp), fast_math=True)
+        wait_quiet("babelstream in cache", args.max_wait)
+        in_cache = {
+            "stock": run_babelstream(exe, elements=IN_CACHE_ELEMENTS),
+            "vectorised": run_babelstream(exe_vec, elements=IN_CACHE_ELEMENTS),
+        }
+        print(
+            "in cache (3 x 1 MiB): "
+            + ", ".join(
+                f"{build} Dot {v['Dot'] / 1e9:.1f} / Copy {v['Copy'] / 1e9:.1f} GB/s"
+                for build, v in in_cache.items()
+            ),
+            flush=True,
+        )
         for i in range(args.rounds):
             wait_quiet(f"babelstream {i + 1}", args.max_wait)
             bs = run_babelstream(exe)
+            bs[VEC_DOT] = run_babelstream(exe_vec)["Dot"]
             idle_bs = cpu_idle()
             row: dict = {"babelstream_bytes_per_s": bs, "idle_percent_after_babelstream": idle_bs}
             for pages in ("4k", "huge"):
@@ -133,14 +203,21 @@ def main(argv: list[str] | None = None) -> int:
                 rp, warnings, wall = run_roofprof(folder, huge_pages=pages == "huge")
                 row[pages] = {
                     "roofprof_bytes_per_s": {k: v for k, v in rp.items() if k.startswith("DRAM")},
-                    "ratios": {
-                        f"{ours} / {theirs}": rp[ours] / bs[theirs]
-                        for theirs, ours in PAIRS.items()
-                        if ours in rp and theirs in bs
-                    },
+                    "ratios": ratios(rp, bs),
                     "roofprof_warnings": [w for w in warnings if "DRAM" in w or "plausib" in w],
                     "roofprof_wall_s": wall,
                     "idle_percent_after": cpu_idle(),
+                }
+            if args.baseline_tree is not None:
+                wait_quiet(f"baseline {i + 1}", args.max_wait)
+                rp, warnings, wall = run_roofprof(
+                    Path(tmp) / f"r{i}base", huge_pages=False, tree=args.baseline_tree
+                )
+                row["baseline_4k"] = {
+                    "roofprof_bytes_per_s": {k: v for k, v in rp.items() if k.startswith("DRAM")},
+                    "ratios": ratios(rp, bs),
+                    "roofprof_warnings": [w for w in warnings if "DRAM" in w or "plausib" in w],
+                    "roofprof_wall_s": wall,
                 }
             row["ratios"] = row["4k"]["ratios"]  # like for like: both on 4 KiB pages
             rounds.append(row)
@@ -149,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{k} {v:.3f}" for k, v in row["ratios"].items())
                 + " | huge pages: "
                 + ", ".join(f"{v:.3f}" for v in row["huge"]["ratios"].values())
+                + (
+                    " | baseline: "
+                    + ", ".join(f"{v:.3f}" for v in row["baseline_4k"]["ratios"].values())
+                    if "baseline_4k" in row
+                    else ""
+                )
                 + f" (BabelStream Dot {bs.get('Dot', 0) / 1e9:.1f} GB/s)",
                 flush=True,
             )
@@ -162,24 +245,28 @@ def main(argv: list[str] | None = None) -> int:
         }
         for n in names
     }
-    huge = {
-        n: {
-            "min": min(r["huge"]["ratios"][n] for r in rounds),
-            "median": statistics.median(r["huge"]["ratios"][n] for r in rounds),
-            "max": max(r["huge"]["ratios"][n] for r in rounds),
-        }
-        for n in names
-    }
+    huge = spread(rounds, "huge", names)
+    baseline = spread(rounds, "baseline_4k", names) if args.baseline_tree is not None else {}
     payload = {
         "benchmark": "roofprof CPU roofline (quick) vs BabelStream OpenMP, alternating rounds",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {**lscpu(), "python": platform.python_version()},
         "babelstream": "UoB-HPC/BabelStream 57637d5 (2026-04-10), src/main.cpp + "
-        "src/omp/OMPStream.cpp, g++ -O3 -march=native -fopenmp, -n 50, default size",
+        "src/omp/OMPStream.cpp, g++ -O3 -march=native -fopenmp, -n 50, default size; "
+        f"'{VEC_DOT}': Dot of the same sources built with -ffast-math added",
+        "dot_in_cache": {
+            "elements_per_array": IN_CACHE_ELEMENTS,
+            "bytes_per_s": in_cache,
+        },
         "target": list(TARGET),
         "rounds": rounds,
         "summary": summary,
         "summary_roofprof_on_huge_pages": huge,
+        **(
+            {"summary_baseline_4k": baseline, "baseline_tree": str(args.baseline_tree)}
+            if baseline
+            else {}
+        ),
         "transparent_hugepage": _thp(),
         "quiet_log": QUIET_LOG,
     }
@@ -191,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
             f"max {s['max']:.3f}"
             f"{'' if s['every_round_in_target'] else '  (outside 0.95-1.10 in some round)'}; "
             f"huge pages: {h['min']:.3f} / {h['median']:.3f} / {h['max']:.3f}"
+            + (
+                f"; baseline: {baseline[n]['min']:.3f} / {baseline[n]['median']:.3f} / "
+                f"{baseline[n]['max']:.3f}"
+                if n in baseline
+                else ""
+            )
         )
     return 0
 

@@ -6,12 +6,17 @@ these kernels lives in ``roofprof.devices.cpu`` and ``roofprof.roofline.probes``
 Every parallel kernel splits its arrays into one contiguous chunk per thread
 (``prange(nthreads)``), so a working set that fits a thread's private caches stays there
 across the in-kernel repetitions (``reps``): this is what lets one kernel measure L1, L2,
-L3 and DRAM bandwidth by working-set size alone. All kernels are ``nogil`` so that a
-telemetry thread keeps sampling while they run.
+L3 and DRAM bandwidth by working-set size alone. The bandwidth kernels (``read_sum``,
+``copy``, ``triad``) work each chunk as its two halves in lockstep: two streams per array
+per thread, as BabelStream's Dot reads ``a`` and ``b`` (a single stream per thread reads
+DRAM slower; see :func:`read_sum`). All kernels are ``nogil`` so that a telemetry thread
+keeps sampling while they run.
 
 Accounting conventions (exact, per call):
 
 * ``read_sum``: ``bytes = 8·n·reps`` (each float64 read once per rep), ``flops = n·reps``.
+* ``copy`` (STREAM): ``c = a``; ``bytes = 16·n·reps`` (write-allocate not counted).
+* ``dot2`` (BabelStream's Dot): ``bytes = 16·n·reps`` (two arrays read), ``flops = 2·n·reps``.
 * ``triad`` (STREAM): ``a = b + s·c``; ``bytes = 24·n·reps`` (a, b, c; the write-allocate
   read of ``a`` is not counted, as in STREAM), ``flops = 2·n·reps``.
 * ``fma_chain``: every element ``x[i]`` gets ``k = u·reps`` dependent FMAs
@@ -76,17 +81,42 @@ def _sum_reps(x, reps):
     return s
 
 
+@njit(**_OPTS)
+def _sum2_reps(x, y, reps):
+    # two streams in lockstep, as a dot product reads its two arrays
+    s = 0.0
+    u = 0.0
+    for _ in range(reps):
+        for i in range(x.shape[0]):
+            s += x[i]
+            u += y[i]
+    return s + u
+
+
+@njit(inline="always", **_OPTS)
+def _chunk(n, t, nthreads):
+    """Thread ``t``'s chunk ``[lo, hi)`` of ``n`` elements (starts on 8-element boundaries)
+    and the length ``h`` of its two equal halves (a multiple of 8; ``hi - lo - 2h < 16``
+    elements are left for a tail)."""
+    lo = (n * t // nthreads) // 8 * 8
+    hi = n if t == nthreads - 1 else (n * (t + 1) // nthreads) // 8 * 8
+    return lo, hi, (hi - lo) // 16 * 8
+
+
 @njit(parallel=True, **_OPTS)
 def read_sum(x, out, nthreads, reps):
     """Sum ``x`` ``reps`` times, each thread over its own chunk; ``out[t]`` its partial sum.
 
-    Returns the total (so the work cannot be optimised away). ``x`` float64 1-D.
+    Each thread reads its chunk as two halves in lockstep (two streams per thread, as
+    BabelStream's Dot reads ``a`` and ``b``): one stream per thread read DRAM 10-20 %
+    slower on a 2-core VM (BENCHMARKS.md). Every element is read once per rep. Returns the
+    total (so the work cannot be optimised away). ``x`` float64 1-D.
     """
     n = x.shape[0]
     for t in prange(nthreads):
-        lo = (n * t // nthreads) // 8 * 8
-        hi = n if t == nthreads - 1 else (n * (t + 1) // nthreads) // 8 * 8
-        out[t] = _sum_reps(x[lo:hi], reps)
+        lo, hi, h = _chunk(n, t, nthreads)
+        m = lo + h
+        out[t] = _sum2_reps(x[lo:m], x[m : m + h], reps) + _sum_reps(x[m + h : hi], reps)
     return out[:nthreads].sum()
 
 
@@ -103,14 +133,26 @@ def _triad_reps(a, b, c, s, reps):
             a[i] = b[i] + sr * c[i]
 
 
+@njit(**_EXACT)
+def _triad2_reps(a, b, c, a2, b2, c2, s, reps):
+    # the two halves of a thread's chunk in lockstep: two streams per array
+    for r in range(reps):
+        sr = s + r
+        for i in range(a.shape[0]):
+            a[i] = b[i] + sr * c[i]
+            a2[i] = b2[i] + sr * c2[i]
+
+
 @njit(parallel=True, **_EXACT)
 def triad(a, b, c, s, nthreads, reps):
-    """STREAM triad ``a = b + (s + r)·c`` for passes ``r = 0..reps-1``, per-thread chunks."""
+    """STREAM triad ``a = b + (s + r)·c`` for passes ``r = 0..reps-1``, per-thread chunks,
+    each worked as two halves in lockstep (see :func:`read_sum`)."""
     n = a.shape[0]
     for t in prange(nthreads):
-        lo = (n * t // nthreads) // 8 * 8
-        hi = n if t == nthreads - 1 else (n * (t + 1) // nthreads) // 8 * 8
-        _triad_reps(a[lo:hi], b[lo:hi], c[lo:hi], s, reps)
+        lo, hi, h = _chunk(n, t, nthreads)
+        m, e = lo + h, lo + 2 * h
+        _triad2_reps(a[lo:m], b[lo:m], c[lo:m], a[m:e], b[m:e], c[m:e], s, reps)
+        _triad_reps(a[e:hi], b[e:hi], c[e:hi], s, reps)
 
 
 def triad_reference(b: np.ndarray, c: np.ndarray, s: float, reps: int) -> np.ndarray:
@@ -126,15 +168,27 @@ def _copy_reps(a, c, reps):
             c[i] = a[i] + d
 
 
+@njit(**_EXACT)
+def _copy2_reps(a, c, a2, c2, reps):
+    # the two halves of a thread's chunk in lockstep: two streams per array
+    for r in range(reps):
+        d = float(r)
+        for i in range(a.shape[0]):
+            c[i] = a[i] + d
+            c2[i] = a2[i] + d
+
+
 @njit(parallel=True, **_EXACT)
 def copy(a, c, nthreads, reps):
     """STREAM copy ``c = a`` (plus the pass index ``r``, so each pass is done) for passes
-    ``r = 0..reps-1``, per-thread chunks: one load and one store per element."""
+    ``r = 0..reps-1``, per-thread chunks worked as two halves in lockstep (see
+    :func:`read_sum`): one load and one store per element."""
     n = a.shape[0]
     for t in prange(nthreads):
-        lo = (n * t // nthreads) // 8 * 8
-        hi = n if t == nthreads - 1 else (n * (t + 1) // nthreads) // 8 * 8
-        _copy_reps(a[lo:hi], c[lo:hi], reps)
+        lo, hi, h = _chunk(n, t, nthreads)
+        m, e = lo + h, lo + 2 * h
+        _copy2_reps(a[lo:m], c[lo:m], a[m:e], c[m:e], reps)
+        _copy_reps(a[e:hi], c[e:hi], reps)
 
 
 @njit(parallel=True, **_OPTS)

@@ -109,3 +109,45 @@ def test_gemm_nt_batched(dtype):
 def test_gemm_flops():
     assert k.gemm_flops(2, 3, 4) == 48.0
     assert k.gemm_flops(2, 3, 4, batch=5) == 240.0
+
+
+@pytest.mark.parametrize("n", [8, 15, 16, 17, 31, 1000, 4099, 65537])
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_bandwidth_kernels_touch_every_element_exactly_once_per_pass(n, nthreads):
+    # powers of two per element: a sum that skips or repeats any element (the halves and
+    # tails of each thread's chunk) comes out different, exactly
+    x = 2.0 ** -(np.arange(n) % 40)
+    out = np.zeros(nthreads)
+    assert k.read_sum(x, out, nthreads, 2) == 2 * float(np.sum(x))
+    c = np.full(n, np.nan)
+    k.copy(x, c, nthreads, 3)
+    np.testing.assert_array_equal(c, x + 2.0)
+    a = np.full(n, np.nan)
+    k.triad(a, x, x, 0.5, nthreads, 2)
+    np.testing.assert_array_equal(a, x + 1.5 * x)
+
+
+def _streams_per_loop(asm: str, op: str) -> int:
+    """Most distinct base registers that one basic block of ``asm`` loads ``op`` from (the
+    streams its loop reads)."""
+    best, bases = 0, set()
+    for line in asm.splitlines():
+        if re.match(r"^\.?\w+:", line):
+            best, bases = max(best, len(bases)), set()
+        m = re.search(op + r"\s+-?\d*\((%\w+),%\w+,8\), %[xyz]mm", line)
+        if m:
+            bases.add(m.group(1))
+    return max(best, len(bases))
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 assembly")
+def test_the_dram_read_streams_two_halves_per_thread_like_a_dot():
+    """One stream per thread reads DRAM slower than BabelStream's Dot (two arrays); the read
+    kernel's inner loop reads its chunk's two halves at once."""
+    import numba
+
+    f = numba.njit(parallel=True, fastmath=True, nogil=True)(k.read_sum.py_func)
+    x = np.ones(4096)
+    assert f(x, np.zeros(2), 2, 1) == 4096.0
+    asm = "\n".join(f.inspect_asm().values())
+    assert _streams_per_loop(asm, "vaddpd") == 2

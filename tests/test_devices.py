@@ -382,3 +382,42 @@ def test_tolerance_grows_with_the_reduction_and_the_dtype():
 
     for dt, eps in (("fp32", 2.0**-23), ("fp64", 2.0**-52)):
         assert _gemm_tolerance(dt, 4096) >= 16 * eps * 64
+
+
+def test_the_reference_dot_times_calls_as_long_as_babelstreams(monkeypatch):
+    """The same-run Dot the DRAM ceilings are held against: each timed call runs as many
+    passes as last DRAM_CALL_S (a 5 ms pass: 4 per call), and its bandwidth counts 16 bytes
+    per element per pass."""
+    import roofprof.devices.cpu as cpu_mod
+    import roofprof.devices.cpu_probes as probes_mod
+
+    calls: list[int] = []
+    now = {"t": 0.0}
+
+    class Clock:
+        def start(self):
+            self.t0 = now["t"]
+
+        def stop(self):
+            return now["t"] - self.t0
+
+    class Kernels:
+        @staticmethod
+        def fill_distinct(x):
+            pass
+
+        @staticmethod
+        def dot2(a, b, out, nthreads, reps):
+            calls.append(reps)
+            now["t"] += 0.005 * reps
+            return 0.0
+
+    monkeypatch.setattr(probes_mod, "kernels_module", lambda name: Kernels)
+    dev = CpuDevice()
+    monkeypatch.setattr(dev, "clock", Clock)
+    ref = dev.memory_reference()
+    assert ref is not None
+    assert calls[:2] == [1, 1] and set(calls[2:]) == {4} and len(calls) == 10
+    n = 4 * (dev.info.last_level_cache_bytes or 32 << 20) // 8
+    assert ref.bytes_per_s == pytest.approx(16.0 * n / 0.005)
+    assert 4 * 0.005 >= cpu_mod.DRAM_CALL_S

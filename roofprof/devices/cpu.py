@@ -41,12 +41,15 @@ from roofprof.devices.base import (
     torch_issue_overhead_s,
 )
 from roofprof.devices.cpu_probes import (  # the probes live there; re-exported here
+    DRAM_CALL_S,
     NP_DTYPES,
     PROBE_SEED,
     ProbeArena,
     aligned_empty,
     cpu_probes,
+    dot_reference,
     gemm_tolerance,
+    reference_passes,
     setup_copy,
     setup_fma,
     setup_gemm,
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO_FALLBACK",
+    "DRAM_CALL_S",
     "KIND",
     "NAMES",
     "NP_DTYPES",
@@ -83,6 +87,7 @@ __all__ = [
     "enumerate",
     "gemm_tolerance",
     "open",
+    "reference_passes",
     "roofline_plan",
     "setup_fma",
     "setup_gemm",
@@ -289,28 +294,9 @@ class CpuDevice:
         return max(2 * sum(self._info.cache_bytes.values()), 8 * 1024**2)
 
     def memory_reference(self) -> Reference | None:
-        """The DRAM bandwidth (bytes/s) of a BabelStream-style Dot, measured now: two freshly
-        written, page-distinct float64 arrays of 4 × the last-level cache each (8 × in all),
-        every thread over its own chunk, 16 bytes read per element, best of 10 calls. The
-        reference the roofline's DRAM ceilings are held against
-        (:mod:`roofprof.roofline.plausibility`); None when memory is short.
-        """
-        k = _kernels()
-        llc = self._info.last_level_cache_bytes or (32 << 20)
-        n = 4 * llc // 8
-        if 2 * 8 * n > self.free_memory_bytes() // 4:
-            return None
-        a, b = aligned_empty(n, np.float64), aligned_empty(n, np.float64)
-        k.fill_distinct(a)
-        k.fill_distinct(b)
-        out = np.zeros(max(1, self.nthreads))
-        k.dot2(a, b, out, self.nthreads, 1)  # compiled and warm
-        clock, best = self.clock(), float("inf")
-        for _ in range(10):
-            clock.start()
-            k.dot2(a, b, out, self.nthreads, 1)
-            best = min(best, clock.stop())
-        return Reference(16.0 * n / best, "a same-run Dot", "CpuDevice.memory_reference")
+        """The same-run reference Dot the DRAM ceilings are held against
+        (:func:`~roofprof.devices.cpu_probes.dot_reference`); None when memory is short."""
+        return dot_reference(self)
 
     def flush(self) -> None:
         """Evict the caches: every thread reads its share of the flush buffer (2× all caches)."""
@@ -526,6 +512,7 @@ def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
             min_repeats=5,
             intensity_max_call_flops=5e9,
             dram_point_budget_s=0.3,
+            dram_call_s=DRAM_CALL_S,
         )
     else:
         knobs = dict(
@@ -541,6 +528,7 @@ def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
             intensity_dtypes=("fp64", "fp32"),
             min_repeats=7,
             intensity_max_call_flops=1.5e10,
+            dram_call_s=DRAM_CALL_S,
         )
     return RooflinePlan.sized(info, name, **knobs)
 

@@ -12,6 +12,7 @@ own; :func:`cpu_probes` binds them to a device with shared buffers
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -19,17 +20,21 @@ import numpy as np
 
 from roofprof._resources import kernels_module
 from roofprof.devices.base import CheckResult, Probe, ProbeRun, compare, tolerance
+from roofprof.roofline.plausibility import Reference
 
 if TYPE_CHECKING:
     from roofprof.devices.cpu import CpuDevice
 
 __all__ = [
+    "DRAM_CALL_S",
     "NP_DTYPES",
     "PROBE_SEED",
     "ProbeArena",
     "aligned_empty",
     "cpu_probes",
+    "dot_reference",
     "gemm_tolerance",
+    "reference_passes",
     "setup_copy",
     "setup_fma",
     "setup_gemm",
@@ -39,6 +44,9 @@ __all__ = [
 ]
 
 NP_DTYPES = {"fp32": np.float32, "fp64": np.float64}
+#: Shortest timed call (s) of a DRAM bandwidth probe and of the reference Dot: as long as
+#: BabelStream's calls at its default size, so a call's fixed cost weighs as little.
+DRAM_CALL_S = 0.02
 #: Seed of the random stream the probe checks draw from.
 PROBE_SEED = 20240601
 _ALIGN = 64
@@ -352,7 +360,7 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             "bandwidth",
             partial(setup_read, device, arena, rng=rng),
             accounting="bytes = 8·n per pass (float64 read once), FLOPs = n (adds)",
-            note="vectorised sum, one contiguous chunk per thread",
+            note="vectorised sum, one contiguous chunk per thread read as two halves at once",
         ),
         Probe(
             "copy",
@@ -360,7 +368,8 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             partial(setup_copy, device, arena, rng=rng),
             accounting="bytes = 16·n per pass (STREAM: a, c; write-allocate not counted), "
             "FLOPs = 0",
-            note="c = a (+ the pass index), one contiguous chunk per thread, arrays staggered",
+            note="c = a (+ the pass index), one chunk per thread worked as two halves at once, "
+            "arrays staggered",
         ),
         Probe(
             "triad",
@@ -368,8 +377,8 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             partial(setup_triad, device, arena, rng=rng),
             accounting="bytes = 24·n per pass (STREAM: a, b, c; write-allocate not counted), "
             "FLOPs = 2·n",
-            note="a = b + s·c, one contiguous chunk per thread, arrays staggered against "
-            "4K aliasing",
+            note="a = b + s·c, one chunk per thread worked as two halves at once, arrays "
+            "staggered against 4K aliasing",
         ),
         Probe(
             "fma-fp64",
@@ -424,3 +433,45 @@ def gemm_tolerance(dtype: str, k: int) -> float:
     """The CPU GEMM checks' tolerance: :func:`~roofprof.devices.base.tolerance` at 16 ulps and
     16·eps·√k growth (at least the former ``16·eps·√k``)."""
     return tolerance(dtype, k, ulps=16.0, growth=16.0)
+
+
+def reference_passes(one_pass_s: float, call_s: float = DRAM_CALL_S) -> int:
+    """Passes per call of the reference Dot so that a call lasts ``call_s`` seconds, from the
+    time of one pass (seconds; 1 when it is unknown or already long enough).
+
+    >>> reference_passes(0.006), reference_passes(0.05), reference_passes(0.0)
+    (4, 1, 1)
+    """
+    if not one_pass_s > 0:
+        return 1
+    return max(1, math.ceil(call_s / one_pass_s))
+
+
+def dot_reference(device: CpuDevice) -> Reference | None:
+    """The DRAM bandwidth (bytes/s) of a BabelStream-style Dot, measured now: two freshly
+    written, page-distinct float64 arrays of 4 × the last-level cache each (8 × in all),
+    every thread over its own chunk, 16 bytes read per element per pass, as many passes per
+    call as make a call last :data:`DRAM_CALL_S`, best of 8 calls. The reference the
+    roofline's DRAM ceilings are held against (:mod:`roofprof.roofline.plausibility`); None
+    when memory is short (the arrays would take over a quarter of what is free).
+    """
+    k = _kernels()
+    llc = device.info.last_level_cache_bytes or (32 << 20)
+    n = 4 * llc // 8
+    if 2 * 8 * n > device.free_memory_bytes() // 4:
+        return None
+    a, b = aligned_empty(n, np.float64), aligned_empty(n, np.float64)
+    k.fill_distinct(a)
+    k.fill_distinct(b)
+    out = np.zeros(max(1, device.nthreads))
+    clock = device.clock()
+    k.dot2(a, b, out, device.nthreads, 1)  # compiled and warm
+    clock.start()
+    k.dot2(a, b, out, device.nthreads, 1)
+    reps = reference_passes(clock.stop())
+    best = float("inf")
+    for _ in range(8):
+        clock.start()
+        k.dot2(a, b, out, device.nthreads, reps)
+        best = min(best, clock.stop())
+    return Reference(16.0 * n * reps / best, "a same-run Dot", "CpuDevice.memory_reference")

@@ -54,6 +54,11 @@ class RooflinePlan:
     #: cache): a shared host's bandwidth moves within a second, and a best-of over a few
     #: tens of milliseconds misses its fast moments (BabelStream times each kernel ~0.5 s).
     dram_point_budget_s: float = 0.0
+    #: Shortest call (s) at a sweep point on the DRAM plateau: more passes per call until a
+    #: call lasts this long (0: ``target_call_s``). A call's fixed cost (waking the worker
+    #: threads, which a busy host can delay by milliseconds) counts against a few-ms call
+    #: and reads as lost bandwidth; BabelStream's calls at its default size last 10-20 ms.
+    dram_call_s: float = 0.0
 
     @classmethod
     def for_device(cls, info: DeviceInfo, name: str = "full") -> RooflinePlan:

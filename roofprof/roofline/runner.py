@@ -216,9 +216,11 @@ class RooflineRunner:
         run = probe.setup(working_set_bytes=ws)
         if check:
             self._checked(probe, run, f"working set {run.working_set_bytes} B")
-        reps = self.timer.recalibrate(run, self.plan.target_call_s, previous)
         llc = self.device.info.last_level_cache_bytes
         on_dram = bool(llc) and run.working_set_bytes >= DRAM_FACTOR * llc
+        target = self.plan.target_call_s
+        target = max(target, self.plan.dram_call_s) if on_dram else target
+        reps = self.timer.recalibrate(run, target, previous)
         budget = self.plan.point_budget_s
         budget = max(budget, self.plan.dram_point_budget_s) if on_dram else budget
         timing, tele = self.timer.time(lambda run=run, reps=reps: run.run(reps), budget_s=budget)

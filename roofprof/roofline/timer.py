@@ -90,15 +90,16 @@ class ProbeTimer:
         """:meth:`calibrate`, starting from the previous working set's repetitions.
 
         Repetitions scale as 1 / working set; one call at that guess, rescaled to
-        ``target_s``, is enough when it lands within 4× of the target (a cache boundary
-        changes the per-byte cost by less); otherwise the full calibration runs.
+        ``target_s`` (rounded up: a call lasts at least the target), is enough when it lands
+        within 4× of the target (a cache boundary changes the per-byte cost by less);
+        otherwise the full calibration runs.
         """
         if previous is not None:
             reps, ws = previous
             guess = max(1, round(reps * ws / max(run.working_set_bytes, 1)))
             t = self.once(run, guess)
             if target_s / 4 <= t <= 4 * target_s:
-                return max(1, round(guess * target_s / t))
+                return max(1, math.ceil(guess * target_s / t))  # at least the target
         return self.calibrate(run, target_s)
 
     def once(self, run: ProbeRun, reps: int) -> float:

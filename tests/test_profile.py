@@ -700,3 +700,53 @@ def test_check_then_time_is_one_loop_for_every_caller(monkeypatch):
     assert busy.telemetry["attempts"] == 3 and busy.contended and "contended" in busy.suspect
     ms = check_then_time_group(Impl("good"), [op, op], rng, clock=clock, budget_s=0.001, rounds=3)
     assert [m.timing.rounds for m in ms] == [3, 3] and len(released) == 6
+
+
+class _ThreadClock:
+    """A fake clock: a call takes 50 ms on two threads (every parallel region waits for a core
+    another process holds) and 1 ms on one."""
+
+    name = "fake-threads"
+
+    def start(self):
+        pass
+
+    def stop(self):
+        return 0.05 if torch.get_num_threads() > 1 else 0.001
+
+
+def _two_thread_profiler(monkeypatch):
+    from roofprof.profiling.engine import MeasureSettings
+
+    prof = Profiler(
+        "cpu",
+        ProfileSettings(
+            impls=("torch",),
+            roofline=NONE,
+            budget_s=0.001,
+            threads=2,
+            measure=MeasureSettings(rounds=3, switch_idle_s=0.0),
+        ),
+        model=TINY,
+    )
+    monkeypatch.setattr(prof.device, "clock", lambda: _ThreadClock())
+    return prof
+
+
+def test_contended_multi_thread_timings_are_measured_again_on_one_thread(monkeypatch):
+    _fake_contention(monkeypatch, [0.6])  # another process holds a core in every round
+    prof = _two_thread_profiler(monkeypatch)
+    r = prof.profile(Scenario.of(TINY, "decode", context_tokens=4000, dtype="fp32"))
+    att = next(o for o in r.ops if o.op.kind == "attention")
+    assert att.chosen.seconds == pytest.approx(0.001)  # not the 50 ms of the starved threads
+    assert att.chosen.telemetry["threads"] == 1 and att.chosen.telemetry["threads_tried"] == 2
+    assert att.chosen.contended and "timed on 1 thread" in att.chosen.note
+    assert all(o.chosen.seconds == pytest.approx(0.001) for o in r.ops)
+
+
+def test_quiet_multi_thread_timings_are_kept(monkeypatch):
+    _fake_contention(monkeypatch, [0.0])
+    prof = _two_thread_profiler(monkeypatch)
+    r = prof.profile(Scenario.of(TINY, "decode", context_tokens=4000, dtype="fp32"))
+    att = next(o for o in r.ops if o.op.kind == "attention")
+    assert att.chosen.seconds == pytest.approx(0.05) and "threads" not in att.chosen.telemetry

@@ -733,14 +733,22 @@ def _two_thread_profiler(monkeypatch):
     return prof
 
 
+class _FakeThreadCpu(_ThreadClock):
+    name = "fake-thread-cpu"  # the one-thread re-timing reads the thread's CPU time
+
+
 def test_contended_multi_thread_timings_are_measured_again_on_one_thread(monkeypatch):
+    import roofprof.profiling.profiler as rp
+
     _fake_contention(monkeypatch, [0.6])  # another process holds a core in every round
+    monkeypatch.setattr(rp, "ThreadCpuClock", _FakeThreadCpu)
     prof = _two_thread_profiler(monkeypatch)
     r = prof.profile(Scenario.of(TINY, "decode", context_tokens=4000, dtype="fp32"))
     att = next(o for o in r.ops if o.op.kind == "attention")
     assert att.chosen.seconds == pytest.approx(0.001)  # not the 50 ms of the starved threads
     assert att.chosen.telemetry["threads"] == 1 and att.chosen.telemetry["threads_tried"] == 2
-    assert att.chosen.contended and "timed on 1 thread" in att.chosen.note
+    assert att.chosen.contended and "timed on 1 thread (fake-thread-cpu)" in att.chosen.note
+    assert att.chosen.timing.clock == "fake-thread-cpu"
     assert all(o.chosen.seconds == pytest.approx(0.001) for o in r.ops)
 
 

@@ -529,11 +529,12 @@ def single_thread_kept(multi: Measurement, single: Measurement, threads: int) ->
     """
     if not (multi.ok and multi.contended and single.ok) or single.seconds >= multi.seconds:
         return multi
+    clock = single.timing.clock if single.timing is not None else "?"
     note = (
         multi.note
         + ("; " if multi.note else "")
         + (
-            f"timed on 1 thread: {threads} threads were slowed by other processes "
+            f"timed on 1 thread ({clock}): {threads} threads were slowed by other processes "
             f"({multi.seconds * 1e3:.3g} ms a call)"
         )
     )

@@ -56,7 +56,7 @@ from roofprof.profiling.engine import (
 )
 from roofprof.profiling.records import OpResult, ProfileResult
 from roofprof.specs import ModelSpec
-from roofprof.timing import Timing
+from roofprof.timing import ThreadCpuClock, Timing
 from roofprof.workload import Op, Scenario, Workload
 
 if TYPE_CHECKING:
@@ -415,17 +415,19 @@ class Profiler:
         self, impl: OpImpl, ops: Sequence[Op], ms: Sequence[Measurement], long_samples: int
     ) -> list[Measurement]:
         """On a CPU shared with other processes, the ops whose multi-thread timing was
-        contended timed again on one thread; the faster kept (:func:`single_thread_kept`)."""
+        contended timed again on one thread (torch: by that thread's CPU time,
+        :class:`~roofprof.timing.ThreadCpuClock`); the faster kept (:func:`single_thread_kept`)."""
         again = [i for i, m in enumerate(ms) if m.ok and m.contended]
         info = self.device.info
         if not again or (self.threads or 1) <= 1 or info.torch_device != "cpu":
             return list(ms)
+        inline = impl.name.startswith("torch")  # one torch thread computes on this one
         with cpu_threads(1):
             single = check_then_time_group(
                 impl,
                 [ops[i] for i in again],
                 self.rng,
-                clock=self.device.clock(),
+                clock=ThreadCpuClock() if inline else self.device.clock(),
                 flush_for=self._flush_for,
                 budget_s=self.budget_s / 2,
                 warmup_s=self.warmup_s / 2,

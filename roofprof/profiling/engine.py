@@ -515,9 +515,10 @@ def single_thread_kept(multi: Measurement, single: Measurement, threads: int) ->
     took 36-48 ms per call on 2 threads and 1.1-1.3 ms on one (back-to-back, the same run).
     One thread cannot use more of the hardware than two, so when the multi-thread time was
     contended (:attr:`Measurement.contended`) and the one-thread time is lower, the one-thread
-    time is what this machine can do: it is kept, with ``telemetry["threads"] = 1`` and
-    ``threads_tried``, and stays marked contended (measured again next time, never reused from
-    the cache). Otherwise ``multi`` is returned unchanged.
+    time is what this machine can do: it is kept, with ``multi``'s telemetry plus
+    ``telemetry["threads"] = 1`` and ``threads_tried``, and stays marked contended
+    (measured again next time, never reused from the cache). Otherwise ``multi`` is
+    returned unchanged.
 
     >>> from roofprof.timing import Timing
     >>> slow = Measurement("torch", "ok", timing=Timing((0.04, 0.05, 0.04)),
@@ -538,5 +539,6 @@ def single_thread_kept(multi: Measurement, single: Measurement, threads: int) ->
             f"({multi.seconds * 1e3:.3g} ms a call)"
         )
     )
-    telemetry = {**single.telemetry, "threads": 1, "threads_tried": threads, "contended": True}
+    # the multi-thread telemetry (its rounds, the other processes' share) says why
+    telemetry = {**multi.telemetry, "threads": 1, "threads_tried": threads, "contended": True}
     return replace(single, note=note, telemetry=telemetry)

@@ -59,6 +59,7 @@ __all__ = [
     "prepare_checked",
     "shares_telemetry",
     "single_thread_kept",
+    "touched_by_contention",
     "telemetry_dict",
 ]
 
@@ -506,6 +507,19 @@ def shares_telemetry(shares: Sequence[float | None]) -> dict[str, Any]:
     return d
 
 
+def touched_by_contention(m: Measurement) -> bool:
+    """True when other processes used the CPUs during some of ``m``'s timing: in every try
+    (:attr:`Measurement.contended`) or in rounds that could not all be dropped (its largest
+    round share above :data:`~roofprof.telemetry.CONTENDED_SHARE`, no round dropped).
+
+    >>> touched_by_contention(Measurement("torch", "ok", telemetry={"other_cpu_share": 0.54}))
+    True
+    """
+    share = m.telemetry.get("other_cpu_share")
+    busy = isinstance(share, (int, float)) and share > CONTENDED_SHARE
+    return m.contended or (busy and not m.telemetry.get("rounds_dropped_busy"))
+
+
 def single_thread_kept(multi: Measurement, single: Measurement, threads: int) -> Measurement:
     """The faster of a contended ``threads``-thread timing and the same op's one-thread timing.
 
@@ -514,8 +528,8 @@ def single_thread_kept(multi: Measurement, single: Measurement, threads: int) ->
     process holding one core, decode attention over a 16,014-token fp32 cache (8.2 MB of K/V)
     took 36-48 ms per call on 2 threads and 1.1-1.3 ms on one (back-to-back, the same run).
     One thread cannot use more of the hardware than two, so when the multi-thread time was
-    contended (:attr:`Measurement.contended`) and the one-thread time is lower, the one-thread
-    time is what this machine can do: it is kept, with ``multi``'s telemetry plus
+    touched by contention (:func:`touched_by_contention`) and the one-thread time is lower,
+    the one-thread time is what this machine can do: it is kept, with ``multi``'s telemetry plus
     ``telemetry["threads"] = 1`` and ``threads_tried``, and stays marked contended
     (measured again next time, never reused from the cache). Otherwise ``multi`` is
     returned unchanged.
@@ -528,7 +542,9 @@ def single_thread_kept(multi: Measurement, single: Measurement, threads: int) ->
     >>> kept.seconds, kept.telemetry["threads"], kept.contended
     (0.001, 1, True)
     """
-    if not (multi.ok and multi.contended and single.ok) or single.seconds >= multi.seconds:
+    if not (multi.ok and touched_by_contention(multi) and single.ok):
+        return multi
+    if single.seconds >= multi.seconds:
         return multi
     clock = single.timing.clock if single.timing is not None else "?"
     note = (

@@ -53,6 +53,7 @@ from roofprof.profiling.engine import (
     check_then_time,
     check_then_time_group,
     single_thread_kept,
+    touched_by_contention,
 )
 from roofprof.profiling.records import OpResult, ProfileResult
 from roofprof.specs import ModelSpec
@@ -415,9 +416,9 @@ class Profiler:
         self, impl: OpImpl, ops: Sequence[Op], ms: Sequence[Measurement], long_samples: int
     ) -> list[Measurement]:
         """On a CPU shared with other processes, the ops whose multi-thread timing was
-        contended timed again on one thread (torch: by that thread's CPU time,
+        touched by contention timed again on one thread (torch: by that thread's CPU time,
         :class:`~roofprof.timing.ThreadCpuClock`); the faster kept (:func:`single_thread_kept`)."""
-        again = [i for i, m in enumerate(ms) if m.ok and m.contended]
+        again = [i for i, m in enumerate(ms) if m.ok and touched_by_contention(m)]
         info = self.device.info
         if not again or (self.threads or 1) <= 1 or info.torch_device != "cpu":
             return list(ms)

@@ -67,8 +67,9 @@ def cache_dir() -> Path:
 
 
 #: Bumped when the way an op is built or timed changes, so older cached times are not reused
-#: (2: decode attention appends into reused buffers; contended CPU times re-timed on one thread).
-MEASUREMENT_METHOD = 2
+#: (3: decode attention appends into reused buffers; CPU times touched by contention re-timed on
+#: one thread).
+MEASUREMENT_METHOD = 3
 
 
 def device_fingerprint(device: Device, threads: int | None = None) -> str:

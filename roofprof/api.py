@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from roofprof.errors import ConfigError, RoofprofError
+from roofprof.errors import ConfigError
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device
@@ -514,6 +514,10 @@ def endpoint(
         url: ``http(s)://host:port`` (a trailing ``/v1`` is accepted); no other host is
             contacted.
         served_model: the ``model`` field sent (default: the first id of ``/v1/models``).
+        roofprof_model: the model for the roofline, anything :func:`~roofprof.specs.load_model`
+            takes (shipped id, Hub id, folder, ``.gguf``, ``config.json``); default: the
+            served id when it names one locally
+            (:func:`~roofprof.endpoint.placement.roofprof_model_for`).
         device: ``cpu`` (a local CPU server): the ``measured`` estimator on this machine,
             fp32 unless ``dtype`` says otherwise.
         prompt_lengths: default 16, 2,000 and 16,000 tokens, capped by the context.
@@ -529,109 +533,51 @@ def endpoint(
         RoofprofError: the server cannot be reached (refused, unknown host, TLS), refuses the
             first request (its message is shown), bad arguments, an unknown model or GPU.
 
+    The run itself is :func:`roofprof.endpoint.session.measure_and_place`; this door turns
+    ``gpu``/``roofline``/``device`` into its predictor (:func:`sweep`).
+
     Example (against a running server)::
 
         r = roofprof.endpoint("http://127.0.0.1:8000", gpu="h100-sxm",
                               roofprof_model="llama-3.1-8b", concurrency=(1, 8))
     """
-    from roofprof.endpoint.client import HttpStatusError, Target, get_json, post_json
-    from roofprof.endpoint.placement import place, roofprof_model_for
-    from roofprof.endpoint.prompts import ServerTokenizer, prompt_source
-    from roofprof.endpoint.protocol import (
-        DEFAULT_PROMPTS,
-        Session,
-        SweepPlan,
-        capped_prompts,
-        measure,
-    )
+    from roofprof.endpoint.session import measure_and_place
 
-    key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
-    target = Target.parse(url, api=api, timeout_s=timeout_s, api_key=key)
-    notes: list[str] = []
-    context = None
-    try:
-        listed = get_json(target, "models").get("data") or []
-    except HttpStatusError as exc:
-        if exc.status in (401, 403):  # a key is missing or wrong: say so, not "no model"
-            raise
-        listed = []
-    except AttributeError:
-        listed = []
-    ids = [m.get("id") for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
-    model = served_model or (ids[0] if ids else None)
-    if not model:
-        raise ConfigError(f"{target.url}/v1/models names no model; give --served-model NAME")
-    for m in listed:
-        if isinstance(m, dict) and m.get("id") == model and isinstance(m.get("max_model_len"), int):
-            context = m["max_model_len"]
-    target = dataclasses.replace(target, model=model)
-    place_on = gpu is not None or roofline is not None or device is not None
-    spec_name, why = roofprof_model_for(roofprof_model, model) if place_on else (None, "")
-    if why:
-        notes.append(why)
-    if not place_on:
-        notes.append("not placed on a roofline: give --gpu, --roofline or --device cpu")
-    if context is None and spec_name is not None:
-        from roofprof.specs import load_model
-
-        context = load_model(spec_name).max_position_embeddings
-    lengths, cap_note = capped_prompts(prompt_lengths or DEFAULT_PROMPTS, output_tokens, context)
-    if cap_note:
-        notes.append(cap_note)
-    server = ServerTokenizer(lambda route, body: post_json(target, route, body), model)
-    try:
-        server.count("hello")
-        counter = server.count
-    except (HttpStatusError, ConfigError):
-        counter = None
-    source, how = prompt_source(tokenizer, model, counter)
-    notes.append(how)
-    count_tokens = None
-    if hasattr(source, "encode"):
-        encode = source.encode  # type: ignore[attr-defined]
-        count_tokens = lambda text: len(encode(text))  # noqa: E731
-    session = Session(target, source, count_tokens=count_tokens, extra=dict(extra or {}))
-    plan = SweepPlan(
-        prompt_lengths=tuple(lengths),
-        output_tokens=output_tokens,
-        concurrency=tuple(concurrency),
-        rates=tuple(rates),
-        requests=requests,
-        warmup=warmup,
-        floor_requests=floor_requests,
-        level_seconds=level_seconds,
-        draw=draw,
-    )
-    result = measure(session, plan, url=target.url, model=model)
-    result = dataclasses.replace(result, notes=(*notes, *result.notes))
-    if spec_name is None or not result.levels or result.interrupted:
-        return result
     on_cpu = device is not None and device.startswith("cpu")
     chosen_dtype = dtype or ("fp32" if on_cpu else "bf16")
-    chosen_estimator = estimator or (
-        "measured" if device is not None and gpu is None and roofline is None else None
-    )
+    chosen = estimator or ("measured" if gpu is None and roofline is None else None)
 
-    def predictor(prompt: int, batches: Sequence[int], ctx: int) -> list[Prediction]:
-        return sweep(
-            spec_name,
+    def predictor_for(name: str) -> Callable[[int, Sequence[int], int], list[Prediction]]:
+        return lambda prompt, batches, ctx: sweep(
+            name,
             gpu,
             batches=batches,
             contexts=(ctx,),
             roofline=roofline,
-            estimator=chosen_estimator,
+            estimator=chosen,
             device=device or "auto",
             prompt_tokens=prompt,
             dtype=chosen_dtype,
         )
 
-    try:
-        block = place(result, predictor)
-    except KeyboardInterrupt:
-        note = "not placed on the roofline: interrupted while predicting"
-        return dataclasses.replace(result, notes=(*result.notes, note), interrupted=True)
-    except RoofprofError as exc:
-        return dataclasses.replace(
-            result, notes=(*result.notes, f"not placed on the roofline: {exc}")
-        )
-    return dataclasses.replace(result, roofline=block)
+    placed = gpu is not None or roofline is not None or device is not None
+    return measure_and_place(
+        url,
+        predictor_for=predictor_for if placed else None,
+        api=api,
+        served=served_model,
+        roofprof_model=roofprof_model,
+        prompt_lengths=prompt_lengths,
+        output_tokens=output_tokens,
+        concurrency=concurrency,
+        rates=rates,
+        requests=requests,
+        warmup=warmup,
+        floor_requests=floor_requests,
+        level_seconds=level_seconds,
+        timeout_s=timeout_s,
+        api_key=api_key,
+        tokenizer=tokenizer,
+        extra=extra,
+        draw=draw,
+    )

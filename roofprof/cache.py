@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_AGE_S",
+    "MEASUREMENT_METHOD",
     "ChosenRoofline",
     "MeasurementCache",
     "RooflineChoice",
@@ -65,6 +66,12 @@ def cache_dir() -> Path:
     return cache_root()
 
 
+#: Bumped when the way an op is built or timed changes, so older cached times are not reused
+#: (3: decode attention appends into reused buffers; CPU times touched by contention re-timed on
+#: one thread).
+MEASUREMENT_METHOD = 3
+
+
 def device_fingerprint(device: Device, threads: int | None = None) -> str:
     """A short hash of what a measurement depends on: device identity, threads, library versions."""
     from roofprof.results import library_versions
@@ -79,6 +86,7 @@ def device_fingerprint(device: Device, threads: int | None = None) -> str:
             info.compute_units,
             threads,
             {k: libs.get(k) for k in ("torch", "numpy", "numba", "cupy-cuda12x", "cupy-cuda13x")},
+            MEASUREMENT_METHOD,
         ],
         sort_keys=True,
     )

@@ -24,7 +24,7 @@ from roofprof.endpoint.metrics import level_summary, parse_slo, stats
 from roofprof.endpoint.prompts import WordPrompts
 from roofprof.endpoint.protocol import Session, SweepPlan, capped_prompts, measure
 from roofprof.endpoint.records import LevelResult, RequestRecord
-from roofprof.errors import ConfigError
+from roofprof.errors import ConfigError, RoofprofError
 
 TOL_S = 1e-3  # a median of readings
 ONE_READING_TOL_S = 5e-3  # a single reading
@@ -426,3 +426,96 @@ def test_a_refused_key_is_one_line_with_the_servers_message(capsys, tmp_path, mo
         asked = [s.body for s in srv.served]
     assert rc == 2 and "HTTP 401: invalid API key" in err and "wrong" not in err
     assert asked == []  # refused at /v1/models: no completion was sent
+
+
+def _folder_model(tmp_path):
+    from conftest import write_config
+
+    folder = tmp_path / "my-tiny-llama"
+    folder.mkdir()
+    write_config(folder, "config.json", max_position_embeddings=4096)
+    return folder
+
+
+def test_the_served_model_is_found_as_predict_finds_it_without_fetching(tmp_path, monkeypatch):
+    import roofprof.checkpoints as ckpt
+    from roofprof.endpoint.placement import roofprof_model_for
+
+    def no_hub(text):
+        if not __import__("pathlib").Path(text).exists():
+            raise AssertionError(f"fetched {text!r} from the Hub")
+        return real(text)
+
+    real = ckpt.locate
+    monkeypatch.setattr(ckpt, "locate", no_hub)
+    folder = _folder_model(tmp_path)
+    assert roofprof_model_for(None, str(folder)) == (str(folder), "")  # a model folder
+    assert roofprof_model_for(None, str(folder / "config.json"))[0] == str(folder / "config.json")
+    assert roofprof_model_for(None, "llama-3.1-8b")[0] == "llama-3.1-8b"
+    assert roofprof_model_for(None, "meta-llama/Llama-3.1-8B")[0] == "meta-llama/Llama-3.1-8B"
+    assert roofprof_model_for(None, "meta-llama/Llama-3.1-8B-Instruct")[0] == "llama-3.1-8b"
+    name, why = roofprof_model_for(None, "some-org/served-alias")  # not fetched implicitly
+    assert name is None and "--model" in why and "Hub id" in why
+    monkeypatch.undo()
+    with pytest.raises(RoofprofError, match="unknown model"):  # given explicitly, it must load
+        roofprof_model_for(str(tmp_path / "missing" / "config.json"), "scripted")
+
+
+@pytest.mark.parametrize("flag", ["--model", "-m", "--roofprof-model"])
+def test_model_takes_a_local_folder_as_predict_does(flag, capsys, tmp_path):
+    folder = _folder_model(tmp_path)
+    with ScriptedServer(Script(first_s=0.0, gap_s=0.0)) as srv:
+        rc, out, err = _cli(
+            ["--url", srv.url, "-f", "json", "--gpu", "h100-sxm", flag, str(folder), *QUICK],
+            capsys,
+            tmp_path,
+        )
+    assert rc == 0, err
+    roof = json.loads(out)["roofline"]
+    assert roof["model"] == "my-tiny-llama" and roof["estimator"] == "spec"  # its label
+    assert [row["prompt_tokens"] for row in roof["levels"]] == [4, 8]
+
+
+def test_an_unknown_model_is_one_line_exit_2_before_anything_is_sent(capsys, tmp_path):
+    with ScriptedServer(Script(first_s=0.0, gap_s=0.0)) as srv:
+        rc, _, err = _cli(
+            ["--url", srv.url, "--gpu", "h100-sxm", "--model", "no-such-model", *QUICK],
+            capsys,
+            tmp_path,
+        )
+        sent = [s.body for s in srv.served]
+    assert rc == 2 and "no-such-model" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert sent == []
+
+
+def test_ctrl_c_while_predicting_keeps_the_measured_levels(capsys, tmp_path, monkeypatch):
+    import roofprof.api as api
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "sweep", interrupted)
+    with ScriptedServer(Script(first_s=0.0, gap_s=0.0)) as srv:
+        rc, out, err = _cli(
+            ["--url", srv.url, "-f", "json", "--gpu", "h100-sxm", "-m", "llama-3.1-8b", *QUICK],
+            capsys,
+            tmp_path,
+        )
+    assert rc == 130 and "measured before Ctrl-C" in err and "Traceback" not in err
+    data = json.loads((tmp_path / "out" / "endpoint.json").read_text())
+    assert data["interrupted"] is True and data["roofline"] is None
+    assert [lv["completed"] for lv in data["levels"]] == [2, 2]
+    assert "interrupted while predicting" in " ".join(data["notes"])
+    assert (tmp_path / "out" / "endpoint.csv").read_text().count("\n") >= 3
+
+
+def test_ctrl_c_during_the_network_floor_exits_130_with_the_file_whole(capsys, tmp_path):
+    def interrupt(count):
+        if count == 2:  # the preflight, then the first 1-token floor request
+            _thread.interrupt_main()
+
+    with ScriptedServer(Script(first_s=0.02, gap_s=0.02), on_request=interrupt) as srv:
+        rc, _, err = _cli(["--url", srv.url, "-f", "json", *QUICK], capsys, tmp_path)
+    assert rc == 130 and "Traceback" not in err
+    data = json.loads((tmp_path / "out" / "endpoint.json").read_text())
+    assert data["interrupted"] is True and data["levels"] == []

@@ -61,9 +61,12 @@ def endpoint(
     ),
     roofprof_model: str | None = typer.Option(
         None,
+        "--model",
+        "-m",
         "--roofprof-model",
-        help="roofprof model id or config.json of the served model (default: the served id "
-        "when it is one, or a local folder with a config.json).",
+        help="The served model for the roofline, as predict --model takes it: a shipped id, "
+        "a Hub id (org/name[@rev]), a model folder, a .gguf file or a config.json (default: "
+        "the served id when it names one of these).",
     ),
     gpu: str | None = typer.Option(
         None, "--gpu", "-g", help="GPU id of the server (spec estimator)."

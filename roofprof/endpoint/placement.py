@@ -179,41 +179,49 @@ def _batch_curve(
 def roofprof_model_for(explicit: str | None, served: str) -> tuple[str | None, str]:
     """The roofprof model for a served model id, and why not when there is none.
 
-    ``explicit`` (``--roofprof-model``) wins and must load; otherwise the served id is tried
-    as a roofprof id, a folder with a ``config.json``, and its last path part without an
-    ``-instruct``/``-chat``/``-hf``/``-it`` suffix.
+    ``explicit`` (``--model``/``--roofprof-model``) wins and must load: anything
+    :func:`~roofprof.specs.load_model` takes, as in ``roofprof predict --model`` (a shipped
+    id, a Hub id ``org/name[@revision]``, a model folder, a ``.gguf`` file or a
+    ``config.json``). Otherwise the served id is tried without contacting anything but the
+    server: as a shipped id, as a Hub id roofprof ships a config for, as a local folder,
+    ``.gguf`` or ``config.json``, then its last path part without an
+    ``-instruct``/``-chat``/``-hf``/``-it`` suffix as a shipped id. A Hub id roofprof does
+    not ship is not fetched unless given explicitly.
 
     Returns:
         ``(model, "")``, or ``(None, reason)`` when nothing matches.
 
     Raises:
-        RoofprofError: ``explicit`` does not load.
+        RoofprofError: ``explicit`` does not load (one line naming what it takes).
 
     >>> roofprof_model_for(None, "meta-llama/Llama-3.1-8B-Instruct")[0]
     'llama-3.1-8b'
+    >>> roofprof_model_for(None, "meta-llama/Llama-3.1-8B")[0]
+    'meta-llama/Llama-3.1-8B'
     """
     from roofprof.errors import RoofprofError
-    from roofprof.specs import list_models, load_model
+    from roofprof.model_specs import list_models, load_model, shipped_id
 
     if explicit is not None:
         load_model(explicit)  # fails before anything is measured
         return explicit, ""
-    candidates = [served]
-    path = Path(served)
-    if served and path.is_dir() and (path / "config.json").is_file():
-        candidates.insert(0, str(path / "config.json"))
     tail = served.rstrip("/").rsplit("/", 1)[-1].lower()
     for suffix in ("-instruct", "-chat", "-hf", "-it"):
         tail = tail.removesuffix(suffix)
-    candidates.append(tail)
-    for name in candidates:
-        if name in list_models() or (name.endswith(".json") and Path(name).is_file()):
+    for name in (served, tail):
+        if not name:
+            continue
+        try:
+            local = Path(name).exists()
+        except (OSError, ValueError):
+            local = False
+        if name in list_models() or shipped_id(name) is not None or local:
             try:
                 load_model(name)
             except RoofprofError:
                 continue
             return name, ""
     return None, (
-        f"no roofprof model for the served id {served!r}: give --roofprof-model ID or "
-        "config.json to place it on the roofline"
+        f"no roofprof model for the served id {served!r}: give --model ID, an org/name Hub "
+        "id, a model folder, a .gguf file or a config.json to place it on the roofline"
     )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 import warnings as _warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,6 +58,8 @@ __all__ = [
     "check_then_time_group",
     "prepare_checked",
     "shares_telemetry",
+    "single_thread_kept",
+    "touched_by_contention",
     "telemetry_dict",
 ]
 
@@ -503,3 +505,56 @@ def shares_telemetry(shares: Sequence[float | None]) -> dict[str, Any]:
     if judged and min(judged) > CONTENDED_SHARE:
         d["contended"] = True
     return d
+
+
+def touched_by_contention(m: Measurement) -> bool:
+    """True when other processes used the CPUs during some of ``m``'s timing: in every try
+    (:attr:`Measurement.contended`) or in rounds that could not all be dropped (its largest
+    round share above :data:`~roofprof.telemetry.CONTENDED_SHARE`, no round dropped).
+
+    >>> touched_by_contention(Measurement("torch", "ok", telemetry={"other_cpu_share": 0.54}))
+    True
+    """
+    share = m.telemetry.get("other_cpu_share")
+    busy = isinstance(share, (int, float)) and share > CONTENDED_SHARE
+    return m.contended or (busy and not m.telemetry.get("rounds_dropped_busy"))
+
+
+def single_thread_kept(multi: Measurement, single: Measurement, threads: int) -> Measurement:
+    """The faster of a contended ``threads``-thread timing and the same op's one-thread timing.
+
+    Two OpenMP threads on two cores shared with a third runnable process wait a scheduler
+    quantum at every parallel region's barrier: measured on the 2-core EPYC VM with another
+    process holding one core, decode attention over a 16,014-token fp32 cache (8.2 MB of K/V)
+    took 36-48 ms per call on 2 threads and 1.1-1.3 ms on one (back-to-back, the same run).
+    One thread cannot use more of the hardware than two, so when the multi-thread time was
+    touched by contention (:func:`touched_by_contention`) and the one-thread time is lower,
+    the one-thread time is what this machine can do: it is kept, with ``multi``'s telemetry plus
+    ``telemetry["threads"] = 1`` and ``threads_tried``, and stays marked contended
+    (measured again next time, never reused from the cache). Otherwise ``multi`` is
+    returned unchanged.
+
+    >>> from roofprof.timing import Timing
+    >>> slow = Measurement("torch", "ok", timing=Timing((0.04, 0.05, 0.04)),
+    ...                    telemetry={"contended": True})
+    >>> fast = Measurement("torch", "ok", timing=Timing((0.001, 0.001, 0.001)))
+    >>> kept = single_thread_kept(slow, fast, 2)
+    >>> kept.seconds, kept.telemetry["threads"], kept.contended
+    (0.001, 1, True)
+    """
+    if not (multi.ok and touched_by_contention(multi) and single.ok):
+        return multi
+    if single.seconds >= multi.seconds:
+        return multi
+    clock = single.timing.clock if single.timing is not None else "?"
+    note = (
+        multi.note
+        + ("; " if multi.note else "")
+        + (
+            f"timed on 1 thread ({clock}): {threads} threads were slowed by other processes "
+            f"({multi.seconds * 1e3:.3g} ms a call)"
+        )
+    )
+    # the multi-thread telemetry (its rounds, the other processes' share) says why
+    telemetry = {**multi.telemetry, "threads": 1, "threads_tried": threads, "contended": True}
+    return replace(single, note=note, telemetry=telemetry)

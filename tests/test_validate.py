@@ -76,6 +76,11 @@ def test_real_run_times_prefill_and_decode(tiny, backend, attention, monkeypatch
     assert r.dtype == "fp32" and r.clock == "perf_counter"
     assert (backend == "hf") == ("transformers" in r.backend)
     assert r.counting.attention == attention
+    rm = json.loads(json.dumps(r.to_dict()))["real_model"]
+    assert rm["backend"] == backend and rm["name"] == r.backend
+    assert rm["chosen_by"] == f"asked: --backend {backend}"
+    assert rm["attention"] == ("sdpa" if attention == "fused" else "eager")
+    assert rm["differs"] and ("own implementation" in rm["differs"][0]) == (backend == "torch")
     assert json.loads(json.dumps(r.to_dict()))["real"]["decode_s"] == real.decode_s
 
 
@@ -184,7 +189,7 @@ def test_missing_transformers_for_hf_backend(tiny, monkeypatch):
         "find_spec",
         lambda name, *a: None if name == "transformers" else real_find(name, *a),
     )
-    with pytest.raises(DeviceUnavailableError, match=r"roofprof\[hf\]"):
+    with pytest.raises(DeviceUnavailableError, match=r"roofprof\[torch\]"):
         validate(tiny, device="cpu", backend="hf")
     r = validate(
         tiny,
@@ -196,6 +201,29 @@ def test_missing_transformers_for_hf_backend(tiny, monkeypatch):
         prefill_repeats=1,
     )
     assert "plain torch" in r.backend
+    assert r.real_model is not None and r.real_model.backend == "torch"
+    assert "transformers is not installed" in r.real_model.chosen_by
+    assert "roofprof[torch]" in r.real_model.chosen_by
+
+
+@pytest.mark.skipif(not HAS_HF, reason="no transformers")
+def test_auto_runs_transformers_when_installed_and_says_why(tiny):
+    r = validate(
+        tiny, device="cpu", prompt_tokens=4, decode_steps=1, warmup_steps=0, prefill_repeats=1
+    )
+    assert r.real_model is not None and r.real_model.backend == "hf"
+    assert r.real_model.chosen_by == "auto: transformers is installed"
+    assert "LlamaForCausalLM" in r.real_model.name and "RoPE" in r.real_model.differs[0]
+
+
+def test_torch_extra_brings_transformers():
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert any(req.startswith("transformers") for req in extras["torch"])
 
 
 def run_cli(capsys, *args):
@@ -268,6 +296,8 @@ def test_cli_validate_table_and_errors(capsys, tiny, tmp_path):
     assert f"prefill {real['batch']}×4 tokens: {si(real['prefill_s'], 's')}" in text
     assert f"cached tokens: {si(real['decode_s'], 's')}" in text
     assert f"({real['batch'] / real['decode_s']:,.2f} tokens/s" in text
+    assert "real model: plain torch" in text and "asked: --backend torch" in text
+    assert "differs from the counted ops: roofprof's own plain-torch form" in text
     code, out, err = run_cli(
         capsys, "validate", "--model", "llama-3.1-405b", "--device", "cpu", "--estimators", ""
     )

@@ -50,6 +50,7 @@ from roofprof.validation.real_model import (
     auto_backend,
     build_hf_model,
     build_torch_model,
+    describe_real_model,
     has_transformers,
     scaled_model,
     torch_module,
@@ -71,7 +72,7 @@ __all__ = [
 Progress = Callable[[str, int, int], None]
 TORCH_MISSING = (
     "roofprof validate runs a real model and needs torch: pip install 'roofprof[torch]' "
-    "(CPU only: pip install torch==2.13.0 first); transformers is optional: 'roofprof[hf]'"
+    "(CPU only: pip install torch==2.13.0 first; the extra brings transformers too)"
 )
 
 
@@ -145,7 +146,8 @@ def validate(
         raise UnknownNameError("backend", backend, BACKENDS)
     if backend == "hf" and not has_transformers():
         raise DeviceUnavailableError(
-            "backend 'hf' needs transformers: pip install 'roofprof[hf]' (or use --backend torch)"
+            "backend 'hf' needs transformers: pip install 'roofprof[torch]' "
+            "(or use --backend torch)"
         )
     if attention not in ("fused", "unfused"):
         raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
@@ -184,6 +186,7 @@ def validate(
             dtype,
             chosen,
             count,
+            asked=backend,
             batch=batch,
             prompt_tokens=prompt_tokens,
             decode_steps=settings.decode_steps,
@@ -206,6 +209,7 @@ def _validate(
     chosen: str,
     threads: int | None,
     *,
+    asked: str = "auto",
     batch: int,
     prompt_tokens: int,
     decode_steps: int,
@@ -368,6 +372,9 @@ def _validate(
         {},
         tuple(notes),
         build_s,
+        real_model=describe_real_model(
+            spec, asked, chosen, backend_label, attention_ran, attention
+        ),
     )
     tick("done")
     if estimators:

@@ -14,6 +14,7 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.prediction.rollup import Prediction, RealRun, compare
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
+from roofprof.validation.real_model import RealModel
 from roofprof.workload import Counting, Scenario
 
 __all__ = ["MemoryPlan", "ValidationResult", "memory_plan"]
@@ -71,6 +72,8 @@ class ValidationResult:
     build_s: float = 0.0
     #: the scenario asked for (its model unscaled; ``model`` is what ran)
     scenario: Scenario | None = None
+    #: which real model ran, why, and what it differs in from the counted op list
+    real_model: RealModel | None = None
 
     def comparison(self) -> list[dict[str, Any]]:
         """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``)."""
@@ -88,6 +91,7 @@ class ValidationResult:
             "num_layers": self.model.num_layers,
             "dtype": self.dtype,
             "backend": self.backend,
+            "real_model": self.real_model.to_dict() if self.real_model else None,
             "attention": self.attention,
             "counting": self.counting.describe(),
             "device": dict(self.device),

@@ -216,6 +216,26 @@ def test_auto_runs_transformers_when_installed_and_says_why(tiny):
     assert "LlamaForCausalLM" in r.real_model.name and "RoPE" in r.real_model.differs[0]
 
 
+def test_real_model_record_names_why_and_what_differs(monkeypatch):
+    import roofprof.validation.real_model as rm
+
+    monkeypatch.setattr(rm, "has_transformers", lambda: True)
+    # auto on a family whose transformers class runs another form: its own note joins
+    r = rm.describe_real_model(load_model("deepseek-v3"), "auto", "torch", "plain", "sdpa", "fused")
+    assert r.chosen_by.startswith("auto: the family's transformers class runs another form")
+    assert len(r.differs) == 2 and "MLA" in r.differs[1]
+    # an attention path other than the counted one is said
+    r = rm.describe_real_model(load_model("gemma-2-9b"), "hf", "hf", "hf", "eager", "fused")
+    assert r.chosen_by == "asked: --backend hf" and "RoPE" in r.differs[0]
+    assert any("ran eager attention where the counting is fused" in d for d in r.differs)
+    r = rm.describe_real_model(load_model("llama-3.2-1b"), "auto", "hf", "hf", "sdpa", "fused")
+    assert r.chosen_by == "auto: transformers is installed" and len(r.differs) == 1
+    monkeypatch.setattr(rm, "has_transformers", lambda: False)
+    r = rm.describe_real_model(load_model("llama-3.2-1b"), "auto", "torch", "t", "eager", "unfused")
+    assert "roofprof[torch]" in r.chosen_by and len(r.differs) == 1
+    assert r.to_dict()["differs"] == list(r.differs)
+
+
 def test_torch_extra_brings_transformers():
     from pathlib import Path
 

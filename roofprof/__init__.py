@@ -4,11 +4,13 @@ The public facade is small: specs and workloads in, predictions and measurements
 
 * :func:`run`: the main job, doctor to HTML report (a :class:`RunPlan`, :mod:`roofprof.job`);
 * :func:`predict`, :func:`sweep`: prefill and decode times from a roofline (:mod:`roofprof.api`);
+* :func:`compare_gpus`: the same scenario on several datasheet GPUs, with ratios to the first;
 * :func:`profile`: every op of a pass measured on this machine (a :class:`Profiler`);
 * :func:`measure`: any function timed and placed on the roofline;
 * :func:`measure_roofline`: a device's empirical roofline from its probes;
 * :func:`validate`: a real model forward pass against the estimators;
 * :func:`trace`: any PyTorch code's ops costed, timed and placed (:mod:`roofprof.tracing`);
+* :func:`endpoint`: a live OpenAI-compatible server measured and placed (:mod:`roofprof.endpoint`);
 * the vocabulary: :class:`Scenario`, :func:`load_model`, :func:`load_gpu`, :class:`Roofline`.
 
 Loose arguments (a model id, sizes) are accepted here; the functions below take a
@@ -36,6 +38,8 @@ __all__ = [
     "Scenario",
     "ValidationSettings",
     "__version__",
+    "compare_gpus",
+    "endpoint",
     "load_gpu",
     "load_model",
     "measure",
@@ -53,6 +57,7 @@ __all__ = [
 _LAZY = {
     "predict": "roofprof.api",
     "sweep": "roofprof.api",
+    "compare_gpus": "roofprof.api",
     "profile": "roofprof.api",
     "run": "roofprof.api",
     "RunPlan": "roofprof.job",
@@ -66,6 +71,7 @@ _LAZY = {
     "measure_roofline": "roofprof.roofline.probes",
     "measure": "roofprof.profiling.function",
     "validate": "roofprof.api",
+    "endpoint": "roofprof.api",
     "trace": "roofprof.tracing",
 }
 

@@ -18,12 +18,13 @@ True
 from __future__ import annotations
 
 import importlib
+import os
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["data_root", "kernel_source_dir", "kernels_module"]
+__all__ = ["cache_root", "data_root", "kernel_source_dir", "kernels_module"]
 
 
 def kernels_module(name: str) -> ModuleType:
@@ -48,3 +49,8 @@ def data_root() -> Any:
     ``data_root() / "gpus.json"``.
     """
     return resources.files("roofprof.data")
+
+
+def cache_root() -> Path:
+    """Where roofprof keeps files between runs: ``$ROOFPROF_CACHE`` or ``~/.cache/roofprof``."""
+    return Path(os.environ.get("ROOFPROF_CACHE") or Path.home() / ".cache" / "roofprof")

@@ -1,5 +1,5 @@
 """The loose-argument entry points behind the facade (``roofprof.predict``, ``sweep``,
-``profile``, ``validate``, ``run``).
+``profile``, ``validate``, ``run``, ``endpoint``).
 
 These are the only places, with the CLI, where loose arguments (a model id, sizes, a
 convention name, a GPU id) become a :class:`~roofprof.workload.Scenario` and an
@@ -20,11 +20,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from roofprof.errors import ConfigError
+from roofprof.errors import ConfigError, RoofprofError
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device
     from roofprof.job import RunResult
+    from roofprof.prediction.comparison import GpuComparison
     from roofprof.prediction.estimators import Estimator
     from roofprof.prediction.records import Prediction
     from roofprof.profiling.profiler import Profiler
@@ -34,7 +35,16 @@ if TYPE_CHECKING:
     from roofprof.validation.records import ValidationResult
     from roofprof.workload import Counting, Parallel, Scenario
 
-__all__ = ["predict", "profile", "run", "sweep", "validate"]
+__all__ = [
+    "compare_gpus",
+    "endpoint",
+    "parse_gpu_list",
+    "predict",
+    "profile",
+    "run",
+    "sweep",
+    "validate",
+]
 
 Progress = Callable[[str, int, int], None]
 
@@ -188,6 +198,86 @@ def predict(
     return sweep(model, gpu, batches=(batch,), contexts=(context_tokens,), **kwargs)[0]
 
 
+def parse_gpu_list(gpus: str | Sequence[str | GpuSpec]) -> list[GpuSpec]:
+    """The datasheet GPUs of a comparison: a comma list (``"h100-sxm,a100-sxm-80gb"``) or a
+    sequence of ids, aliases or specs, in order.
+
+    Raises:
+        UnknownNameError: an unknown id (the message lists the valid ids, closest first).
+        ConfigError: an empty entry, or a GPU named twice.
+
+    >>> [g.id for g in parse_gpu_list("H100, a100-sxm-80gb")]
+    ['h100-sxm', 'a100-sxm-80gb']
+    """
+    from roofprof.specs import GpuSpec, load_gpu
+
+    names = gpus.split(",") if isinstance(gpus, str) else list(gpus)
+    specs: list[GpuSpec] = []
+    for name in names:
+        if isinstance(name, str) and not name.strip():
+            raise ConfigError(f"empty GPU id in {gpus!r}; give ids separated by commas")
+        spec = name if isinstance(name, GpuSpec) else load_gpu(name.strip())
+        if any(s.id == spec.id for s in specs):
+            raise ConfigError(f"GPU {spec.id} is named twice in the comparison")
+        specs.append(spec)
+    if not specs:
+        raise ConfigError("a comparison needs at least one GPU id")
+    return specs
+
+
+def compare_gpus(
+    model: str | ModelSpec,
+    gpus: str | Sequence[str | GpuSpec],
+    *,
+    batches: Sequence[int] = (1,),
+    contexts: Sequence[int | None] = (None,),
+    estimator: str | None = None,
+    **kwargs: Any,
+) -> GpuComparison:
+    """The same scenarios predicted on several datasheet GPUs, side by side, with the ratios
+    to the first (:mod:`roofprof.prediction.comparison`).
+
+    Args:
+        model: as :func:`sweep`.
+        gpus: ids or aliases (a comma list or a sequence), the first being the reference.
+        batches, contexts: the decode grid, as :func:`sweep` (one row per GPU and point).
+        estimator: ``spec`` (default), ``empirical`` (each GPU's published ceilings) or
+            ``calibrated`` (each GPU's fitted engine losses); ``measured`` is refused, since
+            it measures this machine and not the GPUs compared.
+        kwargs: the rest of :func:`sweep`'s scenario arguments (``prompt_tokens``, ``dtype``,
+            ``weights``, ``parallel``, ...). A layout is never refused here: each GPU's memory
+            fit is stated in its row instead.
+
+    Returns:
+        A :class:`~roofprof.prediction.comparison.GpuComparison` (``.to_list()`` is the JSON
+        of ``roofprof predict --gpu a,b -f json``).
+
+    Raises:
+        RoofprofError: an unknown GPU (the valid ids listed), a GPU named twice, a measured
+            roofline or estimator, or anything :func:`sweep` refuses.
+
+    >>> c = compare_gpus("llama-3.1-8b", "a100-sxm-80gb,h100-sxm", prompt_tokens=2000)
+    >>> round(c.rows[1].ttft_speedup, 1), c.rows[1].prediction.decode.bound
+    (3.0, 'memory')
+    """
+    from roofprof.prediction.comparison import compare
+
+    if estimator == "measured" or kwargs.get("roofline") is not None:
+        raise ConfigError(
+            "a GPU comparison predicts from each GPU's datasheet: --estimator spec, empirical or "
+            "calibrated (a measured roofline or estimator is this machine's, not the GPUs')"
+        )
+    if estimator is not None and not isinstance(estimator, str):
+        raise ConfigError("a GPU comparison takes an estimator name (spec, empirical, calibrated)")
+    specs = parse_gpu_list(gpus)
+    kwargs.setdefault("ignore_memory", True)  # the fit is a column, not a refusal
+    predictions = [
+        sweep(model, g, batches=batches, contexts=contexts, estimator=estimator, **kwargs)
+        for g in specs
+    ]
+    return compare(specs, predictions)
+
+
 def profile(
     model: str | ModelSpec | Scenario,
     phase: str = "decode",
@@ -257,6 +347,7 @@ def profile(
             context_tokens=context_tokens,
             dtype=dtype,
             convention=convention,
+            stored_weights=False,  # the profiled kernels read dense dtype weights
         )
     )
     prof = profiler or Profiler(
@@ -335,6 +426,7 @@ def validate(
             prompt_tokens=prompt_tokens,
             dtype=dtype or dev.info.default_dtype,
             convention=Counting().with_attention(attention),
+            stored_weights=False,  # the real run has random weights at the dtype
         )
     )
     settings = ValidationSettings(
@@ -368,3 +460,164 @@ def run(
     from roofprof.job import run as run_plan
 
     return run_plan(RunPlan.of(model, **plan), progress=progress, step=step)
+
+
+def endpoint(
+    url: str,
+    *,
+    api: str = "completions",
+    served_model: str | None = None,
+    roofprof_model: str | None = None,
+    gpu: str | None = None,
+    roofline: str | os.PathLike | None = None,
+    device: str | None = None,
+    estimator: str | None = None,
+    dtype: str | None = None,
+    prompt_lengths: Sequence[int] | None = None,
+    output_tokens: int = 128,
+    concurrency: Sequence[int] = (1,),
+    rates: Sequence[float] = (),
+    requests: int | None = None,
+    warmup: int = 1,
+    floor_requests: int = 5,
+    level_seconds: float = 120.0,
+    timeout_s: float = 60.0,
+    api_key: str | None = None,
+    tokenizer: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    draw: int | None = None,
+) -> Any:
+    """Measure a live OpenAI-compatible endpoint and place it on the roofline.
+
+    Streams ``/v1/completions`` (``api="chat"``: ``/v1/chat/completions``) at each load
+    level of :class:`~roofprof.endpoint.protocol.SweepPlan` and times every SSE event
+    (TTFT, TPOT, ITL, E2E in seconds; throughputs in tokens/s). With ``gpu``, ``roofline``
+    or ``device`` the same model (``roofprof_model``, else the served id when it is a
+    roofprof id or a local folder with a ``config.json``) is predicted at each level's
+    prompt, context and batch (``result.roofline``).
+
+    Args:
+        url: ``http(s)://host:port`` (a trailing ``/v1`` is accepted); no other host is
+            contacted.
+        served_model: the ``model`` field sent (default: the first id of ``/v1/models``).
+        device: ``cpu`` (a local CPU server): the ``measured`` estimator on this machine,
+            fp32 unless ``dtype`` says otherwise.
+        prompt_lengths: default 16, 2,000 and 16,000 tokens, capped by the context.
+        timeout_s: the longest wait for any byte of a response (a stalled stream ends the
+            request with an error).
+        api_key: sent as a bearer token (default ``OPENAI_API_KEY``); never stored.
+        extra: vendor fields added to every request (``{"ignore_eos": True}`` for vLLM).
+
+    Returns:
+        An :class:`~roofprof.endpoint.records.EndpointResult`.
+
+    Raises:
+        RoofprofError: the server cannot be reached (refused, unknown host, TLS), refuses the
+            first request (its message is shown), bad arguments, an unknown model or GPU.
+
+    Example (against a running server)::
+
+        r = roofprof.endpoint("http://127.0.0.1:8000", gpu="h100-sxm",
+                              roofprof_model="llama-3.1-8b", concurrency=(1, 8))
+    """
+    from roofprof.endpoint.client import HttpStatusError, Target, get_json, post_json
+    from roofprof.endpoint.placement import place, roofprof_model_for
+    from roofprof.endpoint.prompts import ServerTokenizer, prompt_source
+    from roofprof.endpoint.protocol import (
+        DEFAULT_PROMPTS,
+        Session,
+        SweepPlan,
+        capped_prompts,
+        measure,
+    )
+
+    key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
+    target = Target.parse(url, api=api, timeout_s=timeout_s, api_key=key)
+    notes: list[str] = []
+    context = None
+    try:
+        listed = get_json(target, "models").get("data") or []
+    except HttpStatusError as exc:
+        if exc.status in (401, 403):  # a key is missing or wrong: say so, not "no model"
+            raise
+        listed = []
+    except AttributeError:
+        listed = []
+    ids = [m.get("id") for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    model = served_model or (ids[0] if ids else None)
+    if not model:
+        raise ConfigError(f"{target.url}/v1/models names no model; give --served-model NAME")
+    for m in listed:
+        if isinstance(m, dict) and m.get("id") == model and isinstance(m.get("max_model_len"), int):
+            context = m["max_model_len"]
+    target = dataclasses.replace(target, model=model)
+    place_on = gpu is not None or roofline is not None or device is not None
+    spec_name, why = roofprof_model_for(roofprof_model, model) if place_on else (None, "")
+    if why:
+        notes.append(why)
+    if not place_on:
+        notes.append("not placed on a roofline: give --gpu, --roofline or --device cpu")
+    if context is None and spec_name is not None:
+        from roofprof.specs import load_model
+
+        context = load_model(spec_name).max_position_embeddings
+    lengths, cap_note = capped_prompts(prompt_lengths or DEFAULT_PROMPTS, output_tokens, context)
+    if cap_note:
+        notes.append(cap_note)
+    server = ServerTokenizer(lambda route, body: post_json(target, route, body), model)
+    try:
+        server.count("hello")
+        counter = server.count
+    except (HttpStatusError, ConfigError):
+        counter = None
+    source, how = prompt_source(tokenizer, model, counter)
+    notes.append(how)
+    count_tokens = None
+    if hasattr(source, "encode"):
+        encode = source.encode  # type: ignore[attr-defined]
+        count_tokens = lambda text: len(encode(text))  # noqa: E731
+    session = Session(target, source, count_tokens=count_tokens, extra=dict(extra or {}))
+    plan = SweepPlan(
+        prompt_lengths=tuple(lengths),
+        output_tokens=output_tokens,
+        concurrency=tuple(concurrency),
+        rates=tuple(rates),
+        requests=requests,
+        warmup=warmup,
+        floor_requests=floor_requests,
+        level_seconds=level_seconds,
+        draw=draw,
+    )
+    result = measure(session, plan, url=target.url, model=model)
+    result = dataclasses.replace(result, notes=(*notes, *result.notes))
+    if spec_name is None or not result.levels or result.interrupted:
+        return result
+    on_cpu = device is not None and device.startswith("cpu")
+    chosen_dtype = dtype or ("fp32" if on_cpu else "bf16")
+    chosen_estimator = estimator or (
+        "measured" if device is not None and gpu is None and roofline is None else None
+    )
+
+    def predictor(prompt: int, batches: Sequence[int], ctx: int) -> list[Prediction]:
+        return sweep(
+            spec_name,
+            gpu,
+            batches=batches,
+            contexts=(ctx,),
+            roofline=roofline,
+            estimator=chosen_estimator,
+            device=device or "auto",
+            prompt_tokens=prompt,
+            dtype=chosen_dtype,
+        )
+
+    try:
+        block = place(result, predictor)
+    except KeyboardInterrupt:
+        note = "not placed on the roofline: interrupted while predicting"
+        return dataclasses.replace(result, notes=(*result.notes, note), interrupted=True)
+    except RoofprofError as exc:
+        return dataclasses.replace(
+            result, notes=(*result.notes, f"not placed on the roofline: {exc}")
+        )
+    return dataclasses.replace(result, roofline=block)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from roofprof._resources import cache_root
 from roofprof.errors import RoofprofError
 from roofprof.profiling.engine import Measurement
 from roofprof.roofline import Roofline
@@ -61,7 +62,7 @@ DEFAULT_MAX_AGE_S = 3600.0
 
 def cache_dir() -> Path:
     """``$ROOFPROF_CACHE`` or ``~/.cache/roofprof``."""
-    return Path(os.environ.get("ROOFPROF_CACHE") or Path.home() / ".cache" / "roofprof")
+    return cache_root()
 
 
 def device_fingerprint(device: Device, threads: int | None = None) -> str:

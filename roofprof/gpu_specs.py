@@ -20,6 +20,7 @@ from roofprof._resources import data_root
 from roofprof.errors import ConfigError, UnknownNameError
 
 __all__ = [
+    "AMD_ARCHITECTURES",
     "BYTES_PER_ELEMENT",
     "DTYPES",
     "GpuSpec",
@@ -30,6 +31,10 @@ __all__ = [
     "load_gpu",
     "match_gpu",
 ]
+
+#: Architectures of AMD GPUs (CDNA). Their rows are analytic only: no device backend of
+#: roofprof measures an AMD GPU, so they serve datasheet predictions and nothing else.
+AMD_ARCHITECTURES = ("cdna3", "cdna4")
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 #: Bytes per element of each compute dtype (fp4: Blackwell's E2M1, half a byte; its block scales
@@ -52,7 +57,8 @@ class GpuSpec:
 
     ``peak_flops_per_s`` maps a dtype (``fp64 fp64_tensor fp32 tf32 bf16 fp16 fp8 int8``)
     to FLOP/s (OP/s for int8); a dtype the GPU lacks is absent. ``alternatives`` holds
-    disputed figures under the same field names.
+    disputed figures under the same field names. On an AMD GPU ``sm_count`` counts compute
+    units and ``compute_capability`` is the GFX IP version (gfx942: ``9.4``).
     """
 
     id: str
@@ -75,6 +81,17 @@ class GpuSpec:
     confidence: str = ""
     notes: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+
+    @property
+    def vendor(self) -> str:
+        """``nvidia`` or ``amd`` (from the architecture)."""
+        return "amd" if self.architecture in AMD_ARCHITECTURES else "nvidia"
+
+    @property
+    def measurable(self) -> bool:
+        """Whether a device backend of roofprof can measure this GPU (NVIDIA: CUDA; AMD: none,
+        its row is analytic only)."""
+        return self.vendor == "nvidia"
 
     def matmul_peak_flops_per_s(self, dtype: str) -> float:
         """Best dense matmul rate for ``dtype`` (FLOP/s): fp64 takes the FP64 tensor rate if any.

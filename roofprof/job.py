@@ -199,6 +199,7 @@ class RunPlan:
             context_tokens=context,
             dtype=dtype or info.default_dtype,
             convention=Counting().with_attention(attention),
+            stored_weights=False,  # the real run has random weights at the dtype
         )
         choice = RooflineChoice(
             roofline if roofline is not None else "auto",

@@ -10,9 +10,11 @@ True
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,7 @@ from roofprof.gpu_specs import BYTES_PER_ELEMENT
 
 if TYPE_CHECKING:
     from roofprof.models.moe_config import AttentionPattern, MlaSpec, MoeSpec
+    from roofprof.precision import StoredWeights
 
 __all__ = [
     "GemmaFeatures",
@@ -29,6 +32,7 @@ __all__ = [
     "ignored_fields",
     "list_models",
     "load_model",
+    "shipped_id",
 ]
 
 
@@ -97,6 +101,7 @@ class ModelSpec:
     moe: MoeSpec | None = None  # routed experts (Mixtral, Qwen3-MoE, DeepSeek-V3, gpt-oss)
     mla: MlaSpec | None = None  # multi-head latent attention (DeepSeek-V3)
     pattern: AttentionPattern | None = None  # sliding layers, sinks, o bias (gpt-oss)
+    stored: StoredWeights | None = None  # the checkpoint's weights (quantized, GGUF); None: dtype
 
     def kv_tokens(self, tokens: int) -> int | float:
         """Tokens of a ``tokens``-long sequence the KV cache holds per layer (``sliding_window``
@@ -192,7 +197,14 @@ def list_models() -> tuple[str, ...]:
 
 
 def load_model(id_or_path: str | Path) -> ModelSpec:
-    """A model from a shipped id (``llama-3.1-8b``) or the path of an HF ``config.json``.
+    """A model from a shipped id (``llama-3.1-8b``), the path of an HF ``config.json``, a
+    Hugging Face Hub id (``org/name[@revision]``), a local model folder or a ``.gguf`` file
+    (:func:`roofprof.checkpoints.locate`; docs/concepts/naming-models.md).
+
+    Anything but a bare shipped id also reads the checkpoint's stored weights into
+    :attr:`ModelSpec.stored` (its ``quantization_config``, the safetensors headers or index,
+    a GGUF tensor table); a Hub id that is a shipped config's ``_name_or_path`` is read from
+    the shipped file, without network.
 
     Dense families read: ``llama``, ``qwen2`` (q/k/v biases), ``mistral``
     (``sliding_window``), ``qwen3`` (explicit ``head_dim``, q/k norms); mixture-of-experts
@@ -204,7 +216,8 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     family roofprof has op lists for (:func:`roofprof.models.family_of`).
 
     Raises:
-        UnknownNameError: neither a known id nor an existing file; or a config of a model
+        UnknownNameError: neither a known id, an existing file or folder, nor a Hub id; a
+            GGUF architecture roofprof does not read; or a config of a model
             family roofprof does not model (e.g. ``mixtral``), naming it and the families.
         ConfigError: the file cannot be read or is not JSON, misses a field, has a field of
             the wrong type (``"false"`` for a boolean), a size that is not a whole number in
@@ -214,24 +227,86 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
             ``use_sliding_window`` true); the message names the file and the field.
     """
     text = str(id_or_path)
+    located = None
+    checkpoint = True  # the config's quantization_config applies (not for a bare shipped id)
     if text in list_models():
-        path, label = _data_root() / "models" / f"{text}.json", text
-    elif _is_file(text):
+        path, label, checkpoint = _data_root() / "models" / f"{text}.json", text, False
+    elif (shipped := shipped_id(text)) is not None:  # a Hub id roofprof ships: no network
+        path, label = _data_root() / "models" / f"{shipped}.json", text.split("@")[0]
+    elif _is_file(text) and not text.lower().endswith(".gguf"):
         path, label = (
             Path(text),
             Path(text).stem
             if Path(text).name != "config.json"
             else Path(text).parent.name or "config",
         )
-    elif _exists(text):  # a folder, a socket, ...: say what is wrong with the path
-        raise ConfigError(f"model config {text!r} is not a file")
     else:
-        raise UnknownNameError(
-            "model", text if len(text) <= 200 else text[:200] + "...", list_models()
-        )
-    from roofprof.results import loads_json, read_text
+        from roofprof.checkpoints import locate
 
-    cfg = loads_json(read_text(path, what="model config", max_bytes=_MAX_CONFIG_BYTES), text)
+        located = locate(text)
+        if located is None and _exists(text):  # a socket, ...: say what is wrong with the path
+            raise ConfigError(f"model config {text!r} is not a file")
+        if located is None:
+            raise UnknownNameError(
+                "model", text if len(text) <= 200 else text[:200] + "...", list_models()
+            )
+        path, label = Path(located.source), located.label
+    if located is not None:
+        cfg: Any = dict(located.config)
+    else:
+        from roofprof.results import loads_json, read_text
+
+        cfg = loads_json(read_text(path, what="model config", max_bytes=_MAX_CONFIG_BYTES), text)
+    spec = _spec_of_config(cfg, text, label, path)
+    if not checkpoint:
+        return spec
+    return _with_stored(spec, cfg, located, text)
+
+
+def shipped_id(hub_id: str) -> str | None:
+    """The shipped config whose ``_name_or_path`` is ``hub_id`` (case-insensitive; an
+    ``@main`` revision allowed), else None.
+
+    >>> shipped_id("meta-llama/Llama-3.1-8B"), shipped_id("meta-llama/Llama-3.1-8B@v2")
+    ('llama-3.1-8b', None)
+    """
+    repo, _, revision = hub_id.partition("@")
+    if revision not in ("", "main"):
+        return None
+    return _shipped_hub_ids().get(repo.lower())
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_hub_ids() -> dict[str, str]:
+    out = {}
+    for mid in list_models():
+        cfg = json.loads((_data_root() / "models" / f"{mid}.json").read_text())
+        if isinstance(cfg.get("_name_or_path"), str):
+            out[cfg["_name_or_path"].lower()] = mid
+    return out
+
+
+def _with_stored(spec: ModelSpec, cfg: Mapping[str, Any], located: Any, text: str) -> ModelSpec:
+    """``spec`` with the checkpoint's stored weights (quantization, tensor bytes) and source."""
+    from roofprof.checkpoints.quantization import scheme_of, stored_weights
+
+    scheme = scheme_of(cfg.get("quantization_config"), text)
+    if located is None:
+        stored = stored_weights(spec, scheme, source="quantization_config")
+        return spec if stored is None else replace(spec, stored=stored)
+    if located.gguf_mix is not None and scheme is None:
+        from roofprof.checkpoints.quantization import Scheme
+
+        scheme = Scheme(
+            "gguf", f"gguf-{located.gguf_mix}", math.nan, (), f"GGUF {located.gguf_mix}"
+        )
+    where = located.tensors_source or ("quantization_config" if scheme is not None else "")
+    stored = stored_weights(spec, scheme, located.tensors, located.index_total, source=where)
+    return replace(spec, stored=stored, source=located.source)
+
+
+def _spec_of_config(cfg: Any, text: str, label: str, path: Path) -> ModelSpec:
+    """A checked ModelSpec of a parsed config (``text``: what the user named)."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"{text}: a config must be a JSON object")
     for key in ("model_type", "_roofprof_id", "_name_or_path"):
@@ -332,6 +407,7 @@ _BOOKKEEPING = (
     "transformers_version",
     "torch_dtype",
     "dtype",
+    "quantization_config",
 )
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "KV_DTYPES",
     "KV_BYTES",
     "WEIGHT_FORMATS",
+    "StoredWeights",
     "WeightFormat",
     "check_compute",
     "kv_bytes",
@@ -162,6 +163,57 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class StoredWeights:
+    """The weights as a checkpoint stores them (a quantized ``config.json``, safetensors
+    headers, a GGUF tensor table): what a prediction reads when ``--weights`` is not given.
+
+    Attributes:
+        format: a name for the outputs (``awq-int4-g128``, ``gguf-Q4_K_M``, ...).
+        bits_per_weight: bits per stored weight (scales and zero points included) of every
+            op not in ``per_op_bits``.
+        per_op_bits: (op name, bits per weight) of the ops stored otherwise (an unquantized
+            ``lm_head``; a GGUF file's per-tensor types), sorted.
+        mean_bits: all stored weight bytes × 8 / all parameters (the memory fit's figure).
+        total_bytes: stored weight bytes, when a file gave them (None: from the format).
+        source: where the figures come from, in words (``safetensors headers (2 files)``,
+            ``model.safetensors.index.json total_size``, ``quantization_config``, ...).
+        quantization: the checkpoint's quantization in words (``awq, 4-bit, group 128``).
+        assumption: an assumption the figures rest on (empty when none); ``--weights``
+            overrides it.
+
+    >>> w = StoredWeights("awq-int4-g128", 4.15625, (("lm_head", 16.0),), 5.0)
+    >>> w.bits("q_proj"), w.bits("lm_head")
+    (4.15625, 16.0)
+    """
+
+    format: str
+    bits_per_weight: float
+    per_op_bits: tuple[tuple[str, float], ...] = ()
+    mean_bits: float = 0.0
+    total_bytes: int | None = None
+    source: str = ""
+    quantization: str = ""
+    assumption: str = ""
+
+    def bits(self, op_name: str) -> float:
+        """Bits per stored weight of op ``op_name`` (scales and zero points included)."""
+        return dict(self.per_op_bits).get(op_name, self.bits_per_weight)
+
+    def describe(self) -> dict[str, object]:
+        """The record as JSON-ready fields (for ``predict -f json``)."""
+        return {
+            "format": self.format,
+            "bits_per_weight": self.bits_per_weight,
+            "per_op_bits": dict(self.per_op_bits),
+            "mean_bits_per_weight": self.mean_bits,
+            "stored_bytes": self.total_bytes,
+            "source": self.source,
+            "quantization": self.quantization,
+            "assumption": self.assumption,
+        }
 
 
 def weight_format(name: str) -> WeightFormat:

@@ -281,6 +281,13 @@ class Scenario:
             raise UnknownNameError("dtype", self.dtype, DTYPES)
         if self.weights is not None:
             weight_format(self.weights)
+        stored = self.model.stored
+        if (
+            self.weights is None
+            and stored is not None
+            and stored.bits_per_weight != stored.bits_per_weight
+        ):
+            raise ConfigError(stored.assumption)  # an unmodelled quantization: NaN bits
         if self.kv_dtype is not None:
             kv_bytes(self.kv_dtype)
         if self.batch < 1:
@@ -297,7 +304,9 @@ class Scenario:
 
     @property
     def weight_precision(self) -> str:
-        """The stored weight format (``weights``, else the compute ``dtype``)."""
+        """The stored weight format (``weights``, else the checkpoint's, else ``dtype``)."""
+        if self.weights is None and self.model.stored is not None:
+            return self.model.stored.format
         return self.weights or self.dtype
 
     @property
@@ -310,6 +319,8 @@ class Scenario:
         """Bytes per stored weight, scales and zero points included (:mod:`roofprof.precision`)."""
         from roofprof.precision import weight_bits
 
+        if self.weights is None and self.model.stored is not None:
+            return self.model.stored.mean_bits / 8.0  # the checkpoint's bytes per parameter
         if self.weights is None:
             return float(BYTES_PER_ELEMENT[self.dtype])
         return weight_bits(self.weights) / 8.0
@@ -347,10 +358,14 @@ class Scenario:
         parallel: Parallel | None = None,
         weights: str | None = None,
         kv_dtype: str | None = None,
+        stored_weights: bool = True,
     ) -> Scenario:
         """A scenario from loose arguments (a model id/path or spec, a convention name).
 
-        ``weights`` and ``kv_dtype`` default to ``None``: the same as ``dtype``.
+        ``weights`` and ``kv_dtype`` default to ``None``: the checkpoint's stored weights
+        when the model has them (a quantized checkpoint, a GGUF file), else ``dtype``.
+        ``stored_weights=False`` drops the checkpoint's (what a real run with random
+        ``dtype`` weights runs: ``profile``, ``validate``, ``run``).
 
         Raises:
             ConfigError, UnknownNameError: unknown model, phase, dtype, weight format, KV
@@ -359,6 +374,8 @@ class Scenario:
         from roofprof.specs import load_model
 
         spec = model if isinstance(model, ModelSpec) else load_model(model)
+        if not stored_weights and spec.stored is not None:
+            spec = replace(spec, stored=None)
         return cls(
             spec,
             phase,

@@ -16,13 +16,18 @@
 #    numba-cuda, torch + its CUDA, ncu);
 # 3. roofprof selftest (correctness of every kernel, the GPU roofline, Llama-shape benchmarks
 #    against cuBLAS, Nsight Compute counters, pytest -m gpu; time-boxed by SELFTEST_BUDGET);
-# 4. roofprof run on Llama 3.2 1B (time-boxed by RUN_TIMEOUT), its report.json kept;
-# 5. gpu_check.json: one JSON summary (versions, each step's exit code and seconds).
+# 4. roofprof run on Llama 3.2 1B (time-boxed by RUN_TIMEOUT) on the selftest's roofline
+#    (no second roofline measurement), implementations cupy, cublas, torch-eager; its
+#    report.json kept, or, when the time box ends it, the per-step JSON it wrote so far;
+# 5. gpu_check.json: one JSON summary (versions, each step's exit code and seconds),
+#    rewritten after every step, so a run cut short still leaves what finished.
+# numba-cuda finds NVVM through CUDA_HOME/CUDA_PATH (numba/cuda/cuda_paths.py); the image
+# has no nvidia-nvvm wheel, so CUDA_HOME is set to /usr/local/cuda when that has nvvm/.
 #
 # At most 8 files land in $OUT: gpu_check.json, gpu_check.log, doctor.json, selftest.json,
 # selftest.md, selftest_roofline.json, counters_selftest.json, run_report.json.
 # It never changes the GPU's clocks, power limit or modes; nvidia-smi is only queried.
-# Budgets (seconds): SELFTEST_BUDGET (default 210), RUN_TIMEOUT (default 60); PYTHON picks the
+# Budgets (seconds): SELFTEST_BUDGET (default 180), RUN_TIMEOUT (default 150); PYTHON picks the
 # interpreter (default /opt/torch/.venv/bin/python3 when present, else python3);
 # SKIP_INSTALL=1 uses the Python environment as it is.
 
@@ -41,14 +46,46 @@ if [ -z "${PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ]; then
 else
     PY="${PYTHON:-python3}"
 fi
-SELFTEST_BUDGET="${SELFTEST_BUDGET:-210}"
-RUN_TIMEOUT="${RUN_TIMEOUT:-60}"
+SELFTEST_BUDGET="${SELFTEST_BUDGET:-180}"
+RUN_TIMEOUT="${RUN_TIMEOUT:-150}"
+if [ -z "${CUDA_HOME:-}${CUDA_PATH:-}" ] && [ -d /usr/local/cuda/nvvm ]; then
+    export CUDA_HOME=/usr/local/cuda  # numba-cuda's NVVM (no nvidia-nvvm wheel on the image)
+fi
 export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 T0=$(date +%s)
-STEPS="$OUT/.steps"
+STEPS="$(mktemp /tmp/gpu_check_steps.XXXXXX)"  # outside $OUT: at most 8 files come back
 : >"$STEPS"
 step() { echo; echo "=== [$(( $(date +%s) - T0 )) s] $*"; S0=$(date +%s); }
-done_step() { echo "$1 $2 $(( $(date +%s) - S0 ))" >>"$STEPS"; echo "--- $1: rc $2 in $(( $(date +%s) - S0 )) s"; }
+done_step() {
+    echo "$1 $2 $(( $(date +%s) - S0 ))" >>"$STEPS"; echo "--- $1: rc $2 in $(( $(date +%s) - S0 )) s"
+    summary
+}
+summary() {  # gpu_check.json from the steps done so far (rewritten after each step)
+    "$PY" - "$OUT" "$STEPS" "$(( $(date +%s) - T0 ))" >/dev/null <<'EOF' || echo "summary failed"
+import json, os, sys
+out, steps, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+summary = {"schema": "roofprof.gpu_check/1", "total_s": total, "steps": {}}
+for line in open(steps):
+    name, rc, secs = line.split()
+    summary["steps"][name] = {"rc": int(rc), "seconds": int(secs)}
+try:
+    rows = json.load(open(os.path.join(out, "doctor.json")))["components"]
+    summary["doctor"] = {r["component"]: r["detail"] for r in rows}
+except Exception as exc:  # noqa: BLE001
+    summary["doctor"] = f"unavailable: {exc}"
+try:
+    st = json.load(open(os.path.join(out, "selftest.json")))
+    summary["selftest"] = {"complete": st.get("complete"),
+                           "sections": {k: v.get("status") for k, v in st.get("sections", {}).items()},
+                           "targets": {t.get("id", t.get("name", "?")): t.get("passed") for t in st.get("targets", [])}}
+except Exception as exc:  # noqa: BLE001
+    summary["selftest"] = f"unavailable: {exc}"
+with open(os.path.join(out, "gpu_check.json"), "w") as f:
+    json.dump(summary, f, indent=1)
+print(json.dumps(summary["steps"]))
+EOF
+}
+
 
 step "machine"
 "$PY" --version
@@ -89,35 +126,30 @@ done_step selftest "$rc"
 
 step "roofprof run (timeout ${RUN_TIMEOUT} s)"
 RUN_DIR="$(mktemp -d /tmp/roofprof-run.XXXXXX)"
+ROOF=()
+[ -f "$OUT/selftest_roofline.json" ] && ROOF=(--roofline "$OUT/selftest_roofline.json")
 timeout "$RUN_TIMEOUT" "$PY" -m roofprof run --model llama-3.2-1b --out "$RUN_DIR" --budget 0.05 --steps 4 \
-    --batch-sweep 1,16; rc=$?
-[ -f "$RUN_DIR/report.json" ] && cp "$RUN_DIR/report.json" "$OUT/run_report.json"
+    --batch-sweep 1,16 --impl cupy,cublas,torch-eager ${ROOF[@]+"${ROOF[@]}"}; rc=$?
+if [ -f "$RUN_DIR/report.json" ]; then
+    cp "$RUN_DIR/report.json" "$OUT/run_report.json"
+else  # cut short: the per-step JSON files the run wrote so far, in one file
+    "$PY" - "$RUN_DIR" "$OUT/run_report.json" "$rc" <<'EOF' || true
+import json, pathlib, sys
+folder, rc = pathlib.Path(sys.argv[1]), int(sys.argv[3])
+parts = {}
+for f in sorted(folder.glob("*.json")):
+    try:
+        parts[f.name] = json.loads(f.read_text())
+    except ValueError as exc:
+        parts[f.name] = f"unreadable: {exc}"
+json.dump({"partial": True, "rc": rc, "files": parts}, open(sys.argv[2], "w"), indent=1)
+print("run cut short (rc", rc, "): kept", ", ".join(parts) or "nothing")
+EOF
+fi
 done_step run "$rc"
 
 step "results"
-"$PY" - "$OUT" "$STEPS" "$(( $(date +%s) - T0 ))" <<'EOF' || echo "summary failed"
-import json, os, sys
-out, steps, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
-summary = {"schema": "roofprof.gpu_check/1", "total_s": total, "steps": {}}
-for line in open(steps):
-    name, rc, secs = line.split()
-    summary["steps"][name] = {"rc": int(rc), "seconds": int(secs)}
-try:
-    rows = json.load(open(os.path.join(out, "doctor.json")))["components"]
-    summary["doctor"] = {r["component"]: r["detail"] for r in rows}
-except Exception as exc:  # noqa: BLE001
-    summary["doctor"] = f"unavailable: {exc}"
-try:
-    st = json.load(open(os.path.join(out, "selftest.json")))
-    summary["selftest"] = {"complete": st.get("complete"),
-                           "sections": {k: v.get("status") for k, v in st.get("sections", {}).items()},
-                           "targets": {t.get("id", t.get("name", "?")): t.get("passed") for t in st.get("targets", [])}}
-except Exception as exc:  # noqa: BLE001
-    summary["selftest"] = f"unavailable: {exc}"
-with open(os.path.join(out, "gpu_check.json"), "w") as f:
-    json.dump(summary, f, indent=1)
-print(json.dumps(summary["steps"]))
-EOF
+summary
 rm -f "$STEPS"
 KEEP="gpu_check.json gpu_check.log doctor.json selftest.json selftest.md selftest_roofline.json counters_selftest.json run_report.json"
 for f in "$OUT"/* "$OUT"/.[!.]*; do

@@ -400,9 +400,19 @@ class _FakeTensor:
         return self.a
 
 
-def fake_torch(*, scaled_mm: bool = True, cuda: bool = True, version: str = "2.11.0+cu130"):
+def fake_torch(
+    *,
+    scaled_mm: bool = True,
+    cuda: bool = True,
+    version: str = "2.11.0+cu130",
+    scaled_mm_amax: bool = False,
+):
     """A torch with CUDA (``cuda``) and ``_scaled_mm`` (``scaled_mm``): enough for
-    ``gemm-fp8-torch``. ``t.scaled_mm_calls`` counts the GEMMs, with their dtypes and scales."""
+    ``gemm-fp8-torch``. ``t.scaled_mm_calls`` counts the GEMMs, with their dtypes and scales.
+
+    ``scaled_mm_amax``: ``_scaled_mm`` returns ``(out, amax)`` as torch 2.1-2.4 do
+    (native_functions.yaml ``_scaled_mm(...) -> (Tensor, Tensor)``, pytorch#106844; the
+    tuple went in pytorch#128683 for 2.5), amax a float32 0-d tensor."""
     t = types.SimpleNamespace(
         __version__=version,
         float32="float32",
@@ -427,7 +437,10 @@ def fake_torch(*, scaled_mm: bool = True, cuda: bool = True, version: str = "2.1
                 * float(scale_a.a)
                 * float(scale_b.a)
             )
-            return _FakeTensor(bf16_to_f32(bf16_bits(prod.astype(np.float32))), out_dtype)
+            out = _FakeTensor(bf16_to_f32(bf16_bits(prod.astype(np.float32))), out_dtype)
+            if scaled_mm_amax:
+                return out, _FakeTensor(np.float32(np.abs(prod).max()), "float32")
+            return out
 
         t._scaled_mm = _scaled_mm
     return t

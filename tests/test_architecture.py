@@ -343,3 +343,46 @@ def test_the_module_map_names_every_module_and_only_modules():
     modules = {m.removeprefix("roofprof.") if m != "roofprof" else "__init__" for m in MODULES}
     assert not modules - named, f"modules missing from docs/architecture.md: {modules - named}"
     assert not named - modules, f"the module map names what is not a module: {named - modules}"
+
+
+def _floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    floors: dict[str, int] = {}
+
+    def floor(mod: str) -> int:
+        if mod not in floors:
+            floors[mod] = 1 + max((floor(dep) for dep in graph[mod] if dep in graph), default=-1)
+        return floors[mod]
+
+    for mod in graph:
+        floor(mod)
+    return floors
+
+
+def _short(mod: str) -> str:
+    return "__init__" if mod == "roofprof" else mod.removeprefix("roofprof.")
+
+
+def floors_table() -> str:
+    """The import-floors table of docs/architecture.md, computed from the import graph."""
+    by_floor: dict[int, list[str]] = {}
+    for mod, level in _floors(_graph()).items():
+        by_floor.setdefault(level, []).append(_short(mod))
+    rows = ["| floor | modules |", "| --- | --- |"]
+    for level in sorted(by_floor):
+        names = ", ".join(f"`{name}`" for name in sorted(by_floor[level]))
+        rows.append(f"| {level} | {names} |")
+    return "\n".join(rows)
+
+
+def test_the_import_floors_table_is_the_import_graph():
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text[text.index("## Import floors") :]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("| "))
+    assert table == floors_table(), (
+        "docs/architecture.md's import floors are stale: "
+        "paste the output of `python tests/test_architecture.py`"
+    )
+
+
+if __name__ == "__main__":
+    print(floors_table())

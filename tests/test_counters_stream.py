@@ -103,6 +103,10 @@ def test_streamed_parse_equals_the_previous_parser_on_mutated_files(tmp_path_fac
     path = tmp_path_factory.mktemp("m") / "ncu.csv"
     path.write_bytes(data)
     old, new = _outcome(before.read_ncu_csv, path), _outcome(counters.read_ncu_csv, path)
+    if any(line.count(b'"') % 2 for line in data.splitlines()):
+        # a quote left open at a line's end: the csv module reads on into the next line
+        # (a cell spanning lines, as real ncu writes), the line-based parser cut it there
+        return
     if old[0] == "error":  # both refuse (the first defect in file order may differ)
         assert new[0] == "error", new
     else:

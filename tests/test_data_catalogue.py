@@ -17,7 +17,9 @@ GPUS_PATH = DATA / "gpus.json"
 MODELS_DIR = DATA / "models"
 
 DTYPES = {"fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"}
-ARCHITECTURES = {"volta", "turing", "ampere", "ada", "hopper", "blackwell"}
+#: NVIDIA architectures, and AMD CDNA (analytic only: no device backend measures an AMD GPU).
+ARCHITECTURES = {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"}
+AMD_IDS = {"mi300x", "mi325x", "mi355x"}
 CONFIDENCE = {"high", "medium", "low"}
 EXPECTED_IDS = {
     "h100-sxm",
@@ -37,6 +39,14 @@ EXPECTED_IDS = {
     "rtx-6000-ada",
     "v100-sxm2-32gb",
     "t4",
+    "h200-nvl",
+    "h20",
+    "l20",
+    "rtx-5090",
+    "rtx-pro-6000-blackwell",
+    "b300",
+    "gb200",
+    *AMD_IDS,
 }
 REQUIRED = {
     "id": str,
@@ -71,7 +81,7 @@ RANGES = {
     "vector_clock_mhz": (500, 3500),
     "tensor_clock_mhz": (500, 3500),
 }
-FLOPS_RANGE = (1e11, 1e16)
+FLOPS_RANGE = (1e11, 2e16)  # B300 dense FP4 is 1.35e16
 MODEL_IDS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b"]
 #: Configs the published-measurement rows need (checked in tests/test_published.py).
 PUBLISHED_MODEL_IDS = [
@@ -165,7 +175,8 @@ def test_required_fields_and_types(gpus):
         assert g["architecture"] in ARCHITECTURES, gid
         assert g["confidence"] in CONFIDENCE, gid
         assert re.fullmatch(r"\d+\.\d", g["compute_capability"]), gid
-        assert 10 <= g["sm_count"] <= 200, gid
+        # sm_count: SMs, or compute units on an AMD GPU (304 on an MI300X)
+        assert 10 <= g["sm_count"] <= (400 if gid in AMD_IDS else 200), gid
         assert g["notes"] and all(isinstance(n, str) and n for n in g["notes"]), gid
         assert g["aliases"] and all(isinstance(a, str) and a for a in g["aliases"]), gid
 
@@ -186,7 +197,7 @@ def test_missing_values_are_explained(gpus):
         if g["tdp_w"] is None:
             assert "not published" in text, gid
         if g["nvlink_bytes_per_s"] is None:
-            assert g["architecture"] in {"ada", "ampere", "turing"}, gid
+            assert g["architecture"] in {"ada", "ampere", "turing"} or "no nvlink" in text, gid
 
 
 def test_unsupported_dtypes_are_omitted(gpus):
@@ -346,6 +357,102 @@ def test_hopper_tensor_peaks_match_tensor_clock(gpus):
     g = gpus["h100-sxm"]
     assert g["sm_count"] * 4096 * g["tensor_clock_mhz"] * 1e6 == pytest.approx(989.4e12, rel=1e-3)
     assert g["sm_count"] * 256 * g["vector_clock_mhz"] * 1e6 == pytest.approx(66.9e12, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("gid", "dtype", "peak", "bandwidth", "ridge"),
+    [
+        # datasheet dense peak (FLOP/s), DRAM bandwidth (B/s), ridge point (FLOP/byte)
+        ("h200-nvl", "bf16", 1671e12 / 2, 4.8e12, 174.0),  # 1,671 with sparsity
+        ("h20", "bf16", 148e12, 4.0e12, 37.0),
+        ("l20", "fp8", 237.4e12, 864e9, 274.8),
+        ("rtx-5090", "bf16", 419e12 / 2, 1792e9, 116.9),  # FP32 accumulate, 419 sparse
+        ("rtx-5090", "fp4", 3352e12 / 2, 1792e9, 935.3),
+        ("rtx-pro-6000-blackwell", "fp4", 4000e12 / 2, 1792e9, 1116.1),  # 4,000 AI TOPS sparse
+        ("b300", "bf16", 36e15 / 8 / 2, 7.7e12, 292.2),  # HGX B300: 36 PF sparse for 8 GPUs
+        ("b300", "fp4", 108e15 / 8, 7.7e12, 1753.2),  # 108 PF dense for 8 GPUs
+        ("gb200", "bf16", 10e15 / 2 / 2, 8e12, 312.5),  # superchip: 10 PF sparse for 2 GPUs
+        ("gb200", "fp4", 40e15 / 2 / 2, 8e12, 1250.0),
+        ("mi300x", "bf16", 2614.9e12 / 2, 5.3e12, 246.7),  # 2,614.9 with structured sparsity
+        ("mi300x", "fp8", 2614.9e12, 5.3e12, 493.4),
+        ("mi325x", "bf16", 1307.4e12, 6e12, 217.9),
+        ("mi355x", "bf16", 2516.6e12, 8e12, 314.6),
+        ("mi355x", "fp4", 20.1e15 / 2, 8e12, 1256.3),  # 20.1 PF FP4 with sparsity
+    ],
+)
+def test_new_gpus_peaks_and_ridges_are_the_datasheets(gpus, gid, dtype, peak, bandwidth, ridge):
+    g = gpus[gid]
+    assert g["peak_flops_per_s"][dtype] == pytest.approx(peak, rel=2e-3), (gid, dtype)
+    assert g["memory_bytes_per_s"] == bandwidth
+    assert _ridge(g, dtype) == pytest.approx(ridge, rel=2e-3)
+
+
+def test_h100_over_a100_is_3x_compute_and_1_6x_bandwidth(gpus):
+    h100, a100 = gpus["h100-sxm"], gpus["a100-sxm-80gb"]
+    assert h100["peak_flops_per_s"]["bf16"] / a100["peak_flops_per_s"]["bf16"] == pytest.approx(
+        3.17, abs=0.01
+    )
+    assert h100["memory_bytes_per_s"] / a100["memory_bytes_per_s"] == pytest.approx(1.64, abs=0.01)
+
+
+def test_new_gpu_peaks_match_units_times_clock(gpus):
+    """Peak = SMs (CUs) x FLOP/clk per SM (CU) x clock, as each architecture's rates give it."""
+
+    def rate(gid, dtype, per_clk, clock="tensor_clock_mhz"):
+        g = gpus[gid]
+        return g["sm_count"] * per_clk * g[clock] * 1e6 / g["peak_flops_per_s"][dtype]
+
+    # CDNA 3: 304 CUs x 2100 MHz; FP16 2048, FP8 4096, FP32 256 FLOP/clk/CU
+    for gid in ("mi300x", "mi325x"):
+        assert rate(gid, "bf16", 2048) == pytest.approx(1, rel=1e-3)
+        assert rate(gid, "fp8", 4096) == pytest.approx(1, rel=1e-3)
+        assert rate(gid, "fp32", 256, "vector_clock_mhz") == pytest.approx(1, rel=1e-3)
+    # CDNA 4: 256 CUs x 2400 MHz; FP16 4096, FP8 8192, MXFP4 16384
+    assert rate("mi355x", "bf16", 4096) == pytest.approx(1, rel=1e-3)
+    assert rate("mi355x", "fp8", 8192) == pytest.approx(1, rel=1e-3)
+    assert rate("mi355x", "fp4", 16384) == pytest.approx(1, rel=1e-3)
+    # GeForce Blackwell: 170 SMs x 2407 MHz; BF16 with FP32 accumulate 512, FP4 4096
+    assert rate("rtx-5090", "bf16", 512) == pytest.approx(1, rel=1e-3)
+    assert rate("rtx-5090", "fp4", 4096) == pytest.approx(1, rel=1e-3)
+    assert rate("rtx-5090", "fp32", 256, "vector_clock_mhz") == pytest.approx(1, rel=1e-3)
+    # Hopper NVL clocks: H200 NVL computes as the H100 NVL
+    for dtype in ("fp32", "bf16", "fp8"):
+        assert (
+            gpus["h200-nvl"]["peak_flops_per_s"][dtype]
+            == gpus["h100-nvl"]["peak_flops_per_s"][dtype]
+        )
+    # Blackwell data centre: the implied tensor clocks reproduce the dense peaks
+    assert rate("b300", "fp8", 16384) == pytest.approx(1, rel=2e-3)
+    assert rate("gb200", "bf16", 8192) == pytest.approx(1, rel=2e-3)
+
+
+def test_new_gpus_store_dense_not_sparse(gpus):
+    """No sparse figure stored as dense: each dense peak is half its datasheet's sparse figure."""
+    sparse = {  # datasheet "with sparsity" figures (FLOP/s), per GPU
+        ("h200-nvl", "fp8"): 3341e12,
+        ("rtx-5090", "int8"): 1676e12,
+        ("mi300x", "int8"): 5229.8e12,
+        ("mi325x", "fp8"): 5229.8e12,
+        ("b300", "fp8"): 72e15 / 8,
+        ("gb200", "fp8"): 20e15 / 2,
+    }
+    for (gid, dtype), value in sparse.items():
+        assert gpus[gid]["peak_flops_per_s"][dtype] == pytest.approx(value / 2, rel=2e-3), gid
+    # ...and each row's notes say which sparse figures were halved
+    for gid in ("h200-nvl", "rtx-5090", "b300", "gb200", "mi300x", "mi325x", "mi355x"):
+        assert "spars" in " ".join(gpus[gid]["notes"]).lower(), gid  # sparse / sparsity
+
+
+def test_amd_rows_say_no_device_backend_measures_them(gpus):
+    for gid in AMD_IDS:
+        g = gpus[gid]
+        assert g["architecture"].startswith("cdna"), gid
+        assert "no amd device backend" in g["notes"][0].lower(), gid
+        assert g["interconnect"]["xgmi_bytes_per_s_per_direction"] == 448e9, gid
+        assert g["nvlink_bytes_per_s"] is None, gid
+    # what a prediction must refuse: dtypes the datasheets do not publish
+    assert "tf32" not in gpus["mi355x"]["peak_flops_per_s"]
+    assert "int8" not in gpus["b300"]["peak_flops_per_s"]
 
 
 # ----------------------------------------------------------------------------- models

@@ -55,6 +55,7 @@ _COMMAND_MODULES = (
     "trace",
     "calibrate",
     "collectives",
+    "endpoint",
 )
 
 

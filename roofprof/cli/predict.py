@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from roofprof.cli import app
+from roofprof.cli import app, fail
 from roofprof.cli._console import collected_warnings, emit, show_warnings
 from roofprof.cli._options import (
     MAX_BATCH,
@@ -29,10 +29,15 @@ def predict(
         "llama-3.1-8b",
         "--model",
         "-m",
-        help="Model id (see `roofprof specs`) or path to a HF config.json.",
+        help="Model: a shipped id (see `roofprof specs`), a Hugging Face Hub id (org/name[@rev]), "
+        "a model folder, a .gguf file or a config.json path.",
     ),
     gpu: str | None = typer.Option(
-        None, "--gpu", "-g", help="GPU id or alias from the spec database (spec estimator)."
+        None,
+        "--gpu",
+        "-g",
+        help="GPU id or alias from the spec database (spec estimator); a comma list "
+        "(h100-sxm,a100-sxm-80gb) prints the GPUs side by side with the ratios to the first.",
     ),
     roofline: Path | None = typer.Option(
         None, "--roofline", help="roofline.json from `roofprof roofline` (empirical estimator)."
@@ -139,27 +144,41 @@ def predict(
     contexts = parse_int_list(context, "--context", 0) if context else [None]
     explicit = tp is not None or pp is not None
     layout = parallel_layout(1 if tp is None else tp, 1 if pp is None else pp, sequence_parallel)
+    # the scenario and estimator, the same for one GPU and for several side by side
+    common = dict(
+        batches=batches,
+        contexts=contexts,
+        estimator=estimator,
+        engine=engine,
+        prompt_tokens=prompt,
+        dtype=dtype,
+        convention=convention,
+        attention=attention,
+        weights=weights,
+        kv_dtype=kv_dtype,
+        parallel=layout if explicit else None,
+        collectives=collectives,
+        routing=routing,
+    )
+    if gpu is not None and "," in gpu:
+        if plot is not None or roofline is not None:
+            fail("--plot and --roofline take one GPU; give a single --gpu id")
+        from roofprof.api import compare_gpus
+
+        with collected_warnings() as caught:
+            comparison = compare_gpus(model, gpu, **common)
+        _emit_comparison(comparison, fmt)
+        show_warnings(caught, shown=())
+        return
     with collected_warnings() as caught:
         predictions = sweep(
             model,
             gpu,
-            batches=batches,
-            contexts=contexts,
             roofline=roofline,
-            estimator=estimator,
-            engine=engine,
             device=device,
             remeasure=remeasure,
-            prompt_tokens=prompt,
-            dtype=dtype,
-            convention=convention,
-            attention=attention,
-            weights=weights,
-            kv_dtype=kv_dtype,
-            parallel=layout if explicit else None,
-            collectives=collectives,
             ignore_memory=ignore_memory,
-            routing=routing,
+            **common,
         )
         if plot is not None:
             from roofprof.plots.roofline import plot_prediction
@@ -168,6 +187,7 @@ def predict(
     _emit(predictions, fmt)
     if fmt == "table":
         _say_moe(predictions)
+        _say_checkpoint(predictions[0])
     # the table ends with the first prediction's warnings: those are not printed twice
     show_warnings(caught, shown=predictions[0].warnings if fmt == "table" else ())
     if plot is not None:
@@ -187,6 +207,23 @@ def _say_moe(predictions: list) -> None:
             f"{block['total_params'] / 1e9:.2f} B parameters active per token",
             err=True,
         )
+
+
+def _say_checkpoint(p) -> None:
+    """One stderr line naming the checkpoint's stored weights and where they come from."""
+    block = p.to_dict().get("checkpoint")
+    if block is None:
+        return
+    stored = block["stored_bytes"]
+    size = f"{stored / 1e9:.2f} GB stored" if stored else "size from the format"
+    typer.echo(
+        f"weights: {block['format']} ({block['quantization'] or 'as stored'}), "
+        f"{block['mean_bits_per_weight']:.2f} bits per parameter, {size}; from "
+        f"{block['source'] or 'the config'} of {p.model.source}"
+        + (f"; assumed: {block['assumption']}" if block["assumption"] else "")
+        + " (--weights overrides)",
+        err=True,
+    )
 
 
 def _emit(predictions: list, fmt: str) -> None:
@@ -213,3 +250,33 @@ def _emit(predictions: list, fmt: str) -> None:
         table=table,
         csv=csv,
     )
+
+
+def _emit_comparison(comparison, fmt: str) -> None:
+    """The GPUs side by side: a table, a JSON list (one object per GPU and point) or CSV."""
+
+    def csv() -> str:
+        import csv as csv_mod
+
+        rows = comparison.to_list()
+        flat = []
+        for r in rows:
+            row = {k: v for k, v in r.items() if k not in ("memory", "vs_first", "warnings")}
+            row["memory_fits"] = r["memory"]["fits"]
+            row["memory_per_gpu_bytes"] = r["memory"]["per_gpu_bytes"]
+            row["memory_capacity_bytes"] = r["memory"]["capacity_bytes"]
+            row["max_batch"] = r["memory"]["max_batch"]
+            row.update({f"vs_first_{k}": v for k, v in r["vs_first"].items()})
+            flat.append(row)
+        buf = io.StringIO()
+        writer = csv_mod.DictWriter(buf, fieldnames=list(flat[0]))
+        writer.writeheader()
+        writer.writerows(flat)
+        return buf.getvalue()
+
+    def table() -> None:
+        from roofprof.report import print_gpu_comparison
+
+        print_gpu_comparison(comparison)
+
+    emit(fmt, comparison.to_list, table=table, csv=csv)

@@ -6,6 +6,7 @@ With ``--counters``, each op runs once under Nsight Compute instead (child proce
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from collections.abc import Sequence
@@ -37,7 +38,10 @@ __all__ = ["profile", "profile_with_counters"]
 @app.command()
 def profile(
     model: str = typer.Option(
-        "llama-3.2-1b", "--model", "-m", help="Model id or HF config.json path."
+        "llama-3.2-1b",
+        "--model",
+        "-m",
+        help="Model: shipped id, Hub id (org/name[@rev]), folder, .gguf or config.json.",
     ),
     phase: str = typer.Option("decode", "--phase", help="prefill | decode | both."),
     batch: str = typer.Option(
@@ -111,7 +115,8 @@ def profile(
         )
     else:
         check_output(out, "--out")
-    spec = load_model(model)
+    # the profiled kernels read dense weights at the dtype, not a checkpoint's stored format
+    spec = dataclasses.replace(load_model(model), stored=None)
     dev, dtype = resolve_dtype(dtype, device)
     impls = split_list(impl)
     if counters:

@@ -28,7 +28,8 @@ def run_command(
         "auto",
         "--model",
         "-m",
-        help="auto (Llama 3.2 1B fp32 on a CPU, 3.1 8B bf16 on a GPU), an id or a config path.",
+        help="auto (Llama 3.2 1B fp32 on a CPU, 3.1 8B bf16 on a GPU), an id, a Hub id, "
+        "a folder, a .gguf or a config path.",
     ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16."),

@@ -28,7 +28,10 @@ __all__ = ["validate"]
 @app.command()
 def validate(
     model: str = typer.Option(
-        "llama-3.2-1b", "--model", "-m", help="Model id or HF config.json path."
+        "llama-3.2-1b",
+        "--model",
+        "-m",
+        help="Model: shipped id, Hub id (org/name[@rev]), folder, .gguf or config.json.",
     ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda:N."),
     dtype: str = typer.Option(

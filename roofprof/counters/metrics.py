@@ -20,6 +20,7 @@ __all__ = [
     "CC_MAJOR_FAMILY",
     "CUDA_CORE_FLOPS",
     "CUDA_CORE_FLOPS_EXTRA",
+    "CYCLE_TIME_METRICS",
     "KernelCounters",
     "LEVELS",
     "METRIC_SETS",
@@ -45,6 +46,12 @@ SECTOR_BYTES = 32
 
 TIME_METRIC = "gpu__time_duration.sum"
 TENSOR_INST_METRIC = "sm__inst_executed_pipe_tensor.sum"
+CYCLE_TIME_METRICS: tuple[tuple[str, str], ...] = (
+    ("sm__cycles_elapsed.avg", "sm__cycles_elapsed.avg.per_second"),
+    ("smsp__cycles_elapsed.avg", "smsp__cycles_elapsed.avg.per_second"),
+)
+"""(cycles, cycles per second) pairs that give a kernel's time where ncu printed no
+``gpu__time_duration.sum`` (the NERSC roofline recipe collects only these), tried in order."""
 
 # Each byte source: alternatives tried in order, each a tuple of metrics that are summed.
 BYTE_METRICS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -161,7 +168,7 @@ METRIC_SETS = ("hierarchical", "memory", "flops", "time")
 
 # Every metric name the derivations know, for telling a bad value from an unknown metric.
 KNOWN_METRICS: frozenset[str] = frozenset(
-    [TIME_METRIC, TENSOR_INST_METRIC]
+    [TIME_METRIC, TENSOR_INST_METRIC, *(m for pair in CYCLE_TIME_METRICS for m in pair)]
     + [m for alts in BYTE_METRICS.values() for alt in alts for m in alt]
     + [m for pairs in CUDA_CORE_FLOPS.values() for m, _ in pairs]
     + [m for fam in CUDA_CORE_FLOPS_EXTRA.values() for pairs in fam.values() for m, _ in pairs]
@@ -243,6 +250,11 @@ _TIME_UNITS = {
     "ms": 1e-3, "msecond": 1e-3, "msec": 1e-3,
     "s": 1.0, "second": 1.0, "sec": 1.0,
 }  # fmt: skip
+# Clock rates as ncu prints them: "cycle/second" (2020-2021), "cycle/usecond" and
+# "cycle/nsecond" (2021-2022), "Ghz"/"Mhz" (2023 on), "hz"; all go to Hz.
+_CLOCK_UNIT = re.compile(r"^(?:cycles?/(second|msecond|usecond|nsecond)|([kmg]?)hz)$", re.I)
+_HZ_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
+_CYCLE_UNIT = re.compile(r"^(K|M|G)?cycles?$")
 # ncu prints decimal prefixes for bytes (1 KiB of shared memory shows as "1.02 Kbyte").
 _BYTE_UNIT = re.compile(r"^(K|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?(byte|B)$")
 _PREFIX = {None: 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -254,15 +266,25 @@ def unit_scale(unit: str) -> tuple[float, str]:
     """Factor to SI base units and the base unit's name for an ncu unit string.
 
     Time goes to seconds (``"s"``), bytes to bytes (``"byte"``, decimal prefixes as ncu
-    prints them), ``sector`` stays sectors; other units (``""``, ``%``, ``inst``, rates) are
-    returned unchanged with factor 1.
+    prints them), clock rates to Hz (``"hz"``: ``cycle/usecond``, ``Ghz``, ...), cycle
+    counts to cycles; ``sector`` stays sectors; other units (``""``, ``%``, ``inst``, other
+    rates) are returned unchanged with factor 1.
 
     >>> unit_scale("usecond"), unit_scale("Kbyte"), unit_scale("KiB"), unit_scale("")
     ((1e-06, 's'), (1000.0, 'byte'), (1024.0, 'byte'), (1.0, ''))
+    >>> unit_scale("cycle/usecond"), unit_scale("Ghz"), unit_scale("cycle")
+    ((1000000.0, 'hz'), (1000000000.0, 'hz'), (1.0, 'cycle'))
     """
     u = (unit or "").strip()
     if u in _TIME_UNITS:
         return _TIME_UNITS[u], "s"
+    m = _CLOCK_UNIT.match(u)
+    if m:
+        per = m.group(1)
+        return (1.0 / _TIME_UNITS[per.lower()] if per else _HZ_PREFIX[m.group(2).lower()]), "hz"
+    m = _CYCLE_UNIT.match(u)
+    if m:
+        return _PREFIX[m.group(1)], "cycle"
     m = _BYTE_UNIT.match(u)
     if m:
         return _PREFIX[m.group(1)], "byte"
@@ -281,6 +303,8 @@ def metric_kind(metric: str) -> str | None:
     """
     if metric == TIME_METRIC or "time_duration" in metric:
         return "time"
+    if "cycles_elapsed" in metric:
+        return "clock" if metric.endswith(".per_second") else "cycles"
     if "sectors" in metric:
         return "sectors"
     if "bytes" in metric:
@@ -291,7 +315,14 @@ def metric_kind(metric: str) -> str | None:
 
 
 #: The unit assumed, with a warning, when a used metric has none (``--print-units base``).
-BASE_UNITS = {"time": "nsecond", "bytes": "byte", "sectors": "sector", "count": ""}
+BASE_UNITS = {
+    "time": "nsecond",
+    "bytes": "byte",
+    "sectors": "sector",
+    "count": "",
+    "cycles": "cycle",
+    "clock": "cycle/second",
+}
 
 
 def unit_problem(metric: str, unit: str) -> str | None:
@@ -313,6 +344,10 @@ def unit_problem(metric: str, unit: str) -> str | None:
         return f"a time metric in {u!r} (expected a time unit such as nsecond, usecond, msecond)"
     if kind == "bytes" and base != "byte":
         return f"a byte metric in {u!r} (expected byte, Kbyte, Mbyte, ...)"
+    if kind == "cycles" and base != "cycle":
+        return f"a cycle count in {u!r} (expected cycle)"
+    if kind == "clock" and base != "hz":
+        return f"a clock rate in {u!r} (expected cycle/second, cycle/usecond, Ghz, ...)"
     if kind == "sectors" and base not in ("sector", "byte"):
         return f"a sector metric in {u!r} (expected sector)"
     if kind == "count" and (base in ("s", "byte", "sector") or "%" in u or "/" in u):
@@ -413,9 +448,25 @@ class KernelCounters:
 
     # -- time and bytes
     @property
+    def time_source(self) -> tuple[str, ...] | None:
+        """The metrics the time comes from: ``gpu__time_duration.sum``, else a pair of
+        :data:`CYCLE_TIME_METRICS` (cycles, cycles per second); ``None`` when neither."""
+        if self.value(TIME_METRIC) is not None:
+            return (TIME_METRIC,)
+        for pair in CYCLE_TIME_METRICS:
+            if self.value(pair[0]) is not None and self.value(pair[1]):
+                return pair
+        return None
+
+    @property
     def time_s(self) -> float | None:
-        """Kernel duration in seconds (``gpu__time_duration.sum``)."""
-        return self.value(TIME_METRIC)
+        """Kernel duration in seconds: ``gpu__time_duration.sum``, or elapsed SM cycles
+        divided by the SM clock (``sm__cycles_elapsed.avg / .avg.per_second``)."""
+        source = self.time_source
+        if source is None:
+            return None
+        values = [self.value(m) or 0.0 for m in source]
+        return values[0] if len(values) == 1 else values[0] / values[1]
 
     def byte_source(self, level: str) -> tuple[str, ...] | None:
         """The metrics that give the bytes at ``level`` ("l1", "l2", "dram"), or ``None``."""
@@ -567,6 +618,7 @@ class KernelCounters:
             "grid_size": self.grid_size,
             "block_size": self.block_size,
             "time_s": self.time_s,
+            "time_source": list(self.time_source or ()),
             "flops": {
                 **{d: self.cuda_core_flops.get(d) for d in CUDA_CORE_FLOPS},
                 "tensor": self.tensor_flops,

@@ -75,6 +75,7 @@ def _split_row(line: str) -> list[str]:
 
 #: Lines between two calls of a parser's ``progress`` callback.
 PROGRESS_EVERY = 20_000
+_END = 2**62  # the last progress tick: "all lines done"
 
 
 def parse_ncu_csv(
@@ -135,7 +136,7 @@ def _parse_lines(
     for line_no, cells in _rows(lines, header, header_no, source, tick):
         parser.add(line_no, cells)
     if tick is not None:
-        tick(line_no)
+        tick(_END)
     return parser.finish()
 
 
@@ -169,6 +170,50 @@ def _find_header(lines: Iterator[str], source: str) -> tuple[list[str], int]:
     )
 
 
+#: Physical lines one quoted cell may span before the file is called malformed (the csv
+#: module holds a record's text until it closes, so this bounds one record's memory).
+MAX_RECORD_LINES = 10_000
+
+
+class _Feed:
+    """The physical lines after the header, handed to :func:`csv.reader` one at a time.
+
+    Between records (``boundary``) blank lines and ncu's ``==...==`` lines are skipped and
+    the record's first line number and text are noted; inside a quoted cell that spans
+    lines (ncu 2021.2 writes a rule's Python error with a line break) every line is passed
+    on as it is, newline included, so the cell keeps it.
+    """
+
+    def __init__(
+        self, lines: Iterator[str], first_no: int, source: str, tick: Callable[[int], None] | None
+    ) -> None:
+        self.lines, self.first_no, self.source, self.tick = lines, first_no, source, tick
+        self.boundary = True
+        self.start, self.text, self.held = first_no, "", 0
+        self.open_at_end = False
+
+    def __iter__(self) -> Iterator[str]:
+        for line_no, raw in enumerate(self.lines, self.first_no):
+            if self.tick is not None and (line_no - 1) % PROGRESS_EVERY == 0:
+                self.tick(line_no - 1)
+            if not self.boundary:  # the csv module asks for more: a quoted cell is open
+                self.held += 1
+                if self.held > MAX_RECORD_LINES:
+                    raise NotNcuOutputError(
+                        f"{self.source}: line {self.start}: a quoted cell spans more than "
+                        f"{MAX_RECORD_LINES} lines (an unmatched quote?)"
+                    )
+                yield raw + "\n"
+                continue
+            line = raw.strip()
+            check_permission(line)
+            if not line or _is_chatter(line):
+                continue
+            self.boundary, self.start, self.text, self.held = False, line_no, line, 0
+            yield line + "\n"
+        self.open_at_end = not self.boundary
+
+
 def _rows(
     lines: Iterator[str],
     header: list[str],
@@ -176,21 +221,29 @@ def _rows(
     source: str,
     tick: Callable[[int], None] | None,
 ) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, cells)`` of each row after the header, checked against it."""
+    """``(first line number, cells)`` of each CSV record after the header, read by the csv
+    module as the file streams (a quoted cell may span lines) and checked against the header."""
     width = len(header)
-    for line_no, raw in enumerate(lines, header_no + 1):
-        if tick is not None and (line_no - 1) % PROGRESS_EVERY == 0:
-            tick(line_no - 1)
-        line = raw.strip()
-        check_permission(line)
-        if not line or _is_chatter(line):
-            continue
+    feed = _Feed(lines, header_no + 1, source, tick)
+    reader = csv.reader(feed)
+    while True:
         try:
-            cells = _split_row(line)
+            cells = next(reader)
+        except StopIteration:
+            return
         except csv.Error as exc:
             raise NotNcuOutputError(
-                f"{source}: line {line_no}: not a CSV row ({exc}): {line[:120]!r}"
+                f"{source}: line {feed.start}: not a CSV row ({exc}): {feed.text[:120]!r}"
             ) from exc
+        line_no, line = feed.start, feed.text
+        feed.boundary = True
+        if feed.open_at_end:
+            if feed.held:
+                raise NotNcuOutputError(
+                    f"{source}: line {line_no}: a quoted cell opened here is not closed by "
+                    "the end of the file (file cut short?)"
+                )
+            cells[-1] = cells[-1].removesuffix("\n")  # a last line cut inside a cell
         short = width - len(cells)
         if 0 < short <= 3 and all(h.startswith("Rule ") for h in header[len(cells) :]):
             cells += [""] * short  # older ncu ends metric rows before the Rule columns
@@ -268,7 +321,7 @@ def _unit(metric: str, unit: str, line_no: int, source: str, missing: set[str]) 
             f"{source}: line {line_no}: {metric} is {problem}; values would be rescaled wrongly"
         )
     kind = metric_kind(metric)
-    if not unit.strip() and kind in ("time", "bytes"):
+    if not unit.strip() and kind in ("time", "bytes", "clock"):
         missing.add(metric)
         return BASE_UNITS[kind]
     return unit
@@ -279,7 +332,7 @@ def _warn_missing_units(missing: set[str], source: str) -> None:
         names = sorted(missing)
         warnings.warn(
             f"{source}: no unit for {', '.join(names[:4])}{' ...' if len(names) > 4 else ''} "
-            "(units row missing?); assumed base units (nsecond, byte) as "
+            "(units row missing?); assumed base units (nsecond, byte, cycle/second) as "
             "`ncu --print-units base` prints them",
             CounterWarning,
             stacklevel=4,

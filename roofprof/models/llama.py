@@ -222,7 +222,10 @@ class Builder:
         return [self.collective(f"{where}_allreduce", rows, h, self.tp)]
 
     def ew(self, name: str) -> float:
-        """Bytes per stored weight of op ``name`` (the weight format's, scales included)."""
+        """Bytes per stored weight of op ``name`` (the weight format's, scales included; with
+        no ``--weights``, the checkpoint's own when it has them, else the dtype's)."""
+        if self.weights is None and self.model.stored is not None:
+            return self.model.stored.bits(name) / 8.0
         return self.e if self.weights is None else weight_bits(self.weights, name) / 8.0
 
     # -- helpers -----------------------------------------------------------------------

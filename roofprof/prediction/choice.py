@@ -133,6 +133,11 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
             source="published ceilings",
             warnings=(note,),
         )
+    if gpu is not None and not gpu.measurable:
+        raise ConfigError(
+            f"{gpu.id} is analytic only: no device backend of roofprof measures an "
+            f"{gpu.vendor.upper()} GPU; use --estimator spec (its datasheet)"
+        )
     from roofprof.profiling.measured import measured_estimator
 
     return measured_estimator(

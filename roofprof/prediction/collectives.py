@@ -206,14 +206,20 @@ class CollectiveModel:
         pcie = float(lanes.get(str(ic.get("pcie_generation") or 4), lanes["4"])) * int(
             ic.get("pcie_lanes") or 16
         )
-        link = ic.get("nvlink_bytes_per_s_per_direction") or pcie
+        # the GPU-to-GPU fabric: NVLink, else AMD Infinity Fabric (xGMI), else the PCIe link
+        fabric = (
+            ("NVLink", ic.get("nvlink_bytes_per_s_per_direction"))
+            if ic.get("nvlink_bytes_per_s_per_direction")
+            else ("Infinity Fabric", ic.get("xgmi_bytes_per_s_per_direction"))
+        )
+        link = fabric[1] or pcie
         ring = ic.get("ring_busbw_bytes_per_s")
         notes = (
             []
             if ring
             else [
                 f"{spec.id}: no published collective bandwidth; busbw = {eff:g} × the "
-                f"{'NVLink' if ic.get('nvlink_bytes_per_s_per_direction') else 'PCIe'} rate"
+                f"{fabric[0] if fabric[1] else 'PCIe'} rate"
             ]
         )
         alpha = (

@@ -147,7 +147,7 @@ class Prediction:
             "model": self.model.id,
             "gpu": self.machine,
             "dtype": pf.workload.dtype,
-            "weights": pf.workload.weights or pf.workload.dtype,
+            "weights": pf.workload.scenario.weight_precision,
             "kv_dtype": pf.workload.kv_dtype or pf.workload.dtype,
             "batch": pf.workload.batch,
             "prompt_tokens": pf.workload.prompt_tokens,
@@ -187,6 +187,9 @@ class Prediction:
 
     def _blocks(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        stored = self.model.stored
+        if stored is not None and self.prefill.workload.weights is None:
+            out["checkpoint"] = {"location": self.model.source, **stored.describe()}
         if self.layout is not None:
             par = self.layout
             out["parallel"] = {

@@ -36,6 +36,7 @@ from roofprof.report.html import render_html
 from roofprof.report.tables import (
     comparison_table,
     op_table,
+    print_gpu_comparison,
     print_predictions,
     print_profiles,
     print_run_summary,
@@ -48,6 +49,7 @@ from roofprof.units import clean, si
 __all__ = [
     "clean",
     "comparison_table",
+    "print_gpu_comparison",
     "counters_comparison_tables",
     "counters_table",
     "doctor_table",

@@ -23,6 +23,7 @@ from roofprof.units import si
 
 __all__ = [
     "comparison_table",
+    "print_gpu_comparison",
     "op_table",
     "print_predictions",
     "print_profiles",
@@ -54,7 +55,7 @@ def _parallel_rows(table: Table, d: dict) -> None:
     if "memory" in d:
         m = d["memory"]
         table.add_row(
-            "memory per GPU",
+            "fits (GB/GPU)",
             "",
             f"{si(m['per_gpu_bytes'], 'B')} of "
             f"{si(m['capacity_bytes'], 'B')} ({'fits' if m['fits'] else 'does not fit'}; "
@@ -199,7 +200,7 @@ def print_specs(console: Console | None = None) -> None:
     for col in (
         "id",
         "name",
-        "SMs",
+        "SMs (AMD: CUs)",
         "memory",
         "bandwidth",
         "fp32",
@@ -473,3 +474,90 @@ def print_run_summary(result, console: Console | None = None) -> None:
         + ", ".join(f"{k} {v:.0f} s" for k, v in result.step_seconds.items())
         + ")"
     )
+
+
+def print_gpu_comparison(comparison, console: Console | None = None) -> None:
+    """GPUs side by side (:class:`~roofprof.prediction.comparison.GpuComparison`): TTFT,
+    decode tokens/s, the bound of each phase, memory fit and ridge point, with the ratios to
+    the first GPU and the datasheet peak and bandwidth ratios that explain them."""
+    console = console or _console()
+    rows = comparison.rows
+    first = comparison.gpus[0]
+    p0 = rows[0].prediction
+    w = p0.decode.workload
+    console.print(
+        f"[bold]{escape(p0.model.id)}[/bold], {w.dtype}, estimator {escape(p0.estimator)}; "
+        f"prompt {w.prompt_tokens} tokens; ratios to {escape(first.id)} "
+        "(above 1: faster)"
+    )
+    several = (
+        len(
+            {
+                (r.prediction.decode.workload.batch, r.prediction.decode.workload.context_tokens)
+                for r in rows
+            }
+        )
+        > 1
+    )
+    from rich import box
+
+    table = Table(
+        title="GPUs side by side: TTFT (prefill), decode tok/s, ratios (×) to the first, "
+        "ridge (FLOP/byte), memory fit",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    columns = (
+        "GPU",
+        *(("batch", "context") if several else ()),
+        "TTFT",
+        "bound",
+        "TTFT×",
+        "tok/s",
+        "bound",
+        "tok/s×",
+        # the datasheet ratios are the same at every point: shown once per GPU (no sweep)
+        *(() if several else ("peak×", "BW×")),
+        "ridge",
+        "fits (GB/GPU)",
+    )
+    width = max(len(g.id) for g in comparison.gpus)
+    for col in columns:
+        left = col in ("GPU", "fits (GB/GPU)", "bound")
+        table.add_column(
+            col,
+            justify="left" if left else "right",
+            no_wrap=col != "fits (GB/GPU)",
+            min_width=width if col == "GPU" else None,
+        )
+    for r in rows:
+        p, m = r.prediction, r.memory
+        dw = p.decode.workload
+        used = f"{m.per_gpu_bytes / 1e9:,.1f}/{m.capacity_bytes / 1e9:,.1f}"
+        table.add_row(
+            escape(r.gpu.id),
+            *((str(dw.batch), str(dw.context_tokens)) if several else ()),
+            si(r.ttft_seconds, "s"),
+            p.prefill.bound,
+            f"{r.ttft_speedup:.2f}",
+            f"{r.decode_tokens_per_second:,.1f}",
+            p.decode.bound,
+            f"{r.decode_speedup:.2f}",
+            *(
+                ()
+                if several
+                else (
+                    "n/a" if r.peak_flops_ratio is None else f"{r.peak_flops_ratio:.2f}",
+                    f"{r.bandwidth_ratio:.2f}",
+                )
+            ),
+            f"{r.ridge_flops_per_byte:.0f}",
+            f"yes {used}" if m.fits else f"[red]no {used}[/red]",
+        )
+    console.print(table)
+    amd = sorted({r.gpu.id for r in rows if not r.gpu.measurable})
+    if amd:
+        console.print(
+            f"{', '.join(amd)}: datasheet figures only (no device backend of roofprof measures "
+            "AMD GPUs)"
+        )

@@ -47,10 +47,12 @@ class ProbeCheckError(RoofprofError):
     """A probe kernel disagreed with its reference: nothing it would measure can be trusted."""
 
 
-#: Errors that skip one probe instead of aborting the run: RoofprofError (a failed check, a
-#: kernel that does not compile, a refused buffer) and RuntimeError (a device's kernel error,
-#: e.g. ``CudaKernelError``).
-PROBE_FAILURES: tuple[type[BaseException], ...] = (RoofprofError, RuntimeError)
+#: Errors that skip one probe instead of aborting the run: any ``Exception`` (a failed
+#: check, a kernel that does not compile, a refused buffer, a device's kernel error, and a
+#: library that answers in a shape the probe did not expect, e.g. torch 2.4's tuple from
+#: ``_scaled_mm``); the probe is recorded in ``failed_probes`` with its type and message.
+#: KeyboardInterrupt and SystemExit still end the run.
+PROBE_FAILURES: tuple[type[BaseException], ...] = (Exception,)
 
 
 class _Stop(Exception):
@@ -121,6 +123,8 @@ class RooflineRunner:
                     self.progress(self.done, self.total, f"{probe.name}: checking")
                 try:
                     getattr(self, f"_run_{probe.kind}")(probe)
+                except _Stop:
+                    raise
                 except PROBE_FAILURES as exc:
                     self._skip(probe, exc)
                 if self.checkpoint is not None:

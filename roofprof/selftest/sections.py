@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from roofprof.devices.base import per_call_timing
 from roofprof.errors import DeviceUnavailableError
 from roofprof.profiling.engine import Measurement, prepare_checked
 from roofprof.selftest.correctness import section_correctness
@@ -232,15 +233,18 @@ def _bench_fields(m: Measurement, op: Any) -> dict[str, Any]:
 
 def _measure(dev: Any, impl: Any, op: Any, rng: np.random.Generator, clock: Any) -> Measurement:
     """Check then time one (shape, implementation):
-    :func:`roofprof.profiling.engine.prepare_checked`,
-    then :func:`roofprof.timing.benchmark` of one call (L2 flushed when memory-bound)."""
+    :func:`roofprof.profiling.engine.prepare_checked`, then :func:`roofprof.timing.benchmark`
+    of one call (L2 flushed when memory-bound) or, for a batched small op, of its
+    ``batched_calls`` (N calls per sample, divided by N:
+    :func:`~roofprof.devices.base.per_call_timing`), so a µs op is not timed at the
+    event timer's 0.5 µs resolution."""
     prepared, checked = prepare_checked(impl, op, rng)
     if prepared is None:
         return checked
     try:
         flush = dev.flush if _memory_bound(dev, op) else None
         timing = benchmark(
-            prepared.run,
+            getattr(prepared, "batched_calls", None) or prepared.run,
             clock=clock,
             budget_s=0.05,
             warmup_s=0.01,
@@ -249,7 +253,7 @@ def _measure(dev: Any, impl: Any, op: Any, rng: np.random.Generator, clock: Any)
             max_repeats=200,
             estimate_runs=1,
         )
-        return replace(checked, timing=timing)
+        return replace(checked, timing=per_call_timing(timing, prepared))
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is reported, never fatal
         return Measurement(impl.name, "error", f"{type(exc).__name__}: {exc}")
     finally:

@@ -168,11 +168,26 @@ def enumerate(*, nvml: Any = None, cupy: Any = None) -> list[DeviceStatus]:  # n
     NVML lists the GPUs without creating a CUDA context. Without NVML (no nvidia-ml-py, or a
     container without ``libnvidia-ml.so``) CuPy counts them instead, and those devices then
     report telemetry as unavailable. With neither, one unusable ``cuda`` row says why.
-    Never raises. ``nvml``/``cupy`` are the modules (tests pass fakes).
+    When ``CUDA_VISIBLE_DEVICES`` is set, the rows are CUDA's (CuPy's count and names, what
+    :func:`open` opens), since NVML ignores the variable; without CuPy, NVML's rows at the
+    variable's integer indices. Never raises. ``nvml``/``cupy`` are the modules (tests pass fakes).
     """
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:  # NVML lists every GPU of the host; cuda:N is the Nth visible one
+        names, cuda_reason = _cuda_names(cupy)
+        if names:
+            return [DeviceStatus(f"{KIND}:{i}", n, True) for i, n in builtins.enumerate(names)]
     gpus, nvml_reason = _nvml.gpus(nvml)
-    if gpus:
+    if gpus and visible is None:
         return [DeviceStatus(f"{KIND}:{i}", g.name, True) for i, g in builtins.enumerate(gpus)]
+    if gpus and visible is not None:  # no CuPy: NVML's rows of the visible integer indices
+        picked = [int(v) for v in visible.split(",") if v.strip().isdigit()]
+        rows = [gpus[v].name for v in picked if v < len(gpus)]
+        return [DeviceStatus(f"{KIND}:{i}", n, True) for i, n in builtins.enumerate(rows)] or [
+            DeviceStatus(KIND, "-", False, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU")
+        ]
     names, cuda_reason = _cuda_names(cupy)
     if names:
         return [DeviceStatus(f"{KIND}:{i}", name, True) for i, name in builtins.enumerate(names)]

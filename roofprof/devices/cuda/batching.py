@@ -85,14 +85,16 @@ def calls_per_sample(
 
 class BatchedPrepared:
     """``copies`` prepared instances of one op. ``batched_calls`` is one callable running
-    ``calls_per_sample`` of them back to back, rotating through the copies (what the engine
-    times, dividing by ``calls_per_sample``); ``calls`` are the copies' single calls (what a
-    per-call measurement such as the host issue rate rotates over).
+    ``calls_per_sample`` of them back to back, rotating through ``calls`` (what the engine
+    times, dividing by ``calls_per_sample``); ``calls`` are the copies' single calls, or the
+    equivalent calls the one copy already rotates over (a torch op's weight copies) when
+    given: what a per-call measurement such as the host issue rate rotates over.
 
     ``check()`` checks the first copy (the copies run the same code on other buffers),
-    ``run()`` is one call, ``release()`` frees every copy."""
+    ``run()`` is one call, ``release()`` frees every copy; any other attribute is the first
+    copy's (a torch op's ``synchronize``, ``op``, ``reduction``)."""
 
-    def __init__(self, copies: list[Any], n: int):
+    def __init__(self, copies: list[Any], n: int, calls: list[Callable[[], Any]] | None = None):
         if not copies or n < 1:
             raise ValueError("BatchedPrepared needs at least one copy and n >= 1")
         self.copies, self.calls_per_sample = list(copies), int(n)
@@ -100,18 +102,24 @@ class BatchedPrepared:
         first = self.copies[0]
         self.name = getattr(first, "name", "op")
         self.kernels = getattr(first, "kernels", 1)
+        self.calls: list[Callable[[], Any]] = list(calls or [c.run for c in self.copies])
+        over = f"{len(self.copies)} operand copies" if calls is None else f"{len(calls)} calls"
         self.note = (
             f"{getattr(first, 'note', '')}; "
             f"{self.calls_per_sample} back-to-back calls per CUDA-event "
-            f"pair over {len(self.copies)} operand copies, time divided by {self.calls_per_sample}"
+            f"pair over {over}, time divided by {self.calls_per_sample}"
         ).lstrip("; ")
         self.batched_calls: list[Callable[[], Any]] = [self._batch]
-        self.calls: list[Callable[[], Any]] = [c.run for c in self.copies]
+
+    def __getattr__(self, item: str) -> Any:
+        if item.startswith("__") or item == "copies":
+            raise AttributeError(item)
+        return getattr(self.copies[0], item)
 
     def _batch(self) -> None:
-        k = len(self.copies)
+        calls, k = self.calls, len(self.calls)
         for _ in range(self.calls_per_sample):
-            self.copies[self._turn % k].run()
+            calls[self._turn % k]()
             self._turn += 1
 
     def run(self) -> Any:
@@ -131,8 +139,11 @@ class SmallOpBatching:
 
     Ops estimated (:func:`estimate_s`, or ``estimate`` when given) under :data:`SMALL_OP_S`
     are prepared ``copies`` times (enough to cover twice the L2, at most ``calls_per_sample``)
-    and returned as a :class:`BatchedPrepared`; every other op is ``inner.prepare`` unchanged.
-    ``supports`` and every other attribute are ``inner``'s.
+    and returned as a :class:`BatchedPrepared`; an op whose prepared form already rotates over
+    several equivalent ``calls`` (``torch-eager``'s weight copies) is prepared once and its
+    calls are batched; one with a ``before_call`` (a step that must precede every call) and
+    every op that is not small are ``inner.prepare`` unchanged. ``supports`` and every other
+    attribute are ``inner``'s (``name`` may be set on the wrapper).
     """
 
     def __init__(
@@ -155,12 +166,18 @@ class SmallOpBatching:
         n = calls_per_sample(self._estimate(op))
         if n == 1:
             return self.inner.prepare(op, rng)
+        first = self.inner.prepare(op, rng)
+        if getattr(first, "before_call", None) is not None:
+            return first
+        own = list(getattr(first, "calls", None) or ())
+        if len(own) > 1:
+            return BatchedPrepared([first], n, calls=own)
         l2 = int(getattr(self.device, "l2_bytes", 0) or 0)
         copies = min(n, max(1, math.ceil(2 * l2 / max(float(op.bytes), 1.0)))) if op.bytes else 1
         prepared: list[Any] = []
         try:
-            for _ in range(copies):
-                p = self.inner.prepare(op, rng)
+            while len(prepared) < copies:
+                p = self.inner.prepare(op, rng) if prepared else first
                 prepared.append(p)
                 bufs = getattr(p, "bufs", None)
                 for name in ("x", "w") if hasattr(bufs, "fill_random") else ():
@@ -168,7 +185,7 @@ class SmallOpBatching:
                         name, int(rng.integers(1, 2**31 - 1))
                     )  # finite data in every copy
         except Exception:
-            for p in prepared:
+            for p in prepared or [first]:
                 p.release()
             raise
         return BatchedPrepared(prepared, n)

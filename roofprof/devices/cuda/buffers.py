@@ -9,7 +9,7 @@ allocation that would not fit *before* making it (``device.require``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,7 @@ __all__ = [
     "gemm_buffer_bytes",
     "host_f64",
     "numba_cuda_reason",
+    "nvvm_cuda_home",
     "sample_indices",
     "storage_dtype",
     "torch_cuda_reason",
@@ -130,17 +131,54 @@ def torch_cuda_reason() -> str | None:
     return None
 
 
+#: CUDA toolkit roots searched for ``nvvm/`` when neither CUDA_HOME nor CUDA_PATH is set.
+CUDA_ROOTS = ("/usr/local/cuda",)
+
+
+def nvvm_cuda_home(environ: Any = None, roots: tuple[str, ...] = CUDA_ROOTS) -> str | None:
+    """The ``CUDA_HOME`` to give numba-cuda so that it finds NVVM, or None (CUDA_HOME or
+    CUDA_PATH already set, or no root with an ``nvvm/`` folder).
+
+    numba-cuda 0.30 (``numba/cuda/cuda_paths.py``: ``get_cuda_home``, ``_get_nvvm``) and
+    cuda-pathfinder 1.9 (``_utils/env_vars.py``) read ``CUDA_PATH`` then ``CUDA_HOME``; with
+    neither set, NVVM is looked for in a pip ``nvidia-nvvm`` wheel, then beside a
+    system-found ``libnvrtc`` only, which a CUDA image with pip's NVRTC does not give.
+
+    >>> nvvm_cuda_home({"CUDA_HOME": "/opt/cuda"}) is None
+    True
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    if env.get("CUDA_HOME") or env.get("CUDA_PATH"):
+        return None
+    return next((r for r in roots if os.path.isdir(os.path.join(r, "nvvm"))), None)
+
+
 def numba_cuda_reason() -> str | None:
-    """Why Numba-CUDA kernels cannot run on a real GPU here (None: they can). Never raises."""
+    """Why Numba-CUDA kernels cannot run on a real GPU here (None: they can). Never raises.
+
+    Sets ``CUDA_HOME`` to :func:`nvvm_cuda_home` when that finds a toolkit numba-cuda
+    would otherwise miss, and reports an NVVM that still does not load."""
     import os
 
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return "the numba-cuda simulator is on (NUMBA_ENABLE_CUDASIM=1)"
+    home = nvvm_cuda_home()
+    if home is not None:
+        os.environ["CUDA_HOME"] = home
     try:
         from numba import cuda
 
         if not cuda.is_available():
             return "numba-cuda sees no usable GPU"
+        from numba.cuda.cudadrv import nvvm
+
+        if not nvvm.is_available():
+            return (
+                "numba-cuda finds no NVVM (libnvvm): set CUDA_HOME to a CUDA toolkit with an "
+                "nvvm/ folder, or pip install nvidia-nvvm"
+            )
     except Exception as exc:  # noqa: BLE001
         return f"numba-cuda unavailable: {exc}"
     return None

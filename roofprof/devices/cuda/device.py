@@ -201,6 +201,11 @@ def read_identity(cp: Any, index: int, nvml: Any = None) -> tuple[DeviceInfo, di
         facts["clock_khz"] / 1000.0 if facts["clock_khz"] else None
     )
     spec = match_gpu(name)
+    if spec is not None and not spec.measurable:
+        raise DeviceUnavailableError(
+            f"{name} is an {spec.vendor.upper()} GPU: no device backend of roofprof measures it "
+            f"(its datasheet row is analytic only: roofprof predict --gpu {spec.id})"
+        )
     try:
         runtime_version = str(cp.cuda.runtime.runtimeGetVersion())
         driver_cuda = str(cp.cuda.runtime.driverGetVersion())
@@ -511,6 +516,14 @@ class CudaDevice:
     def implementations(self) -> tuple[OpImpl, ...]:
         """The op implementations (:func:`roofprof.devices.cuda.impls.cuda_implementations`)."""
         return cuda_implementations(self)
+
+    def small_op_batching(self, impl: OpImpl) -> OpImpl:
+        """``impl`` timing ops estimated under 20 µs as N calls per CUDA-event pair
+        (:class:`~roofprof.devices.cuda.batching.SmallOpBatching`): how the profiler wraps
+        ``torch-eager``, as :meth:`implementations` wraps its own."""
+        from roofprof.devices.cuda.batching import SmallOpBatching
+
+        return SmallOpBatching(impl, self)
 
     def roofline_plan(self, name: str = "full") -> RooflinePlan:
         """The GPU's ``full``, ``quick`` or ``test`` roofline plan (:func:`cuda_roofline_plan`)."""

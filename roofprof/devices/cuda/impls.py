@@ -499,13 +499,12 @@ class TorchGemm(_GemmImpl):
 
 def cuda_implementations(device: CudaDevice) -> tuple[OpImpl, ...]:
     """Every op implementation of ``device``; ``supports(op)`` says per op why one cannot run.
-    The GEMM implementations time ops estimated under 20 µs as N back-to-back calls per
-    event pair (:class:`~roofprof.devices.cuda.batching.SmallOpBatching`)."""
+    Every one (the GEMMs and ``cupy-ref``) times ops estimated under 20 µs as N back-to-back
+    calls per event pair (:class:`~roofprof.devices.cuda.batching.SmallOpBatching`)."""
     from roofprof.devices.cuda.batching import SmallOpBatching
 
-    gemms = (CupyKernels(device), NumbaKernels(device), CublasGemm(device), TorchGemm(device))
-    # ops estimated under 20 µs: N back-to-back calls per CUDA-event pair (batching.py)
-    return (*(SmallOpBatching(g, device) for g in gemms), CupyReference(device))
+    kinds = (CupyKernels, NumbaKernels, CublasGemm, TorchGemm, CupyReference)
+    return tuple(SmallOpBatching(kind(device), device) for kind in kinds)
 
 
 # --------------------------------------------------------------------------- GEMM probes
@@ -605,7 +604,9 @@ def torch_fp8_gemm_setup(device: CudaDevice) -> Callable[..., ProbeRun]:
 
         def call() -> Any:
             device.last_kernel = "torch._scaled_mm (fp8 e4m3)"
-            return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            y = torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            # torch 2.1-2.4: (out, amax) (pytorch#106844); one tensor from 2.5 (#128683)
+            return y[0] if isinstance(y, tuple) else y
 
         def run(reps: int) -> None:
             for _ in range(int(reps)):

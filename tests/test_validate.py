@@ -163,11 +163,20 @@ def test_max_layers_scales_and_predictions_follow(tiny):
         ).ops
         if o.shape_key in times
     )
-    assert p.decode.seconds == pytest.approx(calls * 1e-4, rel=1e-9)
+    # the framework overhead of the model class that ran is counted beside the ops
+    framework = sum(o.seconds for o in p.decode.ops if o.op.kind == "framework")
+    assert [o.op.name for o in p.decode.ops if o.op.kind == "framework"] == [
+        "framework_layer",
+        "framework_pass",
+    ]
+    assert any("framework overhead of plain torch counted by measured" in w for w in r.warnings)
+    assert p.decode.seconds == pytest.approx(calls * 1e-4 + framework, rel=1e-9)
     # the real step is the median of the samples kept, so it lies within them
     assert min(r.decode_samples_s) <= r.real.decode_s <= max(r.decode_samples_s)
     rows = {row["estimator"]: row for row in r.comparison()}
-    assert rows["measured"]["decode_residual"] == pytest.approx(calls * 1e-4 / r.real.decode_s - 1)
+    assert rows["measured"]["decode_residual"] == pytest.approx(
+        (calls * 1e-4 + framework) / r.real.decode_s - 1
+    )
     assert (rows["measured"]["decode_residual"] > 0) == (calls * 1e-4 > r.real.decode_s)
 
 

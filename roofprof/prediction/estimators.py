@@ -174,6 +174,9 @@ class MeasuredEstimator:
             classify: gives the bound (``memory``/``compute``) of an op at its intensity.
             name: ``measured`` or ``measured-no-launch``.
             inputs: what the measurements came from (device, roofline file, result files).
+            framework: the real model's host time outside the counted ops (a
+                :class:`~roofprof.prediction.framework.FrameworkOverhead`), added to each
+                pass by the roll-up; None: not counted.
 
         >>> from roofprof.workload import Op
 
@@ -201,8 +204,10 @@ class MeasuredEstimator:
         name: str | None = None,
         inputs: Mapping[str, Any] | None = None,
         measure_many: Callable[[Sequence[Op]], None] | None = None,
+        framework: Any = None,
     ):
         self.measure_many = measure_many
+        self.framework = framework
         self.times: dict[tuple, OpTime] = dict(times or {})
         self.launch_s = float(launch_s)
         self.include_launch = include_launch
@@ -228,7 +233,9 @@ class MeasuredEstimator:
         )
 
     def with_launch(self, include_launch: bool, name: str | None = None) -> MeasuredEstimator:
-        """The same measurements with the launch overhead counted or not (shares the table)."""
+        """The same measurements with the launch overhead counted or not (shares the table);
+        without it the framework overhead is left out too (``measured-no-launch`` is the bare
+        per-op sum)."""
         other = MeasuredEstimator(
             self.times,
             launch_s=self.launch_s,
@@ -239,10 +246,24 @@ class MeasuredEstimator:
             name=name,
             inputs=self.inputs,
             measure_many=self.measure_many,
+            framework=self.framework if include_launch else None,
         )
         other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
         other.contended = self.contended
         other._contended_labels, other._contended_at = self._contended_labels, self._contended_at
+        return other
+
+    def with_framework(self, framework: Any) -> MeasuredEstimator:
+        """This estimator with the real model's framework overhead counted (``None``: not);
+        the measurements are shared.
+
+        >>> from roofprof.prediction.framework import FrameworkOverhead
+        >>> est = MeasuredEstimator().with_framework(FrameworkOverhead({}, {}, "m"))
+        >>> est.framework.model, est.name
+        ('m', 'measured')
+        """
+        other = self.with_launch(self.include_launch, self.name)
+        other.framework = framework
         return other
 
     def prefetch(self, ops: Sequence[Op]) -> None:
@@ -346,6 +367,7 @@ class MeasuredEstimator:
             "launch_model": (
                 "each op takes max(measured time, kernels x launch overhead, host issue time)"
             ),
+            "framework_overhead": self.framework.to_dict() if self.framework else None,
             "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
             "unmeasured_ops": [
                 {"shape_key": list(k), "reason": r} for k, r in self.missing.items()

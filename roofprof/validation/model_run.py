@@ -41,9 +41,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from roofprof.errors import ConfigError, DeviceUnavailableError, UnknownNameError
-from roofprof.prediction.rollup import Estimator, Prediction, RealRun, predict
+from roofprof.prediction.rollup import (
+    Estimator,
+    MeasuredEstimator,
+    Prediction,
+    RealRun,
+    predict,
+)
 from roofprof.specs import ModelSpec
 from roofprof.telemetry import CONTENDED_SHARE, Contention
+from roofprof.validation.framework_overhead import measure_framework_overhead
 from roofprof.validation.real_model import (
     BACKENDS,
     Runner,
@@ -67,6 +74,7 @@ __all__ = [
     "predict_for",
     "validate",
     "validation_context",
+    "with_framework_overhead",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -378,8 +386,54 @@ def _validate(
     )
     tick("done")
     if estimators:
+        if not info.asynchronous:
+            estimators = with_framework_overhead(estimators, spec, chosen, attention)
+            counted = [e.framework for e in estimators.values() if getattr(e, "framework", None)]
+            if counted:
+                fw = counted[0]
+                us = {p: (fw.layer_s[p] * 1e6, fw.pass_s[p] * 1e6) for p in fw.layer_s}
+                result = dataclasses.replace(
+                    result,
+                    warnings=(
+                        *result.warnings,
+                        f"framework overhead of {fw.model} counted by measured: "
+                        + "; ".join(
+                            f"{p} {a:.0f} µs per layer + {b:.0f} µs per pass"
+                            for p, (a, b) in us.items()
+                        )
+                        + f" ({fw.method})",
+                    ),
+                )
         result = result.with_predictions(predict_for(result, estimators))
     return result
+
+
+def with_framework_overhead(
+    estimators: Mapping[str, Estimator], spec: ModelSpec, backend: str, attention: str
+) -> dict[str, Estimator]:
+    """``estimators`` with the real model class's framework overhead (measured now, once:
+    :func:`~roofprof.validation.framework_overhead.measure_framework_overhead`) counted by
+    each ``measured`` estimator that counts launch overhead; a model the probe does not cover
+    keeps them as they are, and their warnings say so."""
+    wanted = [
+        k
+        for k, e in estimators.items()
+        if isinstance(e, MeasuredEstimator) and e.include_launch and e.framework is None
+    ]
+    if not wanted:
+        return dict(estimators)
+    out = dict(estimators)
+    try:
+        overhead = measure_framework_overhead(spec, backend, attention=attention)
+    except ConfigError as exc:
+        for k in wanted:
+            estimators[k].warnings.append(f"framework overhead not counted: {exc}")
+        return out
+    for k in wanted:
+        est = estimators[k]
+        assert isinstance(est, MeasuredEstimator)
+        out[k] = est.with_framework(overhead)
+    return out
 
 
 def _attention_run(net, attention: str) -> str:

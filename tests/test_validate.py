@@ -5,13 +5,13 @@ import json
 import warnings
 
 import pytest
-from conftest import tiny_spec, write_config
+from conftest import flat_times, tiny_spec, write_config
 
 from roofprof.api import validate
 from roofprof.cli import main
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.models import ops
-from roofprof.prediction.rollup import MeasuredEstimator, OpTime
+from roofprof.prediction.rollup import MeasuredEstimator
 from roofprof.specs import load_model
 from roofprof.validation.records import memory_plan
 from roofprof.workload import Scenario
@@ -126,12 +126,7 @@ def test_model_that_cannot_fit_even_scaled_is_refused():
 
 
 def test_max_layers_scales_and_predictions_follow(tiny):
-    times = {}
-    for phase in ("prefill", "decode"):
-        for o in ops(
-            Scenario.of(tiny, phase, prompt_tokens=8, context_tokens=10, dtype="fp32")
-        ).ops:
-            times[o.shape_key] = OpTime(1e-4, "lit")
+    times = flat_times(tiny, 1e-4)
     est = MeasuredEstimator(times)
     r = validate(
         tiny,

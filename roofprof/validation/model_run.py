@@ -51,6 +51,7 @@ from roofprof.prediction.rollup import (
 from roofprof.specs import ModelSpec
 from roofprof.telemetry import CONTENDED_SHARE, Contention
 from roofprof.validation.framework_overhead import measure_framework_overhead
+from roofprof.validation.host_noise import HostProbe
 from roofprof.validation.real_model import (
     BACKENDS,
     Runner,
@@ -292,6 +293,10 @@ def _validate(
         return out, elapsed
 
     steps_per_rep = -(-decode_steps // prefill_repeats)
+    # the host's drift: a reference kernel before and after the real run and after the profile
+    host = HostProbe(share=Contention) if shared_host else None
+    if host is not None:
+        host.check("before the real run")
     with torch.inference_mode(), sampler:
         tick("warm-up (prefill and decode)")
         logits, cache = runner.prefill(ids[:, :warmup_tokens])
@@ -335,6 +340,8 @@ def _validate(
             ):
                 break
         finite = bool(torch.isfinite(logits).all())
+    if host is not None:
+        host.check("after the real run")
     summary = sampler.summary()
     prefill_used, prefill_note = _uncontended(prefill_s, prefill_share, 1)
     decode_used, decode_note = _uncontended(decode_s, decode_share, min(3, decode_steps))
@@ -405,6 +412,14 @@ def _validate(
                     ),
                 )
         result = result.with_predictions(predict_for(result, estimators))
+    if host is not None:
+        if estimators:
+            host.check("after the profile")
+        result = dataclasses.replace(result, host_noise=host.noise())
+        result = dataclasses.replace(
+            result,
+            warnings=(*result.warnings, host.noise().describe(), *result.noise_notes()),
+        )
     return result
 
 

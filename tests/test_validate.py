@@ -165,6 +165,8 @@ def test_max_layers_scales_and_predictions_follow(tiny):
         "framework_pass",
     ]
     assert any("framework overhead of plain torch counted by measured" in w for w in r.warnings)
+    fw = r.to_dict()["framework_overhead"]
+    assert fw["model"] == "plain torch" and set(fw["layer_s"]) == {"prefill", "decode"}
     assert p.decode.seconds == pytest.approx(calls * 1e-4 + framework, rel=1e-9)
     # the real step is the median of the samples kept, so it lies within them
     assert min(r.decode_samples_s) <= r.real.decode_s <= max(r.decode_samples_s)

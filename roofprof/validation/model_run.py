@@ -401,6 +401,7 @@ def _validate(
                 us = {p: (fw.layer_s[p] * 1e6, fw.pass_s[p] * 1e6) for p in fw.layer_s}
                 result = dataclasses.replace(
                     result,
+                    framework_overhead=fw,
                     warnings=(
                         *result.warnings,
                         f"framework overhead of {fw.model} counted by measured: "

@@ -78,6 +78,9 @@ class ValidationResult:
     #: the host's drift through the validation (a reference kernel timed before and after the
     #: real run and after the profile); None: not measured
     host_noise: HostNoise | None = None
+    #: the real model class's host time outside the counted ops that ``measured`` counted
+    #: (:class:`~roofprof.prediction.framework.FrameworkOverhead`); None: not counted
+    framework_overhead: Any = None
 
     def noise_bands(self) -> dict[str, float]:
         """Phase -> the band a residual within which is the host's own noise:
@@ -134,6 +137,9 @@ class ValidationResult:
             "backend": self.backend,
             "real_model": self.real_model.to_dict() if self.real_model else None,
             "host_noise": self.host_noise.to_dict() if self.host_noise else None,
+            "framework_overhead": (
+                self.framework_overhead.to_dict() if self.framework_overhead else None
+            ),
             "attention": self.attention,
             "counting": self.counting.describe(),
             "device": dict(self.device),

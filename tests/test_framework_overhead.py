@@ -117,3 +117,39 @@ def test_probe_on_a_real_tiny_model():
     fw = measure_framework_overhead(load_model("llama-3.2-1b"), "torch", repeats=1, calls=2)
     assert fw.model == "plain torch" and set(fw.layer_s) == {"prefill", "decode"}
     assert all(v >= 0 for v in (*fw.layer_s.values(), *fw.pass_s.values()))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_predict_measured_counts_it_on_a_cpu_only(monkeypatch, asynchronous):
+    import roofprof.profiling.measured as measured
+    import roofprof.validation.framework_overhead as probe
+    from roofprof.prediction.choice import EstimatorChoice, choose_estimator
+
+    asked = []
+    monkeypatch.setattr(
+        measured,
+        "measured_estimator",
+        lambda **kw: MeasuredEstimator(inputs={"device": {"asynchronous": asynchronous}}),
+    )
+    monkeypatch.setattr(
+        probe, "measure_framework_overhead", lambda spec, backend, **kw: asked.append(backend) or FW
+    )
+    s = Scenario.of("llama-3.2-1b", "decode", prompt_tokens=8, dtype="fp32")
+    est = choose_estimator(EstimatorChoice(name="measured", device="cpu"), s)
+    assert (est.framework is FW) == (not asynchronous)
+    assert len(asked) == (0 if asynchronous else 1)
+
+
+def test_predict_measured_says_when_the_probe_does_not_cover_the_model(monkeypatch):
+    import roofprof.profiling.measured as measured
+    from roofprof.prediction.choice import EstimatorChoice, choose_estimator
+
+    monkeypatch.setattr(
+        measured,
+        "measured_estimator",
+        lambda **kw: MeasuredEstimator(inputs={"device": {"asynchronous": False}}),
+    )
+    s = Scenario.of("mixtral-8x7b", "decode", prompt_tokens=8, dtype="fp32")
+    est = choose_estimator(EstimatorChoice(name="measured", device="cpu"), s)
+    assert est.framework is None
+    assert any("framework overhead not counted" in w and "dense" in w for w in est.warnings)

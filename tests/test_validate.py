@@ -289,6 +289,12 @@ def test_cli_validate_json_with_measured_residuals(capsys, tiny, tmp_path):
     d = json.loads(out)
     labels = [row["estimator"] for row in d["comparison"]]
     assert labels == ["measured", "measured-no-launch", "real"]
+    # the CLI's predictions count the framework overhead and follow the host's drift too
+    assert d["framework_overhead"]["model"] == "plain torch"
+    moments = [c["label"] for c in d["host_noise"]["checks"]]
+    assert moments == ["before the real run", "after the real run", "after the profile"]
+    assert sum(w.startswith("host drift ") for w in d["warnings"]) == 1
+    assert "decode_within_noise" in d["comparison"][0]
     assert d["comparison"][0]["decode_residual"] is not None
     assert json.loads((tmp_path / "v.json").read_text())["real"]["prefill_s"] > 0
 

@@ -51,7 +51,7 @@ from roofprof.prediction.rollup import (
 from roofprof.specs import ModelSpec
 from roofprof.telemetry import CONTENDED_SHARE, Contention
 from roofprof.validation.framework_overhead import measure_framework_overhead
-from roofprof.validation.host_noise import HostProbe
+from roofprof.validation.host_noise import HostNoise, HostProbe
 from roofprof.validation.real_model import (
     BACKENDS,
     Runner,
@@ -73,6 +73,7 @@ __all__ = [
     "TORCH_MISSING",
     "ValidationSettings",
     "predict_for",
+    "predict_validated",
     "validate",
     "validation_context",
     "with_framework_overhead",
@@ -392,36 +393,66 @@ def _validate(
         ),
     )
     tick("done")
-    if estimators:
-        if not info.asynchronous:
-            estimators = with_framework_overhead(estimators, spec, chosen, attention)
-            counted = [e.framework for e in estimators.values() if getattr(e, "framework", None)]
-            if counted:
-                fw = counted[0]
-                us = {p: (fw.layer_s[p] * 1e6, fw.pass_s[p] * 1e6) for p in fw.layer_s}
-                result = dataclasses.replace(
-                    result,
-                    framework_overhead=fw,
-                    warnings=(
-                        *result.warnings,
-                        f"framework overhead of {fw.model} counted by measured: "
-                        + "; ".join(
-                            f"{p} {a:.0f} µs per layer + {b:.0f} µs per pass"
-                            for p, (a, b) in us.items()
-                        )
-                        + f" ({fw.method})",
-                    ),
-                )
-        result = result.with_predictions(predict_for(result, estimators))
     if host is not None:
-        if estimators:
-            host.check("after the profile")
         result = dataclasses.replace(result, host_noise=host.noise())
+    if estimators:
+        return predict_validated(result, estimators)
+    return _with_noise_notes(result)
+
+
+def predict_validated(
+    result: ValidationResult, estimators: Mapping[str, Estimator]
+) -> ValidationResult:
+    """``result`` with each estimator's prediction of exactly what ran (:func:`predict_for`).
+
+    On a device that runs kernels on the calling thread (a CPU) each ``measured`` estimator
+    first gets the framework overhead of the model class that ran
+    (:func:`with_framework_overhead`, stated in the warnings and under
+    ``framework_overhead``). When the host's drift is being followed (``host_noise``), the
+    reference kernel is timed once more after the predictions (the profile), and each
+    residual within the host's own noise is named in the warnings.
+    """
+    if not result.device.get("asynchronous", False):
+        backend = result.real_model.backend if result.real_model else "torch"
+        estimators = with_framework_overhead(estimators, result.model, backend, result.attention)
+        counted = [e.framework for e in estimators.values() if getattr(e, "framework", None)]
+        if counted:
+            fw = counted[0]
+            us = {p: (fw.layer_s[p] * 1e6, fw.pass_s[p] * 1e6) for p in fw.layer_s}
+            result = dataclasses.replace(
+                result,
+                framework_overhead=fw,
+                warnings=(
+                    *result.warnings,
+                    f"framework overhead of {fw.model} counted by measured: "
+                    + "; ".join(
+                        f"{p} {a:.0f} µs per layer + {b:.0f} µs per pass"
+                        for p, (a, b) in us.items()
+                    )
+                    + f" ({fw.method})",
+                ),
+            )
+    result = result.with_predictions(predict_for(result, estimators))
+    if result.host_noise is not None:
+        check = HostProbe(share=Contention).check("after the profile")
         result = dataclasses.replace(
-            result,
-            warnings=(*result.warnings, host.noise().describe(), *result.noise_notes()),
+            result, host_noise=HostNoise((*result.host_noise.checks, check))
         )
-    return result
+    return _with_noise_notes(result)
+
+
+def _with_noise_notes(result: ValidationResult) -> ValidationResult:
+    """``result`` stating the host's drift and each residual within its noise (replacing what
+    an earlier call stated)."""
+    if result.host_noise is None:
+        return result
+    kept = [w for w in result.warnings if not _is_noise_note(w)]
+    notes = (result.host_noise.describe(), *result.noise_notes())
+    return dataclasses.replace(result, warnings=(*kept, *notes))
+
+
+def _is_noise_note(text: str) -> bool:
+    return text.startswith("host drift ") or "is within the host's own noise" in text
 
 
 def with_framework_overhead(

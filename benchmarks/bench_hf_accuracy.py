@@ -23,6 +23,7 @@ op list does not cost.
     python benchmarks/bench_hf_accuracy.py --rounds 3 --out /tmp/bench-hf.json
     python benchmarks/bench_hf_accuracy.py --families llama --rounds 1 --attribute
     python benchmarks/bench_hf_accuracy.py --families llama,gemma2 --census
+    python benchmarks/bench_hf_accuracy.py --families llama --threads 2 --split
 """
 
 from __future__ import annotations
@@ -316,6 +317,63 @@ def census(config: str, prompt: int) -> dict:
     return out
 
 
+def split(config: str, threads: int | None, prompt: int, passes: int = 8) -> dict:
+    """The real prefill's aten ops in context (torch.profiler, the fastest of ``passes`` per
+    op and shapes) beside the op list's ops timed alone as the profiler does (the fastest of
+    their calls), in one process: ratios robust to a slow spell that a single timing is not."""
+    import collections
+
+    import numpy as np
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from roofprof.models import ops as model_ops
+    from roofprof.profiling.torch_ops import TorchOps
+    from roofprof.specs import load_model
+    from roofprof.validation.real_model import Runner, build_hf_model
+    from roofprof.workload import Scenario
+
+    if threads:
+        torch.set_num_threads(threads)
+    spec = load_model(config)
+    runner = Runner(build_hf_model(spec, "fp32", "cpu", "fused"), "hf")
+    ids = torch.randint(0, spec.vocab_size, (1, prompt))
+    fastest: dict[str, float] = collections.defaultdict(lambda: float("inf"))
+    with torch.inference_mode():
+        runner.prefill(ids)
+        for _ in range(passes):
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                t0 = time.perf_counter()
+                runner.prefill(ids)
+                wall = time.perf_counter() - t0
+            fastest["wall"] = min(fastest["wall"], wall)
+            for e in prof.key_averages(group_by_input_shape=True):
+                key = f"{e.key} {e.input_shapes}"
+                fastest[key] = min(fastest[key], e.self_cpu_time_total / 1e6)
+        impl = TorchOps(spec, "cpu")
+        alone = {}
+        for op in model_ops(Scenario.of(spec, "prefill", prompt_tokens=prompt, dtype="fp32")).ops:
+            prepared = impl.prepare(op, np.random.default_rng(0))
+            calls = prepared.calls
+            times = []
+            for i in range(max(12, 3 * len(calls))):
+                if prepared.before_call is not None:
+                    prepared.before_call()
+                t0 = time.perf_counter()
+                calls[i % len(calls)]()
+                times.append(time.perf_counter() - t0)
+            alone[op.name] = {"per_call_s": min(times[len(calls) :]), "count": op.count}
+            prepared.release()
+    in_context = dict(sorted(fastest.items(), key=lambda kv: -kv[1])[:30])
+    total = sum(v["per_call_s"] * v["count"] for v in alone.values())
+    return {
+        "real_wall_s": fastest["wall"],
+        "in_context": in_context,
+        "alone": alone,
+        "alone_total_s": total,
+    }
+
+
 def summarise(rounds: list[dict]) -> dict:
     ok = [r for r in rounds if "error" not in r]
     if not ok:
@@ -346,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--attribute", action="store_true")
     parser.add_argument("--census", action="store_true")
+    parser.add_argument("--split", action="store_true")
     parser.add_argument("--attribute-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="bench-hf-accuracy.json")
     args = parser.parse_args(argv)
@@ -359,6 +418,18 @@ def main(argv: list[str] | None = None) -> int:
         configs = {f: write_config(folder, f) for f in families}
         if args.attribute_only:
             print(json.dumps(attribute(str(configs[families[0]]), args.threads, args.prompt)))
+            return 0
+        if args.split:
+            for f in families:
+                x = split(str(configs[f]), args.threads, args.prompt)
+                print(
+                    f"{f} prefill: real pass {x['real_wall_s'] * 1e3:.1f} ms (profiled, fastest), "
+                    f"op list timed alone {x['alone_total_s'] * 1e3:.1f} ms"
+                )
+                for name, v in x["alone"].items():
+                    print(f"  alone {name:14s} {v['count']:2d} x {v['per_call_s'] * 1e3:8.3f} ms")
+                for key, sec in x["in_context"].items():
+                    print(f"  in context {sec * 1e3:8.3f} ms  {key[:100]}")
             return 0
         if args.census:
             for f in families:

@@ -14,7 +14,7 @@ the band a residual within which says nothing: ``max(drift, spread)``.
 >>> checks = (HostCheck("before the real run", "05:10:00", 1.0e-3, 0.5),
 ...           HostCheck("after the profile", "05:11:00", 1.2e-3, 2.0))
 >>> noise = HostNoise(checks)
->>> round(noise.drift, 3), noise_band(0.05, noise.drift), within_noise(-0.1, 0.2)
+>>> round(noise.drift, 3), round(noise_band(0.05, noise.drift), 3), within_noise(-0.1, 0.2)
 (0.2, 0.2, True)
 """
 

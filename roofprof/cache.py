@@ -116,6 +116,11 @@ class MeasurementCache:
         self.model_key = list(model_key)
         self._data: dict[str, Any] | None = None
 
+    @staticmethod
+    def now() -> str:
+        """The UTC time a measurement is stored at (ISO 8601, seconds)."""
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
     def key(self, op: Op, impl: str) -> str:
         """Shape, implementation and what the op computes (``fn``); for non-GEMM ops also the
         model family and head layout (a Gemma norm is not a Llama norm of the same shape; RoPE
@@ -144,7 +149,9 @@ class MeasurementCache:
         if not self.enabled:
             return None
         d = self._load().get(self.key(op, impl))
-        return Measurement.from_dict(d) if d else None
+        if not d:
+            return None
+        return Measurement.from_dict({**d, "telemetry": {**d.get("telemetry", {}), "cached": True}})
 
     def put(self, op: Op, m: Measurement, *, write: bool = True) -> None:
         """Store ``m`` (its ``suspect`` reason recorded with it); best effort.
@@ -156,6 +163,9 @@ class MeasurementCache:
         record = m.to_dict()
         if m.suspect:
             record["suspect"] = m.suspect
+        # when and under what load it was measured: a prediction reusing it states both
+        record["telemetry"].setdefault("measured_at", self.now())
+        record["telemetry"].setdefault("load_avg", _load_avg())
         data[self.key(op, m.impl)] = record
         if write:
             self.save()
@@ -170,6 +180,14 @@ class MeasurementCache:
             write_json_atomic(self.path, self._data)
         except OSError:
             pass
+
+
+def _load_avg() -> float | None:
+    """The host's 1-minute load average (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 # --------------------------------------------------------------------------- rooflines

@@ -291,7 +291,7 @@ def _run_rows() -> list[dict[str, Any]]:
             "detail": "installed: validate runs LlamaForCausalLM"
             if has_tf
             else "not installed: validate runs the plain-torch Llama "
-            "(pip install 'roofprof[hf]' for HF)",
+            "(pip install 'roofprof[torch]' brings it)",
         }
     )
     try:

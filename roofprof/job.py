@@ -510,7 +510,7 @@ def _validation(
 ) -> ValidationResult | None:
     """The real run of ``plan``'s scenario with each estimator's prediction of exactly what
     ran (the scaled model, if scaled); a run that cannot happen is a warning, not the end."""
-    from roofprof.validation.model_run import predict_for, validate
+    from roofprof.validation.model_run import predict_validated, validate
 
     try:
         val = validate(
@@ -522,7 +522,9 @@ def _validation(
     except Exception as exc:  # noqa: BLE001 - ConfigError, DeviceUnavailableError (no torch)...
         warnings.append(f"validation skipped: {exc}")
         return None
-    warnings.extend(f"validation: {w}" for w in val.warnings)  # scaling, a busy machine
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
-        return val.with_predictions(predict_for(val, estimators))
+        val = predict_validated(val, estimators)
+    # scaling, a busy machine, the framework overhead, the host's drift
+    warnings.extend(f"validation: {w}" for w in val.warnings)
+    return val

@@ -117,6 +117,23 @@ def check_every_torch_op(spec, scenarios, **torch_ops_kwargs) -> list[str]:
     return checked
 
 
+def flat_times(config, seconds: float, prompt_tokens: int = 8, context_tokens: int = 10) -> dict:
+    """Every op shape of ``config``'s prefill and decode (at those lengths) costing ``seconds``
+    per call, as a measured estimator's table."""
+    from roofprof.models import ops
+    from roofprof.prediction.rollup import OpTime
+    from roofprof.workload import Scenario
+
+    times = {}
+    for phase in ("prefill", "decode"):
+        scenario = Scenario.of(
+            config, phase, prompt_tokens=prompt_tokens, context_tokens=context_tokens, dtype="fp32"
+        )
+        for o in ops(scenario).ops:
+            times[o.shape_key] = OpTime(seconds, "lit")
+    return times
+
+
 def write_config(folder: Path, name: str = "tiny.json", **changes) -> Path:
     """:data:`TINY_CFG` (with ``changes``) written as a config file; returns its path."""
     import json

@@ -5,13 +5,13 @@ import json
 import warnings
 
 import pytest
-from conftest import tiny_spec, write_config
+from conftest import flat_times, tiny_spec, write_config
 
 from roofprof.api import validate
 from roofprof.cli import main
 from roofprof.errors import ConfigError, DeviceUnavailableError
 from roofprof.models import ops
-from roofprof.prediction.rollup import MeasuredEstimator, OpTime
+from roofprof.prediction.rollup import MeasuredEstimator
 from roofprof.specs import load_model
 from roofprof.validation.records import memory_plan
 from roofprof.workload import Scenario
@@ -76,6 +76,11 @@ def test_real_run_times_prefill_and_decode(tiny, backend, attention, monkeypatch
     assert r.dtype == "fp32" and r.clock == "perf_counter"
     assert (backend == "hf") == ("transformers" in r.backend)
     assert r.counting.attention == attention
+    rm = json.loads(json.dumps(r.to_dict()))["real_model"]
+    assert rm["backend"] == backend and rm["name"] == r.backend
+    assert rm["chosen_by"] == f"asked: --backend {backend}"
+    assert rm["attention"] == ("sdpa" if attention == "fused" else "eager")
+    assert rm["differs"] and ("own implementation" in rm["differs"][0]) == (backend == "torch")
     assert json.loads(json.dumps(r.to_dict()))["real"]["decode_s"] == real.decode_s
 
 
@@ -121,12 +126,7 @@ def test_model_that_cannot_fit_even_scaled_is_refused():
 
 
 def test_max_layers_scales_and_predictions_follow(tiny):
-    times = {}
-    for phase in ("prefill", "decode"):
-        for o in ops(
-            Scenario.of(tiny, phase, prompt_tokens=8, context_tokens=10, dtype="fp32")
-        ).ops:
-            times[o.shape_key] = OpTime(1e-4, "lit")
+    times = flat_times(tiny, 1e-4)
     est = MeasuredEstimator(times)
     r = validate(
         tiny,
@@ -158,11 +158,22 @@ def test_max_layers_scales_and_predictions_follow(tiny):
         ).ops
         if o.shape_key in times
     )
-    assert p.decode.seconds == pytest.approx(calls * 1e-4, rel=1e-9)
+    # the framework overhead of the model class that ran is counted beside the ops
+    framework = sum(o.seconds for o in p.decode.ops if o.op.kind == "framework")
+    assert [o.op.name for o in p.decode.ops if o.op.kind == "framework"] == [
+        "framework_layer",
+        "framework_pass",
+    ]
+    assert any("framework overhead of plain torch counted by measured" in w for w in r.warnings)
+    fw = r.to_dict()["framework_overhead"]
+    assert fw["model"] == "plain torch" and set(fw["layer_s"]) == {"prefill", "decode"}
+    assert p.decode.seconds == pytest.approx(calls * 1e-4 + framework, rel=1e-9)
     # the real step is the median of the samples kept, so it lies within them
     assert min(r.decode_samples_s) <= r.real.decode_s <= max(r.decode_samples_s)
     rows = {row["estimator"]: row for row in r.comparison()}
-    assert rows["measured"]["decode_residual"] == pytest.approx(calls * 1e-4 / r.real.decode_s - 1)
+    assert rows["measured"]["decode_residual"] == pytest.approx(
+        (calls * 1e-4 + framework) / r.real.decode_s - 1
+    )
     assert (rows["measured"]["decode_residual"] > 0) == (calls * 1e-4 > r.real.decode_s)
 
 
@@ -184,7 +195,7 @@ def test_missing_transformers_for_hf_backend(tiny, monkeypatch):
         "find_spec",
         lambda name, *a: None if name == "transformers" else real_find(name, *a),
     )
-    with pytest.raises(DeviceUnavailableError, match=r"roofprof\[hf\]"):
+    with pytest.raises(DeviceUnavailableError, match=r"roofprof\[torch\]"):
         validate(tiny, device="cpu", backend="hf")
     r = validate(
         tiny,
@@ -196,6 +207,49 @@ def test_missing_transformers_for_hf_backend(tiny, monkeypatch):
         prefill_repeats=1,
     )
     assert "plain torch" in r.backend
+    assert r.real_model is not None and r.real_model.backend == "torch"
+    assert "transformers is not installed" in r.real_model.chosen_by
+    assert "roofprof[torch]" in r.real_model.chosen_by
+
+
+@pytest.mark.skipif(not HAS_HF, reason="no transformers")
+def test_auto_runs_transformers_when_installed_and_says_why(tiny):
+    r = validate(
+        tiny, device="cpu", prompt_tokens=4, decode_steps=1, warmup_steps=0, prefill_repeats=1
+    )
+    assert r.real_model is not None and r.real_model.backend == "hf"
+    assert r.real_model.chosen_by == "auto: transformers is installed"
+    assert "LlamaForCausalLM" in r.real_model.name and "RoPE" in r.real_model.differs[0]
+
+
+def test_real_model_record_names_why_and_what_differs(monkeypatch):
+    import roofprof.validation.real_model as rm
+
+    monkeypatch.setattr(rm, "has_transformers", lambda: True)
+    # auto on a family whose transformers class runs another form: its own note joins
+    r = rm.describe_real_model(load_model("deepseek-v3"), "auto", "torch", "plain", "sdpa", "fused")
+    assert r.chosen_by.startswith("auto: the family's transformers class runs another form")
+    assert len(r.differs) == 2 and "MLA" in r.differs[1]
+    # an attention path other than the counted one is said
+    r = rm.describe_real_model(load_model("gemma-2-9b"), "hf", "hf", "hf", "eager", "fused")
+    assert r.chosen_by == "asked: --backend hf" and "RoPE" in r.differs[0]
+    assert any("ran eager attention where the counting is fused" in d for d in r.differs)
+    r = rm.describe_real_model(load_model("llama-3.2-1b"), "auto", "hf", "hf", "sdpa", "fused")
+    assert r.chosen_by == "auto: transformers is installed" and len(r.differs) == 1
+    monkeypatch.setattr(rm, "has_transformers", lambda: False)
+    r = rm.describe_real_model(load_model("llama-3.2-1b"), "auto", "torch", "t", "eager", "unfused")
+    assert "roofprof[torch]" in r.chosen_by and len(r.differs) == 1
+    assert r.to_dict()["differs"] == list(r.differs)
+
+
+def test_torch_extra_brings_transformers():
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert any(req.startswith("transformers") for req in extras["torch"])
 
 
 def run_cli(capsys, *args):
@@ -235,6 +289,12 @@ def test_cli_validate_json_with_measured_residuals(capsys, tiny, tmp_path):
     d = json.loads(out)
     labels = [row["estimator"] for row in d["comparison"]]
     assert labels == ["measured", "measured-no-launch", "real"]
+    # the CLI's predictions count the framework overhead and follow the host's drift too
+    assert d["framework_overhead"]["model"] == "plain torch"
+    moments = [c["label"] for c in d["host_noise"]["checks"]]
+    assert moments == ["before the real run", "after the real run", "after the profile"]
+    assert sum(w.startswith("host drift ") for w in d["warnings"]) == 1
+    assert "decode_within_noise" in d["comparison"][0]
     assert d["comparison"][0]["decode_residual"] is not None
     assert json.loads((tmp_path / "v.json").read_text())["real"]["prefill_s"] > 0
 
@@ -268,6 +328,8 @@ def test_cli_validate_table_and_errors(capsys, tiny, tmp_path):
     assert f"prefill {real['batch']}×4 tokens: {si(real['prefill_s'], 's')}" in text
     assert f"cached tokens: {si(real['decode_s'], 's')}" in text
     assert f"({real['batch'] / real['decode_s']:,.2f} tokens/s" in text
+    assert "real model: plain torch" in text and "asked: --backend torch" in text
+    assert "differs from the counted ops: roofprof's own plain-torch form" in text
     code, out, err = run_cli(
         capsys, "validate", "--model", "llama-3.1-405b", "--device", "cpu", "--estimators", ""
     )

@@ -160,9 +160,7 @@ def validate(
         if wanted:
             if step:
                 step("estimators")
-            result = result.with_predictions(
-                _predictions(result, dev, wanted, roofline, budget, threads, progress)
-            )
+            result = _predictions(result, dev, wanted, roofline, budget, threads, progress)
     from roofprof.units import clean
 
     payload = clean(result.to_dict())
@@ -223,7 +221,7 @@ def _predictions(result, dev, wanted, roofline, budget, threads, progress):
     from roofprof.cache import RooflineChoice
     from roofprof.profiling.measured import estimators_for
     from roofprof.profiling.profiler import Profiler, ProfileSettings
-    from roofprof.validation.model_run import predict_for
+    from roofprof.validation.model_run import predict_validated
 
     prof = None
     if "empirical" in wanted or "measured" in wanted:
@@ -234,7 +232,7 @@ def _predictions(result, dev, wanted, roofline, budget, threads, progress):
             progress=progress,
         )
     ests, _ = estimators_for(dev, prof, wanted=wanted)
-    return predict_for(result, ests)
+    return predict_validated(result, ests)
 
 
 def _tensor_parallel(

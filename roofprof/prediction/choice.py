@@ -150,13 +150,32 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
         )
     from roofprof.profiling.measured import measured_estimator
 
-    return measured_estimator(
+    est = measured_estimator(
         model=scenario.model,
         device=choice.device,
         dtype=scenario.dtype,
         roofline=choice.roofline,
         use_cache=not choice.remeasure,
     )
+    device = est.inputs.get("device") or {}
+    if isinstance(device, dict) and device.get("asynchronous") is False:
+        return _with_framework(est, scenario)
+    return est
+
+
+def _with_framework(est: Any, scenario: Scenario) -> Any:
+    """``est`` counting the framework overhead of the model class ``validate`` would run for
+    ``scenario``'s model (on a device that runs kernels on the calling thread: a CPU); a
+    model the probe does not cover keeps ``est`` as it is, with a warning."""
+    from roofprof.validation.framework_overhead import measure_framework_overhead
+    from roofprof.validation.real_model import auto_backend
+
+    try:
+        fw = measure_framework_overhead(scenario.model, auto_backend(scenario.model))
+    except Exception as exc:  # noqa: BLE001 - a class the probe cannot build: said, not fatal
+        est.warnings.append(f"framework overhead not counted: {exc}")
+        return est
+    return est.with_framework(fw)
 
 
 def collective_model(

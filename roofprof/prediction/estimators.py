@@ -23,7 +23,44 @@ from roofprof.workload import Op
 if TYPE_CHECKING:
     from roofprof.specs import GpuSpec
 
-__all__ = ["Estimator", "MeasuredEstimator", "OpEstimate", "OpTime", "RooflineEstimator"]
+__all__ = [
+    "Estimator",
+    "MeasuredEstimator",
+    "OpEstimate",
+    "OpTime",
+    "RooflineEstimator",
+    "describe_reuse",
+]
+
+
+def describe_reuse(reused: Sequence[tuple[str, float | None, float | None]]) -> str:
+    """One sentence on measurements reused from the cache: how many, when (the UTC range) and
+    under what load (the most of the CPUs other processes used, the highest load average).
+
+    >>> print(describe_reuse([("2026-12-03T05:10:00Z", 0.02, 1.5), ("2026-12-03T05:12:30Z", 0.3,
+    ...                       2.25)]))  # doctest: +NORMALIZE_WHITESPACE
+    2 op shapes reused from the measurement cache, measured 2026-12-03 05:10:00 to 05:12:30 UTC,
+    other processes using up to 30% of the CPUs, load average up to 2.25 (--remeasure measures
+    them afresh)
+    """
+    times = sorted(t.replace("T", " ").rstrip("Z") for t, _, _ in reused if t)
+    shares = [s for _, s, _ in reused if s is not None]
+    loads = [x for _, _, x in reused if x is not None]
+    when = "at a time not recorded"
+    if times:
+        first, last = times[0], times[-1]
+        if first == last:
+            when = f"measured {first} UTC"
+        else:
+            when = f"measured {first} to {last[11:] if last[:10] == first[:10] else last} UTC"
+    load = (f", other processes using up to {max(shares):.0%} of the CPUs" if shares else "") + (
+        f", load average up to {max(loads):.2f}" if loads else ""
+    )
+    n = len(reused)
+    return (
+        f"{n} op shape{'s' if n != 1 else ''} reused from the measurement cache, {when}{load} "
+        "(--remeasure measures them afresh)"
+    )
 
 
 @dataclass(frozen=True)
@@ -142,6 +179,10 @@ class OpTime:
             included); 0 when not measured (CPU: the timed call already includes it).
         contended: other processes used the CPUs during the measurement (its time is
             likely inflated); a prediction using it says so.
+        cached: reused from the measurement cache; ``measured_at`` (UTC, ISO 8601),
+            ``other_cpu_share`` (0..1, None: unknown) and ``load_avg`` (the host's 1-minute
+            load average) say when and under what load it was measured, and a prediction
+            using it states them.
     """
 
     seconds: float
@@ -151,11 +192,18 @@ class OpTime:
     note: str = ""
     host_s: float = 0.0
     contended: bool = False
+    cached: bool = False
+    measured_at: str = ""
+    other_cpu_share: float | None = None
+    load_avg: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not self.contended:
             del d["contended"]
+        if not self.cached:
+            for k in ("cached", "measured_at", "other_cpu_share", "load_avg"):
+                del d[k]
         return d
 
 
@@ -174,6 +222,9 @@ class MeasuredEstimator:
             classify: gives the bound (``memory``/``compute``) of an op at its intensity.
             name: ``measured`` or ``measured-no-launch``.
             inputs: what the measurements came from (device, roofline file, result files).
+            framework: the real model's host time outside the counted ops (a
+                :class:`~roofprof.prediction.framework.FrameworkOverhead`), added to each
+                pass by the roll-up; None: not counted.
 
         >>> from roofprof.workload import Op
 
@@ -201,8 +252,10 @@ class MeasuredEstimator:
         name: str | None = None,
         inputs: Mapping[str, Any] | None = None,
         measure_many: Callable[[Sequence[Op]], None] | None = None,
+        framework: Any = None,
     ):
         self.measure_many = measure_many
+        self.framework = framework
         self.times: dict[tuple, OpTime] = dict(times or {})
         self.launch_s = float(launch_s)
         self.include_launch = include_launch
@@ -216,6 +269,10 @@ class MeasuredEstimator:
         # the contended shapes' labels, and where their one (updated) warning sits in `warnings`
         self._contended_labels: list[str] = []
         self._contended_at: list[int] = []
+        # the cached measurements used: shape -> (measured at, others' CPU share, load), and
+        # where their one (updated) statement sits in `warnings`
+        self.reused: dict[tuple, tuple[str, float | None, float | None]] = {}
+        self._reused_at: list[int] = []
         self.warnings: list[str] = []
         # measured times model no roofline (no compute-dtype check) and no interconnect
         self.roofline: Roofline | None = None
@@ -228,7 +285,9 @@ class MeasuredEstimator:
         )
 
     def with_launch(self, include_launch: bool, name: str | None = None) -> MeasuredEstimator:
-        """The same measurements with the launch overhead counted or not (shares the table)."""
+        """The same measurements with the launch overhead counted or not (shares the table);
+        without it the framework overhead is left out too (``measured-no-launch`` is the bare
+        per-op sum)."""
         other = MeasuredEstimator(
             self.times,
             launch_s=self.launch_s,
@@ -239,10 +298,25 @@ class MeasuredEstimator:
             name=name,
             inputs=self.inputs,
             measure_many=self.measure_many,
+            framework=self.framework if include_launch else None,
         )
         other.times, other.missing, other.warnings = self.times, self.missing, self.warnings
         other.contended = self.contended
         other._contended_labels, other._contended_at = self._contended_labels, self._contended_at
+        other.reused, other._reused_at = self.reused, self._reused_at
+        return other
+
+    def with_framework(self, framework: Any) -> MeasuredEstimator:
+        """This estimator with the real model's framework overhead counted (``None``: not);
+        the measurements are shared.
+
+        >>> from roofprof.prediction.framework import FrameworkOverhead
+        >>> est = MeasuredEstimator().with_framework(FrameworkOverhead({}, {}, "m"))
+        >>> est.framework.model, est.name
+        ('m', 'measured')
+        """
+        other = self.with_launch(self.include_launch, self.name)
+        other.framework = framework
         return other
 
     def prefetch(self, ops: Sequence[Op]) -> None:
@@ -285,8 +359,23 @@ class MeasuredEstimator:
         _warnings.warn(self.warnings[-1], stacklevel=3)
         return None
 
+    def _provenance(self, op: Op, found: OpTime) -> None:
+        """Note a measurement reused from the cache: one statement of when and under what
+        load all of them were measured, kept up to date."""
+        if not found.cached or op.shape_key in self.reused:
+            return
+        self.reused[op.shape_key] = (found.measured_at, found.other_cpu_share, found.load_avg)
+        text = describe_reuse(list(self.reused.values()))
+        if self._reused_at:
+            self.warnings[self._reused_at[0]] = text
+        else:
+            self._reused_at.append(len(self.warnings))
+            self.warnings.append(text)
+
     def _flag(self, op: Op, found: OpTime) -> OpTime:
-        """Note a contended measurement: one warning for all such shapes, kept up to date."""
+        """Note a contended measurement: one warning for all such shapes, kept up to date (and
+        a cached one: when and under what load it was measured)."""
+        self._provenance(op, found)
         if not found.contended or op.shape_key in self.contended:
             return found
         self.contended.add(op.shape_key)
@@ -346,6 +435,7 @@ class MeasuredEstimator:
             "launch_model": (
                 "each op takes max(measured time, kernels x launch overhead, host issue time)"
             ),
+            "framework_overhead": self.framework.to_dict() if self.framework else None,
             "measured_ops": [{"shape_key": list(k), **t.to_dict()} for k, t in self.times.items()],
             "unmeasured_ops": [
                 {"shape_key": list(k), "reason": r} for k, r in self.missing.items()

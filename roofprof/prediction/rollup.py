@@ -42,6 +42,7 @@ from roofprof.prediction.estimators import (
     OpTime,
     RooflineEstimator,
 )
+from roofprof.prediction.framework import overhead_ops
 from roofprof.prediction.records import (
     OpPrediction,
     PhasePrediction,
@@ -86,18 +87,21 @@ def estimate_phase(
 ) -> PhasePrediction:
     """Every op of ``workload`` through ``estimator``; collectives (``op.fn`` in
     ``COLLECTIVE_FNS``) through ``collectives`` or the estimator's own ``collectives`` model
-    (a :class:`~roofprof.prediction.collectives.CollectiveModel`; none: 0 s, noted)."""
+    (a :class:`~roofprof.prediction.collectives.CollectiveModel`; none: 0 s, noted). An
+    estimator carrying a ``framework`` overhead (:class:`~roofprof.prediction.framework.
+    FrameworkOverhead`) adds its two entries, ``framework_layer`` and ``framework_pass``."""
     comm = collectives or estimator.collectives
-    return PhasePrediction(
-        workload,
-        tuple(
-            OpPrediction(
-                op,
-                _collective(comm, op) if op.fn in COLLECTIVE_FNS else estimator.estimate(op),
-            )
-            for op in workload.ops
-        ),
+    priced = tuple(
+        OpPrediction(
+            op,
+            _collective(comm, op) if op.fn in COLLECTIVE_FNS else estimator.estimate(op),
+        )
+        for op in workload.ops
     )
+    framework = getattr(estimator, "framework", None)
+    if framework is not None:  # the real model's host time outside the counted ops
+        priced += overhead_ops(workload, framework)
+    return PhasePrediction(workload, priced)
 
 
 def _collective(model: Any, op: Op) -> OpEstimate:

@@ -68,6 +68,10 @@ __all__ = [
 STATUSES = ("ok", "failed", "unsupported", "error")
 
 
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One implementation of one op shape: its check, its timing, what it achieved.
@@ -141,6 +145,10 @@ class Measurement:
             note.strip("; "),
             self.host_s,
             contended=self.contended,
+            cached=bool(self.telemetry.get("cached")),
+            measured_at=str(self.telemetry.get("measured_at") or ""),
+            other_cpu_share=_number(self.telemetry.get("other_cpu_share")),
+            load_avg=_number(self.telemetry.get("load_avg")),
         )
 
     def to_dict(self, op: Op | None = None) -> dict[str, Any]:

@@ -65,6 +65,13 @@ def render_html(result, payload: dict[str, Any], charts: dict[str, bytes]) -> st
             f"{', '.join(si(s, 's') for s in val.decode_samples_s)} (context "
             f"{val.real.context_tokens}).</p>"
         )
+        if val.real_model is not None:
+            add(f"<p>Real model: {_esc(val.real_model.describe())}.</p>")
+            add(
+                "<ul>"
+                + "".join(f"<li>differs: {_esc(d)}</li>" for d in val.real_model.differs)
+                + "</ul>"
+            )
     add("<h2>Estimators against the real run</h2>")
     launch_s = result.profiles["decode"].launch_s if "decode" in result.profiles else 0.0
     add(

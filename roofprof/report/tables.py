@@ -432,6 +432,10 @@ def print_validation(result, console: Console | None = None) -> None:
         f"{result.device.get('label')}, threads {result.threads}, clock {result.clock}"
     )
     console.print(f"[bold]real run[/]: {escape(what)}")
+    if result.real_model is not None:
+        console.print(f"real model: {escape(result.real_model.describe())}")
+        for d in result.real_model.differs:
+            console.print(f"[dim]  differs from the counted ops: {escape(d)}[/]")
     console.print(
         f"prefill {r.batch}×{r.prompt_tokens} tokens: [bold]{si(r.prefill_s, 's')}[/] "
         f"(samples {', '.join(si(s, 's') for s in result.prefill_samples_s)}); decode step at "

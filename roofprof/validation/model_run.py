@@ -41,15 +41,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from roofprof.errors import ConfigError, DeviceUnavailableError, UnknownNameError
-from roofprof.prediction.rollup import Estimator, Prediction, RealRun, predict
+from roofprof.prediction.rollup import (
+    Estimator,
+    MeasuredEstimator,
+    Prediction,
+    RealRun,
+    predict,
+)
 from roofprof.specs import ModelSpec
 from roofprof.telemetry import CONTENDED_SHARE, Contention
+from roofprof.validation.framework_overhead import measure_framework_overhead
+from roofprof.validation.host_noise import HostNoise, HostProbe
 from roofprof.validation.real_model import (
     BACKENDS,
     Runner,
     auto_backend,
     build_hf_model,
     build_torch_model,
+    describe_real_model,
     has_transformers,
     scaled_model,
     torch_module,
@@ -64,14 +73,16 @@ __all__ = [
     "TORCH_MISSING",
     "ValidationSettings",
     "predict_for",
+    "predict_validated",
     "validate",
     "validation_context",
+    "with_framework_overhead",
 ]
 
 Progress = Callable[[str, int, int], None]
 TORCH_MISSING = (
     "roofprof validate runs a real model and needs torch: pip install 'roofprof[torch]' "
-    "(CPU only: pip install torch==2.13.0 first); transformers is optional: 'roofprof[hf]'"
+    "(CPU only: pip install torch==2.13.0 first; the extra brings transformers too)"
 )
 
 
@@ -145,7 +156,8 @@ def validate(
         raise UnknownNameError("backend", backend, BACKENDS)
     if backend == "hf" and not has_transformers():
         raise DeviceUnavailableError(
-            "backend 'hf' needs transformers: pip install 'roofprof[hf]' (or use --backend torch)"
+            "backend 'hf' needs transformers: pip install 'roofprof[torch]' "
+            "(or use --backend torch)"
         )
     if attention not in ("fused", "unfused"):
         raise ConfigError(f"unknown attention {attention!r}; valid choices: fused, unfused")
@@ -184,6 +196,7 @@ def validate(
             dtype,
             chosen,
             count,
+            asked=backend,
             batch=batch,
             prompt_tokens=prompt_tokens,
             decode_steps=settings.decode_steps,
@@ -206,6 +219,7 @@ def _validate(
     chosen: str,
     threads: int | None,
     *,
+    asked: str = "auto",
     batch: int,
     prompt_tokens: int,
     decode_steps: int,
@@ -280,6 +294,10 @@ def _validate(
         return out, elapsed
 
     steps_per_rep = -(-decode_steps // prefill_repeats)
+    # the host's drift: a reference kernel before and after the real run and after the profile
+    host = HostProbe(share=Contention) if shared_host else None
+    if host is not None:
+        host.check("before the real run")
     with torch.inference_mode(), sampler:
         tick("warm-up (prefill and decode)")
         logits, cache = runner.prefill(ids[:, :warmup_tokens])
@@ -323,6 +341,8 @@ def _validate(
             ):
                 break
         finite = bool(torch.isfinite(logits).all())
+    if host is not None:
+        host.check("after the real run")
     summary = sampler.summary()
     prefill_used, prefill_note = _uncontended(prefill_s, prefill_share, 1)
     decode_used, decode_note = _uncontended(decode_s, decode_share, min(3, decode_steps))
@@ -368,11 +388,99 @@ def _validate(
         {},
         tuple(notes),
         build_s,
+        real_model=describe_real_model(
+            spec, asked, chosen, backend_label, attention_ran, attention
+        ),
     )
     tick("done")
+    if host is not None:
+        result = dataclasses.replace(result, host_noise=host.noise())
     if estimators:
-        result = result.with_predictions(predict_for(result, estimators))
-    return result
+        return predict_validated(result, estimators)
+    return _with_noise_notes(result)
+
+
+def predict_validated(
+    result: ValidationResult, estimators: Mapping[str, Estimator]
+) -> ValidationResult:
+    """``result`` with each estimator's prediction of exactly what ran (:func:`predict_for`).
+
+    On a device that runs kernels on the calling thread (a CPU) each ``measured`` estimator
+    first gets the framework overhead of the model class that ran
+    (:func:`with_framework_overhead`, stated in the warnings and under
+    ``framework_overhead``). When the host's drift is being followed (``host_noise``), the
+    reference kernel is timed once more after the predictions (the profile), and each
+    residual within the host's own noise is named in the warnings.
+    """
+    if not result.device.get("asynchronous", False):
+        backend = result.real_model.backend if result.real_model else "torch"
+        estimators = with_framework_overhead(estimators, result.model, backend, result.attention)
+        counted = [e.framework for e in estimators.values() if getattr(e, "framework", None)]
+        if counted:
+            fw = counted[0]
+            us = {p: (fw.layer_s[p] * 1e6, fw.pass_s[p] * 1e6) for p in fw.layer_s}
+            result = dataclasses.replace(
+                result,
+                framework_overhead=fw,
+                warnings=(
+                    *result.warnings,
+                    f"framework overhead of {fw.model} counted by measured: "
+                    + "; ".join(
+                        f"{p} {a:.0f} µs per layer + {b:.0f} µs per pass"
+                        for p, (a, b) in us.items()
+                    )
+                    + f" ({fw.method})",
+                ),
+            )
+    result = result.with_predictions(predict_for(result, estimators))
+    if result.host_noise is not None:
+        check = HostProbe(share=Contention).check("after the profile")
+        result = dataclasses.replace(
+            result, host_noise=HostNoise((*result.host_noise.checks, check))
+        )
+    return _with_noise_notes(result)
+
+
+def _with_noise_notes(result: ValidationResult) -> ValidationResult:
+    """``result`` stating the host's drift and each residual within its noise (replacing what
+    an earlier call stated)."""
+    if result.host_noise is None:
+        return result
+    kept = [w for w in result.warnings if not _is_noise_note(w)]
+    notes = (result.host_noise.describe(), *result.noise_notes())
+    return dataclasses.replace(result, warnings=(*kept, *notes))
+
+
+def _is_noise_note(text: str) -> bool:
+    return text.startswith("host drift ") or "is within the host's own noise" in text
+
+
+def with_framework_overhead(
+    estimators: Mapping[str, Estimator], spec: ModelSpec, backend: str, attention: str
+) -> dict[str, Estimator]:
+    """``estimators`` with the real model class's framework overhead (measured now, once:
+    :func:`~roofprof.validation.framework_overhead.measure_framework_overhead`) counted by
+    each ``measured`` estimator that counts launch overhead; a model the probe does not cover
+    keeps them as they are, and their warnings say so."""
+    wanted = [
+        k
+        for k, e in estimators.items()
+        if isinstance(e, MeasuredEstimator) and e.include_launch and e.framework is None
+    ]
+    if not wanted:
+        return dict(estimators)
+    out = dict(estimators)
+    try:
+        overhead = measure_framework_overhead(spec, backend, attention=attention)
+    except Exception as exc:  # noqa: BLE001 - a class the probe cannot build: said, not fatal
+        for k in wanted:
+            estimators[k].warnings.append(f"framework overhead not counted: {exc}")
+        return out
+    for k in wanted:
+        est = estimators[k]
+        assert isinstance(est, MeasuredEstimator)
+        out[k] = est.with_framework(overhead)
+    return out
 
 
 def _attention_run(net, attention: str) -> str:

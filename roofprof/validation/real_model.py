@@ -3,7 +3,9 @@
 :func:`build_hf_model` (random weights from the spec's config, ``backend="hf"``),
 :func:`build_torch_model` (:mod:`roofprof.models.llama_torch` and its kin,
 ``backend="torch"``), :func:`auto_backend` (hf when transformers is installed and knows
-the family) and :class:`Runner` (prefill and one decode step with a KV cache, either way).
+the family) and :class:`Runner` (prefill and one decode step with a KV cache, either way);
+:func:`describe_real_model` gives the :class:`RealModel` record a validation reports: which
+model ran, why it was chosen, and what it differs in from the counted op list.
 """
 
 from __future__ import annotations
@@ -11,21 +13,70 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import warnings as _warnings
+from dataclasses import dataclass
+from typing import Any
 
 from roofprof.specs import ModelSpec
 
 __all__ = [
     "BACKENDS",
+    "HF_INSTALL",
+    "RealModel",
     "Runner",
     "auto_backend",
     "build_hf_model",
     "build_torch_model",
+    "describe_real_model",
     "has_transformers",
     "torch_module",
     "scaled_model",
 ]
 
 BACKENDS = ("auto", "hf", "torch")
+#: how to get the real model users run (transformers comes with the ``torch`` extra)
+HF_INSTALL = "pip install 'roofprof[torch]'"
+
+#: what transformers' forward does beyond the counted op list (measured by
+#: ``benchmarks/bench_hf_accuracy.py``; BENCHMARKS.md)
+HF_DIFFERS = (
+    "transformers' own forward: a RoPE cos/sin table built per forward pass, its mask "
+    "helpers, DynamicCache concatenation and module hooks run as well as the counted ops "
+    "(framework work the op list does not cost separately)",
+)
+TORCH_DIFFERS = (
+    "roofprof's own plain-torch form of the family (the same torch calls the profile "
+    "times): the predictor is held against its own implementation, not the model users "
+    f"run; {HF_INSTALL} validates against transformers' class",
+)
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """Which real model a validation ran, why, and what it differs in from the counted form.
+
+    Attributes:
+        backend: ``hf`` (transformers) or ``torch`` (roofprof's plain torch).
+        name: the library, version and class (``transformers 5.24.0 LlamaForCausalLM``).
+        attention: the attention path it ran (``sdpa`` or ``eager``).
+        chosen_by: why this backend ran (``--backend hf`` asked, or what ``auto`` found).
+        differs: what it does that the counted op list does not (one sentence each).
+
+    >>> RealModel("hf", "transformers 5.24.0 LlamaForCausalLM", "sdpa", "auto", ()).describe()
+    'transformers 5.24.0 LlamaForCausalLM (attention sdpa; auto)'
+    """
+
+    backend: str
+    name: str
+    attention: str
+    chosen_by: str
+    differs: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: the model, its attention path and why it ran."""
+        return f"{self.name} (attention {self.attention}; {self.chosen_by})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "differs": list(self.differs)}
 
 
 def scaled_model(spec: ModelSpec, layers: int) -> ModelSpec:
@@ -62,6 +113,44 @@ def auto_backend(spec: ModelSpec) -> str:
     ``AUTO_BACKEND = "torch"`` (its HF class runs another form than the one counted)."""
     _, module = torch_module(spec)
     return "hf" if getattr(module, "AUTO_BACKEND", "hf") == "hf" and has_transformers() else "torch"
+
+
+def describe_real_model(
+    spec: ModelSpec, asked: str, chosen: str, name: str, attention_ran: str, attention: str
+) -> RealModel:
+    """The :class:`RealModel` record of a validation of ``spec`` (``asked``: the ``backend``
+    setting, ``chosen``: what ran, ``name``: its library and class, ``attention_ran``: the
+    path it took, ``attention``: the counting's ``fused``/``unfused``).
+
+    Raises:
+        ConfigError: the family has no torch side.
+
+    >>> from roofprof.specs import load_model
+    >>> r = describe_real_model(load_model("llama-3.2-1b"), "torch", "torch", "plain", "sdpa",
+    ...                         "fused")
+    >>> r.chosen_by, len(r.differs)
+    ('asked: --backend torch', 1)
+    """
+    _, module = torch_module(spec)
+    if asked != "auto":
+        why = f"asked: --backend {asked}"
+    elif chosen == "hf":
+        why = "auto: transformers is installed"
+    elif not has_transformers():
+        why = f"auto: transformers is not installed ({HF_INSTALL} adds it)"
+    else:
+        why = "auto: the family's transformers class runs another form than the one counted"
+    differs = list(HF_DIFFERS if chosen == "hf" else TORCH_DIFFERS)
+    note = getattr(module, "BACKEND_NOTES", {}).get(chosen)
+    if note:
+        differs.append(note)
+    wanted = "sdpa" if attention == "fused" else "eager"
+    if attention_ran != wanted:
+        differs.append(
+            f"it ran {attention_ran} attention where the counting is {attention} "
+            "(its class has no other path)"
+        )
+    return RealModel(chosen, name, attention_ran, why, tuple(differs))
 
 
 def build_hf_model(spec: ModelSpec, dtype: str, device: str, attention: str):

@@ -14,6 +14,8 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.prediction.rollup import Prediction, RealRun, compare
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
+from roofprof.validation.host_noise import HostNoise, noise_band, within_noise
+from roofprof.validation.real_model import RealModel
 from roofprof.workload import Counting, Scenario
 
 __all__ = ["MemoryPlan", "ValidationResult", "memory_plan"]
@@ -71,10 +73,55 @@ class ValidationResult:
     build_s: float = 0.0
     #: the scenario asked for (its model unscaled; ``model`` is what ran)
     scenario: Scenario | None = None
+    #: which real model ran, why, and what it differs in from the counted op list
+    real_model: RealModel | None = None
+    #: the host's drift through the validation (a reference kernel timed before and after the
+    #: real run and after the profile); None: not measured
+    host_noise: HostNoise | None = None
+    #: the real model class's host time outside the counted ops that ``measured`` counted
+    #: (:class:`~roofprof.prediction.framework.FrameworkOverhead`); None: not counted
+    framework_overhead: Any = None
+
+    def noise_bands(self) -> dict[str, float]:
+        """Phase -> the band a residual within which is the host's own noise:
+        ``max(real-run spread, host drift)`` (:func:`~roofprof.validation.host_noise.noise_band`).
+        """
+        drift = self.host_noise.drift if self.host_noise is not None else 0.0
+        r = self.real
+        return {
+            "prefill": noise_band(r.prefill_spread_s / r.prefill_s if r.prefill_s else 0.0, drift),
+            "decode": noise_band(r.decode_spread_s / r.decode_s if r.decode_s else 0.0, drift),
+        }
 
     def comparison(self) -> list[dict[str, Any]]:
-        """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``)."""
-        return compare(self.predictions, self.real)
+        """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``),
+        each estimator's with the noise band of each phase and whether its residual lies within
+        it (``ttft_within_noise``, ``decode_within_noise``)."""
+        bands = self.noise_bands()
+        rows = compare(self.predictions, self.real)
+        for row in rows:
+            if row["estimator"] == "real":
+                continue
+            row["prefill_noise_band"], row["decode_noise_band"] = bands["prefill"], bands["decode"]
+            row["ttft_within_noise"] = within_noise(row["ttft_residual"], bands["prefill"])
+            row["decode_within_noise"] = within_noise(row["decode_residual"], bands["decode"])
+        return rows
+
+    def noise_notes(self) -> list[str]:
+        """One line per residual within the host's noise (it says nothing about the estimator)."""
+        notes = []
+        for row in self.comparison():
+            for phase, key, band in (
+                ("prefill", "ttft", "prefill_noise_band"),
+                ("decode", "decode", "decode_noise_band"),
+            ):
+                if row.get(f"{key}_within_noise"):
+                    notes.append(
+                        f"{row['estimator']}: the {phase} residual {row[f'{key}_residual']:+.1%} "
+                        f"is within the host's own noise (±{row[band]:.1%}: the larger of the "
+                        "real run's spread and the host's drift)"
+                    )
+        return notes
 
     def with_predictions(self, predictions: Mapping[str, Prediction]) -> ValidationResult:
         return dataclasses.replace(self, predictions=dict(predictions))
@@ -88,6 +135,11 @@ class ValidationResult:
             "num_layers": self.model.num_layers,
             "dtype": self.dtype,
             "backend": self.backend,
+            "real_model": self.real_model.to_dict() if self.real_model else None,
+            "host_noise": self.host_noise.to_dict() if self.host_noise else None,
+            "framework_overhead": (
+                self.framework_overhead.to_dict() if self.framework_overhead else None
+            ),
             "attention": self.attention,
             "counting": self.counting.describe(),
             "device": dict(self.device),

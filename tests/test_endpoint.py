@@ -65,7 +65,9 @@ def test_measured_ttft_and_itl_match_the_scripted_writes(api):
     gaps = [b - a for a, b in zip(texts, texts[1:], strict=False)]
     diffs = [abs(m - g) for m, g in zip(record.itls_s, gaps, strict=True)]
     assert statistics.median(diffs) < TOL_S and max(diffs) < ONE_READING_TOL_S
-    assert all(g >= 0.02 for g in record.itls_s)
+    assert all(
+        g >= 0.02 - ONE_READING_TOL_S for g in record.itls_s
+    )  # one late chunk shortens the next gap
     assert record.output_tokens == 6 and record.tokens_from == "usage"  # usage on the last chunk
     assert record.done_sentinel is False  # no [DONE], as transformers serve
     assert len(record.itls_s) == 5  # the final empty-text chunk is not an ITL

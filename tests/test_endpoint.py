@@ -1,8 +1,8 @@
 """`roofprof endpoint` against an in-process streaming server with scripted delays.
 
 Timing tolerance: the server stamps each write with perf_counter in this process; a text
-chunk's measured arrival must be within 1 ms of its write as the median ITL difference, and
-any single reading (a TTFT, the largest ITL difference) within 5 ms, since another job on a
+chunk's measured arrival must be within 1 ms of its write as the median over requests and
+chunks (TTFT, first event, ITL), and any single reading within 5 ms, since another job on a
 shared 2-core machine can delay one wake-up by a few ms. Scripted delays are 20–30 ms, so a
 reading off by one chunk still fails.
 """
@@ -56,25 +56,28 @@ def _one(srv, api="completions", max_tokens=6, **kw):
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_measured_ttft_and_itl_match_the_scripted_writes(api):
+    ttft_diffs, itl_diffs, first_event_diffs = [], [], []
     with ScriptedServer(Script(first_s=0.03, gap_s=0.02)) as srv:
-        record, t0, served = _one(srv, api, max_tokens=6)
-    texts = [t for kind, t in served.writes if kind == "text"]
-    assert record.error == "" and len(record.chunk_s) == 6 == len(texts)
-    assert abs(record.ttft_s - (texts[0] - t0)) < ONE_READING_TOL_S
-    assert record.ttft_s >= 0.03
-    gaps = [b - a for a, b in zip(texts, texts[1:], strict=False)]
-    diffs = [abs(m - g) for m, g in zip(record.itls_s, gaps, strict=True)]
-    assert statistics.median(diffs) < TOL_S and max(diffs) < ONE_READING_TOL_S
-    assert all(
-        g >= 0.02 - ONE_READING_TOL_S for g in record.itls_s
-    )  # one late chunk shortens the next gap
-    assert record.output_tokens == 6 and record.tokens_from == "usage"  # usage on the last chunk
-    assert record.done_sentinel is False  # no [DONE], as transformers serve
-    assert len(record.itls_s) == 5  # the final empty-text chunk is not an ITL
-    if api == "chat":  # the role-only chunk is the first event, not the first token
-        role = next(t for kind, t in served.writes if kind == "role")
-        assert abs(record.first_event_s - (role - t0)) < ONE_READING_TOL_S
-        assert record.ttft_s - record.first_event_s > 0.025
+        for _ in range(3):  # three requests: their median is held to 1 ms
+            record, t0, served = _one(srv, api, max_tokens=6)
+            texts = [t for kind, t in served.writes if kind == "text"]
+            assert record.error == "" and len(record.chunk_s) == 6 == len(texts)
+            ttft_diffs.append(abs(record.ttft_s - (texts[0] - t0)))
+            assert record.ttft_s >= 0.03
+            gaps = [b - a for a, b in zip(texts, texts[1:], strict=False)]
+            itl_diffs += [abs(m - g) for m, g in zip(record.itls_s, gaps, strict=True)]
+            # one late chunk shortens the next gap by as much
+            assert all(g >= 0.02 - ONE_READING_TOL_S for g in record.itls_s)
+            assert record.output_tokens == 6 and record.tokens_from == "usage"  # on the last chunk
+            assert record.done_sentinel is False  # no [DONE], as transformers serve
+            assert len(record.itls_s) == 5  # the final empty-text chunk is not an ITL
+            if api == "chat":  # the role-only chunk is the first event, not the first token
+                role = next(t for kind, t in served.writes if kind == "role")
+                first_event_diffs.append(abs(record.first_event_s - (role - t0)))
+                assert record.ttft_s - record.first_event_s > 0.025
+    for diffs in (ttft_diffs, itl_diffs, first_event_diffs):
+        if diffs:
+            assert statistics.median(diffs) < TOL_S and max(diffs) < ONE_READING_TOL_S, diffs
 
 
 def test_usage_on_a_separate_chunk_and_done_sentinel_are_read():

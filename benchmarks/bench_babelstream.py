@@ -219,6 +219,20 @@ def main(argv: list[str] | None = None) -> int:
                     "roofprof_warnings": [w for w in warnings if "DRAM" in w or "plausib" in w],
                     "roofprof_wall_s": wall,
                 }
+            # the host's own drift: BabelStream again after the roofprof runs (A-B-A). Its
+            # ratio to the first run is the noise floor any one round's ratio stands on, and
+            # roofprof against the mean of the two brackets the drift between them.
+            wait_quiet(f"babelstream again {i + 1}", args.max_wait)
+            bs_after = run_babelstream(exe)
+            bs_after[VEC_DOT] = run_babelstream(exe_vec)["Dot"]
+            row["babelstream_after_bytes_per_s"] = bs_after
+            row["babelstream_self_ratio"] = {
+                k: bs_after[k] / bs[k] for k in ("Copy", "Triad", "Dot", VEC_DOT) if k in bs
+            }
+            bracket = {k: (bs[k] + bs_after[k]) / 2 for k in bs if k in bs_after}
+            row["4k"]["ratios_bracketed"] = ratios(
+                {k: v for k, v in row["4k"]["roofprof_bytes_per_s"].items()}, bracket
+            )
             row["ratios"] = row["4k"]["ratios"]  # like for like: both on 4 KiB pages
             rounds.append(row)
             print(
@@ -232,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
                     if "baseline_4k" in row
                     else ""
                 )
-                + f" (BabelStream Dot {bs.get('Dot', 0) / 1e9:.1f} GB/s)",
+                + f" (BabelStream Dot {bs.get('Dot', 0) / 1e9:.1f} GB/s; BabelStream again ÷ "
+                + "first: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in row["babelstream_self_ratio"].items())
+                + ")",
                 flush=True,
             )
     names = sorted({k for r in rounds for k in r["ratios"]})
@@ -246,6 +263,21 @@ def main(argv: list[str] | None = None) -> int:
         for n in names
     }
     huge = spread(rounds, "huge", names)
+    bracketed = {
+        n: {
+            f: g(r["4k"]["ratios_bracketed"][n] for r in rounds)
+            for f, g in (("min", min), ("median", statistics.median), ("max", max))
+        }
+        for n in names
+    }
+    self_names = sorted({k for r in rounds for k in r["babelstream_self_ratio"]})
+    babelstream_self = {
+        k: {
+            f: g(r["babelstream_self_ratio"][k] for r in rounds)
+            for f, g in (("min", min), ("median", statistics.median), ("max", max))
+        }
+        for k in self_names
+    }
     baseline = spread(rounds, "baseline_4k", names) if args.baseline_tree is not None else {}
     payload = {
         "benchmark": "roofprof CPU roofline (quick) vs BabelStream OpenMP, alternating rounds",
@@ -262,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         "summary": summary,
         "summary_roofprof_on_huge_pages": huge,
+        "summary_bracketed_4k": bracketed,
+        "babelstream_again_over_first": babelstream_self,
         **(
             {"summary_baseline_4k": baseline, "baseline_tree": str(args.baseline_tree)}
             if baseline
@@ -284,6 +318,16 @@ def main(argv: list[str] | None = None) -> int:
                 if n in baseline
                 else ""
             )
+        )
+    for n, s in bracketed.items():
+        print(
+            f"{n} (4 KiB, against the mean of BabelStream before and after): "
+            f"min {s['min']:.3f}, median {s['median']:.3f}, max {s['max']:.3f}"
+        )
+    for k, s in babelstream_self.items():
+        print(
+            f"BabelStream {k} again ÷ first (the host's own drift within a round): "
+            f"min {s['min']:.3f}, median {s['median']:.3f}, max {s['max']:.3f}"
         )
     return 0
 

@@ -533,7 +533,7 @@ def endpoint(
         RoofprofError: the server cannot be reached (refused, unknown host, TLS), refuses the
             first request (its message is shown), bad arguments, an unknown model or GPU.
 
-    The run itself is :func:`roofprof.endpoint.session.measure_and_place`; this door turns
+    The run itself is :func:`roofprof.endpoint.measurement.measure_and_place`; this door turns
     ``gpu``/``roofline``/``device`` into its predictor (:func:`sweep`).
 
     Example (against a running server)::
@@ -541,7 +541,7 @@ def endpoint(
         r = roofprof.endpoint("http://127.0.0.1:8000", gpu="h100-sxm",
                               roofprof_model="llama-3.1-8b", concurrency=(1, 8))
     """
-    from roofprof.endpoint.session import measure_and_place
+    from roofprof.endpoint.measurement import measure_and_place
 
     on_cpu = device is not None and device.startswith("cpu")
     chosen_dtype = dtype or ("fp32" if on_cpu else "bf16")

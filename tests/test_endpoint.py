@@ -22,7 +22,7 @@ from roofprof.cli import main
 from roofprof.endpoint.client import ConnectFailure, HttpStatusError, Target, stream_request
 from roofprof.endpoint.metrics import level_summary, parse_slo, stats
 from roofprof.endpoint.prompts import WordPrompts
-from roofprof.endpoint.protocol import Session, SweepPlan, capped_prompts, measure
+from roofprof.endpoint.protocol import Connection, SweepPlan, capped_prompts, measure
 from roofprof.endpoint.records import LevelResult, RequestRecord
 from roofprof.errors import ConfigError, RoofprofError
 
@@ -274,7 +274,7 @@ def test_ctrl_c_writes_what_was_measured_whole(capsys, tmp_path):
 
 def test_poisson_rate_level_and_time_bound():
     with ScriptedServer(Script(first_s=0.0, gap_s=0.0)) as srv:
-        session = Session(Target.parse(srv.url, model="scripted"), WordPrompts())
+        connection = Connection(Target.parse(srv.url, model="scripted"), WordPrompts())
         plan = SweepPlan(
             prompt_lengths=(4,),
             output_tokens=2,
@@ -284,11 +284,11 @@ def test_poisson_rate_level_and_time_bound():
             floor_requests=0,
             draw=3,
         )
-        result = measure(session, plan, url=srv.url, model="scripted")
+        result = measure(connection, plan, url=srv.url, model="scripted")
     with ScriptedServer(Script(first_s=0.02, gap_s=0.0)) as slow:  # >= 20 ms a request
-        session = Session(Target.parse(slow.url, model="scripted"), WordPrompts())
+        connection = Connection(Target.parse(slow.url, model="scripted"), WordPrompts())
         bounded = measure(
-            session,
+            connection,
             SweepPlan(
                 prompt_lengths=(4,),
                 output_tokens=2,

@@ -27,7 +27,7 @@ from roofprof.endpoint.prompts import PromptSource
 from roofprof.endpoint.records import EndpointResult, LevelResult, NetworkFloor, RequestRecord
 from roofprof.errors import ConfigError
 
-__all__ = ["DEFAULT_PROMPTS", "Session", "SweepPlan", "capped_prompts", "measure"]
+__all__ = ["DEFAULT_PROMPTS", "Connection", "SweepPlan", "capped_prompts", "measure"]
 
 #: The default prompt lengths (tokens): short, 2,000 and 16,000.
 DEFAULT_PROMPTS = (16, 2000, 16000)
@@ -109,7 +109,7 @@ def capped_prompts(
 
 
 @dataclass
-class Session:
+class Connection:
     """The target, the prompt source and the request body fields; what the run learns.
 
     ``extra`` holds vendor fields sent with every request (``--extra``); ``dropped`` the
@@ -159,27 +159,27 @@ class _Interrupted(Exception):
         self.level = level
 
 
-def _preflight(session: Session, draw: int) -> None:
+def _preflight(connection: Connection, draw: int) -> None:
     """One short request: refused optional fields are dropped (once), a hard error raised."""
-    prompt = session.prompts.prompt(8, draw)
+    prompt = connection.prompts.prompt(8, draw)
     try:
-        record, _ = session.one(prompt, 8, 2)
+        record, _ = connection.one(prompt, 8, 2)
     except HttpStatusError as exc:
         if exc.status not in (400, 422):
             raise
-        session.dropped = list(_OPTIONAL_FIELDS)
+        connection.dropped = list(_OPTIONAL_FIELDS)
         try:
-            record, _ = session.one(prompt, 8, 2)
+            record, _ = connection.one(prompt, 8, 2)
         except HttpStatusError as again:
             raise HttpStatusError(again.status, again.message) from None
-        session.notes.append(
+        connection.notes.append(
             f"the server refused the request with {', '.join(_OPTIONAL_FIELDS)} (HTTP "
             f"{exc.status}: {exc.message}); they were left out"
         )
     if record.error:
-        raise ConnectFailure(f"the first request to {session.target.url} failed: {record.error}")
+        raise ConnectFailure(f"the first request to {connection.target.url} failed: {record.error}")
     if record.tokens_from != "usage":
-        session.notes.append(
+        connection.notes.append(
             "the server sent no usage: output tokens counted by "
             + (
                 "the tokenizer on the generated text"
@@ -189,15 +189,15 @@ def _preflight(session: Session, draw: int) -> None:
         )
 
 
-def _floor(session: Session, n: int, draw: int) -> NetworkFloor | None:
+def _floor(connection: Connection, n: int, draw: int) -> NetworkFloor | None:
     if n <= 0:
         return None
     times, errors = [], []
     for i in range(n):
-        if session.stop.is_set():
+        if connection.stop.is_set():
             break
         try:
-            record, _ = session.one(session.prompts.prompt(1, draw + i), 1, 1)
+            record, _ = connection.one(connection.prompts.prompt(1, draw + i), 1, 1)
         except (ConnectFailure, HttpStatusError) as exc:
             errors.append(str(exc))
             continue
@@ -209,7 +209,7 @@ def _floor(session: Session, n: int, draw: int) -> NetworkFloor | None:
 
 
 def _run_level(
-    session: Session,
+    connection: Connection,
     prompt_tokens: int,
     max_tokens: int,
     concurrency: int,
@@ -220,12 +220,12 @@ def _run_level(
     draw: int,
     clock: Callable[[], float] = time.perf_counter,
 ) -> LevelResult:
-    prompts = [session.prompts.prompt(prompt_tokens, draw + i) for i in range(count + warmup)]
+    prompts = [connection.prompts.prompt(prompt_tokens, draw + i) for i in range(count + warmup)]
     for i in range(warmup):  # one after the other, not counted
-        if session.stop.is_set():
+        if connection.stop.is_set():
             break
         try:
-            session.one(prompts[count + i], prompt_tokens, max_tokens)
+            connection.one(prompts[count + i], prompt_tokens, max_tokens)
         except (ConnectFailure, HttpStatusError):
             pass
     rng = random.Random(draw)
@@ -247,20 +247,20 @@ def _run_level(
 
     def work() -> None:
         conn = None
-        while not session.stop.is_set():
+        while not connection.stop.is_set():
             try:
                 i = jobs.get_nowait()
             except queue.Empty:
                 return
             wait = start + offsets[i] - clock()
-            if wait > 0 and session.stop.wait(wait):
+            if wait > 0 and connection.stop.wait(wait):
                 return
             sent = clock()
             if sent > deadline:
                 stopped["by"] = f"time bound ({seconds:g} s)"
                 return
             try:
-                record, conn = session.one(
+                record, conn = connection.one(
                     prompts[i], prompt_tokens, max_tokens, index=i, sent_s=sent - start, conn=conn
                 )
             except (ConnectFailure, HttpStatusError) as exc:
@@ -296,13 +296,13 @@ def _run_level(
             for t in threads:
                 t.join(0.05)
     except KeyboardInterrupt:
-        session.stop.set()
+        connection.stop.set()
         raise _Interrupted(result()) from None
     return result()
 
 
-def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> EndpointResult:
-    """Run ``plan`` against the session's server: warm-up, floor, levels.
+def measure(connection: Connection, plan: SweepPlan, *, url: str, model: str) -> EndpointResult:
+    """Run ``plan`` against the connection's server: warm-up, floor, levels.
 
     Ctrl-C ends the run: the result then holds every level measured so far (the current
     one with its finished requests) and ``interrupted=True``.
@@ -318,12 +318,12 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
     floor = None
     interrupted = False
     try:
-        _preflight(session, draw)
-        floor = _floor(session, plan.floor_requests, draw + 1_000)
+        _preflight(connection, draw)
+        floor = _floor(connection, plan.floor_requests, draw + 1_000)
         for k, (p, c, rate) in enumerate(plan.levels()):
             levels.append(
                 _run_level(
-                    session,
+                    connection,
                     p,
                     plan.output_tokens,
                     c,
@@ -338,12 +338,12 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
         levels.append(exc.level)
         interrupted = True
     except KeyboardInterrupt:
-        session.stop.set()
+        connection.stop.set()
         interrupted = True
     except ConfigError as exc:  # a prompt of a later level could not be made: keep the rest
         if not levels:
             raise
-        session.notes.append(f"the sweep stopped before its end: {exc}")
+        connection.notes.append(f"the sweep stopped before its end: {exc}")
     settings = {
         "draw": draw,
         "prompt_lengths": list(plan.prompt_lengths),
@@ -354,18 +354,18 @@ def measure(session: Session, plan: SweepPlan, *, url: str, model: str) -> Endpo
         "warmup": plan.warmup,
         "floor_requests": plan.floor_requests,
         "level_seconds": plan.level_seconds,
-        "timeout_s": session.target.timeout_s,
-        "prompt_source": session.prompts.name,
-        "fields_dropped": list(session.dropped),
-        "extra_fields": sorted(session.extra),
+        "timeout_s": connection.target.timeout_s,
+        "prompt_source": connection.prompts.name,
+        "fields_dropped": list(connection.dropped),
+        "extra_fields": sorted(connection.extra),
     }
     return EndpointResult(
         url=url,
-        api=session.target.api,
+        api=connection.target.api,
         model=model,
         floor=floor,
         levels=tuple(levels),
         settings=settings,
-        notes=tuple(session.notes),
+        notes=tuple(connection.notes),
         interrupted=interrupted,
     )

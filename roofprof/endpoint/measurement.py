@@ -22,7 +22,7 @@ from roofprof.endpoint.placement import Predictor, place, roofprof_model_for
 from roofprof.endpoint.prompts import ServerTokenizer, prompt_source
 from roofprof.endpoint.protocol import (
     DEFAULT_PROMPTS,
-    Session,
+    Connection,
     SweepPlan,
     capped_prompts,
     measure,
@@ -135,7 +135,7 @@ def measure_and_place(
     if hasattr(source, "encode"):
         encode = source.encode  # type: ignore[attr-defined]
         count_tokens = lambda text: len(encode(text))  # noqa: E731
-    session = Session(target, source, count_tokens=count_tokens, extra=dict(extra or {}))
+    connection = Connection(target, source, count_tokens=count_tokens, extra=dict(extra or {}))
     plan = SweepPlan(
         prompt_lengths=tuple(lengths),
         output_tokens=output_tokens,
@@ -147,7 +147,7 @@ def measure_and_place(
         level_seconds=level_seconds,
         draw=draw,
     )
-    result = measure(session, plan, url=target.url, model=model)
+    result = measure(connection, plan, url=target.url, model=model)
     result = dataclasses.replace(result, notes=(*notes, *result.notes))
     if predictor_for is None or spec_name is None or not result.levels or result.interrupted:
         return result

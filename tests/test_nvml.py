@@ -104,6 +104,33 @@ def test_start_up_failures_are_reasons_not_exceptions(cls, kind, reason):
     assert nv.calls["shutdown"] == 0
 
 
+def test_a_hung_nvml_start_is_a_reason_after_the_timeout(monkeypatch):
+    """A wedged driver can block nvmlInit for good: the start gives up and says so."""
+    import threading
+
+    nv = nvml_with_error_classes()
+    release = threading.Event()
+
+    def init():
+        nv.calls["init"] += 1
+        release.wait()
+
+    nv.nvmlInit = init
+    monkeypatch.setattr(_nvml, "INIT_TIMEOUT_S", 0.05)
+    try:
+        reason = _nvml.init(nv)
+        assert reason == "NVML did not start within 0.05 s (a hung NVIDIA driver?)"
+        assert _nvml.gpus(nv) == ([], reason)
+        with pytest.raises(_nvml.NvmlUnavailable) as err:
+            with _nvml.session(nv):
+                pass
+        assert err.value.kind == "timeout"
+    finally:
+        release.set()
+    _nvml.shutdown(nv)  # never started: nothing to shut down
+    assert nv.calls["shutdown"] == 0
+
+
 def test_without_pynvml_everything_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     with pytest.raises(_nvml.NvmlUnavailable) as err:

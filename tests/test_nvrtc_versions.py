@@ -38,7 +38,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pip_cache import cached_install  # noqa: E402
 
-pytestmark = pytest.mark.slow  # subprocesses, ranks or pinned installs: seconds each
+# slow: pinned installs; the first run downloads them (minutes on a cold cache)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 try:
     from roofprof.kernels import cuda_models as cm

@@ -61,6 +61,7 @@ ERROR_KINDS = (
     "gpu_is_lost",
     "uninitialized",
     "missing",
+    "timeout",
     "other",
 )
 _CLASS_KINDS = {
@@ -113,6 +114,36 @@ class _FunctionMissing(AttributeError):
 
 _lock = threading.Lock()
 _counts: dict[int, int] = {}
+
+#: Longest wait (s) for ``nvmlInit``: a wedged driver can block it for good, and a profiler
+#: that hangs without a word is worse than one that says NVML did not answer.
+INIT_TIMEOUT_S = 30.0
+
+
+def _init_within(nv: Any, timeout_s: float) -> None:
+    """``nv.nvmlInit()`` on a helper thread, waited for at most ``timeout_s``.
+
+    Raises what ``nvmlInit`` raised, or :class:`NvmlUnavailable` (``timeout``) when it has not
+    returned in time (the thread is left behind; it is a daemon and does not hold up exit).
+    """
+    outcome: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            nv.nvmlInit()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.append(exc)
+
+    worker = threading.Thread(target=start, name="roofprof-nvml-init", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not outcome:
+        raise NvmlUnavailable(
+            "timeout", f"NVML did not start within {timeout_s:g} s (a hung NVIDIA driver?)"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def load(nvml: Any = None) -> Any:
@@ -169,10 +200,13 @@ def _start(nvml: Any) -> tuple[str, str]:
     with _lock:
         if _counts.get(id(nv), 0) == 0:
             try:
-                nv.nvmlInit()
+                _init_within(nv, INIT_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - classified here, never raised
                 kind = error_kind(exc, nv)
-                return kind, _START_MESSAGES.get(kind, f"NVML unavailable: {exc}")
+                said = (
+                    exc.reason if isinstance(exc, NvmlUnavailable) else f"NVML unavailable: {exc}"
+                )
+                return kind, _START_MESSAGES.get(kind, said)
         _counts[id(nv)] = _counts.get(id(nv), 0) + 1
     return "", ""
 

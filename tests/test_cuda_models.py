@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-try:
-    from roofprof.kernels import cuda_models as cm
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from kernels import cuda_models as cm
+from roofprof.kernels import cuda_models as cm
 
 
 def rand(rng, shape, dtype="bf16"):

@@ -26,18 +26,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-try:
-    from roofprof.kernels import cuda_models as cm
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from kernels import cuda_models as cm
+from roofprof.kernels import cuda_models as cm
 
 ARCHS = ("sm_80", "sm_89", "sm_90")
 NVCC = shutil.which("nvcc")

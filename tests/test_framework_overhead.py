@@ -120,7 +120,7 @@ def test_probe_on_a_real_tiny_model():
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
-def test_predict_measured_counts_it_on_a_cpu_only(monkeypatch, asynchronous):
+def test_predict_measured_counts_it_on_a_cpu_only(monkeypatch, asynchronous, isolated_cache):
     import roofprof.profiling.measured as measured
     import roofprof.validation.framework_overhead as probe
     from roofprof.prediction.choice import EstimatorChoice, choose_estimator
@@ -138,6 +138,47 @@ def test_predict_measured_counts_it_on_a_cpu_only(monkeypatch, asynchronous):
     est = choose_estimator(EstimatorChoice(name="measured", device="cpu"), s)
     assert (est.framework is FW) == (not asynchronous)
     assert len(asked) == (0 if asynchronous else 1)
+    # a second prediction reuses the class's overhead from the cache, and says so
+    again = choose_estimator(EstimatorChoice(name="measured", device="cpu"), s)
+    assert len(asked) == (0 if asynchronous else 1)
+    if not asynchronous:
+        assert again.framework == FW
+        assert any("reused from the cache (measured 20" in w for w in again.warnings)
+        # --remeasure measures it again
+        choose_estimator(EstimatorChoice(name="measured", device="cpu", remeasure=True), s)
+        assert len(asked) == 2
+
+
+def test_the_overhead_cache_is_keyed_by_what_the_measurement_depends_on(tmp_path):
+    from roofprof.validation.framework_overhead import (
+        cached_framework_overhead,
+        framework_cache_path,
+    )
+
+    calls = []
+
+    def measure(spec, backend, **kw):
+        calls.append((spec.id, backend, kw["attention"]))
+        return FW
+
+    llama = load_model("llama-3.2-1b")
+    fw, when = cached_framework_overhead(llama, "hf", folder=tmp_path, measure=measure)
+    assert (fw, when, len(calls)) == (FW, None, 1)
+    fw, when = cached_framework_overhead(llama, "hf", folder=tmp_path, measure=measure)
+    assert fw == FW and when and when.endswith("Z") and len(calls) == 1
+    # another class, attention path or family is another entry
+    for args in ((llama, "torch", "fused"), (llama, "hf", "unfused")):
+        cached_framework_overhead(
+            args[0], args[1], attention=args[2], folder=tmp_path, measure=measure
+        )
+    gemma = load_model("gemma-2-9b")
+    cached_framework_overhead(gemma, "hf", folder=tmp_path, measure=measure)
+    assert len(calls) == 4
+    # an unreadable entry is measured again and rewritten whole
+    path = framework_cache_path(gemma, "hf", folder=tmp_path)
+    path.write_text("{not json")
+    cached_framework_overhead(gemma, "hf", folder=tmp_path, measure=measure)
+    assert len(calls) == 5 and '"layer_s"' in path.read_text()
 
 
 def test_predict_measured_says_when_the_probe_does_not_cover_the_model(monkeypatch):

@@ -125,10 +125,19 @@ def test_a_hung_nvml_start_is_a_reason_after_the_timeout(monkeypatch):
             with _nvml.session(nv):
                 pass
         assert err.value.kind == "timeout"
+        # while the first start is still blocked, later ones answer at once, not queue behind it
+        assert nv.calls["init"] == 1
     finally:
         release.set()
     _nvml.shutdown(nv)  # never started: nothing to shut down
     assert nv.calls["shutdown"] == 0
+    # once the blocked start has returned, the next start tries again (and here succeeds)
+    for t in threading.enumerate():
+        if t.name == "roofprof-nvml-init":
+            t.join(5)
+    nv.nvmlInit = lambda: nv.calls.__setitem__("init", nv.calls["init"] + 1)
+    assert _nvml.init(nv) == "" and nv.calls["init"] == 2
+    _nvml.shutdown(nv)
 
 
 def test_without_pynvml_everything_says_so(monkeypatch):

@@ -703,30 +703,42 @@ class InflatedDram(SimDevice):
         return Reference(self.reference, "a planted reference", "test")
 
     def probes(self):
-        out = []
-        for p in super().probes():
-            if p.name == "read":
-                real = p.setup
+        return _scaled_runs(super().probes(), self._scale, self.state)
 
-                def setup(*, working_set_bytes, real=real):
-                    run = real(working_set_bytes=working_set_bytes)
-                    if true_level(working_set_bytes) == "dram" and self.left > 0:
-                        self.left -= 1
-                        inner = run.run
-                        run = dataclasses.replace(
-                            run,
-                            run=lambda reps, inner=inner: self._fast(inner, reps),
-                        )
-                    return run
+    def _scale(self, probe, working_set_bytes):
+        if probe.name != "read" or true_level(working_set_bytes) != "dram" or self.left <= 0:
+            return None
+        self.left -= 1
+        return 1 / self.factor
 
-                p = dataclasses.replace(p, setup=setup)
+
+def _scaled_runs(probes, scale_of, state):
+    """``probes`` with each bandwidth set-up's run taking ``scale_of(probe,
+    working_set_bytes)`` × its time on the fake clock ``state`` (``None``: unchanged): a
+    planted fault."""
+    out = []
+    for p in probes:
+        if p.kind != "bandwidth":
             out.append(p)
-        return tuple(out)
+            continue
+        real = p.setup
 
-    def _fast(self, inner, reps):
-        t0 = self.state["t"]
-        inner(reps)
-        self.state["t"] = t0 + (self.state["t"] - t0) / self.factor
+        def setup(*, working_set_bytes, real=real, p=p):
+            run = real(working_set_bytes=working_set_bytes)
+            scale = scale_of(p, working_set_bytes)
+            if scale is None:
+                return run
+            inner = run.run
+
+            def scaled(reps, inner=inner):
+                t0 = state["t"]
+                inner(reps)
+                state["t"] = t0 + (state["t"] - t0) * scale
+
+            return dataclasses.replace(run, run=scaled)
+
+        out.append(dataclasses.replace(p, setup=setup))
+    return tuple(out)
 
 
 def _dram(result, probe):
@@ -754,6 +766,36 @@ def test_a_transiently_inflated_dram_ceiling_is_re_measured_and_kept():
     assert read["source"] == "measured" and read["reference"]["remeasured"] == 1
     assert read["value"] == pytest.approx(LEVEL_BW["dram"], rel=0.02)
     assert any("DRAM read first read 1.7" in w and "re-measured: 1.00" in w for w in r.warnings)
+
+
+class UnevenDram(SimDevice):
+    """DRAM sweep points that reach different rates (as on a shared host: one point's best
+    call 25 % under another's): only the largest working set runs at the true DRAM rate."""
+
+    def __init__(self, largest, slowdown=1.25):
+        super().__init__()
+        self.largest, self.slowdown = largest, slowdown
+
+    def probes(self):
+        return _scaled_runs(super().probes(), self._scale, self.state)
+
+    def _scale(self, probe, working_set_bytes):
+        slow = true_level(working_set_bytes) == "dram" and working_set_bytes < self.largest
+        return self.slowdown if slow else None
+
+
+def test_the_dram_ceiling_is_its_plateaus_fastest_point_and_a_cache_levels_its_median():
+    plan = sim_plan(SimDevice())
+    dev = UnevenDram(largest=max(plan.working_set_sizes))
+    r = measure_roofline(dev, plan=plan)
+    read = _dram(r, "read")
+    points = [p for p in r.sweeps["bandwidth"]["read"] if p.get("level") == "dram"]
+    assert len(points) >= 2, "the test plan must put several points on the DRAM plateau"
+    fastest = max(p["best_bytes_per_s"] for p in points)
+    assert read["value"] == pytest.approx(fastest) == pytest.approx(LEVEL_BW["dram"], rel=0.01)
+    assert read["plateau_median"] < read["value"] and read["note"].startswith("best of")
+    l3 = next(c for c in r.ceilings if c["level"] == "l3" and c["probe"] == "read")
+    assert l3["note"].startswith("median of") and l3["value"] == l3["plateau_median"]
 
 
 def test_a_farther_memory_level_faster_than_a_nearer_one_is_flagged():

@@ -104,8 +104,8 @@ def predict(
     remeasure: bool = typer.Option(
         False,
         "--remeasure",
-        help="With --estimator measured: measure every op afresh, ignoring cached measurements "
-        "(e.g. ones taken on a busy machine).",
+        help="With --estimator measured: measure every op (and on a CPU the framework "
+        "overhead) afresh, ignoring cached measurements (e.g. ones taken on a busy machine).",
     ),
     tp: int | None = typer.Option(
         None, "--tp", help="Tensor-parallel GPUs (per-rank shapes, all-reduces; default 1)."

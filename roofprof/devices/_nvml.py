@@ -120,12 +120,26 @@ _counts: dict[int, int] = {}
 INIT_TIMEOUT_S = 30.0
 
 
+# The init thread of a start that timed out, per NVML module: while it has not returned, a new
+# start would only queue behind it, so it is answered at once with the same reason.
+_hung_starts: dict[int, tuple[threading.Thread, float]] = {}
+
+
 def _init_within(nv: Any, timeout_s: float) -> None:
     """``nv.nvmlInit()`` on a helper thread, waited for at most ``timeout_s``.
 
     Raises what ``nvmlInit`` raised, or :class:`NvmlUnavailable` (``timeout``) when it has not
     returned in time (the thread is left behind; it is a daemon and does not hold up exit).
+    While that thread is still blocked, later calls raise the same at once rather than wait
+    again; once it returns, the next call tries afresh.
     """
+    hung = _hung_starts.get(id(nv))
+    if hung is not None:
+        if hung[0].is_alive():
+            raise NvmlUnavailable(
+                "timeout", f"NVML did not start within {hung[1]:g} s (a hung NVIDIA driver?)"
+            )
+        del _hung_starts[id(nv)]
     outcome: list[BaseException | None] = []
 
     def start() -> None:
@@ -139,6 +153,7 @@ def _init_within(nv: Any, timeout_s: float) -> None:
     worker.start()
     worker.join(timeout_s)
     if not outcome:
+        _hung_starts[id(nv)] = (worker, timeout_s)
         raise NvmlUnavailable(
             "timeout", f"NVML did not start within {timeout_s:g} s (a hung NVIDIA driver?)"
         )

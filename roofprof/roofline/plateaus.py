@@ -2,7 +2,9 @@
 
 Points are grouped by the device's cache sizes when known (level *i* spans
 ``[max(2·size[i-1], size[i]/8), size[i]/2]``, DRAM from ``DRAM_FACTOR·LLC``), otherwise by
-segmentation; each level's ceiling is the median of its plateau (:mod:`roofprof.roofline.probes`).
+segmentation. A cache level's ceiling is the median of its plateau (its edges mix in the
+neighbouring levels); DRAM's is the plateau's best point, the fastest rate reached as STREAM and
+BabelStream report it (:mod:`roofprof.roofline.probes`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ DRAM_FACTOR = 8
 class Plateau:
     """A run of working-set sizes served by one memory level, and its bandwidth.
 
-    ``value`` is the median of the points' best bandwidths (bytes/s); ``spread`` is
-    (max − min) / value over those points.
+    ``value`` is the median of the points' best bandwidths (bytes/s), ``best`` their maximum;
+    ``spread`` is (max − min) / value over those points.
     """
 
     level: str
@@ -35,6 +37,7 @@ class Plateau:
     points: int
     spread: float
     method: str
+    best: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,4 +144,5 @@ def _plateau(level: str, pts: list[tuple[float, float]], method: str) -> Plateau
         points=len(pts),
         spread=(max(vals) - min(vals)) / med if med > 0 else 0.0,
         method=method,
+        best=float(max(vals)),
     )

@@ -18,20 +18,35 @@ adds time); the values are clamped at 0 and returned as a
 them to each pass (:meth:`~roofprof.prediction.estimators.MeasuredEstimator.with_framework`).
 On a device that runs kernels asynchronously (a GPU) the host overlaps the kernels and the
 overhead is not added (``validate`` does not measure it there).
+
+:func:`cached_framework_overhead` keeps each measurement in ``$ROOFPROF_CACHE``
+(``framework-<key>.json``), keyed by what it depends on: the tiny model's structure, the
+class and attention path, the CPU and its threads, and the torch/transformers versions; so
+``predict --estimator measured`` measures a class once, not on every run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from roofprof.errors import ConfigError
 from roofprof.prediction.framework import FrameworkOverhead
 from roofprof.specs import ModelSpec
 from roofprof.validation.real_model import Runner, build_hf_model, build_torch_model
 
-__all__ = ["PROBE_LAYERS", "measure_framework_overhead", "overhead_from_times", "tiny_model"]
+__all__ = [
+    "PROBE_LAYERS",
+    "cached_framework_overhead",
+    "framework_cache_path",
+    "measure_framework_overhead",
+    "overhead_from_times",
+    "tiny_model",
+]
 
 #: the two depths the probe builds (their difference is four decoder layers)
 PROBE_LAYERS = (1, 5)
@@ -137,6 +152,90 @@ def measure_framework_overhead(
         METHOD,
         {p: tuple(v) for p, v in layer.items()},
     )
+
+
+#: Bumped when the probe's method changes, so older cached overheads are not reused.
+CACHE_METHOD = 1
+
+
+def framework_cache_path(
+    spec: ModelSpec, backend: str, attention: str = "fused", folder: Path | None = None
+) -> Path:
+    """The cache file of ``spec``'s framework overhead: one per tiny-model structure, class,
+    attention path, CPU, thread count and torch/transformers versions.
+
+    >>> from roofprof.specs import load_model
+    >>> framework_cache_path(load_model("llama-3.2-1b"), "hf", folder=Path("c")).parent
+    PosixPath('c')
+    """
+    import torch
+
+    from roofprof._resources import cache_root
+    from roofprof.devices.cpu import cpu_info
+    from roofprof.results import library_versions
+
+    tiny = dataclasses.asdict(tiny_model(spec, 1))
+    tiny.pop("id", None)
+    libs = library_versions()
+    key = json.dumps(
+        [
+            tiny,
+            backend,
+            attention,
+            cpu_info().name,
+            torch.get_num_threads(),
+            {k: libs.get(k) for k in ("torch", "transformers", "numpy")},
+            CACHE_METHOD,
+        ],
+        sort_keys=True,
+        default=str,
+    )
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+    return (folder or cache_root()) / f"framework-{digest}.json"
+
+
+def cached_framework_overhead(
+    spec: ModelSpec,
+    backend: str,
+    *,
+    attention: str = "fused",
+    use_cache: bool = True,
+    folder: Path | None = None,
+    measure: Callable[..., FrameworkOverhead] | None = None,
+) -> tuple[FrameworkOverhead, str | None]:
+    """``spec``'s framework overhead (:func:`measure_framework_overhead`), from the cache when
+    it holds one for the same key (:func:`framework_cache_path`), else measured now and
+    stored (best effort: an unwritable cache only costs time). Returns the overhead and,
+    when it came from the cache, the UTC time it was measured (else ``None``).
+    ``use_cache=False`` measures afresh and replaces the entry; ``measure`` replaces the
+    measurement (tests).
+
+    Raises:
+        ConfigError: a model the probe does not cover (:func:`tiny_model`).
+    """
+    path = framework_cache_path(spec, backend, attention, folder)
+    if use_cache:
+        try:
+            d = json.loads(path.read_text())
+            fw = FrameworkOverhead(
+                d["layer_s"],
+                d["pass_s"],
+                d["model"],
+                d.get("method", ""),
+                {k: tuple(v) for k, v in d.get("samples", {}).items()},
+            )
+            return fw, str(d.get("measured_at") or "an earlier run")
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none, or unreadable: measured below
+    fw = (measure or measure_framework_overhead)(spec, backend, attention=attention)
+    try:
+        from roofprof.results import write_json_atomic
+
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_json_atomic(path, {**fw.to_dict(), "measured_at": stamp})
+    except OSError:
+        pass
+    return fw, None
 
 
 class _Probe:

@@ -184,6 +184,8 @@ def test_roofline_all_ranks_two_gloo_ranks(tmp_path, monkeypatch):
 def test_validate_tp_two_gloo_ranks(tmp_path, monkeypatch):
     from roofprof.cli import main
 
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ROOFPROF_CACHE", str(cache))
     cfg = tmp_path / "config.json"
     cfg.write_text(
         json.dumps(
@@ -236,3 +238,33 @@ def test_validate_tp_two_gloo_ranks(tmp_path, monkeypatch):
     assert d["comparison"][0]["ttft_residual"] is not None
     assert {c["op"] for c in d["collectives"]} == {"all_reduce", "all_gather"}
     assert d["predicted_communication"]["measured"]["decode_s"] > 0
+    # the per-rank ops were profiled on both ranks at once, and none of those times (taken
+    # under the ranks' own contention) reached the measurement cache
+    assert d["profile_ranks"] == "together"
+    assert any("profiled on all 2 ranks at once" in n for n in d["notes"])
+    stored = [json.loads(f.read_text()) for f in cache.glob("measurements-*.json")]
+    assert not any(stored), "the ranks' contended times must not be cached"
+
+
+def test_an_unknown_rank_profile_is_refused_with_the_choices(capsys):
+    from roofprof.cli import main
+
+    rc = main("validate --tp 2 --device cpu -m llama-3.2-1b --rank-profile sideways".split())
+    err = capsys.readouterr().err
+    assert rc == 2 and "sideways" in err and "together, alone" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_each_shape_takes_the_slowest_ranks_time():
+    from roofprof.distributed.tp_validate import slowest_rank_times
+    from roofprof.prediction.estimators import OpTime
+
+    a, b = ("gemm", 1), ("norm", 2)
+    per_rank = [
+        {a: OpTime(1e-3, "torch", contended=True), b: OpTime(5e-4, "torch")},
+        {a: OpTime(3e-3, "numba", note="noisy"), b: OpTime(4e-4, "torch")},
+    ]
+    merged = slowest_rank_times(per_rank)
+    assert merged[a].seconds == 3e-3 and merged[a].impl == "numba"
+    assert merged[a].note.startswith("noisy; profiled on all 2 ranks")
+    assert merged[b].seconds == 5e-4 and not merged[a].contended

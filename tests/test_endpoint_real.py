@@ -124,7 +124,13 @@ def test_a_real_server_is_measured_and_placed_on_the_cpu_roofline(served, tmp_pa
         assert level["tokens_from"] == ["usage"]
         assert 0 < level["median_ttft_ms"] < 20_000
         assert 0 < level["median_tpot_ms"] < 2_000
-        assert all(len(itl) == 23 for itl in level["itls"])  # one text chunk per token
+        # ITLs are the gaps between text chunks: one per token while the server keeps up,
+        # fewer where it sends several tokens in one chunk (transformers 5.25 does when its
+        # writer falls behind, as on 2 busy cores: " your your")
+        assert all(1 <= len(itl) <= 23 for itl in level["itls"]), level["itls"]
+        assert all(gap >= 0 for itl in level["itls"] for gap in itl)
+        for ttft, itl in zip(level["ttfts"], level["itls"], strict=True):
+            assert ttft + sum(itl) <= level["duration"] + 1e-6
     # exact prompts: the server counts the text's tokens plus its BOS
     assert short["input_lens"] == [17] * 3 and long["input_lens"] == [2001] * 3
     assert long["median_ttft_ms"] > short["median_ttft_ms"]  # prefill of 2,000 tokens shows

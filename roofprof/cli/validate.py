@@ -93,6 +93,12 @@ def validate(
         help="Run a real tensor-parallel Llama on this many local ranks (gloo on --device cpu) "
         "against the measured estimator plus measured collectives.",
     ),
+    rank_profile: str = typer.Option(
+        "together",
+        "--rank-profile",
+        help="With --tp: profile the per-rank ops on every rank at once, sharing the host as "
+        "the real run does (together), or in one process alone (alone).",
+    ),
 ) -> None:
     """Run a real model forward pass (prefill + decode) on the device and report each
     estimator's residual; or, with --published, hold the predictions against published
@@ -131,6 +137,7 @@ def validate(
             tp,
             attention,
             backend,
+            rank_profile,
         )
         return
     from roofprof.api import validate as run_validation
@@ -253,6 +260,7 @@ def _tensor_parallel(
     tp,
     attention,
     backend,
+    rank_profile="together",
 ) -> None:
     from roofprof.distributed.tp_validate import validate_tp
     from roofprof.units import clean
@@ -280,6 +288,7 @@ def _tensor_parallel(
         roofline=roofline if roofline != "auto" else "none",
         budget_s=budget,
         estimators=bool(wanted),
+        profile_ranks=rank_profile,
     )
     payload = clean(result.to_dict())
     if out is not None:

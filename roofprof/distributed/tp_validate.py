@@ -9,10 +9,17 @@ between barriers (the slowest rank's time of each), and the collectives the pass
 measured at its exact sizes in the same group.
 
 The prediction is the ``measured`` estimator's for the per-rank workload
-(``Scenario(parallel=Parallel(tp=N))``: split heads, intermediate and vocabulary), its ops
-profiled for one rank's shapes with the rank's thread count, plus the measured collective
-times (:class:`~roofprof.prediction.collectives.CollectiveModel` over a table of them). Residuals as
-in single-rank validate: ``predicted / real − 1``.
+(``Scenario(parallel=Parallel(tp=N))``: split heads, intermediate and vocabulary), plus the
+measured collective times (:class:`~roofprof.prediction.collectives.CollectiveModel` over a
+table of them). Its ops are profiled for one rank's shapes with the rank's thread count, by
+default on **every rank at once** (``profile_ranks="together"``): the ranks time each shape
+at the same time (a barrier before each), so an op is timed sharing the cores' memory
+system with the other ranks' same op, as it does in the real run, and each op takes the
+slowest rank's time (a pass waits for the slowest rank at every all-reduce). The contention
+is the point there, so it is not re-measured away, and those times never enter the
+measurement cache.
+``profile_ranks="alone"`` profiles them in the calling process with nothing else running.
+Residuals as in single-rank validate: ``predicted / real − 1``.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ from roofprof.errors import ConfigError
 from roofprof.prediction.rollup import Prediction, RealRun, compare
 from roofprof.specs import ModelSpec
 
-__all__ = ["TPValidation", "validate_tp"]
+__all__ = ["PROFILE_RANKS", "TPValidation", "slowest_rank_times", "validate_tp"]
+
+#: How the per-rank ops are profiled: on every rank at once, or in one process alone.
+PROFILE_RANKS = ("together", "alone")
 
 _TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 2e-2}  # max |diff| / max |logit|
 _SAMPLE_FIELDS = ("op", "bytes", "ranks", "seconds", "seconds_max", "backend", "path", "calls")
@@ -48,6 +58,9 @@ class TPValidation:
     predictions: dict[str, Prediction] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     load_average: tuple[float, float] | None = None  # 1-minute load before and after the real run
+    profile_ranks: str = "alone"
+    # the ops' times profiled on every rank at once (shape key -> OpTime), when together
+    rank_times: dict[tuple, Any] = field(default_factory=dict)
 
     def comparison(self) -> list[dict[str, Any]]:
         """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``)."""
@@ -82,6 +95,7 @@ class TPValidation:
                 for row in self.comparison()
             ],
             "notes": list(self.notes),
+            "profile_ranks": self.profile_ranks,
             "load_average_start_end": self.load_average,
             "provenance": provenance(tp=self.tp),
         }
@@ -115,6 +129,8 @@ def _rank(
     warmup_steps: int,
     repeats: int,
     threads: int,
+    together: bool = False,
+    budget_s: float = 0.2,
 ) -> dict[str, Any] | None:  # runs on every rank
     import torch
     import torch.distributed as dist
@@ -158,6 +174,13 @@ def _rank(
     samples += measure_collectives(
         ctx, ops=("all_gather",), sizes=[batch * spec.vocab_size * e], warmup=2, calls=5
     )
+    del shard, cache
+    context = _context(prompt, warmup_steps, steps, repeats)
+    times = (
+        _profile_together(ctx, spec, dtype, batch, prompt, context, threads, budget_s)
+        if together
+        else {}
+    )
     if not ctx.is_root:
         return None
     return {
@@ -165,7 +188,86 @@ def _rank(
         "decode": decode,
         "diff": diff,
         "collectives": [s.to_row() for s in samples],
+        "rank_times": times,
     }
+
+
+def _profile_together(
+    ctx: Any,
+    spec: ModelSpec,
+    dtype: str,
+    batch: int,
+    prompt: int,
+    context: int,
+    threads: int,
+    budget_s: float,
+) -> dict[tuple, Any]:  # runs on every rank
+    """Every rank profiles the per-rank op list of both passes, each shape at the same time
+    (from a barrier); each shape's slowest-rank time (:func:`slowest_rank_times`). The
+    measurements go to a throw-away cache folder: times taken under the ranks' own
+    contention must not be reused by a single-process prediction."""
+    import os
+    import tempfile
+
+    import torch.distributed as dist
+
+    from roofprof import models
+    from roofprof.cache import RooflineChoice
+    from roofprof.distributed.tp_model import shard_spec
+    from roofprof.profiling.engine import MeasureSettings
+    from roofprof.profiling.profiler import Profiler, ProfileSettings
+    from roofprof.workload import Counting, Parallel, Scenario
+
+    tp = ctx.world_size
+    scenario = Scenario(spec, "decode", batch, prompt, context, dtype, Counting(), Parallel(tp=tp))
+    ops = [*models.ops(scenario.replace(phase="prefill")).ops, *models.ops(scenario).ops]
+    old = os.environ.get("ROOFPROF_CACHE")
+    with tempfile.TemporaryDirectory(prefix="roofprof-tp-") as folder:
+        os.environ["ROOFPROF_CACHE"] = folder
+        try:
+            settings = ProfileSettings(
+                budget_s=budget_s,
+                threads=threads,
+                roofline=RooflineChoice("none"),
+                measure=MeasureSettings(judge_contention=False),
+            )
+            est = Profiler(ctx.torch_device, settings, model=shard_spec(spec, tp)).estimator()
+            # shape by shape from a barrier: each op is timed while the other ranks time the
+            # same op, as in the real pass (a whole-list prefetch lets the ranks drift apart)
+            for op in {op.shape_key: op for op in ops}.values():
+                dist.barrier()
+                est.prefetch([op])
+                est.lookup(op)
+            mine = dict(est.times)
+        finally:
+            if old is None:
+                os.environ.pop("ROOFPROF_CACHE", None)
+            else:
+                os.environ["ROOFPROF_CACHE"] = old
+    everyone: list[Any] = [None] * tp
+    dist.all_gather_object(everyone, mine)
+    return slowest_rank_times(everyone)
+
+
+def slowest_rank_times(per_rank: list[dict[tuple, Any]]) -> dict[tuple, Any]:
+    """Each shape's slowest time over the ranks' tables (shape key -> OpTime), noted as
+    profiled together and not flagged as contended (that contention is the real run's).
+
+    >>> from roofprof.prediction.estimators import OpTime
+    >>> t = slowest_rank_times([{("a",): OpTime(1e-3, "torch")}, {("a",): OpTime(2e-3, "torch")}])
+    >>> t[("a",)].seconds, t[("a",)].note
+    (0.002, "profiled on all 2 ranks at once, the slowest rank's time")
+    """
+    import dataclasses
+
+    note = f"profiled on all {len(per_rank)} ranks at once, the slowest rank's time"
+    merged = {}
+    for key in {k for table in per_rank for k in table}:
+        slowest = max((t[key] for t in per_rank if key in t), key=lambda t: t.seconds)
+        merged[key] = dataclasses.replace(
+            slowest, contended=False, note="; ".join(x for x in (slowest.note, note) if x)
+        )
+    return merged
 
 
 def validate_tp(
@@ -185,15 +287,19 @@ def validate_tp(
     budget_s: float = 0.2,
     estimators: bool = True,
     timeout_s: float = 600.0,
+    profile_ranks: str = "together",
 ) -> TPValidation:
     """Run the ``tp``-rank Llama, check it, time it, and predict it (see the module doc).
 
     ``threads``: torch threads per rank (default: the cores shared out, at least 1);
-    ``max_layers``: run at most that many layers (the prediction uses the same count).
+    ``max_layers``: run at most that many layers (the prediction uses the same count);
+    ``profile_ranks``: ``together`` (every rank profiles its ops at once, as they run) or
+    ``alone`` (one process, nothing else running).
 
     Raises:
         ConfigError: ``tp`` below 2 or not dividing heads/intermediate/vocabulary, a model
-            that is not a Llama the plain-torch model runs, logits that differ.
+            that is not a Llama the plain-torch model runs, logits that differ, an unknown
+            ``profile_ranks``.
         RankError: a rank died or timed out, more ranks than cores/GPUs.
 
     Example::
@@ -208,6 +314,10 @@ def validate_tp(
 
     if tp < 2:
         raise ConfigError(f"--tp {tp}: tensor parallelism needs at least 2 ranks")
+    if profile_ranks not in PROFILE_RANKS:
+        raise ConfigError(
+            f"unknown rank profile {profile_ranks!r}; valid choices: {', '.join(PROFILE_RANKS)}"
+        )
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     if spec.family != "llama":
         raise ConfigError(f"--tp runs the plain-torch Llama; {spec.id} is a {spec.family} model")
@@ -225,6 +335,8 @@ def validate_tp(
         warmup_steps,
         prefill_repeats,
         per_rank,
+        estimators and profile_ranks == "together",
+        budget_s,
     )
     load_start = _load()
     raw = launch(_rank, args, ranks=tp, device=kind, timeout_s=timeout_s, what="validate --tp")
@@ -252,6 +364,8 @@ def validate_tp(
         tuple(raw["prefill"]),
         tuple(raw["decode"]),
         load_average=load,
+        profile_ranks=profile_ranks,
+        rank_times=dict(raw.get("rank_times") or {}),
     )
     if estimators:
         predictions, notes = _predict(result, kind, roofline, budget_s)
@@ -337,6 +451,7 @@ def _predict(
     )
     out = {}
     est = prof.estimator()
+    est.times.update(result.rank_times)  # shapes profiled on every rank at once, when they were
     for label, e in (("measured", est), ("measured-no-launch", est.with_launch(False))):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -346,7 +461,13 @@ def _predict(
             result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype)
         )
     notes = []
-    if prof.device.info.shared_host:
+    if result.rank_times:
+        notes.append(
+            f"each op profiled on all {result.tp} ranks at once with "
+            f"{result.threads_per_rank} thread(s) each (sharing the host's cores and memory "
+            "bandwidth as in the real run), the slowest rank's time"
+        )
+    elif prof.device.info.shared_host:
         notes.append(
             f"the {result.tp} ranks share this host's cores and memory bandwidth: each op is "
             f"profiled alone with {result.threads_per_rank} thread(s), the real run has every "

@@ -209,6 +209,9 @@ class MeasureSettings:
         retry_budget_s: seconds all re-measuring of contended ops may take together.
         busy_pause_s: pause before an extra round when too few rounds were clean.
         sampler_interval_s: telemetry sampling interval.
+        judge_contention: on a shared host, re-measure what other processes' CPU use touched
+            (retries, dropped busy rounds, one-thread re-timing); False where that contention
+            is the point, e.g. the ranks of a tensor-parallel run profiled together.
     """
 
     rounds: int = 5
@@ -217,6 +220,7 @@ class MeasureSettings:
     retry_budget_s: float = 60.0
     busy_pause_s: float = 0.5
     sampler_interval_s: float = 0.05
+    judge_contention: bool = True
 
 
 @dataclass

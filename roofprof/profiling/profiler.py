@@ -325,7 +325,7 @@ class Profiler:
             warmup_s=self.warmup_s,
             max_repeats=self.max_repeats,
             sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
-            retries=self.settings.retries if info.shared_host else 0,
+            retries=self.settings.retries if self._judge_contention else 0,
             retry=self._retry,
             host_issue=self._host_issue_s if info.asynchronous else None,
             warn=self.warnings.append,
@@ -393,7 +393,7 @@ class Profiler:
             max_repeats=self.max_repeats,
             rounds=rounds,
             sampler=lambda: self.device.sampler(interval_s=self.settings.sampler_interval_s),
-            judge_rounds=info.shared_host,
+            judge_rounds=self._judge_contention,
             more_rounds=lambda round_s: self._retry.spend(
                 round_s, pause_s=self.settings.busy_pause_s
             ),
@@ -412,12 +412,18 @@ class Profiler:
             self._measured[(op.shape_key, impl.name)] = m
         self.cache.save()
 
+    @property
+    def _judge_contention(self) -> bool:
+        return bool(self.device.info.shared_host and self.settings.judge_contention)
+
     def _one_thread_where_contended(
         self, impl: OpImpl, ops: Sequence[Op], ms: Sequence[Measurement], long_samples: int
     ) -> list[Measurement]:
         """On a CPU shared with other processes, the ops whose multi-thread timing was
         touched by contention timed again on one thread (torch: by that thread's CPU time,
         :class:`~roofprof.timing.ThreadCpuClock`); the faster kept (:func:`single_thread_kept`)."""
+        if not self._judge_contention:
+            return list(ms)
         again = [i for i, m in enumerate(ms) if m.ok and touched_by_contention(m)]
         info = self.device.info
         if not again or (self.threads or 1) <= 1 or info.torch_device != "cpu":

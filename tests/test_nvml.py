@@ -140,6 +140,29 @@ def test_a_hung_nvml_start_is_a_reason_after_the_timeout(monkeypatch):
     _nvml.shutdown(nv)
 
 
+def test_a_shutdown_from_a_finalizer_inside_a_start_does_not_deadlock(monkeypatch):
+    """The garbage collector runs a device's ``weakref.finalize(..., shutdown, nvml)`` in
+    whatever thread allocates: here, inside a start that holds the module's lock."""
+    import threading
+
+    held, starting = nvml_with_error_classes(), nvml_with_error_classes()
+    assert _nvml.init(held) == ""  # a device's session, which its finalizer will end
+    real = _nvml._init_within
+
+    def init_with_gc(nv, timeout_s):
+        _nvml.shutdown(held)  # the finalizer, run by the collector at an allocation here
+        real(nv, timeout_s)
+
+    monkeypatch.setattr(_nvml, "_init_within", init_with_gc)
+    result = []
+    worker = threading.Thread(target=lambda: result.append(_nvml.init(starting)), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "start and a finalizer's shutdown deadlocked"
+    assert result == [""] and held.calls["shutdown"] == 1
+    _nvml.shutdown(starting)
+
+
 def test_without_pynvml_everything_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     with pytest.raises(_nvml.NvmlUnavailable) as err:

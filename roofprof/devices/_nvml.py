@@ -112,7 +112,9 @@ class _FunctionMissing(AttributeError):
     """The NVML module has no such function (an older nvidia-ml-py)."""
 
 
-_lock = threading.Lock()
+# Re-entrant: a device's finalizer calls shutdown() whenever the garbage collector runs it,
+# which can be inside a start or shutdown of this same thread (a plain Lock deadlocked there).
+_lock = threading.RLock()
 _counts: dict[int, int] = {}
 
 #: Longest wait (s) for ``nvmlInit``: a wedged driver can block it for good, and a profiler

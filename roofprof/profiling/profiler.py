@@ -154,6 +154,7 @@ class Profiler:
         self.settings = settings.measure
         self.openmp = single_openmp_runtime()
         self.device = as_device(device)
+        self._judge_contention = self.device.info.shared_host and self.settings.judge_contention
         self._threads_arg = settings.threads
         with cpu_threads(settings.threads) as count:
             self.threads = count
@@ -412,21 +413,16 @@ class Profiler:
             self._measured[(op.shape_key, impl.name)] = m
         self.cache.save()
 
-    @property
-    def _judge_contention(self) -> bool:
-        return bool(self.device.info.shared_host and self.settings.judge_contention)
-
     def _one_thread_where_contended(
         self, impl: OpImpl, ops: Sequence[Op], ms: Sequence[Measurement], long_samples: int
     ) -> list[Measurement]:
         """On a CPU shared with other processes, the ops whose multi-thread timing was
         touched by contention timed again on one thread (torch: by that thread's CPU time,
         :class:`~roofprof.timing.ThreadCpuClock`); the faster kept (:func:`single_thread_kept`)."""
-        if not self._judge_contention:
-            return list(ms)
         again = [i for i, m in enumerate(ms) if m.ok and touched_by_contention(m)]
-        info = self.device.info
-        if not again or (self.threads or 1) <= 1 or info.torch_device != "cpu":
+        if not (self._judge_contention and again) or (self.threads or 1) <= 1:
+            return list(ms)
+        if self.device.info.torch_device != "cpu":
             return list(ms)
         inline = impl.name.startswith("torch")  # one torch thread computes on this one
         with cpu_threads(1):

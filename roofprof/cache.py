@@ -99,8 +99,10 @@ class MeasurementCache:
     Args:
         fingerprint: :func:`device_fingerprint` of the device and threads.
         folder: where the file lives (default :func:`cache_dir`).
-        enabled: read cached entries (writing always happens: ``enabled=False`` measures
-            afresh and replaces the entries it measures, keeping the others).
+        enabled: read cached entries (``enabled=False`` measures afresh and replaces the
+            entries it measures, keeping the others).
+        store: write entries to the file (``False``: kept in memory only, for measurements
+            that must not be reused, e.g. taken under a tensor-parallel run's own contention).
         model_key: what non-GEMM ops depend on beyond their shape (head counts, head size).
     """
 
@@ -110,9 +112,10 @@ class MeasurementCache:
         folder: Path | None = None,
         enabled: bool = True,
         model_key: Sequence[int | str] = (),
+        store: bool = True,
     ):
         self.path = (folder or cache_dir()) / f"measurements-{fingerprint}.json"
-        self.enabled = enabled
+        self.enabled, self.store = enabled, store
         self.model_key = list(model_key)
         self._data: dict[str, Any] | None = None
 
@@ -172,7 +175,7 @@ class MeasurementCache:
 
     def save(self) -> None:
         """Write the entries to the cache file (whole or not at all); best effort."""
-        if self._data is None:
+        if self._data is None or not self.store:
             return
         try:
             from roofprof.results import write_json_atomic

@@ -785,3 +785,17 @@ def test_decode_attention_appends_to_its_cache_without_faulting_pages_in():
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     assert max(faults) < kv_pages / 10, faults  # the cache's pages stay resident
     prepared.release()
+
+
+def test_a_cache_that_does_not_store_keeps_its_measurements_in_memory(tmp_path):
+    from roofprof.timing import Timing
+
+    op = llama_ops(TINY, "decode", context_tokens=4, dtype="fp32").ops[2]
+    m = Measurement(
+        "torch", "ok", "n", Timing((1e-6, 2e-6)), CheckResult(True, 0.0, 0.0, 1e-5), 1, {}
+    )
+    cache = MeasurementCache("abc", folder=tmp_path, store=False)
+    cache.put(op, m)
+    assert cache.get(op, "torch") is not None and not cache.path.exists()
+    MeasurementCache("abc", folder=tmp_path).put(op, m)
+    assert cache.path.exists()

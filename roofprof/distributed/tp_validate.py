@@ -204,11 +204,8 @@ def _profile_together(
 ) -> dict[tuple, Any]:  # runs on every rank
     """Every rank profiles the per-rank op list of both passes, each shape at the same time
     (from a barrier); each shape's slowest-rank time (:func:`slowest_rank_times`). The
-    measurements go to a throw-away cache folder: times taken under the ranks' own
-    contention must not be reused by a single-process prediction."""
-    import os
-    import tempfile
-
+    measurements are not stored in the cache: times taken under the ranks' own contention
+    must not be reused by a single-process prediction."""
     import torch.distributed as dist
 
     from roofprof import models
@@ -221,29 +218,21 @@ def _profile_together(
     tp = ctx.world_size
     scenario = Scenario(spec, "decode", batch, prompt, context, dtype, Counting(), Parallel(tp=tp))
     ops = [*models.ops(scenario.replace(phase="prefill")).ops, *models.ops(scenario).ops]
-    old = os.environ.get("ROOFPROF_CACHE")
-    with tempfile.TemporaryDirectory(prefix="roofprof-tp-") as folder:
-        os.environ["ROOFPROF_CACHE"] = folder
-        try:
-            settings = ProfileSettings(
-                budget_s=budget_s,
-                threads=threads,
-                roofline=RooflineChoice("none"),
-                measure=MeasureSettings(judge_contention=False),
-            )
-            est = Profiler(ctx.torch_device, settings, model=shard_spec(spec, tp)).estimator()
-            # shape by shape from a barrier: each op is timed while the other ranks time the
-            # same op, as in the real pass (a whole-list prefetch lets the ranks drift apart)
-            for op in {op.shape_key: op for op in ops}.values():
-                dist.barrier()
-                est.prefetch([op])
-                est.lookup(op)
-            mine = dict(est.times)
-        finally:
-            if old is None:
-                os.environ.pop("ROOFPROF_CACHE", None)
-            else:
-                os.environ["ROOFPROF_CACHE"] = old
+    settings = ProfileSettings(
+        budget_s=budget_s,
+        threads=threads,
+        roofline=RooflineChoice("none"),
+        store=False,
+        measure=MeasureSettings(judge_contention=False),
+    )
+    est = Profiler(ctx.torch_device, settings, model=shard_spec(spec, tp)).estimator()
+    # shape by shape from a barrier: each op is timed while the other ranks time the same op,
+    # as in the real pass (a whole-list prefetch lets the ranks drift apart)
+    for op in {op.shape_key: op for op in ops}.values():
+        dist.barrier()
+        est.prefetch([op])
+        est.lookup(op)
+    mine = dict(est.times)
     everyone: list[Any] = [None] * tp
     dist.all_gather_object(everyone, mine)
     return slowest_rank_times(everyone)

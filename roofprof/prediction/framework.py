@@ -64,6 +64,20 @@ class FrameworkOverhead:
         """The pass's total overhead: ``layers × layer_s + pass_s`` (0 for an unknown phase)."""
         return layers * self.layer_s.get(phase, 0.0) + self.pass_s.get(phase, 0.0)
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FrameworkOverhead:
+        """The inverse of :meth:`to_dict`.
+
+        Raises:
+            KeyError, TypeError, ValueError: not a record :meth:`to_dict` wrote.
+
+        >>> fw = FrameworkOverhead({"decode": 1e-4}, {}, "m", "x", {"decode": (1e-4,)})
+        >>> FrameworkOverhead.from_dict(fw.to_dict()) == fw
+        True
+        """
+        samples = {k: tuple(v) for k, v in d.get("samples", {}).items()}
+        return cls(d["layer_s"], d["pass_s"], d["model"], d.get("method", ""), samples)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "layer_s": dict(self.layer_s),

@@ -99,8 +99,8 @@ class ProfileSettings:
         threads: torch/numba intra-op threads while measuring (None: leave as is).
         roofline: the roofline ops are placed on, with the freshness rule of a cached one
             (:class:`~roofprof.cache.RooflineChoice`).
-        use_cache: read cached measurements (they are always written); a cached measurement
-            that was contended is measured again.
+        use_cache: read cached measurements (a contended one is measured again);
+            ``store``: write them (False: never reused, e.g. a TP run's contended times).
         seed: seed of the random inputs.
         measure: the other tuning knobs (:class:`~roofprof.profiling.engine.MeasureSettings`).
 
@@ -116,6 +116,7 @@ class ProfileSettings:
     threads: int | None = None
     roofline: RooflineChoice = field(default_factory=RooflineChoice)
     use_cache: bool = False
+    store: bool = True
     seed: int = 0
     measure: MeasureSettings = field(default_factory=MeasureSettings)
 
@@ -169,9 +170,7 @@ class Profiler:
         self.impls: list[OpImpl] = []
         self.prefer: tuple[str, ...] = ()
         self.reference_impl: str | None = None
-        self.cache = MeasurementCache(
-            device_fingerprint(self.device, self.threads), enabled=settings.use_cache
-        )
+        self.cache = self._new_cache()
         self._measured: dict[tuple, Measurement] = {}
         self._last_impl: str | None = None
         self._launch_s: float | None = None
@@ -179,6 +178,10 @@ class Profiler:
         self.warnings: list[str] = []
         if model is not None:
             self._bind(model)
+
+    def _new_cache(self, key: tuple = ()) -> MeasurementCache:
+        s, fingerprint = self.profile_settings, device_fingerprint(self.device, self.threads)
+        return MeasurementCache(fingerprint, enabled=s.use_cache, model_key=key, store=s.store)
 
     def _bind(self, model: ModelSpec) -> None:
         """Measure ``model``'s ops from now on: its torch implementation, its cache key."""
@@ -199,11 +202,7 @@ class Profiler:
             for n in ((self.reference_impl,) if name == "reference" else (name,))
             if n
         )
-        self.cache = MeasurementCache(
-            device_fingerprint(self.device, self.threads),
-            enabled=self.profile_settings.use_cache,
-            model_key=key,
-        )
+        self.cache = self._new_cache(key)
         if (
             first
             and self.openmp == "already omp"
@@ -420,9 +419,8 @@ class Profiler:
         touched by contention timed again on one thread (torch: by that thread's CPU time,
         :class:`~roofprof.timing.ThreadCpuClock`); the faster kept (:func:`single_thread_kept`)."""
         again = [i for i, m in enumerate(ms) if m.ok and touched_by_contention(m)]
-        if not (self._judge_contention and again) or (self.threads or 1) <= 1:
-            return list(ms)
-        if self.device.info.torch_device != "cpu":
+        cpu = self.device.info.torch_device == "cpu"
+        if not (self._judge_contention and again and cpu) or (self.threads or 1) <= 1:
             return list(ms)
         inline = impl.name.startswith("torch")  # one torch thread computes on this one
         with cpu_threads(1):

@@ -217,15 +217,9 @@ def cached_framework_overhead(
     if use_cache:
         try:
             d = json.loads(path.read_text())
-            fw = FrameworkOverhead(
-                d["layer_s"],
-                d["pass_s"],
-                d["model"],
-                d.get("method", ""),
-                {k: tuple(v) for k, v in d.get("samples", {}).items()},
-            )
+            fw = FrameworkOverhead.from_dict(d)
             return fw, str(d.get("measured_at") or "an earlier run")
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # none, or unreadable: measured below
     fw = (measure or measure_framework_overhead)(spec, backend, attention=attention)
     try:

@@ -184,6 +184,8 @@ def validate_once(config: Path, args, cache: Path) -> dict:
         "real_decode_s": real["decode_s"],
         "real_prefill_rel_spread": real["prefill_spread_s"] / real["prefill_s"],
         "real_decode_rel_spread": real["decode_spread_s"] / real["decode_s"],
+        "real_prefill_page_faults": real.get("prefill_page_faults"),
+        "profile_fresh_page_bytes": profile_fresh_bytes(config, args.prompt),
         "predicted_prefill_s": row["ttft_s"],
         "predicted_decode_s": row["decode_step_s"],
         "prefill_residual": row["ttft_residual"],
@@ -374,6 +376,16 @@ def split(config: str, threads: int | None, prompt: int, passes: int = 8) -> dic
     }
 
 
+def profile_fresh_bytes(config: Path, prompt: int) -> int:
+    """Bytes of non-GEMM outputs the CPU profile of the prefill times in fresh pages."""
+    from roofprof.models import ops
+    from roofprof.profiling.torch_ops import fresh_page_bytes
+    from roofprof.workload import Scenario
+
+    scenario = Scenario.of(str(config), "prefill", prompt_tokens=prompt, dtype="fp32")
+    return fresh_page_bytes(ops(scenario).ops, 4)
+
+
 def summarise(rounds: list[dict]) -> dict:
     ok = [r for r in rounds if "error" not in r]
     if not ok:
@@ -384,6 +396,14 @@ def summarise(rounds: list[dict]) -> dict:
         s[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
     for key in ("real_prefill_rel_spread", "real_decode_rel_spread", "other_cpu_share_max"):
         s[key] = statistics.median(r[key] for r in ok)
+    faults = [
+        r["real_prefill_page_faults"] for r in ok if r.get("real_prefill_page_faults") is not None
+    ]
+    s["real_prefill_page_faults"] = (
+        {"median": statistics.median(faults), "min": min(faults), "max": max(faults)}
+        if faults
+        else None
+    )
     drifts = [r["host_drift"] for r in ok if r.get("host_drift") is not None]
     s["host_drift"] = statistics.median(drifts) if drifts else None
     for phase in ("prefill", "decode"):
@@ -496,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"drift {'n/a' if drift is None else f'{drift:.1%}'}, rounds within the host's "
                 f"noise {s['prefill_rounds_within_noise']}/{s['ok']} prefill, "
                 f"{s['decode_rounds_within_noise']}/{s['ok']} decode"
+                + (
+                    f"; real prefill first-touched {pf['min']:,.0f}-{pf['max']:,.0f} pages"
+                    if (pf := s.get("real_prefill_page_faults"))
+                    else ""
+                )
             )
     for f, a in attribution.items():
         for phase, x in a.items():

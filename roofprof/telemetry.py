@@ -508,6 +508,9 @@ class Contention:
 
     Use it around a measurement (``with Contention() as c``) or, for a long run read at
     several points, ``c = Contention().start()`` then ``c.read()`` (share so far).
+    :attr:`minor_faults` counts this process's minor page faults over the same window
+    (pages touched for the first time: memory the allocator had handed back to the OS;
+    None where ``getrusage`` is missing).
 
     >>> with Contention() as c:
     ...     time.sleep(0.11)
@@ -525,6 +528,8 @@ class Contention:
         self._busy0: float | None = None
         self._self0 = 0.0
         self._t0 = 0.0
+        self.minor_faults: int | None = None
+        self._faults0: int | None = None
 
     @staticmethod
     def _busy_s() -> float | None:
@@ -536,8 +541,18 @@ class Contention:
         idle = fields[3] + fields[4]  # idle and iowait
         return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
+    @staticmethod
+    def _faults() -> int | None:
+        try:
+            import resource
+
+            return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+        except (ImportError, OSError, AttributeError):
+            return None
+
     def start(self) -> Contention:
         """Begin watching (returns self)."""
+        self._faults0 = self._faults()
         self._busy0 = self._busy_s()
         t = os.times()
         self._self0 = t.user + t.system
@@ -552,6 +567,9 @@ class Contention:
         busy1 = self._busy_s()
         t = os.times()
         self.wall_s = time.perf_counter() - self._t0
+        faults1 = self._faults()
+        if self._faults0 is not None and faults1 is not None:
+            self.minor_faults = faults1 - self._faults0
         shortest = self.min_wall_s if min_wall_s is None else min_wall_s
         if self._busy0 is None or busy1 is None or self.wall_s <= 0 or self.wall_s < shortest:
             return None  # unknown, or too short to tell at clock-tick resolution

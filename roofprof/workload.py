@@ -24,7 +24,8 @@ Counting rules (stated in every prediction):
   and write their activations) or ``fused`` into neighbouring kernels (no bytes of their
   own; their few FLOPs are kept).
 * ``lm_head`` runs on the ``last`` token of each sequence in prefill (engines) or on
-  ``all`` tokens; the embedding is a ``gather`` (one row per token) or, as the ``2·P·T``
+  ``all`` tokens (the final norm before it runs over all tokens either way, as the
+  engines run it); the embedding is a ``gather`` (one row per token) or, as the ``2·P·T``
   rule of thumb assumes, counted as a ``matmul`` over the whole table.
 
 The ``engine`` convention is the default; ``rule-of-thumb`` (all tokens through lm_head,

@@ -103,6 +103,18 @@ def test_run_end_to_end(tiny, roofline_file, tmp_path):
         assert predicted_s > 0 and rows[label]["decode_step_s"] == predicted_s
         assert rows[label]["decode_residual"] == pytest.approx(predicted_s / real_s - 1)
         assert (rows[label]["decode_residual"] > 0) == (predicted_s > real_s)
+    # the predictions step counts the validated class's framework overhead, as the
+    # validation does: one measurement, the same in both
+    fw = r.validation.framework_overhead
+    assert fw is not None and fw.model == "plain torch"
+    for phase in ("prefill", "decode"):
+        counted = getattr(r.predictions["measured"], phase).ops
+        framework = [o for o in counted if o.op.kind == "framework"]
+        assert [o.op.name for o in framework] == ["framework_layer", "framework_pass"]
+        layers = plan.scenario.model.num_layers
+        assert sum(o.seconds for o in framework) == pytest.approx(fw.seconds(phase, layers))
+        bare = getattr(r.predictions["measured-no-launch"], phase).ops
+        assert not [o for o in bare if o.op.kind == "framework"]
     assert [p.workload.batch for p in r.batch_sweep["measured"]] == [1, 4]
     assert [p.workload.context_tokens for p in r.context_sweep["measured"]] == [8, 32]
     for name in (

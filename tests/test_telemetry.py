@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import types
 
@@ -278,3 +279,22 @@ def test_contention_too_short_or_unknown_is_not_judged(monkeypatch):
     meter = telemetry.Contention().start()
     assert meter.read(min_wall_s=0.0) is None and not meter.available
     assert telemetry.loadavg() is None or len(telemetry.loadavg()) == 3
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="minor faults: Linux getrusage")
+def test_contention_counts_the_pages_a_window_touches_first():
+    import mmap
+
+    from roofprof import telemetry
+
+    size = 16 << 20
+    with telemetry.Contention() as idle:
+        pass
+    buf = mmap.mmap(-1, size)  # anonymous: no page is backed until written
+    with telemetry.Contention() as c:
+        for i in range(0, size, mmap.PAGESIZE):
+            buf[i] = 1
+    buf.close()
+    # one fault per 4 KiB page, or per 2 MiB where the kernel backs it with a huge page
+    assert c.minor_faults is not None and c.minor_faults >= size // (2 << 20)
+    assert idle.minor_faults is not None and idle.minor_faults < c.minor_faults

@@ -175,6 +175,11 @@ def test_max_layers_scales_and_predictions_follow(tiny):
         (calls * 1e-4 + framework) / r.real.decode_s - 1
     )
     assert (rows["measured"]["decode_residual"] > 0) == (calls * 1e-4 > r.real.decode_s)
+    # the real run's first-touched pages, counted per pass and stated beside the profile's
+    # fresh-page assumption
+    assert r.real.prefill_page_faults is not None and r.real.prefill_page_faults >= 0
+    assert r.to_dict()["real"]["decode_page_faults"] == r.real.decode_page_faults
+    assert any("first-touched" in w and "minor page faults" in w for w in r.warnings)
 
 
 def test_missing_torch_names_the_extra(tiny, monkeypatch):

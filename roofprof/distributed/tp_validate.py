@@ -441,6 +441,10 @@ def _predict(
     out = {}
     est = prof.estimator()
     est.times.update(result.rank_times)  # shapes profiled on every rank at once, when they were
+    if not prof.device.info.asynchronous:  # a CPU rank runs its Python between the kernels
+        from roofprof.validation.framework_overhead import count_framework_overhead
+
+        est = count_framework_overhead(est, result.model, "torch", use_cache=False)
     for label, e in (("measured", est), ("measured-no-launch", est.with_launch(False))):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -449,7 +453,14 @@ def _predict(
         out[label] = Prediction(
             result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype)
         )
-    notes = []
+    notes = [w for w in est.warnings if w.startswith("framework overhead")]
+    if est.framework is not None:
+        fw = est.framework
+        notes.append(
+            f"framework overhead of {fw.model} (the ranks run its tensor-parallel form) counted "
+            f"by measured: decode {fw.layer_s['decode'] * 1e6:.0f} µs per layer + "
+            f"{fw.pass_s['decode'] * 1e6:.0f} µs per pass"
+        )
     if result.rank_times:
         notes.append(
             f"each op profiled on all {result.tp} ranks at once with "

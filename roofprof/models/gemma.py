@@ -132,7 +132,9 @@ class Builder(llama.Builder):
         head_rows = (
             self.batch if (self.phase == "decode" or self.counting.lm_head == "last") else rows
         )
-        ops.append(self.norm("final_norm", head_rows, scope="model"))
+        # the final norm runs over every row, as transformers, vLLM and TensorRT-LLM run it;
+        # only lm_head takes the last
+        ops.append(self.norm("final_norm", rows, scope="model"))
         ops.append(self.gemm("lm_head", head_rows, self.vocab, h, scope="model"))
         if m.gemma.final_logit_softcapping is not None:  # divide, tanh, multiply over the logits
             ops.append(

@@ -359,7 +359,9 @@ class Builder:
         head_rows = (
             self.batch if (self.phase == "decode" or self.counting.lm_head == "last") else rows
         )
-        ops.append(self.norm("final_norm", head_rows, scope="model"))
+        # the final norm runs over every row, as transformers, vLLM and TensorRT-LLM run it;
+        # only lm_head takes the last
+        ops.append(self.norm("final_norm", rows, scope="model"))
         ops.append(self.gemm("lm_head", head_rows, self.vocab, h, scope="model"))
         if self.tp > 1:  # each rank holds vocab/tp logits: gathered (S = the full logits)
             ops.append(

@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from roofprof.errors import ConfigError, RoofprofError
+from roofprof.errors import ConfigError
 from roofprof.roofline import Roofline
 from roofprof.specs import GpuSpec, load_gpu
 
@@ -165,28 +165,17 @@ def choose_estimator(choice: EstimatorChoice, scenario: Scenario) -> Estimator:
 
 def _with_framework(est: Any, scenario: Scenario, *, use_cache: bool = True) -> Any:
     """``est`` counting the framework overhead of the model class ``validate`` would run for
-    ``scenario``'s model (on a device that runs kernels on the calling thread: a CPU),
-    measured once per class and kept in the cache (``use_cache=False`` measures it again); a
-    model the probe does not cover, or a class that cannot be built here, keeps ``est`` as it
-    is, with a warning."""
-    from roofprof.validation.framework_overhead import cached_framework_overhead
-    from roofprof.validation.real_model import auto_backend
+    ``scenario``'s model (on a device that runs kernels on the calling thread: a CPU):
+    :func:`~roofprof.validation.framework_overhead.count_framework_overhead`."""
+    from roofprof.validation.framework_overhead import count_framework_overhead
 
-    try:
-        fw, cached_at = cached_framework_overhead(
-            scenario.model, auto_backend(scenario.model), use_cache=use_cache
-        )
-    # ConfigError: a model the probe does not cover; ImportError: the class's library is
-    # missing; RuntimeError: torch could not build or run the tiny class here
-    except (RoofprofError, ImportError, RuntimeError) as exc:
-        est.warnings.append(f"framework overhead not counted: {exc}")
-        return est
-    if cached_at is not None:
-        est.warnings.append(
-            f"framework overhead of {fw.model} reused from the cache (measured {cached_at}; "
-            "--remeasure measures it again)"
-        )
-    return est.with_framework(fw)
+    return count_framework_overhead(
+        est,
+        scenario.model,
+        "auto",
+        attention=scenario.counting.attention,
+        use_cache=use_cache,
+    )
 
 
 def collective_model(

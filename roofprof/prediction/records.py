@@ -238,6 +238,9 @@ class RealRun:
     network); ``decode_s`` the median time of one decode step at ``context_tokens`` cached
     tokens per sequence. ``num_layers`` is the layer count actually run (models too large
     for the device are scaled by layer count; ``scaled_from`` then holds the original).
+    ``prefill_page_faults`` / ``decode_page_faults``: the process's minor page faults per
+    timed prefill / decode step (median; pages the pass touched for the first time, 4 KiB
+    each on Linux), on a CPU; None where not counted.
     """
 
     model: str
@@ -251,6 +254,8 @@ class RealRun:
     source: str = ""
     prefill_spread_s: float = 0.0
     decode_spread_s: float = 0.0
+    prefill_page_faults: float | None = None
+    decode_page_faults: float | None = None
 
     @property
     def tokens_per_second(self) -> float:

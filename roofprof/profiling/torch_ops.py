@@ -48,6 +48,8 @@ __all__ = [
     "PreparedTorchOp",
     "TorchOps",
     "family_preparers",
+    "fresh_page_bytes",
+    "in_fresh_pages",
     "malloc_trimmer",
     "tolerance",
 ]
@@ -297,13 +299,7 @@ class TorchOps:
 
     def _prepared(self, op, calls, reference, reduction, kernels, note="", buffers=()):
         before = None
-        out_bytes = (
-            op.m
-            * op.n
-            * max(op.batch if op.kind == "attention" and op.fn != "softmax" else 1, 1)
-            * self._dtype(op).itemsize
-        )
-        if not self.is_cuda and op.kind != "gemm" and out_bytes >= FRESH_OUTPUT_BYTES:
+        if not self.is_cuda and in_fresh_pages(op, self._dtype(op).itemsize):
             before = malloc_trimmer()
             if before is not None:
                 note = (
@@ -613,6 +609,31 @@ class TorchOps:
 
 #: Outputs at least this large get fresh pages before each timed call (see :func:`malloc_trimmer`).
 FRESH_OUTPUT_BYTES = 1 << 20
+
+
+def _output_bytes(op: Op, itemsize: int) -> int:
+    """Bytes of one call's output (attention steps: every head's ``m × n`` block)."""
+    heads = max(op.batch if op.kind == "attention" and op.fn != "softmax" else 1, 1)
+    return op.m * op.n * heads * itemsize
+
+
+def in_fresh_pages(op: Op, itemsize: int) -> bool:
+    """Whether the CPU profile times ``op`` with its output in fresh pages: a non-GEMM op
+    whose output (``itemsize`` bytes per element) is :data:`FRESH_OUTPUT_BYTES` or more."""
+    return op.kind != "gemm" and _output_bytes(op, itemsize) >= FRESH_OUTPUT_BYTES
+
+
+def fresh_page_bytes(ops: Sequence[Op], itemsize: int) -> int:
+    """Bytes of output the CPU profile of ``ops`` places in fresh pages, per pass (each op's
+    output × its count, for the ops :func:`in_fresh_pages` selects).
+
+    >>> from roofprof.models import ops
+    >>> from roofprof.workload import Scenario
+    >>> w = ops(Scenario.of("llama-3.2-1b", "prefill", prompt_tokens=128, dtype="fp32"))
+    >>> fresh_page_bytes(w.ops, 4) > 0, fresh_page_bytes([o for o in w.ops if o.kind == "gemm"], 4)
+    (True, 0)
+    """
+    return sum(_output_bytes(op, itemsize) * op.count for op in ops if in_fresh_pages(op, itemsize))
 
 
 def _attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:

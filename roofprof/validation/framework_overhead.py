@@ -22,7 +22,9 @@ overhead is not added (``validate`` does not measure it there).
 :func:`cached_framework_overhead` keeps each measurement in ``$ROOFPROF_CACHE``
 (``framework-<key>.json``), keyed by what it depends on: the tiny model's structure, the
 class and attention path, the CPU and its threads, and the torch/transformers versions; so
-``predict --estimator measured`` measures a class once, not on every run.
+``predict --estimator measured``, ``run`` and ``validate`` measure a class once, not on
+every run. :func:`count_framework_overhead` is what each of them calls: an estimator with the
+overhead counted, its reuse or its absence stated in the estimator's warnings.
 """
 
 from __future__ import annotations
@@ -33,15 +35,22 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from roofprof.errors import ConfigError
+from roofprof.errors import ConfigError, RoofprofError
 from roofprof.prediction.framework import FrameworkOverhead
 from roofprof.specs import ModelSpec
-from roofprof.validation.real_model import Runner, build_hf_model, build_torch_model
+from roofprof.validation.real_model import (
+    Runner,
+    auto_backend,
+    build_hf_model,
+    build_torch_model,
+)
 
 __all__ = [
     "PROBE_LAYERS",
     "cached_framework_overhead",
+    "count_framework_overhead",
     "framework_cache_path",
     "measure_framework_overhead",
     "overhead_from_times",
@@ -230,6 +239,51 @@ def cached_framework_overhead(
     except OSError:
         pass
     return fw, None
+
+
+def count_framework_overhead(
+    estimator: Any,
+    spec: ModelSpec,
+    backend: str,
+    *,
+    attention: str = "fused",
+    use_cache: bool = True,
+) -> Any:
+    """``estimator`` (a measured estimator counting launch overhead) with the framework
+    overhead of ``spec``'s real model class counted (:func:`cached_framework_overhead`:
+    reused from the cache when measured before, stated in its warnings with the time it was
+    measured; ``use_cache=False`` measures it again). ``backend``: ``hf``, ``torch`` or
+    ``auto`` (the class ``validate`` would run: transformers' when installed). A model the
+    probe does not cover, a class whose library is missing or that torch cannot build here
+    keeps ``estimator`` as it is, with a warning saying why: never an error.
+
+    Example::
+
+        est = count_framework_overhead(est, load_model("llama-3.2-1b"), "hf")
+        est.framework.layer_s["decode"]  # seconds per decoder layer
+    """
+    try:
+        if backend == "auto":
+            backend = auto_backend(spec)
+        fw, cached_at = cached_framework_overhead(
+            spec, backend, attention=attention, use_cache=use_cache
+        )
+    # RoofprofError: a model the probe does not cover; ImportError: the class's library is
+    # missing; RuntimeError: torch could not build or run the tiny class here
+    except (RoofprofError, ImportError, RuntimeError) as exc:
+        note = f"framework overhead not counted: {exc}"
+        if note not in estimator.warnings:
+            estimator.warnings.append(note)
+        return estimator
+    counted = estimator.with_framework(fw)
+    if cached_at is not None:
+        note = (
+            f"framework overhead of {fw.model} reused from the cache (measured {cached_at}; "
+            "--remeasure measures it again)"
+        )
+        if note not in counted.warnings:
+            counted.warnings.append(note)
+    return counted
 
 
 class _Probe:

@@ -50,7 +50,7 @@ from roofprof.prediction.rollup import (
 )
 from roofprof.specs import ModelSpec
 from roofprof.telemetry import CONTENDED_SHARE, Contention
-from roofprof.validation.framework_overhead import measure_framework_overhead
+from roofprof.validation.framework_overhead import count_framework_overhead
 from roofprof.validation.host_noise import HostNoise, HostProbe
 from roofprof.validation.real_model import (
     BACKENDS,
@@ -284,6 +284,8 @@ def _validate(
     decode_share: list[float] = []
     shared_host = info.shared_host
 
+    faults: dict[int, list[int]] = {id(prefill_share): [], id(decode_share): []}
+
     def timed(fn, shares):
         meter = Contention()
         with meter:
@@ -291,6 +293,9 @@ def _validate(
             out = fn()
             elapsed = clock.stop()
         shares.append(meter.share)
+        touched = getattr(meter, "minor_faults", None)  # a meter that counts them
+        if touched is not None and id(shares) in faults:
+            faults[id(shares)].append(touched)
         return out, elapsed
 
     steps_per_rep = -(-decode_steps // prefill_repeats)
@@ -369,7 +374,13 @@ def _validate(
         f"{backend_label}, attention {attention_ran}, {dtype}, {getattr(clock, 'name', 'clock')}",
         _iqr(prefill_used),
         _iqr(decode_used),
+        *(
+            statistics.median(f) if f and not info.asynchronous else None
+            for f in (faults[id(prefill_share)], faults[id(decode_share)])
+        ),
     )
+    if real.prefill_page_faults is not None:
+        notes.append(fresh_pages_note(real, spec, dtype, attention))
     counting = Counting(attention=attention)
     result = ValidationResult(
         real,
@@ -456,31 +467,57 @@ def _is_noise_note(text: str) -> bool:
 
 
 def with_framework_overhead(
-    estimators: Mapping[str, Estimator], spec: ModelSpec, backend: str, attention: str
+    estimators: Mapping[str, Estimator],
+    spec: ModelSpec,
+    backend: str,
+    attention: str,
+    *,
+    use_cache: bool = False,
 ) -> dict[str, Estimator]:
-    """``estimators`` with the real model class's framework overhead (measured now, once:
-    :func:`~roofprof.validation.framework_overhead.measure_framework_overhead`) counted by
-    each ``measured`` estimator that counts launch overhead; a model the probe does not cover
-    keeps them as they are, and their warnings say so."""
-    wanted = [
-        k
-        for k, e in estimators.items()
-        if isinstance(e, MeasuredEstimator) and e.include_launch and e.framework is None
-    ]
-    if not wanted:
-        return dict(estimators)
+    """``estimators`` with the real model class's framework overhead counted by each
+    ``measured`` estimator that counts launch overhead
+    (:func:`~roofprof.validation.framework_overhead.count_framework_overhead`: measured now,
+    beside the real run, and kept in the cache for ``predict``; ``use_cache=True`` reuses a
+    cached one and says so); a model the probe does not cover keeps them as they are, and
+    their warnings say so. An estimator that counts one already (``run`` counts the class
+    it validates in its predictions step) keeps it."""
     out = dict(estimators)
-    try:
-        overhead = measure_framework_overhead(spec, backend, attention=attention)
-    except Exception as exc:  # noqa: BLE001 - a class the probe cannot build: said, not fatal
-        for k in wanted:
-            estimators[k].warnings.append(f"framework overhead not counted: {exc}")
-        return out
-    for k in wanted:
-        est = estimators[k]
-        assert isinstance(est, MeasuredEstimator)
-        out[k] = est.with_framework(overhead)
+    for k, est in estimators.items():
+        if isinstance(est, MeasuredEstimator) and est.include_launch and est.framework is None:
+            out[k] = count_framework_overhead(
+                est, spec, backend, attention=attention, use_cache=use_cache
+            )
     return out
+
+
+def fresh_pages_note(real: RealRun, spec: ModelSpec, dtype: str, attention: str) -> str:
+    """What the real prefill first-touched per pass (its minor page faults) beside what the
+    CPU profile assumes (every non-GEMM output of 1 MiB or more in fresh pages): how much of
+    the pass's memory the allocator handed back to the OS, which decides whether the
+    elementwise ops ran at their fresh-page or their warm time."""
+    import resource
+
+    from roofprof.models import ops
+    from roofprof.models.llama_torch import torch_dtype
+    from roofprof.profiling.torch_ops import fresh_page_bytes
+
+    scenario = Scenario.of(
+        spec,
+        "prefill",
+        batch=real.batch,
+        prompt_tokens=real.prompt_tokens,
+        dtype=dtype,
+        convention=Counting(attention=attention),
+        stored_weights=False,
+    )
+    assumed = fresh_page_bytes(ops(scenario).ops, torch_dtype(dtype).itemsize)
+    touched = (real.prefill_page_faults or 0.0) * resource.getpagesize()
+    return (
+        f"the real prefill first-touched {touched / 2**20:.1f} MiB per pass "
+        f"({real.prefill_page_faults:,.0f} minor page faults, median); the profile times "
+        f"{assumed / 2**20:.1f} MiB of non-GEMM outputs per pass in fresh pages: where the "
+        "allocator kept the pass's memory, those ops ran faster in the pass than profiled"
+    )
 
 
 def _attention_run(net, attention: str) -> str:

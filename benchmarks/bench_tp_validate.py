@@ -12,9 +12,16 @@ median.
 Target: both residuals within the single-rank targets (TTFT ±15 %, decode ±10 %) with the
 ranks profiled together, medians of the rounds.
 
+``--in-context`` instead runs one validation (ranks profiled together) and then the same
+two-rank model again with every decode step under torch.profiler on both ranks: each GEMM
+shape's time in the real step beside the time the prediction gave it, and the steps' wall
+times, so the gap between them is placed in the ops or outside them (the collectives'
+waits, the host's noise).
+
 Usage::
 
     python benchmarks/bench_tp_validate.py [--rounds 3] [--out tp_validate_cpu.json]
+    python benchmarks/bench_tp_validate.py --in-context [--out tp_in_context_cpu.json]
 """
 
 from __future__ import annotations
@@ -60,12 +67,224 @@ def run_once(profile: str, out: Path) -> dict:
     }
 
 
+#: The two-rank model of ``ARGS`` (for ``--in-context``): layers, prompt, decode steps.
+IN_CONTEXT = {"model": "llama-3.2-1b", "layers": 2, "prompt": 32, "steps": 12}
+
+
+def _rank_in_context(rank: int, world: int, port: int, queue) -> None:  # runs on every rank
+    """Decode steps of the two-rank model under torch.profiler: per-shape GEMM times of the
+    fastest step and every step's wall time, put on ``queue``."""
+    import collections
+    import dataclasses
+    import os
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    from roofprof.distributed.tp_model import TPLlama, torch_comm
+    from roofprof.models.llama_torch import KVCache, TorchLlama
+    from roofprof.specs import load_model
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    spec = dataclasses.replace(load_model(IN_CONTEXT["model"]), num_layers=IN_CONTEXT["layers"])
+    full = TorchLlama(spec, dtype=torch.float32, device="cpu")
+    shard = TPLlama(full, rank, world, torch_comm())
+    del full
+    ids = torch.randint(0, spec.vocab_size, (1, IN_CONTEXT["prompt"]))
+    nxt = torch.zeros((1, 1), dtype=ids.dtype)
+    steps = []
+    with torch.inference_mode():
+        cache = KVCache()
+        shard(ids, cache)
+        shard(nxt, cache)
+        for _ in range(IN_CONTEXT["steps"]):
+            dist.barrier()
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                t0 = time.perf_counter()
+                float(shard(nxt, cache)[0, 0, 0])
+                wall = time.perf_counter() - t0
+            gemm = collections.Counter()
+            for e in prof.key_averages(group_by_input_shape=True):
+                if e.key == "aten::mm":
+                    (_, k), (_, n) = e.input_shapes[0], e.input_shapes[1]
+                    gemm[f"{k}x{n}"] += e.self_cpu_time_total / 1e6
+            steps.append({"wall_s": wall, "gemm_s": dict(gemm)})
+        collectives = _collectives_in_step(shard, ids, nxt, dist, torch)
+    dist.destroy_process_group()
+    queue.put((rank, {"steps": steps, "collectives": collectives}))
+
+
+def _collectives_in_step(shard, ids, nxt, dist, torch) -> dict:
+    """The all-reduce of one decode row (``batch × hidden`` floats) as the decode step pays
+    it and as a back-to-back measurement sees it: the step's own calls timed from inside
+    (the model's collectives wrapped), the same call back to back, after a 3 ms sleep (the
+    rank idle, as a rank that waits for the other), and after a barrier and a GEMV (both
+    ranks arrive together)."""
+    import statistics
+    import time
+
+    from roofprof.distributed.tp_model import Comm
+    from roofprof.models.llama_torch import KVCache
+
+    spent: list[float] = []
+    gather = shard.comm.all_gather
+
+    def timed_all_reduce(t):
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        spent.append(time.perf_counter() - t0)
+
+    shard.comm = Comm(timed_all_reduce, gather)
+    in_step, calls = [], 0
+    cache = KVCache()
+    shard(ids, cache)
+    shard(nxt, cache)
+    for _ in range(IN_CONTEXT["steps"]):
+        spent.clear()
+        dist.barrier()
+        float(shard(nxt, cache)[0, 0, 0])
+        in_step.append(sum(spent))
+        calls = len(spent)
+    x = torch.zeros(1, 1, shard.hidden)
+    w, v = torch.randn(4096, shard.hidden), torch.randn(1, shard.hidden)
+    kinds: dict[str, list[float]] = {"back_to_back": [], "after_3ms_sleep": [], "after_gemv": []}
+    for _ in range(20):
+        for kind, before in (
+            ("back_to_back", lambda: None),
+            ("after_3ms_sleep", lambda: time.sleep(0.003)),
+            ("after_gemv", lambda: (dist.barrier(), torch.nn.functional.linear(v, w))),
+        ):
+            before()
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            kinds[kind].append(time.perf_counter() - t0)
+    return {
+        "in_step_total_s": statistics.median(in_step),
+        "in_step_calls": calls,
+        **{f"{k}_s": statistics.median(v) for k, v in kinds.items()},
+    }
+
+
+def in_context(out: Path, tmp: Path) -> dict:
+    """One validation's per-op prediction beside the real decode step's GEMMs in context."""
+    import collections
+    import socket
+
+    import torch.multiprocessing as mp
+
+    path = tmp / "in_context.json"
+    run_once("together", path)
+    predicted = json.loads(path.read_text())
+    ops = predicted["predictions"]["measured"]["ops"]
+    decode = [o for o in ops if o["phase"] == "decode"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_rank_in_context, args=(r, 2, port, queue)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    got = dict(queue.get(timeout=600) for _ in procs)
+    for p in procs:
+        p.join()
+    per_rank = {r: got[r]["steps"] for r in got}
+    rows = []
+    calls = collections.Counter()  # GEMM calls per shape in the step (gate and up share one)
+    for o in decode:
+        if o["kind"] == "gemm":
+            calls[f"{o['k']}x{o['n']}"] += o["count"]
+    for o in decode:
+        if o["kind"] != "gemm":
+            continue
+        key = f"{o['k']}x{o['n']}"
+        seen = [min(s["gemm_s"].get(key, float("inf")) for s in per_rank[r]) for r in (0, 1)]
+        median = [statistics.median(s["gemm_s"].get(key, 0.0) for s in per_rank[r]) for r in (0, 1)]
+        rows.append(
+            {
+                "op": o["name"],
+                "shape": key,
+                "count": o["count"],
+                "predicted_s_per_call": o["seconds_per_call"],
+                "in_context_fastest_s": [x / calls[key] for x in seen],
+                "in_context_median_s": [x / calls[key] for x in median],
+            }
+        )
+    walls = {r: sorted(s["wall_s"] for s in per_rank[r]) for r in (0, 1)}
+    return {
+        "predicted_decode_s": next(
+            r["decode_step_s"] for r in predicted["comparison"] if r["estimator"] == "measured"
+        ),
+        "predicted_by_kind_s": {
+            kind: sum(o["seconds"] for o in decode if o["kind"] == kind)
+            for kind in sorted({o["kind"] for o in decode})
+        },
+        "real_decode_s": predicted["real"]["decode_s"],
+        "gemms": rows,
+        "profiled_step_walls_s": walls,
+        "all_reduce": {r: got[r]["collectives"] for r in (0, 1)},
+        "predicted_all_reduce_s": [
+            o["seconds_per_call"] for o in decode if o["name"] == "attn_allreduce"
+        ][:1],
+        "profiled_step_gemm_total_s": {
+            r: statistics.median(sum(s["gemm_s"].values()) for s in per_rank[r]) for r in (0, 1)
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="tp_validate_cpu.json")
     ap.add_argument("--max-wait", type=float, default=60.0, help="seconds to wait for quiet")
+    ap.add_argument("--in-context", action="store_true", help="the real step's ops in context")
     args = ap.parse_args(argv)
+    if args.in_context:
+        with tempfile.TemporaryDirectory() as tmp:
+            wait_quiet("in context", args.max_wait)
+            found = in_context(Path(args.out), Path(tmp))
+        found["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        found["machine"] = {**lscpu(), "python": platform.python_version()}
+        found["settings"] = {"validate": "roofprof validate " + " ".join(ARGS), **IN_CONTEXT}
+        Path(args.out).write_text(json.dumps(found, indent=1))
+        for row in found["gemms"]:
+            print(
+                f"{row['op']:10s} {row['shape']:>11s} x{row['count']}: predicted "
+                f"{row['predicted_s_per_call'] * 1e3:.3f} ms, in context (fastest step, "
+                "ranks 0/1) "
+                + " / ".join(f"{x * 1e3:.3f}" for x in row["in_context_fastest_s"])
+                + " ms, median "
+                + " / ".join(f"{x * 1e3:.3f}" for x in row["in_context_median_s"])
+                + " ms"
+            )
+        walls = found["profiled_step_walls_s"]
+        print(
+            f"decode step: predicted {found['predicted_decode_s'] * 1e3:.1f} ms "
+            + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in found["predicted_by_kind_s"].items())
+            + f"; real (validate) {found['real_decode_s'] * 1e3:.1f} ms; profiled steps "
+            + "; ".join(
+                f"rank {r}: {min(w) * 1e3:.1f}-{max(w) * 1e3:.1f} ms (median "
+                f"{statistics.median(w) * 1e3:.1f}), GEMMs "
+                f"{found['profiled_step_gemm_total_s'][r] * 1e3:.1f} ms"
+                for r, w in walls.items()
+            )
+        )
+        for r, c in found["all_reduce"].items():
+            print(
+                f"rank {r} all-reduce of one decode row: in the step "
+                f"{c['in_step_total_s'] * 1e3:.2f} ms over {c['in_step_calls']} calls; "
+                f"back to back {c['back_to_back_s'] * 1e3:.3f} ms, after a 3 ms sleep "
+                f"{c['after_3ms_sleep_s'] * 1e3:.3f} ms, after a barrier and a GEMV "
+                f"{c['after_gemv_s'] * 1e3:.3f} ms (predicted per call "
+                + ", ".join(f"{x * 1e3:.3f}" for x in found["predicted_all_reduce_s"])
+                + " ms)"
+            )
+        print(f"written to {args.out}")
+        return 0
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):

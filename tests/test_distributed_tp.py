@@ -244,6 +244,10 @@ def test_validate_tp_two_gloo_ranks(tmp_path, monkeypatch):
     assert any("profiled on all 2 ranks at once" in n for n in d["notes"])
     # a CPU rank's Python between the kernels is counted, as in single-rank validation
     assert any(n.startswith("framework overhead of plain torch") for n in d["notes"])
+    # one rank's ops and the collectives, op by op; the collectives priced, not profiled
+    ops = {o["name"]: o for o in d["predictions"]["measured"]["ops"]}
+    assert {"lm_head", "attn_allreduce", "logits_gather"} <= set(ops)
+    assert ops["attn_allreduce"]["bound"] == "communication"
     stored = [json.loads(f.read_text()) for f in cache.glob("measurements-*.json")]
     assert not any(stored), "the ranks' contended times must not be cached"
 

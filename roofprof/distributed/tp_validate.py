@@ -33,7 +33,13 @@ from roofprof.errors import ConfigError
 from roofprof.prediction.rollup import Prediction, RealRun, compare
 from roofprof.specs import ModelSpec
 
-__all__ = ["PROFILE_RANKS", "TPValidation", "slowest_rank_times", "validate_tp"]
+__all__ = [
+    "PROFILE_RANKS",
+    "TPValidation",
+    "rank_profiled_ops",
+    "slowest_rank_times",
+    "validate_tp",
+]
 
 #: How the per-rank ops are profiled: on every rank at once, or in one process alone.
 PROFILE_RANKS = ("together", "alone")
@@ -94,6 +100,7 @@ class TPValidation:
                 {k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
                 for row in self.comparison()
             ],
+            "predictions": {label: p.to_dict() for label, p in self.predictions.items()},
             "notes": list(self.notes),
             "profile_ranks": self.profile_ranks,
             "load_average_start_end": self.load_average,
@@ -208,7 +215,6 @@ def _profile_together(
     must not be reused by a single-process prediction."""
     import torch.distributed as dist
 
-    from roofprof import models
     from roofprof.cache import RooflineChoice
     from roofprof.distributed.tp_model import shard_spec
     from roofprof.profiling.engine import MeasureSettings
@@ -217,7 +223,6 @@ def _profile_together(
 
     tp = ctx.world_size
     scenario = Scenario(spec, "decode", batch, prompt, context, dtype, Counting(), Parallel(tp=tp))
-    ops = [*models.ops(scenario.replace(phase="prefill")).ops, *models.ops(scenario).ops]
     settings = ProfileSettings(
         budget_s=budget_s,
         threads=threads,
@@ -228,7 +233,7 @@ def _profile_together(
     est = Profiler(ctx.torch_device, settings, model=shard_spec(spec, tp)).estimator()
     # shape by shape from a barrier: each op is timed while the other ranks time the same op,
     # as in the real pass (a whole-list prefetch lets the ranks drift apart)
-    for op in {op.shape_key: op for op in ops}.values():
+    for op in rank_profiled_ops(scenario):
         dist.barrier()
         est.prefetch([op])
         est.lookup(op)
@@ -236,6 +241,24 @@ def _profile_together(
     everyone: list[Any] = [None] * tp
     dist.all_gather_object(everyone, mine)
     return slowest_rank_times(everyone)
+
+
+def rank_profiled_ops(scenario: Any) -> list[Any]:
+    """The distinct shapes of ``scenario``'s per-rank prefill and decode op lists that the ranks
+    profile: every op but the collectives, which are priced from the ones measured in the
+    group at their exact sizes.
+
+    >>> from roofprof.workload import Parallel, Scenario
+    >>> s = Scenario.of("llama-3.2-1b", "decode", prompt_tokens=8, context_tokens=8,
+    ...                 dtype="fp32", parallel=Parallel(tp=2))
+    >>> ops = rank_profiled_ops(s)
+    >>> len(ops) > 10, any(op.kind == "communication" for op in ops)
+    (True, False)
+    """
+    from roofprof import models
+
+    ops = [*models.ops(scenario.replace(phase="prefill")).ops, *models.ops(scenario).ops]
+    return list({op.shape_key: op for op in ops if op.kind != "communication"}.values())
 
 
 def slowest_rank_times(per_rank: list[dict[tuple, Any]]) -> dict[tuple, Any]:

@@ -158,6 +158,8 @@ class ValidationResult:
                 {k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
                 for row in self.comparison()
             ],
+            # each estimator's prediction of what ran, op by op (as `predict` prints it)
+            "predictions": {label: p.to_dict() for label, p in self.predictions.items()},
             "warnings": list(self.warnings),
             "provenance": provenance(device=dict(self.device)),
         }

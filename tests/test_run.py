@@ -210,9 +210,15 @@ def test_cli_run(capsys, tiny, roofline_file, tmp_path):
 
 def test_cli_run_bad_input(capsys, tiny):
     assert main(["run", "--model", tiny, "--batch-sweep", "0"]) == 2
+    capsys.readouterr()
+    # refused before any progress is drawn: the error is the whole output, one line
+    for args in (["--model", "llama-9"], ["--device", "cdua"]):
+        assert main(["run", *args]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and len(out.err.strip().splitlines()) == 1, out
+        assert "valid choices" in out.err
     assert main(["run", "--model", "llama-9"]) == 2
-    err = capsys.readouterr().err
-    assert "llama-3" in err
+    assert "llama-3" in capsys.readouterr().err
 
 
 @pytest.mark.slow

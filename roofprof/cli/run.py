@@ -82,27 +82,28 @@ def run_command(
     batch_list = parse_int_list(batches, "--batch-sweep", 1, MAX_BATCH)
     context_list = parse_int_list(contexts, "--context-sweep", 0) if contexts else None
     impls = split_list(impl)
+    # the plan first: a bad model, device or dtype is refused before any progress is drawn
+    plan = RunPlan.of(
+        model,
+        device=device,
+        dtype=None if dtype == "auto" else dtype,
+        out=out,
+        batch=batch,
+        prompt_tokens=prompt,
+        batches=batch_list,
+        contexts=context_list,
+        quick=not full,
+        roofline=roofline,
+        reuse_roofline_s=0.0 if fresh_roofline else 3600.0,
+        threads=threads,
+        budget_s=budget,
+        decode_steps=steps,
+        validate=not no_validate,
+        backend=backend,
+        attention=attention,
+        impls=impls,
+    )
     with progress_bar(True) as (progress, step):
-        plan = RunPlan.of(
-            model,
-            device=device,
-            dtype=None if dtype == "auto" else dtype,
-            out=out,
-            batch=batch,
-            prompt_tokens=prompt,
-            batches=batch_list,
-            contexts=context_list,
-            quick=not full,
-            roofline=roofline,
-            reuse_roofline_s=0.0 if fresh_roofline else 3600.0,
-            threads=threads,
-            budget_s=budget,
-            decode_steps=steps,
-            validate=not no_validate,
-            backend=backend,
-            attention=attention,
-            impls=impls,
-        )
         result = run(plan, progress=progress, step=step)
     from roofprof.report import print_run_summary
 

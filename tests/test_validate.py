@@ -180,6 +180,7 @@ def test_max_layers_scales_and_predictions_follow(tiny):
     assert r.real.prefill_page_faults is not None and r.real.prefill_page_faults >= 0
     assert r.to_dict()["real"]["decode_page_faults"] == r.real.decode_page_faults
     assert any("first-touched" in w and "minor page faults" in w for w in r.warnings)
+    assert any("µs per fresh page, measured now" in w for w in r.warnings)
     # the JSON carries the prediction op by op, the framework entries among them
     names = [o["name"] for o in r.to_dict()["predictions"]["measured"]["ops"]]
     assert "q_proj" in names and "framework_layer" in names

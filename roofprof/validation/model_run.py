@@ -494,9 +494,12 @@ def fresh_pages_note(real: RealRun, spec: ModelSpec, dtype: str, attention: str)
     """What the real prefill first-touched per pass (its minor page faults) beside what the
     CPU profile assumes (every non-GEMM output of 1 MiB or more in fresh pages): how much of
     the pass's memory the allocator handed back to the OS, which decides whether the
-    elementwise ops ran at their fresh-page or their warm time."""
+    elementwise ops ran at their fresh-page or their warm time; with the cost of a fresh
+    page measured now (:func:`~roofprof.devices.pool.first_touch_seconds_per_page`), what
+    each is worth in milliseconds."""
     import resource
 
+    from roofprof.devices.pool import first_touch_seconds_per_page
     from roofprof.models import ops
     from roofprof.models.llama_torch import torch_dtype
     from roofprof.profiling.torch_ops import fresh_page_bytes
@@ -511,12 +514,20 @@ def fresh_pages_note(real: RealRun, spec: ModelSpec, dtype: str, attention: str)
         stored_weights=False,
     )
     assumed = fresh_page_bytes(ops(scenario).ops, torch_dtype(dtype).itemsize)
-    touched = (real.prefill_page_faults or 0.0) * resource.getpagesize()
+    page = resource.getpagesize()
+    touched = (real.prefill_page_faults or 0.0) * page
+    per_page = first_touch_seconds_per_page()
+    cost = (
+        f" (at {per_page * 1e6:.1f} µs per fresh page, measured now: about "
+        f"{assumed / page * per_page * 1e3:.0f} ms of the predicted prefill against "
+        f"{touched / page * per_page * 1e3:.0f} ms in the real one)"
+        if per_page
+        else ""
+    )
     return (
         f"the real prefill first-touched {touched / 2**20:.1f} MiB per pass "
         f"({real.prefill_page_faults:,.0f} minor page faults, median); the profile times "
-        f"{assumed / 2**20:.1f} MiB of non-GEMM outputs per pass in fresh pages: where the "
-        "allocator kept the pass's memory, those ops ran faster in the pass than profiled"
+        f"{assumed / 2**20:.1f} MiB of non-GEMM outputs per pass in fresh pages{cost}"
     )
 
 

@@ -34,6 +34,8 @@ each phase and records what it saw). The stock Dot and the huge-page run are rec
 per round, after the window, for reference. The target is judged on steady rounds, those
 in which BabelStream's own runs agree (its slowest run of each kernel ≥ 0.90 × its fastest,
 ``STEADY``); an unsteady round is recorded and another is run, up to ``--max-rounds``.
+roofprof's own runs of each round are held to the same spread and reported beside
+(``roofprof_run_spread``): a steady round whose roofprof runs disagree is named as such.
 
 Usage::
 
@@ -236,6 +238,13 @@ def run_round(i: int, exe: Path, exe_vec: Path, tmp: Path, args: argparse.Namesp
         "babelstream_run_spread": {
             k: min(r[k] for r in bs_runs) / max(r[k] for r in bs_runs) for k in bs_runs[0]
         },
+        # roofprof's own runs of the round, slowest ÷ fastest (recorded beside BabelStream's:
+        # a round whose roofprof runs disagree saw the host move too, whatever BabelStream saw)
+        "roofprof_run_spread": {
+            k: min(r[k] for r in rp_runs) / max(r[k] for r in rp_runs)
+            for k in rp_runs[0]
+            if all(r.get(k) for r in rp_runs)
+        },
         "4k": {
             "roofprof_runs_bytes_per_s": rp_runs,
             "roofprof_bytes_per_s": rp_best,
@@ -340,6 +349,14 @@ def main(argv: list[str] | None = None) -> int:
             row["steady"] = min(row["babelstream_run_spread"].values()) >= STEADY
             if not row["steady"]:
                 print(f"round {len(rounds) + 1}: BabelStream itself moved (unsteady)", flush=True)
+            elif min(row["roofprof_run_spread"].values(), default=1.0) < STEADY:
+                print(
+                    f"round {len(rounds) + 1}: steady by BabelStream's runs, but roofprof's own "
+                    "runs moved (slowest ÷ fastest "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in row["roofprof_run_spread"].items())
+                    + ")",
+                    flush=True,
+                )
             rounds.append(row)
     all_rounds, rounds = rounds, [r for r in rounds if r["steady"]] or rounds
     names = sorted({k for r in rounds for k in r["ratios"]})
@@ -365,6 +382,13 @@ def main(argv: list[str] | None = None) -> int:
     babelstream_spread = {
         k: _min_median_max(r["babelstream_run_spread"][k] for r in rounds) for k in self_names
     }
+    rp_names = sorted({k for r in rounds for k in r.get("roofprof_run_spread", {})})
+    roofprof_spread = {
+        k: _min_median_max(
+            r["roofprof_run_spread"][k] for r in rounds if k in r.get("roofprof_run_spread", {})
+        )
+        for k in rp_names
+    }
     baseline = spread(rounds, "baseline_4k", names) if args.baseline_tree is not None else {}
     payload = {
         "benchmark": "roofprof CPU roofline (quick) vs BabelStream OpenMP, alternating rounds",
@@ -386,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary_roofprof_on_huge_pages": huge,
         "summary_single_runs_4k": single,
         "babelstream_run_spread": babelstream_spread,
+        "roofprof_run_spread": roofprof_spread,
         "repeats": args.repeats,
         **(
             {"summary_baseline_4k": baseline, "baseline_tree": str(args.baseline_tree)}
@@ -423,6 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     for k, s in babelstream_spread.items():
         print(
             f"BabelStream {k} slowest ÷ fastest run of a round (the host's own noise): "
+            f"min {s['min']:.3f}, median {s['median']:.3f}, max {s['max']:.3f}"
+        )
+    for k, s in roofprof_spread.items():
+        print(
+            f"roofprof {k} slowest ÷ fastest run of a round: "
             f"min {s['min']:.3f}, median {s['median']:.3f}, max {s['max']:.3f}"
         )
     return 0

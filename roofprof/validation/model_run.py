@@ -284,9 +284,10 @@ def _validate(
     decode_share: list[float] = []
     shared_host = info.shared_host
 
-    faults: dict[int, list[int]] = {id(prefill_share): [], id(decode_share): []}
+    prefill_faults: list[int] = []  # minor page faults of each timed pass
+    decode_faults: list[int] = []
 
-    def timed(fn, shares):
+    def timed(fn, shares, faults=None):
         meter = Contention()
         with meter:
             clock.start()
@@ -294,8 +295,8 @@ def _validate(
             elapsed = clock.stop()
         shares.append(meter.share)
         touched = getattr(meter, "minor_faults", None)  # a meter that counts them
-        if touched is not None and id(shares) in faults:
-            faults[id(shares)].append(touched)
+        if touched is not None and faults is not None:
+            faults.append(touched)
         return out, elapsed
 
     steps_per_rep = -(-decode_steps // prefill_repeats)
@@ -318,7 +319,9 @@ def _validate(
                 f"repetition {rep + 1}/{prefill_repeats}: prefill ({batch}×{prompt_tokens} tokens)"
                 + (" (again: machine busy)" if rep >= prefill_repeats else "")
             )
-            (logits, cache), elapsed = timed(lambda: runner.prefill(ids), prefill_share)
+            (logits, cache), elapsed = timed(
+                lambda: runner.prefill(ids), prefill_share, prefill_faults
+            )
             prefill_s.append(elapsed)
             nxt = logits[:, -1:].argmax(-1)
             for i in range(warmup_steps + steps_per_rep):
@@ -330,6 +333,7 @@ def _validate(
                 logits, elapsed = timed(
                     lambda nxt=nxt, cache=cache: runner.step(nxt, cache),
                     decode_share if i >= warmup_steps else [],
+                    decode_faults if i >= warmup_steps else None,
                 )
                 if i >= warmup_steps:
                     decode_s.append(elapsed)
@@ -376,7 +380,7 @@ def _validate(
         _iqr(decode_used),
         *(
             statistics.median(f) if f and not info.asynchronous else None
-            for f in (faults[id(prefill_share)], faults[id(decode_share)])
+            for f in (prefill_faults, decode_faults)
         ),
     )
     if real.prefill_page_faults is not None:

@@ -477,13 +477,8 @@ def _predict(
             result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype)
         )
     notes = [w for w in est.warnings if w.startswith("framework overhead")]
-    if est.framework is not None:
-        fw = est.framework
-        notes.append(
-            f"framework overhead of {fw.model} (the ranks run its tensor-parallel form) counted "
-            f"by measured: decode {fw.layer_s['decode'] * 1e6:.0f} µs per layer + "
-            f"{fw.pass_s['decode'] * 1e6:.0f} µs per pass"
-        )
+    if est.framework is not None:  # the ranks run its tensor-parallel form
+        notes.append(est.framework.describe())
     if result.rank_times:
         notes.append(
             f"each op profiled on all {result.tp} ranks at once with "

@@ -64,6 +64,20 @@ class FrameworkOverhead:
         """The pass's total overhead: ``layers × layer_s + pass_s`` (0 for an unknown phase)."""
         return layers * self.layer_s.get(phase, 0.0) + self.pass_s.get(phase, 0.0)
 
+    def describe(self) -> str:
+        """One line of the figures, per phase, for the notes of a prediction counting them.
+
+        >>> FrameworkOverhead({"decode": 1.2e-4}, {"decode": 2e-4}, "m").describe()[-62:]
+        'counted by measured: decode 120 µs per layer + 200 µs per pass'
+        """
+        per_phase = "; ".join(
+            f"{p} {self.layer_s[p] * 1e6:.0f} µs per layer + {self.pass_s.get(p, 0.0) * 1e6:.0f} µs"
+            " per pass"
+            for p in self.layer_s
+        )
+        method = f" ({self.method})" if self.method else ""
+        return f"framework overhead of {self.model} counted by measured: {per_phase}{method}"
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FrameworkOverhead:
         """The inverse of :meth:`to_dict`.

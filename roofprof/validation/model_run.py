@@ -383,9 +383,9 @@ def _validate(
             for f in (prefill_faults, decode_faults)
         ),
     )
-    if real.prefill_page_faults is not None:
-        notes.append(fresh_pages_note(real, spec, dtype, attention))
     counting = Counting(attention=attention)
+    if real.prefill_page_faults is not None:
+        notes.append(fresh_pages_note(real, spec, dtype, counting))
     result = ValidationResult(
         real,
         spec,
@@ -432,20 +432,10 @@ def predict_validated(
         estimators = with_framework_overhead(estimators, result.model, backend, result.attention)
         counted = [e.framework for e in estimators.values() if getattr(e, "framework", None)]
         if counted:
-            fw = counted[0]
-            us = {p: (fw.layer_s[p] * 1e6, fw.pass_s[p] * 1e6) for p in fw.layer_s}
             result = dataclasses.replace(
                 result,
-                framework_overhead=fw,
-                warnings=(
-                    *result.warnings,
-                    f"framework overhead of {fw.model} counted by measured: "
-                    + "; ".join(
-                        f"{p} {a:.0f} µs per layer + {b:.0f} µs per pass"
-                        for p, (a, b) in us.items()
-                    )
-                    + f" ({fw.method})",
-                ),
+                framework_overhead=counted[0],
+                warnings=(*result.warnings, counted[0].describe()),
             )
     result = result.with_predictions(predict_for(result, estimators))
     if result.host_noise is not None:
@@ -475,26 +465,23 @@ def with_framework_overhead(
     spec: ModelSpec,
     backend: str,
     attention: str,
-    *,
-    use_cache: bool = False,
 ) -> dict[str, Estimator]:
     """``estimators`` with the real model class's framework overhead counted by each
     ``measured`` estimator that counts launch overhead
     (:func:`~roofprof.validation.framework_overhead.count_framework_overhead`: measured now,
-    beside the real run, and kept in the cache for ``predict``; ``use_cache=True`` reuses a
-    cached one and says so); a model the probe does not cover keeps them as they are, and
-    their warnings say so. An estimator that counts one already (``run`` counts the class
-    it validates in its predictions step) keeps it."""
+    beside the real run, and kept in the cache for ``predict``); a model the probe does not
+    cover keeps them as they are, and their warnings say so. An estimator that counts one
+    already (``run`` counts the class it validates in its predictions step) keeps it."""
     out = dict(estimators)
     for k, est in estimators.items():
         if isinstance(est, MeasuredEstimator) and est.include_launch and est.framework is None:
             out[k] = count_framework_overhead(
-                est, spec, backend, attention=attention, use_cache=use_cache
+                est, spec, backend, attention=attention, use_cache=False
             )
     return out
 
 
-def fresh_pages_note(real: RealRun, spec: ModelSpec, dtype: str, attention: str) -> str:
+def fresh_pages_note(real: RealRun, spec: ModelSpec, dtype: str, counting: Counting) -> str:
     """What the real prefill first-touched per pass (its minor page faults) beside what the
     CPU profile assumes (every non-GEMM output of 1 MiB or more in fresh pages): how much of
     the pass's memory the allocator handed back to the OS, which decides whether the
@@ -514,7 +501,7 @@ def fresh_pages_note(real: RealRun, spec: ModelSpec, dtype: str, attention: str)
         batch=real.batch,
         prompt_tokens=real.prompt_tokens,
         dtype=dtype,
-        convention=Counting(attention=attention),
+        convention=counting,
         stored_weights=False,
     )
     assumed = fresh_page_bytes(ops(scenario).ops, torch_dtype(dtype).itemsize)

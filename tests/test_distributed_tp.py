@@ -248,6 +248,23 @@ def test_validate_tp_two_gloo_ranks(tmp_path, monkeypatch):
     ops = {o["name"]: o for o in d["predictions"]["measured"]["ops"]}
     assert {"lm_head", "attn_allreduce", "logits_gather"} <= set(ops)
     assert ops["attn_allreduce"]["bound"] == "communication"
+    # every collective of both passes timed in the pass's rhythm, and those times price the
+    # measured estimator's collectives; the back-to-back pricing stands beside it
+    rhythm = {(p["phase"], p["name"]): p for p in d["collectives_in_rhythm"]}
+    assert set(rhythm) == {
+        (phase, name)
+        for phase in ("prefill", "decode")
+        for name in ("embedding_allreduce", "attn_allreduce", "mlp_allreduce", "logits_gather")
+    }
+    assert all(p["seconds"] > 0 and not p["skipped"] for p in rhythm.values())
+    priced = {
+        (o["phase"], o["name"]): o["seconds_per_call"]
+        for o in d["predictions"]["measured"]["ops"]
+        if o["kind"] == "communication"
+    }
+    assert priced == {k: p["seconds"] for k, p in rhythm.items()}
+    assert "measured-back-to-back" in labels
+    assert any(n.startswith("collectives timed in each pass's rhythm") for n in d["notes"])
     stored = [json.loads(f.read_text()) for f in cache.glob("measurements-*.json")]
     assert not any(stored), "the ranks' contended times must not be cached"
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -67,6 +68,8 @@ class TPValidation:
     profile_ranks: str = "alone"
     # the ops' times profiled on every rank at once (shape key -> OpTime), when together
     rank_times: dict[tuple, Any] = field(default_factory=dict)
+    # the collectives timed in each pass's rhythm (RhythmPrice rows), when profiled together
+    rhythm: tuple[Any, ...] = ()
 
     def comparison(self) -> list[dict[str, Any]]:
         """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``)."""
@@ -103,6 +106,7 @@ class TPValidation:
             "predictions": {label: p.to_dict() for label, p in self.predictions.items()},
             "notes": list(self.notes),
             "profile_ranks": self.profile_ranks,
+            "collectives_in_rhythm": [p.to_dict() for p in self.rhythm],
             "load_average_start_end": self.load_average,
             "provenance": provenance(tp=self.tp),
         }
@@ -183,10 +187,10 @@ def _rank(
     )
     del shard, cache
     context = _context(prompt, warmup_steps, steps, repeats)
-    times = (
+    times, rhythm = (
         _profile_together(ctx, spec, dtype, batch, prompt, context, threads, budget_s)
         if together
-        else {}
+        else ({}, [])
     )
     if not ctx.is_root:
         return None
@@ -196,6 +200,7 @@ def _rank(
         "diff": diff,
         "collectives": [s.to_row() for s in samples],
         "rank_times": times,
+        "rhythm": [p.to_dict() for p in rhythm],
     }
 
 
@@ -208,9 +213,10 @@ def _profile_together(
     context: int,
     threads: int,
     budget_s: float,
-) -> dict[tuple, Any]:  # runs on every rank
+) -> tuple[dict[tuple, Any], list[Any]]:  # runs on every rank
     """Every rank profiles the per-rank op list of both passes, each shape at the same time
-    (from a barrier); each shape's slowest-rank time (:func:`slowest_rank_times`). The
+    (from a barrier); each shape's slowest-rank time (:func:`slowest_rank_times`), and the
+    collectives timed in the passes' rhythm with those ops (:func:`_in_rhythm`). The
     measurements are not stored in the cache: times taken under the ranks' own contention
     must not be reused by a single-process prediction."""
     import torch.distributed as dist
@@ -230,7 +236,8 @@ def _profile_together(
         store=False,
         measure=MeasureSettings(judge_contention=False),
     )
-    est = Profiler(ctx.torch_device, settings, model=shard_spec(spec, tp)).estimator()
+    prof = Profiler(ctx.torch_device, settings, model=shard_spec(spec, tp))
+    est = prof.estimator()
     # shape by shape from a barrier: each op is timed while the other ranks time the same op,
     # as in the real pass (a whole-list prefetch lets the ranks drift apart)
     for op in rank_profiled_ops(scenario):
@@ -240,7 +247,40 @@ def _profile_together(
     mine = dict(est.times)
     everyone: list[Any] = [None] * tp
     dist.all_gather_object(everyone, mine)
-    return slowest_rank_times(everyone)
+    merged = slowest_rank_times(everyone)
+    return merged, _in_rhythm(ctx, prof, merged, scenario, threads)
+
+
+def _in_rhythm(
+    ctx: Any, prof: Any, times: dict[tuple, Any], scenario: Any, threads: int
+) -> list[Any]:  # runs on every rank
+    """The collectives of both passes timed in their rhythm
+    (:func:`~roofprof.distributed.rhythm.measure_in_rhythm`), each segment's ops run by the
+    implementation whose time the profile took, checked first. Only on a blocking backend
+    (gloo, a CPU): elsewhere none, and the back-to-back times price the collectives."""
+    import numpy as np
+
+    from roofprof import models
+    from roofprof.devices.cpu import threads as cpu_threads
+    from roofprof.distributed.rhythm import measure_in_rhythm
+    from roofprof.profiling.engine import prepare_checked
+
+    if not str(ctx.torch_device).startswith("cpu"):
+        return []
+    impls = {impl.name: impl for impl in prof.ordered_impls()}
+    rng = np.random.default_rng(7)
+
+    def prepare(op: Any) -> Any:
+        chosen = times.get(op.shape_key)
+        impl = impls.get(chosen.impl) if chosen is not None else None
+        return None if impl is None else prepare_checked(impl, op, rng)[0]
+
+    phases = {
+        "prefill": models.ops(scenario.replace(phase="prefill")).ops,
+        "decode": models.ops(scenario).ops,
+    }
+    with cpu_threads(threads):
+        return measure_in_rhythm(ctx, phases, prepare)
 
 
 def rank_profiled_ops(scenario: Any) -> list[Any]:
@@ -321,6 +361,7 @@ def validate_tp(
     import dataclasses
 
     from roofprof.distributed.ranks import device_type, launch, local_device_count
+    from roofprof.distributed.rhythm import RhythmPrice
     from roofprof.distributed.tp_model import check_tp
     from roofprof.specs import load_model
 
@@ -378,6 +419,7 @@ def validate_tp(
         load_average=load,
         profile_ranks=profile_ranks,
         rank_times=dict(raw.get("rank_times") or {}),
+        rhythm=tuple(RhythmPrice.from_dict(d) for d in raw.get("rhythm") or ()),
     )
     if estimators:
         predictions, notes = _predict(result, kind, roofline, budget_s)
@@ -468,17 +510,27 @@ def _predict(
         from roofprof.validation.framework_overhead import count_framework_overhead
 
         est = count_framework_overhead(est, result.model, "torch", use_cache=False)
-    for label, e in (("measured", est), ("measured-no-launch", est.with_launch(False))):
+    priced: Any = comm
+    runs = [("measured", est, comm), ("measured-no-launch", est.with_launch(False), comm)]
+    if result.rhythm:  # the collectives as the passes meet them; back to back beside them
+        from roofprof.distributed.rhythm import RhythmCollectives
+
+        priced = RhythmCollectives(result.rhythm, comm)
+        runs = [(label, e, priced) for label, e, _ in runs]
+        runs.append(("measured-back-to-back", est, comm))
+    for label, e, collectives in runs:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pf = estimate_phase(models.ops(scenario.replace(phase="prefill")), e, comm)
-            dc = estimate_phase(models.ops(scenario), e, comm)
+            pf = estimate_phase(models.ops(scenario.replace(phase="prefill")), e, collectives)
+            dc = estimate_phase(models.ops(scenario), e, collectives)
         out[label] = Prediction(
             result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype)
         )
     notes = [w for w in est.warnings if w.startswith("framework overhead")]
     if est.framework is not None:  # the ranks run its tensor-parallel form
         notes.append(est.framework.describe())
+    if result.rhythm:
+        notes.append(_rhythm_note(result.rhythm, comm))
     if result.rank_times:
         notes.append(
             f"each op profiled on all {result.tp} ranks at once with "
@@ -492,3 +544,29 @@ def _predict(
             "rank busy at once"
         )
     return out, tuple(notes)
+
+
+def _rhythm_note(prices: Sequence[Any], back_to_back: Any) -> str:
+    """One line: each phase's collectives in the pass's rhythm against back to back."""
+    parts = []
+    for phase in ("prefill", "decode"):
+        rows = [p for p in prices if p.phase == phase]
+        if rows:
+            parts.append(
+                f"{phase} "
+                + ", ".join(
+                    f"{p.name} {p.seconds * 1e3:.2f} ms "
+                    f"(back to back {back_to_back.seconds(p.op, p.bytes, _ranks(p)) * 1e3:.2f})"
+                    for p in rows
+                )
+            )
+    return (
+        "collectives timed in each pass's rhythm (on every rank right after the ops before "
+        "them, from a barrier as each timed pass starts; a rank's waits for the others "
+        "included), per call: " + "; ".join(parts) + "; 'measured-back-to-back' prices "
+        "them back to back"
+    )
+
+
+def _ranks(price: Any) -> int:
+    return len(price.per_rank_median_s)

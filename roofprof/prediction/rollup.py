@@ -87,7 +87,8 @@ def estimate_phase(
 ) -> PhasePrediction:
     """Every op of ``workload`` through ``estimator``; collectives (``op.fn`` in
     ``COLLECTIVE_FNS``) through ``collectives`` or the estimator's own ``collectives`` model
-    (a :class:`~roofprof.prediction.collectives.CollectiveModel`; none: 0 s, noted). An
+    (a :class:`~roofprof.prediction.collectives.CollectiveModel`, or one with
+    ``op_seconds(op)`` pricing ops by phase and name; none: 0 s, noted). An
     estimator carrying a ``framework`` overhead (:class:`~roofprof.prediction.framework.
     FrameworkOverhead`) adds its two entries, ``framework_layer`` and ``framework_pass``."""
     comm = collectives or estimator.collectives
@@ -107,7 +108,11 @@ def estimate_phase(
 def _collective(model: Any, op: Op) -> OpEstimate:
     if model is None:
         return OpEstimate(0.0, "communication", "no interconnect model: not priced")
-    return OpEstimate(model.seconds(op.fn, op.bytes, op.batch), "communication", model.source)
+    by_op = getattr(model, "op_seconds", None)  # priced per op (phase, name) where it was timed
+    seconds = by_op(op) if by_op is not None else None
+    if seconds is None:
+        return OpEstimate(model.seconds(op.fn, op.bytes, op.batch), "communication", model.source)
+    return OpEstimate(seconds, "communication", model.source)
 
 
 def check_memory(scenarios: Sequence[Scenario], gpu: GpuSpec) -> None:

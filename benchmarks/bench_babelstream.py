@@ -36,11 +36,15 @@ in which each tool's own runs agree (the slowest run of each kernel ≥ 0.90 × 
 ``STEADY``, for BabelStream's runs and for roofprof's, ``babelstream_run_spread`` and
 ``roofprof_run_spread``): a ratio of two bests compares the tools only when both saw the
 same memory system through the window. An unsteady round is recorded, with which tool's
-runs moved, and another is run, up to ``--max-rounds``.
+runs moved, and another is run, up to ``--max-rounds``. Beside the rounds, every run of
+every round is pooled and the tools are compared at each of the host's two speeds
+(:func:`levels`, ``level_matched``): the median run of each at the fast level and at the
+slow one.
 
 Usage::
 
     python benchmarks/bench_babelstream.py [--rounds 3] [--repeats 3] [--out babelstream_cpu.json]
+    python benchmarks/bench_babelstream.py --levels benchmarks/results/babelstream_cpu_*.json
 """
 
 from __future__ import annotations
@@ -169,6 +173,53 @@ def spread(rounds: list[dict], key: str, names: list[str]) -> dict[str, dict[str
         vals = [r[key]["ratios"][n] for r in rounds if n in r.get(key, {}).get("ratios", {})]
         if vals:
             out[n] = {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}
+    return out
+
+
+#: The like-for-like pairs of the level-matched comparison: roofprof ceiling -> BabelStream.
+MATCHED = {"DRAM read": VEC_DOT, "DRAM copy": "Copy", "DRAM triad": "Triad"}
+
+
+def levels(rounds: list[dict]) -> dict[str, dict[str, float | int]]:
+    """Each tool's runs of every round pooled, split at the host's two levels, compared level
+    by level.
+
+    This host's memory system flips between two speeds (about 33 and 43-50 GB/s) for
+    seconds to minutes, whichever tool runs. The split for each pair is the midpoint of
+    BabelStream's slowest and fastest run over all rounds (the reference sets it, not the
+    tool under test); per level, the ratio is roofprof's median run over BabelStream's. A
+    level with no run of one tool has no ratio.
+
+    >>> r = [{"babelstream_runs_bytes_per_s": [{"Triad": 33e9}, {"Triad": 44e9}],
+    ...       "4k": {"roofprof_runs_bytes_per_s": [{"DRAM triad": 34e9}, {"DRAM triad": 48e9}]}}]
+    >>> round(levels(r)["DRAM triad / Triad"]["fast_ratio"], 3)
+    1.091
+    """
+    out: dict[str, dict[str, float | int]] = {}
+    for ours, theirs in MATCHED.items():
+        ref = [
+            run[theirs]
+            for r in rounds
+            for run in r.get("babelstream_runs_bytes_per_s", [])
+            if theirs in run
+        ]
+        tool = [
+            run[ours]
+            for r in rounds
+            for run in r.get("4k", {}).get("roofprof_runs_bytes_per_s", [])
+            if ours in run
+        ]
+        if not ref or not tool:
+            continue
+        split = (min(ref) + max(ref)) / 2
+        row: dict[str, float | int] = {"split_bytes_per_s": split}
+        for level, fast in (("fast", True), ("slow", False)):
+            a = [x for x in tool if (x >= split) == fast]
+            b = [x for x in ref if (x >= split) == fast]
+            row[f"{level}_runs_roofprof"], row[f"{level}_runs_babelstream"] = len(a), len(b)
+            if a and b:
+                row[f"{level}_ratio"] = statistics.median(a) / statistics.median(b)
+        out[f"{ours} / {theirs}"] = row
     return out
 
 
@@ -326,7 +377,18 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the roofprof of this source tree (4 KiB pages) in every round: a "
         "checkout with roofprof/kernels and roofprof/data linked to its kernels/ and data/",
     )
+    ap.add_argument(
+        "--levels",
+        nargs="+",
+        type=Path,
+        metavar="RESULT",
+        help="measure nothing: print the level-matched comparison of kept result files",
+    )
     args = ap.parse_args(argv)
+    if args.levels:
+        for path in args.levels:
+            print_levels(f"{path.name}: ", levels(json.loads(path.read_text())["rounds"]))
+        return 0
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_babelstream(Path(tmp))
@@ -348,9 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         while sum(r["steady"] for r in rounds) < args.rounds and len(rounds) < limit:
             row = run_round(len(rounds), exe, exe_vec, Path(tmp), args)
             row["steady_babelstream"] = min(row["babelstream_run_spread"].values()) >= STEADY
-            row["steady_roofprof"] = (
-                min(row["roofprof_run_spread"].values(), default=1.0) >= STEADY
-            )
+            row["steady_roofprof"] = min(row["roofprof_run_spread"].values(), default=1.0) >= STEADY
             row["steady"] = row["steady_babelstream"] and row["steady_roofprof"]
             if not row["steady_babelstream"]:
                 print(f"round {len(rounds) + 1}: BabelStream itself moved (unsteady)", flush=True)
@@ -416,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         "summary_single_runs_4k": single,
         "babelstream_run_spread": babelstream_spread,
         "roofprof_run_spread": roofprof_spread,
+        # every round's runs (steady or not) pooled and compared at the host's two levels
+        "level_matched": levels(all_rounds),
         "repeats": args.repeats,
         **(
             {"summary_baseline_4k": baseline, "baseline_tree": str(args.baseline_tree)}
@@ -460,7 +522,24 @@ def main(argv: list[str] | None = None) -> int:
             f"roofprof {k} slowest ÷ fastest run of a round: "
             f"min {s['min']:.3f}, median {s['median']:.3f}, max {s['max']:.3f}"
         )
+    print_levels("", payload["level_matched"])
     return 0
+
+
+def print_levels(prefix: str, matched: dict[str, dict]) -> None:
+    """One line per pair of :func:`levels`' comparison."""
+    for n, row in matched.items():
+        print(
+            f"{prefix}{n}, every run at the host's two levels (split at "
+            f"{row['split_bytes_per_s'] / 1e9:.1f} GB/s): "
+            + ", ".join(
+                f"{level} {row[f'{level}_ratio']:.3f} (runs {row[f'{level}_runs_roofprof']} / "
+                f"{row[f'{level}_runs_babelstream']})"
+                if f"{level}_ratio" in row
+                else f"{level}: no run of one tool"
+                for level in ("fast", "slow")
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -127,6 +127,9 @@ def test_each_collective_is_priced_after_its_segment_with_the_other_ranks_wait()
     # slowest rank's segment 9 ms -> 1 ms, which is also the last arriver's call
     assert attn.seconds == pytest.approx(1e-3)
     assert attn.per_rank_median_s == pytest.approx((3e-3, 1e-3))
+    assert attn.segment_median_s == pytest.approx((7e-3, 9e-3))
+    assert attn.wall_median_s == pytest.approx(10e-3)
+    assert RhythmPrice.from_dict(attn.to_dict()) == attn
     assert attn.passes == 4 and "o_proj" in attn.segment_ops and not attn.skipped
     assert by_name["embedding_allreduce"].skipped == ("embedding",)
     assert all(p.released for p in made.values())  # every prepared op released
@@ -166,3 +169,38 @@ def _zero_estimator():
 def test_no_replayed_pass_is_refused():
     with pytest.raises(ConfigError, match="passes >= 1"):
         measure_in_rhythm(Ctx(), {}, lambda op: None, passes=0, dist=object(), torch=object())
+
+
+def test_a_segment_whose_profile_disagrees_with_its_replay_is_named():
+    from roofprof.distributed.rhythm import replay_disagreements
+
+    ops = {o.op.name: o for o in _priced_decode()}
+    phase = type("Phase", (), {"ops": tuple(ops.values())})()
+    profiled = sum(ops[n].estimate.seconds for n in ("mlp_residual", "final_norm", "lm_head"))
+
+    def row(replayed: float) -> RhythmPrice:
+        return RhythmPrice(
+            "decode",
+            "logits_gather",
+            "all_gather",
+            513024,
+            2e-3,
+            (2e-3, 2e-3),
+            16,
+            ("mlp_residual", "final_norm", "lm_head"),
+            (),
+            (replayed * 0.98, replayed),
+            replayed + 2e-3,
+        )
+
+    assert replay_disagreements([row(profiled * 1.1)], {"decode": phase}) == []
+    (note,) = replay_disagreements([row(profiled / 3)], {"decode": phase})
+    assert note.startswith("decode ops before logits_gather") and "replayed" in note
+    assert replay_disagreements([row(profiled / 3)], {"prefill": phase}) == []  # other phase
+
+
+def _priced_decode():
+    from roofprof.prediction.estimators import OpEstimate
+    from roofprof.prediction.records import OpPrediction
+
+    return [OpPrediction(op, OpEstimate(op.bytes / 40e9, "memory")) for op in decode_workload().ops]

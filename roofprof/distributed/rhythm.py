@@ -28,7 +28,14 @@ from typing import Any
 
 from roofprof.workload import COLLECTIVE_FNS, Op
 
-__all__ = ["RhythmCollectives", "RhythmPrice", "measure_in_rhythm", "price", "segments"]
+__all__ = [
+    "RhythmCollectives",
+    "RhythmPrice",
+    "measure_in_rhythm",
+    "price",
+    "replay_disagreements",
+    "segments",
+]
 
 #: op ``fn`` -> the collective :func:`~roofprof.distributed.bench.op_call` runs.
 _CALL = {"allreduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
@@ -52,10 +59,17 @@ class RhythmPrice:
     passes: int
     segment_ops: tuple[str, ...]
     skipped: tuple[str, ...] = ()
+    #: each rank's median time in the segment's ops, and the median wall of segment plus call
+    segment_median_s: tuple[float, ...] = ()
+    wall_median_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
-        return {**asdict(self), "per_rank_median_s": list(self.per_rank_median_s)}
+        return {
+            **asdict(self),
+            "per_rank_median_s": list(self.per_rank_median_s),
+            "segment_median_s": list(self.segment_median_s),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RhythmPrice:
@@ -66,6 +80,7 @@ class RhythmPrice:
                 "per_rank_median_s": tuple(d["per_rank_median_s"]),
                 "segment_ops": tuple(d["segment_ops"]),
                 "skipped": tuple(d.get("skipped", ())),
+                "segment_median_s": tuple(d.get("segment_median_s", ())),
             }
         )
 
@@ -182,6 +197,11 @@ def measure_in_rhythm(
                 passes,
                 ran,
                 skipped,
+                tuple(statistics.median(s for s, _ in r) for r in per_rank),
+                statistics.median(
+                    statistics.fmean(s + c for s, c in per_pass)
+                    for per_pass in zip(*per_rank, strict=True)
+                ),
             )
         )
     return out
@@ -244,3 +264,49 @@ class RhythmCollectives:
     def seconds(self, op: str, size_bytes: float, ranks: int) -> float:
         """A collective by name and size alone: the fallback model's price."""
         return self.fallback.seconds(op, size_bytes, ranks)
+
+
+def replay_disagreements(
+    prices: Sequence[RhythmPrice],
+    phases: Mapping[str, Any],
+    *,
+    tolerance: float = 0.25,
+    floor_s: float = 0.5e-3,
+) -> list[str]:
+    """Notes on the segments whose profiled op times disagree with their replay.
+
+    ``phases``: phase name -> its :class:`~roofprof.prediction.records.PhasePrediction`. For
+    each replayed segment, its ops' predicted seconds per call are summed and set beside the
+    slowest rank's median replay of the same ops in pass order. A sum more than ``tolerance``
+    away, and by more than ``floor_s``, means the host's speed moved between the profile and
+    the replay, or an op runs at another speed after its neighbours than alone: a note names
+    the segment and both times.
+
+    >>> from roofprof.prediction.estimators import OpEstimate
+    >>> from roofprof.prediction.records import OpPrediction
+    >>> from roofprof.workload import Op
+    >>> head = Op("lm_head", "gemm", "decode", 1, 64128, 2048, "fp32", 0.0, 5e8)
+    >>> class Phase:
+    ...     ops = (OpPrediction(head, OpEstimate(0.113, "memory")),)
+    >>> row = RhythmPrice("decode", "logits_gather", "all_gather", 513024, 2e-3, (2e-3,) * 2,
+    ...                   16, ("lm_head",), (), (0.035, 0.036), 0.039)
+    >>> replay_disagreements([row], {"decode": Phase()})[0][:74]
+    'decode ops before logits_gather: profiled 113.00 ms a call, replayed 36.00'
+    """
+    notes = []
+    for p in prices:
+        phase = phases.get(p.phase)
+        if phase is None or not p.segment_median_s:
+            continue
+        profiled = sum(o.estimate.seconds for o in phase.ops if o.op.name in p.segment_ops)
+        replayed = max(p.segment_median_s)
+        if replayed > 0 and (
+            abs(profiled / replayed - 1) > tolerance and abs(profiled - replayed) > floor_s
+        ):
+            notes.append(
+                f"{p.phase} ops before {p.name}: profiled {profiled * 1e3:.2f} ms a call, "
+                f"replayed {replayed * 1e3:.2f} ms in pass order on every rank (slowest rank): "
+                "the host's speed moved between the two, or an op runs at another speed after "
+                "its neighbours; the prediction keeps the profiled times"
+            )
+    return notes

@@ -530,7 +530,11 @@ def _predict(
     if est.framework is not None:  # the ranks run its tensor-parallel form
         notes.append(est.framework.describe())
     if result.rhythm:
+        from roofprof.distributed.rhythm import replay_disagreements
+
         notes.append(_rhythm_note(result.rhythm, comm))
+        m = out["measured"]
+        notes += replay_disagreements(result.rhythm, {"prefill": m.prefill, "decode": m.decode})
     if result.rank_times:
         notes.append(
             f"each op profiled on all {result.tp} ranks at once with "

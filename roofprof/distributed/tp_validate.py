@@ -510,13 +510,15 @@ def _predict(
         from roofprof.validation.framework_overhead import count_framework_overhead
 
         est = count_framework_overhead(est, result.model, "torch", use_cache=False)
-    priced: Any = comm
-    runs = [("measured", est, comm), ("measured-no-launch", est.with_launch(False), comm)]
+    runs: list[tuple[str, Any, Any]] = [
+        ("measured", est, comm),
+        ("measured-no-launch", est.with_launch(False), comm),
+    ]
     if result.rhythm:  # the collectives as the passes meet them; back to back beside them
         from roofprof.distributed.rhythm import RhythmCollectives
 
-        priced = RhythmCollectives(result.rhythm, comm)
-        runs = [(label, e, priced) for label, e, _ in runs]
+        in_rhythm = RhythmCollectives(result.rhythm, comm)
+        runs = [(label, e, in_rhythm) for label, e, _ in runs]
         runs.append(("measured-back-to-back", est, comm))
     for label, e, collectives in runs:
         with warnings.catch_warnings():

@@ -240,9 +240,6 @@ def in_context(out: Path, tmp: Path) -> dict:
         "gemms": rows,
         "profiled_step_walls_s": walls,
         "all_reduce": {r: got[r]["collectives"] for r in (0, 1)},
-        "predicted_all_reduce_s": [
-            o["seconds_per_call"] for o in decode if o["name"] == "attn_allreduce"
-        ][:1],
         "predicted_collectives_s": {
             o["name"]: o["seconds_per_call"] for o in decode if o["kind"] == "communication"
         },
@@ -298,8 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"back to back {c['back_to_back_s'] * 1e3:.3f} ms, after a 3 ms sleep "
                 f"{c['after_3ms_sleep_s'] * 1e3:.3f} ms, after a barrier and a GEMV "
                 f"{c['after_gemv_s'] * 1e3:.3f} ms (predicted per call "
-                + ", ".join(f"{x * 1e3:.3f}" for x in found["predicted_all_reduce_s"])
-                + " ms)"
+                f"{found['predicted_collectives_s']['attn_allreduce'] * 1e3:.3f} ms)"
             )
             print(
                 "  in the step per call (pass order): "

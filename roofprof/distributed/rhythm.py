@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from roofprof.prediction.collectives import collective_name
 from roofprof.workload import COLLECTIVE_FNS, Op
 
 __all__ = [
@@ -36,9 +37,6 @@ __all__ = [
     "replay_disagreements",
     "segments",
 ]
-
-#: op ``fn`` -> the collective :func:`~roofprof.distributed.bench.op_call` runs.
-_CALL = {"allreduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,7 @@ def measure_in_rhythm(
         p = prepared[op.shape_key]
         return None if p is None else list(getattr(p, "calls", None) or [p.run])
 
-    local: list[list[float]] = []
+    local: list[list[tuple[float, float]]] = []  # per collective: (segment s, call s) per pass
     rows: list[tuple[str, Op, int, tuple[str, ...], tuple[str, ...]]] = []
     try:
         for phase, ops in phases.items():
@@ -156,7 +154,7 @@ def measure_in_rhythm(
                 fn, actual = op_call(
                     dist,
                     torch,
-                    _CALL[coll.fn],
+                    collective_name(coll.fn),
                     int(coll.bytes),
                     ctx.rank,
                     ctx.world_size,
@@ -190,21 +188,30 @@ def measure_in_rhythm(
             RhythmPrice(
                 phase,
                 coll.name,
-                _CALL[coll.fn],
+                collective_name(coll.fn),
                 actual,
                 price(per_rank),
                 tuple(statistics.median(c for _, c in r) for r in per_rank),
                 passes,
                 ran,
                 skipped,
-                tuple(statistics.median(s for s, _ in r) for r in per_rank),
-                statistics.median(
-                    statistics.fmean(s + c for s, c in per_pass)
-                    for per_pass in zip(*per_rank, strict=True)
-                ),
+                _segment_medians(per_rank),
+                _wall_median(per_rank),
             )
         )
     return out
+
+
+def _segment_medians(per_rank: Sequence[Sequence[tuple[float, float]]]) -> tuple[float, ...]:
+    """Each rank's median time in the segment's ops."""
+    return tuple(statistics.median(s for s, _ in r) for r in per_rank)
+
+
+def _wall_median(per_rank: Sequence[Sequence[tuple[float, float]]]) -> float:
+    """The median over the passes of the ranks' mean segment plus call."""
+    return statistics.median(
+        statistics.fmean(s + c for s, c in per_pass) for per_pass in zip(*per_rank, strict=True)
+    )
 
 
 def price(per_rank: Sequence[Sequence[tuple[float, float]]]) -> float:
@@ -223,14 +230,10 @@ def price(per_rank: Sequence[Sequence[tuple[float, float]]]) -> float:
     >>> round(price([[(4e-3, 1e-3), (2e-3, 3e-3)], [(2e-3, 3e-3), (4e-3, 1e-3)]]), 6)
     0.002
     """
-    walls = [
-        statistics.fmean(s + c for s, c in per_pass) for per_pass in zip(*per_rank, strict=True)
-    ]
-    slowest_segment = max(statistics.median(s for s, _ in r) for r in per_rank)
     last_in = statistics.median(
         min(c for _, c in per_pass) for per_pass in zip(*per_rank, strict=True)
     )
-    return max(statistics.median(walls) - slowest_segment, last_in)
+    return max(_wall_median(per_rank) - max(_segment_medians(per_rank)), last_in)
 
 
 @dataclass(frozen=True)

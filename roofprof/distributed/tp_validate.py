@@ -265,7 +265,7 @@ def _in_rhythm(
     from roofprof.distributed.rhythm import measure_in_rhythm
     from roofprof.profiling.engine import prepare_checked
 
-    if not str(ctx.torch_device).startswith("cpu"):
+    if ctx.backend != "gloo":  # an NCCL call returns before its data has moved
         return []
     impls = {impl.name: impl for impl in prof.ordered_impls()}
     rng = np.random.default_rng(7)
@@ -534,7 +534,7 @@ def _predict(
     if result.rhythm:
         from roofprof.distributed.rhythm import replay_disagreements
 
-        notes.append(_rhythm_note(result.rhythm, comm))
+        notes.append(_rhythm_note(result.rhythm, comm, result.tp))
         m = out["measured"]
         notes += replay_disagreements(result.rhythm, {"prefill": m.prefill, "decode": m.decode})
     if result.rank_times:
@@ -552,7 +552,7 @@ def _predict(
     return out, tuple(notes)
 
 
-def _rhythm_note(prices: Sequence[Any], back_to_back: Any) -> str:
+def _rhythm_note(prices: Sequence[Any], back_to_back: Any, ranks: int) -> str:
     """One line: each phase's collectives in the pass's rhythm against back to back."""
     parts = []
     for phase in ("prefill", "decode"):
@@ -562,7 +562,7 @@ def _rhythm_note(prices: Sequence[Any], back_to_back: Any) -> str:
                 f"{phase} "
                 + ", ".join(
                     f"{p.name} {p.seconds * 1e3:.2f} ms "
-                    f"(back to back {back_to_back.seconds(p.op, p.bytes, _ranks(p)) * 1e3:.2f})"
+                    f"(back to back {back_to_back.seconds(p.op, p.bytes, ranks) * 1e3:.2f})"
                     for p in rows
                 )
             )
@@ -572,7 +572,3 @@ def _rhythm_note(prices: Sequence[Any], back_to_back: Any) -> str:
         "included), per call: " + "; ".join(parts) + "; 'measured-back-to-back' prices "
         "them back to back"
     )
-
-
-def _ranks(price: Any) -> int:
-    return len(price.per_rank_median_s)

@@ -39,6 +39,7 @@ __all__ = [
     "algbw",
     "busbw",
     "busbw_factor",
+    "collective_name",
     "load_collectives",
     "published_collectives",
 ]
@@ -51,6 +52,15 @@ _FN = {
     "reduce_scatter": "reduce_scatter",
     "send": "send",
 }
+
+
+def collective_name(fn: str) -> str:
+    """The nccl-tests name of an op's collective ``fn`` (a name already in that form is kept).
+
+    >>> collective_name("allreduce"), collective_name("all_gather")
+    ('all_reduce', 'all_gather')
+    """
+    return _FN.get(fn, fn)
 
 
 def busbw_factor(op: str, ranks: int) -> float:
@@ -252,7 +262,7 @@ class CollectiveModel:
     def seconds(self, op: str, size_bytes: float, ranks: int) -> float:
         """Seconds for one ``op`` (nccl-tests name or op ``fn``) of ``size_bytes`` over
         ``ranks``."""
-        op = _FN.get(op, op)
+        op = collective_name(op)
         if ranks <= 1 or size_bytes <= 0:
             return 0.0
         if self.table is not None:

@@ -263,7 +263,33 @@ def test_validate_tp_two_gloo_ranks(tmp_path, monkeypatch):
         if o["kind"] == "communication"
     }
     assert priced == {k: p["seconds"] for k, p in rhythm.items()}
-    assert "measured-back-to-back" in labels
+    # ... and each segment's ops cost the slowest rank's median replay of them, while the
+    # per-op row keeps their profiled times
+    per_call = {
+        label: {(o["phase"], o["name"]): o["seconds_per_call"] for o in pred["ops"]}
+        for label, pred in d["predictions"].items()
+    }
+    for (phase, _), p in rhythm.items():
+        segment = [(phase, name) for name in p["segment_ops"]]
+        replayed = sum(per_call["measured"][k] for k in segment)
+        assert replayed == pytest.approx(max(p["segment_median_s"]), rel=1e-9)
+        profiled = sum(per_call["measured-per-op"][k] for k in segment)
+        assert all(
+            per_call["measured"][k]
+            == pytest.approx(per_call["measured-per-op"][k] * replayed / profiled, rel=1e-9)
+            for k in segment
+        )
+    assert {"measured-per-op", "measured-back-to-back"} <= set(labels)
+    # the real passes timed again after the profile: the real run is the median of both, and
+    # each residual is judged against the drift between them
+    assert len(d["prefill_after_samples_s"]) == len(d["prefill_samples_s"]) == 1
+    both = sorted([*d["prefill_samples_s"], *d["prefill_after_samples_s"]])
+    assert d["real"]["prefill_s"] == pytest.approx(sum(both) / 2)
+    assert set(d["host_drift"]) == {"prefill", "decode"}
+    row = d["comparison"][0]
+    assert row["prefill_noise_band"] >= d["host_drift"]["prefill"]
+    assert row["ttft_within_noise"] == (abs(row["ttft_residual"]) <= row["prefill_noise_band"])
+    assert any(n.startswith("the real passes timed before the profile") for n in d["notes"])
     assert any(n.startswith("collectives timed in each pass's rhythm") for n in d["notes"])
     stored = [json.loads(f.read_text()) for f in cache.glob("measurements-*.json")]
     assert not any(stored), "the ranks' contended times must not be cached"

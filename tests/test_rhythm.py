@@ -93,6 +93,20 @@ def decode_workload():
     return models.ops(s)
 
 
+def replay_decode(clock, dist, prepare, *, passes, warmup):
+    """The replay of one rank's decode pass on the fake group, timed on the fake clock."""
+    return measure_in_rhythm(
+        Ctx(),
+        {"decode": decode_workload().ops},
+        prepare,
+        passes=passes,
+        warmup=warmup,
+        dist=dist,
+        torch=FakeTorch(),
+        clock=clock,
+    )
+
+
 def test_each_collective_is_priced_after_its_segment_with_the_other_ranks_wait():
     clock, made, log = Clock(), {}, []
 
@@ -109,16 +123,7 @@ def test_each_collective_is_priced_after_its_segment_with_the_other_ranks_wait()
 
     dist = FakeDist(clock, 3e-3, other)
     ops = decode_workload().ops
-    prices = measure_in_rhythm(
-        Ctx(),
-        {"decode": ops},
-        prepare,
-        passes=4,
-        warmup=1,
-        dist=dist,
-        torch=FakeTorch(),
-        clock=clock,
-    )
+    prices = replay_decode(clock, dist, prepare, passes=4, warmup=1)
     by_name = {p.name: p for p in prices}
     assert list(by_name) == [c.name for _, c in segments(ops)]
     assert dist.barriers == 5  # one per replayed pass, as each timed pass starts
@@ -204,3 +209,37 @@ def _priced_decode():
     from roofprof.prediction.records import OpPrediction
 
     return [OpPrediction(op, OpEstimate(op.bytes / 40e9, "memory")) for op in decode_workload().ops]
+
+
+def test_at_replay_a_pass_costs_its_replayed_segments_and_collectives():
+    from roofprof.distributed.rhythm import at_replay
+    from roofprof.prediction.estimators import OpEstimate
+
+    clock = Clock()
+
+    def prepare(op):  # every op 1 ms in the replay; the embedding has no implementation
+        return None if op.kind == "embedding" else Prepared(clock, 1e-3, 1, [])
+
+    dist = FakeDist(clock, 3e-3, lambda local: local)  # the other rank keeps the same pace
+    w = decode_workload()
+    prices = replay_decode(clock, dist, prepare, passes=3, warmup=0)
+
+    class Profiled:  # the profile met a slower host: 2 ms an op
+        collectives = None
+
+        def estimate(self, op):
+            return OpEstimate(2e-3, "measured")
+
+    per_op = estimate_phase(w, Profiled(), RhythmCollectives(tuple(prices), None))
+    replayed = at_replay(per_op, prices)
+    seconds = {o.op.name: o.estimate.seconds for o in replayed.ops}
+    assert seconds["embedding"] == 2e-3  # not replayed: its profiled time kept
+    assert seconds["q_proj"] == pytest.approx(1e-3) and "replay" in replayed.ops[3].estimate.note
+    # every replayed segment plus its collective costs the replay's median wall, per call
+    for p in prices:
+        ops = [seconds[n] for n in p.segment_ops]
+        assert sum(ops) + seconds[p.name] == pytest.approx(p.wall_median_s)
+    assert per_op.seconds > replayed.seconds
+    # another phase's replay leaves this one as profiled
+    prefill_rows = [RhythmPrice(**{**p.to_dict(), "phase": "prefill"}) for p in prices]
+    assert at_replay(per_op, prefill_rows) == per_op

@@ -13,6 +13,8 @@ timed apart on each rank. Each collective's price is what the pass spends beyond
 slowest-rank times (:func:`price`): the ranks' waits for each other and the call itself.
 :class:`RhythmCollectives` prices a workload's collectives by phase and op name from those
 times, and any other through a :class:`~roofprof.prediction.collectives.CollectiveModel`.
+:func:`at_replay` prices each segment's ops at their replay too, so a pass costs what its
+replay took (segment plus collective) whatever moment of the host the per-op profile met.
 
 Only blocking backends (gloo on a CPU) are replayed: a call there returns when the data has
 arrived, so the host clock times it.
@@ -32,6 +34,7 @@ from roofprof.workload import COLLECTIVE_FNS, Op
 __all__ = [
     "RhythmCollectives",
     "RhythmPrice",
+    "at_replay",
     "measure_in_rhythm",
     "price",
     "replay_disagreements",
@@ -269,6 +272,65 @@ class RhythmCollectives:
         return self.fallback.seconds(op, size_bytes, ranks)
 
 
+def at_replay(phase: Any, prices: Sequence[RhythmPrice]) -> Any:
+    """``phase`` (a :class:`~roofprof.prediction.records.PhasePrediction`) with each replayed
+    segment's ops priced at the replay: every op the replay ran keeps its share of the
+    segment's profiled time, scaled so the segment costs the slowest rank's median replay.
+
+    With the collectives priced by :func:`price` (wall minus that same segment time), a
+    segment plus its collective then costs the replay's median wall. Ops the replay skipped,
+    segments never replayed and entries outside the op list (the framework overhead) keep
+    their times. Each scaled op's note says by how much.
+
+    >>> from roofprof import models
+    >>> from roofprof.prediction.estimators import OpEstimate
+    >>> from roofprof.prediction.records import OpPrediction, PhasePrediction
+    >>> from roofprof.workload import Parallel, Scenario
+    >>> w = models.ops(Scenario.of("llama-3.2-1b", "decode", prompt_tokens=8, context_tokens=8,
+    ...                           dtype="fp32", parallel=Parallel(tp=2)))
+    >>> phase = PhasePrediction(w, tuple(OpPrediction(op, OpEstimate(1e-3, "measured"))
+    ...                                  for op in w.ops))
+    >>> row = RhythmPrice("decode", "mlp_allreduce", "all_reduce", 8192, 1e-3, (1e-3,) * 2,
+    ...                   16, ("gate_proj", "up_proj", "down_proj"), (), (1.5e-3, 1.2e-3), 2.6e-3)
+    >>> [(o.op.name, o.estimate.seconds) for o in at_replay(phase, [row]).ops
+    ...  if o.op.name in ("o_proj", "gate_proj", "up_proj", "down_proj")]  # the MLP's at 1.5 ms
+    [('o_proj', 0.001), ('gate_proj', 0.0005), ('up_proj', 0.0005), ('down_proj', 0.0005)]
+    """
+    from dataclasses import replace
+
+    scale: dict[str, float] = {}
+    for p in prices:
+        if p.phase != phase.workload.phase or not p.segment_median_s:
+            continue
+        ran = [o for o in phase.ops if o.op.name in p.segment_ops]
+        profiled = sum(o.estimate.seconds for o in ran)
+        if profiled > 0:
+            scale |= {o.op.name: max(p.segment_median_s) / profiled for o in ran}
+    if not scale:
+        return phase
+    ops = tuple(
+        o
+        if o.op.name not in scale
+        else replace(
+            o,
+            estimate=replace(
+                o.estimate,
+                seconds=o.estimate.seconds * scale[o.op.name],
+                note="; ".join(
+                    n
+                    for n in (
+                        o.estimate.note,
+                        f"x{scale[o.op.name]:.2f} to its segment's replay in pass order",
+                    )
+                    if n
+                ),
+            ),
+        )
+        for o in phase.ops
+    )
+    return replace(phase, ops=ops)
+
+
 def replay_disagreements(
     prices: Sequence[RhythmPrice],
     phases: Mapping[str, Any],
@@ -310,6 +372,6 @@ def replay_disagreements(
                 f"{p.phase} ops before {p.name}: profiled {profiled * 1e3:.2f} ms a call, "
                 f"replayed {replayed * 1e3:.2f} ms in pass order on every rank (slowest rank): "
                 "the host's speed moved between the two, or an op runs at another speed after "
-                "its neighbours; the prediction keeps the profiled times"
+                "its neighbours; 'measured' takes the replay, 'measured-per-op' the profile"
             )
     return notes

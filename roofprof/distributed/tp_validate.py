@@ -6,9 +6,13 @@ weights, its logits for the prompt are kept, and the rank's
 :class:`~roofprof.distributed.tp_model.TPLlama` shard must give the same logits (correctness
 first: a mismatch is exit 2). Then prefill (``repeats`` times) and decode steps are timed
 between barriers (the slowest rank's time of each), and the collectives the pass issues are
-measured at its exact sizes in the same group.
+measured at its exact sizes in the same group. With the ranks profiling together, the same
+passes are timed again after the profile: the real run is the median of both timings, and
+their drift across the profile (:meth:`TPValidation.host_drift`) widens each residual's noise
+band.
 
-The prediction is the ``measured`` estimator's for the per-rank workload
+The prediction (:func:`~roofprof.distributed.tp_predict.predict_tp`) is the ``measured``
+estimator's for the per-rank workload
 (``Scenario(parallel=Parallel(tp=N))``: split heads, intermediate and vocabulary), plus the
 measured collective times (:class:`~roofprof.prediction.collectives.CollectiveModel` over a
 table of them). Its ops are profiled for one rank's shapes with the rank's thread count, by
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,7 +49,6 @@ __all__ = [
 PROFILE_RANKS = ("together", "alone")
 
 _TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 2e-2}  # max |diff| / max |logit|
-_SAMPLE_FIELDS = ("op", "bytes", "ranks", "seconds", "seconds_max", "backend", "path", "calls")
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,54 @@ class TPValidation:
     rank_times: dict[tuple, Any] = field(default_factory=dict)
     # the collectives timed in each pass's rhythm (RhythmPrice rows), when profiled together
     rhythm: tuple[Any, ...] = ()
+    # the real passes timed again after the profile (when profiled together); ``real`` is the
+    # median of both timings
+    prefill_after_samples_s: tuple[float, ...] = ()
+    decode_after_samples_s: tuple[float, ...] = ()
+
+    def host_drift(self) -> dict[str, float]:
+        """Phase -> the real pass's drift across the profile: the slower over the faster of
+        its medians before and after, minus 1 (0 where it was timed once).
+
+        >>> from roofprof.specs import load_model
+        >>> v = TPValidation(RealRun("m", 1, 8, 9, 0.1, 0.05, 2), load_model("llama-3.2-1b"),
+        ...                  2, "fp32", 1, 0.0, (), (0.10, 0.10), (0.05,),
+        ...                  prefill_after_samples_s=(0.12,), decode_after_samples_s=(0.05,))
+        >>> {k: round(x, 3) for k, x in v.host_drift().items()}
+        {'prefill': 0.2, 'decode': 0.0}
+        """
+        out = {}
+        for phase, before, after in (
+            ("prefill", self.prefill_samples_s, self.prefill_after_samples_s),
+            ("decode", self.decode_samples_s, self.decode_after_samples_s),
+        ):
+            medians = [statistics.median(x) for x in (before, after) if x]
+            out[phase] = max(medians) / min(medians) - 1 if len(medians) == 2 else 0.0
+        return out
+
+    def noise_bands(self) -> dict[str, float]:
+        """Phase -> the band a residual within which is the host's own noise: the larger of
+        the real pass's spread (IQR over median, both timings) and its drift across the
+        profile."""
+        from roofprof.validation.host_noise import noise_band
+
+        drift, r = self.host_drift(), self.real
+        return {
+            "prefill": noise_band(
+                r.prefill_spread_s / r.prefill_s if r.prefill_s else 0.0, drift["prefill"]
+            ),
+            "decode": noise_band(
+                r.decode_spread_s / r.decode_s if r.decode_s else 0.0, drift["decode"]
+            ),
+        }
 
     def comparison(self) -> list[dict[str, Any]]:
-        """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``)."""
-        return compare(self.predictions, self.real)
+        """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``),
+        each estimator's with each phase's noise band and whether its residual lies within it
+        (:func:`~roofprof.validation.host_noise.mark_within_noise`)."""
+        from roofprof.validation.host_noise import mark_within_noise
+
+        return mark_within_noise(compare(self.predictions, self.real), self.noise_bands())
 
     def to_dict(self) -> dict[str, Any]:
         from roofprof.results import provenance
@@ -99,6 +145,9 @@ class TPValidation:
             "predicted_communication": comm,
             "prefill_samples_s": list(self.prefill_samples_s),
             "decode_samples_s": list(self.decode_samples_s),
+            "prefill_after_samples_s": list(self.prefill_after_samples_s),
+            "decode_after_samples_s": list(self.decode_after_samples_s),
+            "host_drift": self.host_drift(),
             "comparison": [
                 {k: (v if not isinstance(v, float) or v == v else None) for k, v in row.items()}
                 for row in self.comparison()
@@ -166,37 +215,45 @@ def _rank(
             f"rank {ctx.rank}: the tensor-parallel logits differ from the single-rank model's "
             f"by {diff:.3g} (max |logit| {scale:.3g}): not timing a wrong model"
         )
-    prefill, decode = [], []
     per_rep = -(-steps // repeats)
     next_ids = torch.zeros((batch, 1), dtype=ids.dtype, device=ctx.torch_device)
     shard(ids, KVCache())  # warm-up prefill
-    for _ in range(repeats):
-        cache = KVCache()
-        dist.barrier()
-        prefill.append(_max_over_ranks(_timed(shard, ids, cache), ctx.torch_device))
-        for _ in range(warmup_steps):
-            shard(next_ids, cache)
-        for _ in range(per_rep):
+
+    def timed_passes(model: Any) -> tuple[list[float], list[float]]:
+        prefill, decode = [], []
+        for _ in range(repeats):
+            cache = KVCache()
             dist.barrier()
-            decode.append(_max_over_ranks(_timed(shard, next_ids, cache), ctx.torch_device))
+            prefill.append(_max_over_ranks(_timed(model, ids, cache), ctx.torch_device))
+            for _ in range(warmup_steps):
+                model(next_ids, cache)
+            for _ in range(per_rep):
+                dist.barrier()
+                decode.append(_max_over_ranks(_timed(model, next_ids, cache), ctx.torch_device))
+        return prefill, decode
+
+    prefill, decode = timed_passes(shard)
     e = torch.tensor([], dtype=tdt).element_size()
     sizes = sorted({batch * prompt * spec.hidden_size * e, batch * spec.hidden_size * e})
     samples = measure_collectives(ctx, ops=("all_reduce",), sizes=sizes, warmup=2, calls=5)
     samples += measure_collectives(
         ctx, ops=("all_gather",), sizes=[batch * spec.vocab_size * e], warmup=2, calls=5
     )
-    del shard, cache
     context = _context(prompt, warmup_steps, steps, repeats)
-    times, rhythm = (
-        _profile_together(ctx, spec, dtype, batch, prompt, context, threads, budget_s)
-        if together
-        else ({}, [])
-    )
+    times, rhythm, after = {}, [], ([], [])
+    if together:  # the real passes again after the profile: the host's drift across it
+        times, rhythm = _profile_together(
+            ctx, spec, dtype, batch, prompt, context, threads, budget_s
+        )
+        after = timed_passes(shard)
+    del shard
     if not ctx.is_root:
         return None
     return {
         "prefill": prefill,
         "decode": decode,
+        "prefill_after": after[0],
+        "decode_after": after[1],
         "diff": diff,
         "collectives": [s.to_row() for s in samples],
         "rank_times": times,
@@ -394,17 +451,19 @@ def validate_tp(
     load_start = _load()
     raw = launch(_rank, args, ranks=tp, device=kind, timeout_s=timeout_s, what="validate --tp")
     load = None if load_start is None else (load_start, _load() or 0.0)
+    prefill = [*raw["prefill"], *raw.get("prefill_after", ())]
+    decode = [*raw["decode"], *raw.get("decode_after", ())]
     real = RealRun(
         spec.id,
         batch,
         prompt_tokens,
         _context(prompt_tokens, warmup_steps, decode_steps, prefill_repeats),
-        statistics.median(raw["prefill"]),
-        statistics.median(raw["decode"]),
+        statistics.median(prefill),
+        statistics.median(decode),
         spec.num_layers,
         source=f"torch TP {tp} ranks ({kind}), slowest rank per pass",
-        prefill_spread_s=_iqr(raw["prefill"]),
-        decode_spread_s=_iqr(raw["decode"]),
+        prefill_spread_s=_iqr(prefill),
+        decode_spread_s=_iqr(decode),
     )
     result = TPValidation(
         real,
@@ -420,11 +479,41 @@ def validate_tp(
         profile_ranks=profile_ranks,
         rank_times=dict(raw.get("rank_times") or {}),
         rhythm=tuple(RhythmPrice.from_dict(d) for d in raw.get("rhythm") or ()),
+        prefill_after_samples_s=tuple(raw.get("prefill_after") or ()),
+        decode_after_samples_s=tuple(raw.get("decode_after") or ()),
     )
     if estimators:
-        predictions, notes = _predict(result, kind, roofline, budget_s)
-        result = replace(result, predictions=predictions, notes=notes)
+        from roofprof.distributed.tp_predict import predict_tp
+
+        predictions, notes = predict_tp(result, kind, roofline, budget_s)
+        result = replace(result, predictions=predictions)
+        result = replace(result, notes=(*notes, *_noise_notes(result)))
     return result
+
+
+def _noise_notes(result: TPValidation) -> list[str]:
+    """The real passes' drift across the profile, and each residual within the host's noise."""
+    from roofprof.validation.host_noise import noise_lines
+
+    if not result.prefill_after_samples_s:
+        return []
+    drift = result.host_drift()
+    before_after = "; ".join(
+        f"{phase} {statistics.median(b) * 1e3:.1f} ms before, {statistics.median(a) * 1e3:.1f} "
+        f"ms after (drift {drift[phase]:.1%})"
+        for phase, b, a in (
+            ("prefill", result.prefill_samples_s, result.prefill_after_samples_s),
+            ("decode", result.decode_samples_s, result.decode_after_samples_s),
+        )
+    )
+    return [
+        "the real passes timed before the profile and again after it, the real run the "
+        f"median of both: {before_after}",
+        *noise_lines(
+            result.comparison(),
+            "the larger of the real passes' spread and their drift across the profile",
+        ),
+    ]
 
 
 def _load() -> float | None:
@@ -446,129 +535,3 @@ def _iqr(values: list[float]) -> float:
         return max(values) - min(values) if values else 0.0
     q = statistics.quantiles(values, n=4)
     return q[2] - q[0]
-
-
-def _predict(
-    result: TPValidation, kind: str, roofline: str | None, budget_s: float
-) -> tuple[dict[str, Prediction], tuple[str, ...]]:
-    """The measured estimator (one rank's shapes, the rank's threads) + measured collectives,
-    and the notes that go with them."""
-    import warnings
-
-    from roofprof import models
-    from roofprof.cache import RooflineChoice
-    from roofprof.distributed.bench import CollectiveSample, fits
-    from roofprof.distributed.tp_model import shard_spec
-    from roofprof.prediction.collectives import CollectiveModel, CollectiveTable
-    from roofprof.prediction.rollup import estimate_phase
-    from roofprof.profiling.profiler import Profiler, ProfileSettings
-    from roofprof.workload import Counting, Parallel, Scenario
-
-    points: dict[tuple[str, int], list[tuple[float, float]]] = {}
-    for row in result.collectives:
-        points.setdefault((row["op"], row["ranks"]), []).append(
-            (float(row["bytes"]), float(row["seconds"]))
-        )
-    table = CollectiveTable(
-        {k: tuple(sorted(v)) for k, v in points.items()}, "measured in the TP group"
-    )
-    # the table holds every size the pass issues; the fitted all-reduce α-β only prices others
-    fitted = [
-        f
-        for f in fits(
-            [CollectiveSample(**{k: row[k] for k in _SAMPLE_FIELDS}) for row in result.collectives]
-        )
-        if f["op"] == "all_reduce"
-    ]
-    alpha = fitted[0]["alpha_s"] if fitted else 0.0
-    bus = (fitted[0]["busbw_bytes_per_s"] if fitted else None) or 1e9
-    comm = CollectiveModel(bus, alpha, bus, table=table, source="measured in the TP group")
-    prof = Profiler(
-        kind,
-        ProfileSettings(
-            budget_s=budget_s,
-            threads=result.threads_per_rank,
-            roofline=RooflineChoice(roofline or "none"),
-        ),
-        model=shard_spec(result.model, result.tp),
-    )
-    r = result.real
-    scenario = Scenario(
-        result.model,
-        "decode",
-        r.batch,
-        r.prompt_tokens,
-        r.context_tokens,
-        result.dtype,
-        Counting(),
-        Parallel(tp=result.tp),
-    )
-    out = {}
-    est = prof.estimator()
-    est.times.update(result.rank_times)  # shapes profiled on every rank at once, when they were
-    if not prof.device.info.asynchronous:  # a CPU rank runs its Python between the kernels
-        from roofprof.validation.framework_overhead import count_framework_overhead
-
-        est = count_framework_overhead(est, result.model, "torch", use_cache=False)
-    runs: list[tuple[str, Any, Any]] = [
-        ("measured", est, comm),
-        ("measured-no-launch", est.with_launch(False), comm),
-    ]
-    if result.rhythm:  # the collectives as the passes meet them; back to back beside them
-        from roofprof.distributed.rhythm import RhythmCollectives
-
-        in_rhythm = RhythmCollectives(result.rhythm, comm)
-        runs = [(label, e, in_rhythm) for label, e, _ in runs]
-        runs.append(("measured-back-to-back", est, comm))
-    for label, e, collectives in runs:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pf = estimate_phase(models.ops(scenario.replace(phase="prefill")), e, collectives)
-            dc = estimate_phase(models.ops(scenario), e, collectives)
-        out[label] = Prediction(
-            result.model, kind, label, e.describe(), pf, dc, e.ridge(result.dtype)
-        )
-    notes = [w for w in est.warnings if w.startswith("framework overhead")]
-    if est.framework is not None:  # the ranks run its tensor-parallel form
-        notes.append(est.framework.describe())
-    if result.rhythm:
-        from roofprof.distributed.rhythm import replay_disagreements
-
-        notes.append(_rhythm_note(result.rhythm, comm, result.tp))
-        m = out["measured"]
-        notes += replay_disagreements(result.rhythm, {"prefill": m.prefill, "decode": m.decode})
-    if result.rank_times:
-        notes.append(
-            f"each op profiled on all {result.tp} ranks at once with "
-            f"{result.threads_per_rank} thread(s) each (sharing the host's cores and memory "
-            "bandwidth as in the real run), the slowest rank's time"
-        )
-    elif prof.device.info.shared_host:
-        notes.append(
-            f"the {result.tp} ranks share this host's cores and memory bandwidth: each op is "
-            f"profiled alone with {result.threads_per_rank} thread(s), the real run has every "
-            "rank busy at once"
-        )
-    return out, tuple(notes)
-
-
-def _rhythm_note(prices: Sequence[Any], back_to_back: Any, ranks: int) -> str:
-    """One line: each phase's collectives in the pass's rhythm against back to back."""
-    parts = []
-    for phase in ("prefill", "decode"):
-        rows = [p for p in prices if p.phase == phase]
-        if rows:
-            parts.append(
-                f"{phase} "
-                + ", ".join(
-                    f"{p.name} {p.seconds * 1e3:.2f} ms "
-                    f"(back to back {back_to_back.seconds(p.op, p.bytes, ranks) * 1e3:.2f})"
-                    for p in rows
-                )
-            )
-    return (
-        "collectives timed in each pass's rhythm (on every rank right after the ops before "
-        "them, from a barrier as each timed pass starts; a rank's waits for the others "
-        "included), per call: " + "; ".join(parts) + "; 'measured-back-to-back' prices "
-        "them back to back"
-    )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from roofprof.prediction.estimators import OpEstimate
 from roofprof.specs import ModelSpec
 from roofprof.units import scoped
-from roofprof.workload import Op, Parallel, Workload
+from roofprof.workload import Counting, Op, Parallel, Scenario, Workload
 
 if TYPE_CHECKING:
     from roofprof.prediction.memory_fit import MemoryFit
@@ -260,6 +260,29 @@ class RealRun:
     @property
     def tokens_per_second(self) -> float:
         return self.batch / self.decode_s
+
+    def scenario(self, model: ModelSpec, dtype: str, counting: Counting, **fields: Any) -> Scenario:
+        """The decode scenario this run timed (its batch, prompt and cached context) for
+        ``model`` as it ran; ``fields``: other :class:`~roofprof.workload.Scenario` fields
+        (``parallel=Parallel(tp=2)``).
+
+        >>> from roofprof.specs import load_model
+        >>> from roofprof.workload import Counting
+        >>> run = RealRun("llama-3.2-1b", 1, 32, 35, 0.1, 0.05, 16)
+        >>> s = run.scenario(load_model("llama-3.2-1b"), "fp32", Counting())
+        >>> s.phase, s.prompt_tokens, s.context_tokens
+        ('decode', 32, 35)
+        """
+        return Scenario(
+            model,
+            "decode",
+            self.batch,
+            self.prompt_tokens,
+            self.context_tokens,
+            dtype,
+            counting,
+            **fields,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

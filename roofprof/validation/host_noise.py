@@ -27,7 +27,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["HostCheck", "HostNoise", "HostProbe", "noise_band", "within_noise"]
+__all__ = [
+    "HostCheck",
+    "HostNoise",
+    "HostProbe",
+    "mark_within_noise",
+    "noise_band",
+    "noise_lines",
+    "within_noise",
+]
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,41 @@ def within_noise(residual: float, band: float) -> bool:
     (True, False, False)
     """
     return residual == residual and abs(residual) <= band
+
+
+def mark_within_noise(rows: list[dict[str, Any]], bands: dict[str, float]) -> list[dict[str, Any]]:
+    """Comparison rows (:func:`~roofprof.prediction.rollup.compare`), each estimator's given
+    the noise band of each phase (``prefill_noise_band``, ``decode_noise_band``: ``bands``'
+    ``prefill`` and ``decode``) and whether its residual lies within it
+    (``ttft_within_noise``, ``decode_within_noise``); the ``real`` row is left as it is.
+
+    >>> rows = [{"estimator": "measured", "ttft_residual": 0.04, "decode_residual": -0.2},
+    ...         {"estimator": "real", "ttft_residual": 0.0, "decode_residual": 0.0}]
+    >>> row = mark_within_noise(rows, {"prefill": 0.05, "decode": 0.05})[0]
+    >>> row["ttft_within_noise"], row["decode_within_noise"]
+    (True, False)
+    """
+    for row in rows:
+        if row["estimator"] == "real":
+            continue
+        row["prefill_noise_band"], row["decode_noise_band"] = bands["prefill"], bands["decode"]
+        row["ttft_within_noise"] = within_noise(row["ttft_residual"], bands["prefill"])
+        row["decode_within_noise"] = within_noise(row["decode_residual"], bands["decode"])
+    return rows
+
+
+def noise_lines(rows: list[dict[str, Any]], what: str) -> list[str]:
+    """One line per residual within its noise band (it says nothing about the estimator), for
+    rows marked by :func:`mark_within_noise`; ``what`` names what the band is made of."""
+    lines = []
+    for row in rows:
+        for phase, key in (("prefill", "ttft"), ("decode", "decode")):
+            if row.get(f"{key}_within_noise"):
+                lines.append(
+                    f"{row['estimator']}: the {phase} residual {row[f'{key}_residual']:+.1%} "
+                    f"is within the host's own noise (±{row[f'{phase}_noise_band']:.1%}: {what})"
+                )
+    return lines
 
 
 class HostProbe:

@@ -551,16 +551,7 @@ def predict_for(
 ) -> dict[str, Prediction]:
     """Each estimator's prediction for exactly what ``result`` ran (model as scaled, shapes,
     context)."""
-    r = result.real
-    scenario = Scenario(
-        result.model,
-        "decode",
-        r.batch,
-        r.prompt_tokens,
-        r.context_tokens,
-        result.dtype,
-        result.counting,
-    )
+    scenario = result.real.scenario(result.model, result.dtype, result.counting)
     out = {}
     for label, est in estimators.items():
         with _warnings.catch_warnings():

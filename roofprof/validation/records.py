@@ -14,7 +14,7 @@ from typing import Any
 from roofprof.errors import ConfigError
 from roofprof.prediction.rollup import Prediction, RealRun, compare
 from roofprof.specs import BYTES_PER_ELEMENT, ModelSpec
-from roofprof.validation.host_noise import HostNoise, noise_band, within_noise
+from roofprof.validation.host_noise import HostNoise, mark_within_noise, noise_band, noise_lines
 from roofprof.validation.real_model import RealModel
 from roofprof.workload import Counting, Scenario
 
@@ -97,31 +97,13 @@ class ValidationResult:
         """Rows of :func:`roofprof.prediction.rollup.compare` (one per estimator, then ``real``),
         each estimator's with the noise band of each phase and whether its residual lies within
         it (``ttft_within_noise``, ``decode_within_noise``)."""
-        bands = self.noise_bands()
-        rows = compare(self.predictions, self.real)
-        for row in rows:
-            if row["estimator"] == "real":
-                continue
-            row["prefill_noise_band"], row["decode_noise_band"] = bands["prefill"], bands["decode"]
-            row["ttft_within_noise"] = within_noise(row["ttft_residual"], bands["prefill"])
-            row["decode_within_noise"] = within_noise(row["decode_residual"], bands["decode"])
-        return rows
+        return mark_within_noise(compare(self.predictions, self.real), self.noise_bands())
 
     def noise_notes(self) -> list[str]:
         """One line per residual within the host's noise (it says nothing about the estimator)."""
-        notes = []
-        for row in self.comparison():
-            for phase, key, band in (
-                ("prefill", "ttft", "prefill_noise_band"),
-                ("decode", "decode", "decode_noise_band"),
-            ):
-                if row.get(f"{key}_within_noise"):
-                    notes.append(
-                        f"{row['estimator']}: the {phase} residual {row[f'{key}_residual']:+.1%} "
-                        f"is within the host's own noise (±{row[band]:.1%}: the larger of the "
-                        "real run's spread and the host's drift)"
-                    )
-        return notes
+        return noise_lines(
+            self.comparison(), "the larger of the real run's spread and the host's drift"
+        )
 
     def with_predictions(self, predictions: Mapping[str, Prediction]) -> ValidationResult:
         return dataclasses.replace(self, predictions=dict(predictions))

@@ -22,6 +22,14 @@ BabelStream:
   ``dot_in_cache``), below what Copy and Triad read from DRAM. The vectorised build sums in
   SIMD lanes, as roofprof's read does; the other kernels compile the same in both builds.
 
+The interleaved build also sets BabelStream's own ``ALIGNMENT`` to 64 bytes
+(``-DALIGNMENT=64``, roofprof's alignment). Its default, 2 MiB, starts the three arrays at
+the same offset modulo 2 MiB, so ``a[i]``, ``b[i]`` and ``c[i]`` fall in the same cache sets
+and DRAM banks; on this guest's fast memory state that caps its Copy at ~40 GB/s where the
+64-byte-aligned build reads up to 44 GB/s (alternating runs, Triad and Dot within a few per
+cent). The stock build (default alignment, no ``-ffast-math``) runs once per round after the
+window, its kernels recorded beside the ratios as ``stock_ratios``, for reference.
+
 BabelStream's arrays live on ordinary 4 KiB pages where transparent huge pages are
 ``madvise`` only (a ``new``'d array asks for none), roofprof's numpy buffers ask for huge
 pages; in a KVM guest a TLB miss is a two-level page walk and the 4 KiB stream loses up to
@@ -45,6 +53,7 @@ Usage::
 
     python benchmarks/bench_babelstream.py [--rounds 3] [--repeats 3] [--out babelstream_cpu.json]
     python benchmarks/bench_babelstream.py --levels benchmarks/results/babelstream_cpu_*.json
+    python benchmarks/bench_babelstream.py --alignment-ab 12 [--out alignment.json]
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ import io
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -63,6 +73,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -81,22 +92,30 @@ TARGET = (0.95, 1.10)
 #: A round is steady when each BabelStream kernel's slowest run of the round is at least this
 #: fraction of its fastest: the host's memory system held still enough to compare against.
 STEADY = 0.90
+#: BabelStream's ``ALIGNMENT`` for the interleaved build: roofprof's own (64 bytes), not its
+#: 2 MiB default, which puts its three arrays at one offset modulo 2 MiB.
+ALIGNMENT = 64
 TARGETED = ("DRAM read / Dot (vectorised)", "DRAM copy / Copy", "DRAM triad / Triad")
 
 
-def build_babelstream(workdir: Path, *, fast_math: bool = False) -> Path:
+def build_babelstream(
+    workdir: Path, *, fast_math: bool = False, alignment: int | None = None
+) -> Path:
     """Compile the vendored OpenMP build (``g++ -O3 -march=native -fopenmp``; with
-    ``fast_math`` also ``-ffast-math``, which lets the compiler vectorise Dot's sum)."""
+    ``fast_math`` also ``-ffast-math``, which lets the compiler vectorise Dot's sum; with
+    ``alignment`` its arrays aligned to that many bytes, ``-DALIGNMENT``, not 2 MiB)."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         sys.exit("bench_babelstream: no C++ compiler (g++) on PATH")
-    exe = workdir / ("babelstream-omp-fastmath" if fast_math else "babelstream-omp")
+    name = "babelstream-omp" + ("-fastmath" if fast_math else "")
+    exe = workdir / (name + (f"-align{alignment}" if alignment else ""))
     cmd = [
         cxx,
         "-O3",
         "-march=native",
         "-fopenmp",
         *(["-ffast-math"] if fast_math else []),
+        *([f"-DALIGNMENT={alignment}"] if alignment else []),
         "-DOMP",
         f"-I{SOURCES}",
         f"-I{SOURCES / 'omp'}",
@@ -280,13 +299,16 @@ def run_round(i: int, exe: Path, exe_vec: Path, tmp: Path, args: argparse.Namesp
     babelstream(f"babelstream {i + 1} closing")
     bs_best = _best(bs_runs)
     wait_quiet(f"babelstream stock {i + 1}", args.max_wait)
-    bs_best["Dot"] = run_babelstream(exe, times=args.times)[
-        "Dot"
-    ]  # the stock build's Dot: reference only
+    stock_run = run_babelstream(exe, times=args.times)
+    stock = {k: stock_run[k] for k in PAIRS}
+    bs_best["Dot"] = stock["Dot"]  # the stock build's Dot: reference only
     rp_best = _best(rp_runs)
     row: dict = {
         "babelstream_runs_bytes_per_s": bs_runs,
         "babelstream_best_bytes_per_s": bs_best,
+        # the stock build (2 MiB-aligned arrays), one run after the window: reference only
+        "babelstream_stock_bytes_per_s": stock,
+        "stock_ratios": ratios(rp_best, stock),
         "babelstream_run_spread": {
             k: min(r[k] for r in bs_runs) / max(r[k] for r in bs_runs) for k in bs_runs[0]
         },
@@ -331,6 +353,8 @@ def run_round(i: int, exe: Path, exe_vec: Path, tmp: Path, args: argparse.Namesp
     print(
         f"round {i + 1}: "
         + ", ".join(f"{k} {v:.3f}" for k, v in row["ratios"].items())
+        + " | stock build (2 MiB-aligned): "
+        + ", ".join(f"{v:.3f}" for v in row["stock_ratios"].values())
         + " | huge pages: "
         + ", ".join(f"{v:.3f}" for v in row["huge"]["ratios"].values())
         + (
@@ -384,7 +408,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RESULT",
         help="measure nothing: print the level-matched comparison of kept result files",
     )
+    ap.add_argument(
+        "--alignment-ab",
+        type=int,
+        metavar="PAIRS",
+        help="measure BabelStream alone: its default 2 MiB alignment against 64 bytes "
+        "(both -ffast-math), alternating in random order, PAIRS times",
+    )
     args = ap.parse_args(argv)
+    if args.alignment_ab:
+        return alignment_ab(args)
     if args.levels:
         for path in args.levels:
             print_levels(f"{path.name}: ", levels(json.loads(path.read_text())["rounds"]))
@@ -392,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_babelstream(Path(tmp))
-        exe_vec = build_babelstream(Path(tmp), fast_math=True)
+        exe_vec = build_babelstream(Path(tmp), fast_math=True, alignment=ALIGNMENT)
         wait_quiet("babelstream in cache", args.max_wait)
         in_cache = {
             "stock": run_babelstream(exe, elements=IN_CACHE_ELEMENTS),
@@ -436,6 +469,11 @@ def main(argv: list[str] | None = None) -> int:
         for n in names
     }
     huge = spread(rounds, "huge", names)
+    stock_spread = {
+        n: _min_median_max(r["stock_ratios"][n] for r in rounds)
+        for n in names
+        if all(n in r.get("stock_ratios", {}) for r in rounds)
+    }
     single = {
         n: _min_median_max(
             r["4k"]["single_run_ratios"][n] for r in rounds if n in r["4k"]["single_run_ratios"]
@@ -462,7 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         "babelstream": "UoB-HPC/BabelStream 57637d5 (2026-04-10), src/main.cpp + "
         "src/omp/OMPStream.cpp, g++ -O3 -march=native -fopenmp, "
         f"-n {args.times}, default size; "
-        f"'{VEC_DOT}': Dot of the same sources built with -ffast-math added",
+        f"interleaved build (Copy, Triad, '{VEC_DOT}'): -ffast-math -DALIGNMENT={ALIGNMENT} "
+        "added; stock build (default 2 MiB alignment) once a round after the window",
+        "babelstream_alignment_bytes": ALIGNMENT,
         "dot_in_cache": {
             "elements_per_array": IN_CACHE_ELEMENTS,
             "bytes_per_s": in_cache,
@@ -473,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": all_rounds,
         "summary": summary,
         "summary_roofprof_on_huge_pages": huge,
+        "summary_against_stock_build": stock_spread,
         "summary_single_runs_4k": single,
         "babelstream_run_spread": babelstream_spread,
         "roofprof_run_spread": roofprof_spread,
@@ -507,6 +548,11 @@ def main(argv: list[str] | None = None) -> int:
                 else ""
             )
         )
+    for n, s in stock_spread.items():
+        print(
+            f"{n}, against the stock build (2 MiB-aligned arrays, one run a round): "
+            f"min {s['min']:.3f}, median {s['median']:.3f}, max {s['max']:.3f}"
+        )
     for n, s in single.items():
         print(
             f"{n} (4 KiB, each roofprof run ÷ the BabelStream run before it): "
@@ -524,6 +570,106 @@ def main(argv: list[str] | None = None) -> int:
         )
     print_levels("", payload["level_matched"])
     return 0
+
+
+def alignment_ab(args: argparse.Namespace) -> int:
+    """BabelStream's 2 MiB-aligned build against its 64-byte-aligned one, alternating: the
+    reason the interleaved build sets ``-DALIGNMENT=64``. Each pair's two runs are adjacent;
+    :func:`same_level_pairs` summarises the pairs whose runs saw the same memory state."""
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        builds = {
+            DEFAULT_ALIGNMENT: build_babelstream(Path(tmp), fast_math=True),
+            ALIGNED: build_babelstream(Path(tmp), fast_math=True, alignment=ALIGNMENT),
+        }
+        for i in range(args.alignment_ab):
+            order = list(builds)
+            random.shuffle(order)
+            pair = {}
+            for name in order:
+                wait_quiet(f"alignment {i + 1} {name}", args.max_wait)
+                got = run_babelstream(builds[name], times=args.times)
+                pair[name] = {k: got[k] for k in PAIRS}
+            runs.append({"order": order, "bytes_per_s": pair})
+            print(
+                f"pair {i + 1}: "
+                + "; ".join(
+                    f"{name} "
+                    + ", ".join(f"{k} {pair[name][k] / 1e9:.1f}" for k in PAIRS)
+                    + " GB/s"
+                    for name in builds
+                ),
+                flush=True,
+            )
+    payload = {
+        "benchmark": "BabelStream OpenMP, 2 MiB against 64-byte array alignment, alternating",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {**lscpu(), "python": platform.python_version()},
+        "babelstream": "UoB-HPC/BabelStream 57637d5, g++ -O3 -march=native -fopenmp "
+        f"-ffast-math, -n {args.times}, default size; -DALIGNMENT={ALIGNMENT} for the other",
+        "pairs": runs,
+        "same_level": same_level_pairs(runs),
+        "quiet_log": QUIET_LOG,
+    }
+    Path(args.out).write_text(json.dumps(payload, indent=1))
+    print_alignment(payload["same_level"])
+    return 0
+
+
+DEFAULT_ALIGNMENT, ALIGNED = "2 MiB (default)", f"{ALIGNMENT} B"
+
+
+def same_level_pairs(runs: list[dict]) -> dict[str, dict]:
+    """The 64-byte build ÷ the default one, per kernel, over the pairs whose two runs sat at
+    the same one of the host's two levels.
+
+    The host's memory flips between two speeds within seconds, so a pair whose runs fell on
+    either side of a flip compares the flip, not the builds. The split is the midpoint of
+    the slowest and fastest Triad of both builds (Triad moves least with the alignment); a
+    pair counts at a level when both its Triads lie on that side.
+
+    >>> pair = lambda d, a: {"bytes_per_s": {DEFAULT_ALIGNMENT: d, ALIGNED: a}}
+    >>> runs = [pair({"Copy": 36e9, "Triad": 39e9}, {"Copy": 40e9, "Triad": 39e9}),
+    ...         pair({"Copy": 29e9, "Triad": 30e9}, {"Copy": 30e9, "Triad": 31e9}),
+    ...         pair({"Copy": 37e9, "Triad": 40e9}, {"Copy": 30e9, "Triad": 31e9})]
+    >>> out = same_level_pairs(runs)
+    >>> out["fast"]["pairs"], round(out["fast"]["Copy"]["median"], 3), out["mixed_pairs"]
+    (1, 1.111, 1)
+    """
+    triads = [r["bytes_per_s"][b]["Triad"] for r in runs for b in (DEFAULT_ALIGNMENT, ALIGNED)]
+    split = (min(triads) + max(triads)) / 2
+    out: dict[str, Any] = {"split_triad_bytes_per_s": split}
+    mixed = 0
+    by_level: dict[str, list[dict]] = {"fast": [], "slow": []}
+    for r in runs:
+        sides = {r["bytes_per_s"][b]["Triad"] >= split for b in (DEFAULT_ALIGNMENT, ALIGNED)}
+        if len(sides) > 1:
+            mixed += 1
+        else:
+            by_level["fast" if sides.pop() else "slow"].append(r["bytes_per_s"])
+    for level, pairs in by_level.items():
+        row: dict[str, Any] = {"pairs": len(pairs)}
+        for k in PAIRS:
+            if pairs and all(k in p[b] for p in pairs for b in p):
+                row[k] = _min_median_max(p[ALIGNED][k] / p[DEFAULT_ALIGNMENT][k] for p in pairs)
+        out[level] = row
+    out["mixed_pairs"] = mixed
+    return out
+
+
+def print_alignment(same_level: dict[str, Any]) -> None:
+    """One line per level and kernel of :func:`same_level_pairs`' summary."""
+    print(f"{same_level['mixed_pairs']} pairs straddled a change of level (left out)")
+    for level in ("fast", "slow"):
+        row = same_level[level]
+        for k in PAIRS:
+            if k in row:
+                s = row[k]
+                print(
+                    f"{k}, {ALIGNED} ÷ {DEFAULT_ALIGNMENT}, {row['pairs']} pairs at the "
+                    f"{level} level: min {s['min']:.3f}, median {s['median']:.3f}, "
+                    f"max {s['max']:.3f}"
+                )
 
 
 def print_levels(prefix: str, matched: dict[str, dict]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import signal
 import socket
 import statistics
 import time
@@ -260,6 +261,16 @@ def test_per_request_failures_are_recorded_during_a_level(capsys, tmp_path):
     )
 
 
+@pytest.fixture
+def ctrl_c_delivered():
+    """Python's own SIGINT handler for the test: ``_thread.interrupt_main`` does nothing when
+    SIGINT is ignored, as it is for a background job of a non-interactive shell."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_writes_what_was_measured_whole(capsys, tmp_path):
     def interrupt(count):
         if count == 6:  # preflight, 2 floor requests, level 1 (2), then the first of level 2
@@ -514,6 +525,7 @@ def test_ctrl_c_while_predicting_keeps_the_measured_levels(capsys, tmp_path, mon
     assert (tmp_path / "out" / "endpoint.csv").read_text().count("\n") >= 3
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_during_the_network_floor_exits_130_with_the_file_whole(capsys, tmp_path):
     def interrupt(count):
         if count == 2:  # the preflight, then the first 1-token floor request

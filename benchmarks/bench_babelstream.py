@@ -78,6 +78,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_cpu_roofline import QUIET_LOG, lscpu, wait_quiet  # noqa: E402
+from physmem import Ballast, mapped_locality  # noqa: E402
 
 SOURCES = HERE / "babelstream"
 #: BabelStream's kernel → the roofprof DRAM ceiling that measures the same traffic.
@@ -87,6 +88,8 @@ VEC_DOT = "Dot (vectorised)"
 #: Doubles per array of the in-cache run (1 MiB each: L2/L3-resident), where Dot's add
 #: chain, not memory, sets its speed.
 IN_CACHE_ELEMENTS = 1 << 17
+#: BabelStream's default doubles per array (2^25: 256 MiB).
+DEFAULT_ELEMENTS = 1 << 25
 TARGET = (0.95, 1.10)
 #: The like-for-like pairs the target is for (the stock Dot is capped by its add chain).
 #: A round is steady when each BabelStream kernel's slowest run of the round is at least this
@@ -98,6 +101,10 @@ ALIGNMENT = 64
 #: The two builds' names in ``--alignment-ab``'s results.
 DEFAULT_ALIGNMENT, ALIGNED = "2 MiB (default)", f"{ALIGNMENT} B"
 TARGETED = ("DRAM read / Dot (vectorised)", "DRAM copy / Copy", "DRAM triad / Triad")
+#: Each measured run: the ballast it ran beside and the physical locality its arrays got.
+PHYSMEM_LOG: list[dict[str, Any]] = []
+#: Whether runs get a :class:`physmem.Ballast` (``--no-ballast`` turns it off).
+BALLAST = {"enabled": True}
 
 
 def build_babelstream(
@@ -132,19 +139,37 @@ def build_babelstream(
 
 def run_babelstream(exe: Path, times: int = 50, elements: int | None = None) -> dict[str, float]:
     """BabelStream's best bandwidth per kernel (bytes/s) over ``times`` runs (``elements``
-    doubles per array: its default, 2^25, when None)."""
+    doubles per array: its default, 2^25, when None), beside a :class:`physmem.Ballast`;
+    the physical locality of its three arrays, sampled while it runs, goes to
+    :data:`PHYSMEM_LOG`."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(len(os.sched_getaffinity(0))),
         "OMP_PROC_BIND": "true",
     }
-    out = subprocess.run(
-        [str(exe), "-n", str(times), "--csv", *(["-s", str(elements)] if elements else [])],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout
+    array_bytes = 8 * (elements or DEFAULT_ELEMENTS)
+    cmd = [str(exe), "-n", str(times), "--csv", *(["-s", str(elements)] if elements else [])]
+    with Ballast(BALLAST["enabled"]) as ballast:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+        locality = None
+        for _ in range(40):  # its arrays are written within a second of its start
+            time.sleep(0.1)
+            found = mapped_locality(proc.pid, array_bytes)
+            if proc.poll() is not None or found is None:
+                break
+            if found[0] >= 3 * array_bytes:  # all three arrays written
+                locality = found[1]
+                break
+        out, _ = proc.communicate()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    PHYSMEM_LOG.append(
+        {
+            "run": exe.name,
+            "ballast_bytes": ballast.bytes,
+            "array_locality": None if locality is None else [locality],
+        }
+    )
     rows = csv.DictReader(io.StringIO(out[out.index("function") :]))
     return {r["function"]: float(r["max_MB_per_sec"]) * 1e6 for r in rows}
 
@@ -164,9 +189,24 @@ def run_roofprof(
     if tree is not None:  # another checkout's roofprof (its roofprof/kernels linked in)
         env["PYTHONPATH"] = str(tree)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    with Ballast(BALLAST["enabled"]) as ballast:
+        subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     result = json.loads((outdir / "roofline.json").read_text())
+    dram_points = [
+        p
+        for points in result["sweeps"]["bandwidth"].values()
+        for p in points
+        if p.get("level") == "dram"
+    ]
+    seen = {(p.get("params") or {}).get("physical_locality") for p in dram_points}
+    PHYSMEM_LOG.append(
+        {
+            "run": "roofprof" + (" (huge pages)" if huge_pages else ""),
+            "ballast_bytes": ballast.bytes,
+            "array_locality": sorted(c for c in seen if c is not None) or None,
+        }
+    )
     ceilings = {c["name"]: c["value"] for c in result["ceilings"]}
     return ceilings, list(result.get("warnings", [])), wall
 
@@ -281,6 +321,7 @@ def run_round(i: int, exe: Path, exe_vec: Path, tmp: Path, args: argparse.Namesp
     pages once each. The round's ratios are best ÷ best over the interleaved window."""
     bs_runs: list[dict[str, float]] = []
     rp_runs: list[dict[str, float]] = []
+    first_log = len(PHYSMEM_LOG)
     warnings: list[str] = []
     walls: list[float] = []
     single: list[dict[str, float]] = []
@@ -352,6 +393,7 @@ def run_round(i: int, exe: Path, exe_vec: Path, tmp: Path, args: argparse.Namesp
             "roofprof_wall_s": wall,
         }
     row["ratios"] = row["4k"]["ratios"]  # like for like: both on 4 KiB pages
+    row["physical_memory"] = PHYSMEM_LOG[first_log:]
     print(
         f"round {i + 1}: "
         + ", ".join(f"{k} {v:.3f}" for k, v in row["ratios"].items())
@@ -417,7 +459,14 @@ def main(argv: list[str] | None = None) -> int:
         help="measure BabelStream alone: its default 2 MiB alignment against 64 bytes "
         "(both -ffast-math), alternating in random order, PAIRS times",
     )
+    ap.add_argument(
+        "--no-ballast",
+        action="store_true",
+        help="run each tool on whatever free memory the kernel hands out, without first "
+        "taking up the fragments of free memory (physmem.Ballast)",
+    )
     args = ap.parse_args(argv)
+    BALLAST["enabled"] = not args.no_ballast
     if args.alignment_ab:
         return alignment_ab(args)
     if args.levels:
@@ -528,9 +577,12 @@ def main(argv: list[str] | None = None) -> int:
             else {}
         ),
         "transparent_hugepage": _thp(),
+        "ballast": BALLAST["enabled"],
+        "physical_memory": locality_summary(PHYSMEM_LOG),
         "quiet_log": QUIET_LOG,
     }
     Path(args.out).write_text(json.dumps(payload, indent=1))
+    print_locality(payload["physical_memory"])
     steady = payload["steady_rounds"]
     print(
         f"{steady} of {len(all_rounds)} rounds steady"
@@ -611,11 +663,47 @@ def alignment_ab(args: argparse.Namespace) -> int:
         f"-ffast-math, -n {args.times}, default size; -DALIGNMENT={ALIGNMENT} for the other",
         "pairs": runs,
         "same_level": same_level_pairs(runs),
+        "ballast": BALLAST["enabled"],
+        "physical_memory": locality_summary(PHYSMEM_LOG),
+        "physical_memory_log": PHYSMEM_LOG,
         "quiet_log": QUIET_LOG,
     }
     Path(args.out).write_text(json.dumps(payload, indent=1))
     print_alignment(payload["same_level"])
     return 0
+
+
+def locality_summary(log: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per tool (BabelStream's builds, roofprof): how many runs, the ballast they ran beside
+    (bytes, median) and the lowest physical locality any of their arrays got (None: not
+    readable).
+
+    >>> locality_summary([{"run": "bs", "ballast_bytes": 8, "array_locality": [0.9, 1.0]},
+    ...                     {"run": "bs", "ballast_bytes": 4, "array_locality": None}])
+    {'bs': {'runs': 2, 'ballast_bytes_median': 6.0, 'lowest_locality': 0.9, 'unread_runs': 1}}
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(e["run"] for e in log):
+        mine = [e for e in log if e["run"] == name]
+        seen = [min(e["array_locality"]) for e in mine if e["array_locality"]]
+        out[name] = {
+            "runs": len(mine),
+            "ballast_bytes_median": statistics.median(e["ballast_bytes"] for e in mine),
+            "lowest_locality": min(seen) if seen else None,
+            "unread_runs": len(mine) - len(seen),
+        }
+    return out
+
+
+def print_locality(summary: dict[str, dict[str, Any]]) -> None:
+    for name, s in summary.items():
+        low = s["lowest_locality"]
+        print(
+            f"{name}: {s['runs']} runs beside a {s['ballast_bytes_median'] / 2**30:.2f} GiB "
+            "ballast (median); lowest physical locality of its arrays (share of pages followed "
+            "by one in the same 2 MiB block): "
+            + (f"{low:.3f}" if low is not None else "not readable (root only)")
+        )
 
 
 def same_level_pairs(runs: list[dict]) -> dict[str, dict]:

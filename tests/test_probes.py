@@ -836,3 +836,29 @@ def test_bandwidth_probe_bytes_are_counted_as_babelstream_counts_them():
         assert run.bytes_per_rep == nbytes * n == run.working_set_bytes
         assert run.check().ok
         run.release()
+
+
+class ScatteredDram(SimDevice):
+    """A planted layout: every bandwidth buffer reports ``locality`` (pages followed by one in
+    the same 2 MiB physical block), as the CPU probes do where frame numbers are readable."""
+
+    def __init__(self, locality):
+        super().__init__()
+        self.locality = locality
+
+    def _run(self, name, seconds_per_rep, flops, nbytes, ws, params=None):
+        if name in ("read", "triad"):
+            params = {**(params or {}), "physical_locality": self.locality}
+        return super()._run(name, seconds_per_rep, flops, nbytes, ws, params)
+
+
+def test_a_dram_ceiling_timed_on_scattered_physical_memory_is_flagged_once():
+    dev = ScatteredDram(0.4)
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"))
+    flags = [w for w in r.warnings if "fragmented physical memory" in w]
+    assert len(flags) == 1 and "40%" in flags[0]  # read and triad share the one warning
+    dram = next(p for p in r.sweeps["bandwidth"]["read"] if p.get("level") == "dram")
+    assert dram["params"]["physical_locality"] == 0.4
+    dev = ScatteredDram(0.99)
+    r = measure_roofline(dev, plan=sim_plan(dev, "test"))
+    assert not any("fragmented physical memory" in w for w in r.warnings)

@@ -20,6 +20,7 @@ import numpy as np
 
 from roofprof._resources import kernels_module
 from roofprof.devices.base import CheckResult, Probe, ProbeRun, compare, tolerance
+from roofprof.devices.pagemap import physical_locality
 from roofprof.roofline.plausibility import Reference
 
 if TYPE_CHECKING:
@@ -64,10 +65,17 @@ def aligned_empty(n: int, dtype: Any) -> np.ndarray:
 
 
 class ProbeArena:
-    """A growable, 64-byte aligned float64 buffer shared by the sizes of one sweep."""
+    """A growable, 64-byte aligned float64 buffer shared by the sizes of one sweep.
+
+    ``locality``: the share of its pages whose successor lies in the same 2 MiB physical
+    block after the first touch (:func:`~roofprof.devices.pagemap.physical_locality`;
+    ``None`` where the kernel hides frame numbers), recorded in each bandwidth point's
+    ``params``.
+    """
 
     def __init__(self) -> None:
         self.buf: np.ndarray | None = None
+        self.locality: float | None = None
 
     def get(self, n: int) -> np.ndarray:
         k = _kernels()
@@ -77,6 +85,7 @@ class ProbeArena:
             # sweep left at the same working set (one first touch of the largest size, not two)
             self.buf = aligned_empty(n + n // 64, np.float64)
             k.fill_distinct(self.buf)  # parallel first touch, every page distinct
+            self.locality = physical_locality(self.buf.ctypes.data, self.buf.nbytes)
         return self.buf
 
 
@@ -141,7 +150,7 @@ def setup_read(
         bytes_per_rep=8.0 * n,
         check=check,
         working_set_bytes=8 * n,
-        params={"elements": n, "threads": nt},
+        params={"elements": n, "threads": nt, "physical_locality": arena.locality},
     )
 
 
@@ -182,7 +191,11 @@ def setup_triad(
         bytes_per_rep=24.0 * n,
         check=check,
         working_set_bytes=24 * n,
-        params={"elements_per_array": n, "threads": nt},
+        params={
+            "elements_per_array": n,
+            "threads": nt,
+            "physical_locality": arena.locality,
+        },
     )
 
 
@@ -216,7 +229,11 @@ def setup_copy(
         bytes_per_rep=16.0 * n,
         check=check,
         working_set_bytes=16 * n,
-        params={"elements_per_array": n, "threads": nt},
+        params={
+            "elements_per_array": n,
+            "threads": nt,
+            "physical_locality": arena.locality,
+        },
     )
 
 
@@ -474,4 +491,11 @@ def dot_reference(device: CpuDevice) -> Reference | None:
         clock.start()
         k.dot2(a, b, out, device.nthreads, reps)
         best = min(best, clock.stop())
-    return Reference(16.0 * n * reps / best, "a same-run Dot", "CpuDevice.memory_reference")
+    found = [physical_locality(x.ctypes.data, x.nbytes) for x in (a, b)]
+    known = [c for c in found if c is not None]
+    return Reference(
+        16.0 * n * reps / best,
+        "a same-run Dot",
+        "CpuDevice.memory_reference",
+        min(known) if len(known) == len(found) else None,
+    )

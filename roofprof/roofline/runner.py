@@ -26,6 +26,7 @@ from roofprof.roofline.plausibility import (
     RETRIES,
     MemoryReference,
     Reference,
+    fragmentation_flags,
     judge,
     level_order_flags,
     replacement_note,
@@ -266,6 +267,7 @@ class RooflineRunner:
         against the faster ones, DRAM against the reference (re-measured, else replaced)."""
         mine = [d for d in self.details if d.get("probe") == probe.name]
         self.warnings.extend(level_order_flags({d["level"]: d["value"] for d in mine}, probe.name))
+        self.warnings.extend(w for w in fragmentation_flags(points) if w not in self.warnings)
         dram = next((d for d in mine if d["level"] == "dram"), None)
         ref = self._memory_reference() if dram is not None else None
         if dram is None or ref is None:
@@ -292,6 +294,7 @@ class RooflineRunner:
             "ratio": verdict.ratio,
             "remeasured": len(tries),
             "first_value": first,
+            "physical_locality": ref.physical_locality,
         }
         if verdict.ok:
             if tries:

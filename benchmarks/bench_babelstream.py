@@ -30,6 +30,14 @@ and DRAM banks; on this guest's fast memory state that caps its Copy at ~40 GB/s
 2 %). The stock build (default alignment, no ``-ffast-math``) runs once per round after the
 window, its kernels recorded beside the ratios as ``stock_ratios``, for reference.
 
+Each run of either tool runs beside a :class:`physmem.Ballast`: a helper process that holds
+the free memory's small blocks (below 2 MiB) until the run ends. Linux serves a page fault
+from the smallest free block, so otherwise the arrays a process writes first (BabelStream's,
+at its start) land on frames scattered over memory and stream up to ~20 % slower than the
+buffer roofprof writes after Python's start-up has used up those blocks. Where frame numbers
+are readable (root), the physical locality both tools' arrays got is recorded per run
+(``physical_memory``); ``--no-ballast`` leaves the helper out.
+
 BabelStream's arrays live on ordinary 4 KiB pages where transparent huge pages are
 ``madvise`` only (a ``new``'d array asks for none), roofprof's numpy buffers ask for huge
 pages; in a KVM guest a TLB miss is a two-level page walk and the 4 KiB stream loses up to

@@ -385,8 +385,8 @@ def cpu_probes(device: CpuDevice) -> tuple[Probe, ...]:
             partial(setup_copy, device, arena, rng=rng),
             accounting="bytes = 16·n per pass (STREAM: a, c; write-allocate not counted), "
             "FLOPs = 0",
-            note="c = a (+ the pass index), one chunk per thread worked as two halves at once, "
-            "arrays staggered",
+            note="c = a (+ the pass index), one chunk per thread worked as one stream (as "
+            "BabelStream's Copy), arrays staggered",
         ),
         Probe(
             "triad",

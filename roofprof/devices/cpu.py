@@ -511,13 +511,13 @@ def cpu_roofline_plan(info: DeviceInfo, name: str = "full") -> RooflinePlan:
             intensity_budget_s=0.02,
             min_repeats=5,
             intensity_max_call_flops=5e9,
-            dram_point_budget_s=0.3,
+            dram_point_budget_s=1.0,
             dram_call_s=DRAM_CALL_S,
         )
     else:
         knobs = dict(
             point_budget_s=0.1,
-            dram_point_budget_s=0.5,
+            dram_point_budget_s=1.0,
             target_call_s=0.005,
             compute_budget_s=1.0,
             compute_call_s=0.03,

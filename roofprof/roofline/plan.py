@@ -52,7 +52,8 @@ class RooflinePlan:
     intensity_max_call_flops: float = 0.0
     #: Timing budget of a sweep point on the DRAM plateau (≥ DRAM_FACTOR × the last-level
     #: cache): a shared host's bandwidth moves within a second, and a best-of over a few
-    #: tens of milliseconds misses its fast moments (BabelStream times each kernel ~0.5 s).
+    #: tens of milliseconds misses its fast moments (BabelStream's best is over 50 calls of
+    #: each kernel, ~1 s of it, spread over its 5-second run).
     dram_point_budget_s: float = 0.0
     #: Shortest call (s) at a sweep point on the DRAM plateau: more passes per call until a
     #: call lasts this long (0: ``target_call_s``). A call's fixed cost (waking the worker

@@ -220,13 +220,19 @@ def cached_roofline(device: Device, max_age_s: float) -> tuple[RooflineResult, f
     """The cached quick roofline of ``device`` and its age (seconds), if younger than ``max_age_s``.
 
     The fingerprint covers the device, its threads and the libraries, so a cached roofline
-    is one this very setup measured; an incomplete or unreadable one is never returned.
+    is one this very setup measured; an incomplete or unreadable one is never returned, nor
+    one measured with another quick plan than this roofprof's (an upgrade that changes how
+    the probes are timed measures afresh).
 
     >>> from roofprof.devices.cpu import CpuDevice
     >>> cached_roofline(CpuDevice(), max_age_s=0) is None
     True
     """
-    return _fresh(roofline_cache_path(device), max_age_s)
+    cached = _fresh(roofline_cache_path(device), max_age_s)
+    if cached is None or not hasattr(device, "roofline_plan"):
+        return cached
+    plan = json.loads(json.dumps(device.roofline_plan("quick").to_dict()))
+    return cached if dict(cached[0].plan) == plan else None
 
 
 def _complete_result(path: Path) -> RooflineResult | None:

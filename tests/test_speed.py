@@ -8,6 +8,7 @@ made, which roofline is reused) with fake clocks and tiny shapes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -449,9 +450,14 @@ def test_cached_roofline_is_reused_only_while_fresh_and_complete(isolated_cache,
         ),
     )
     path = roofline_cache_path(dev)
-    RooflineResult(rl, dev.info).write(path)
+    plan = dev.roofline_plan("quick")
+    RooflineResult(rl, dev.info, plan=plan.to_dict()).write(path)
     got = cached_roofline(dev, 3600)
     assert got is not None and got[0].roofline.memory_bandwidth() == 1e10 and 0 <= got[1] < 60
+    other = dataclasses.replace(plan, dram_point_budget_s=plan.dram_point_budget_s / 2)
+    RooflineResult(rl, dev.info, plan=other.to_dict()).write(path)
+    assert cached_roofline(dev, 3600) is None  # measured with another plan: measure afresh
+    RooflineResult(rl, dev.info, plan=plan.to_dict()).write(path)
     assert cached_roofline(dev, 0) is None  # --fresh-roofline
     old = time.time() - 7200
     os.utime(path, (old, old))

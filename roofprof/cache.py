@@ -413,7 +413,7 @@ def choose_roofline(
     if str(given) == "none":
         return ChosenRoofline(None, "none")
     cache = roofline_cache_path(device)
-    fresh = _fresh(cache, choice.max_age_s)
+    fresh = cached_roofline(device, choice.max_age_s)
     if fresh is not None:
         result, age_s = fresh
         return ChosenRoofline(

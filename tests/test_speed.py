@@ -468,6 +468,34 @@ def test_cached_roofline_is_reused_only_while_fresh_and_complete(isolated_cache,
     assert cached_roofline(dev, 3600) is None
 
 
+def test_a_job_measures_afresh_when_the_cached_roofline_used_another_plan(
+    isolated_cache, monkeypatch
+):
+    from roofprof import cache
+    from roofprof.roofline import Ceiling, Roofline
+    from roofprof.roofline.probes import RooflineResult
+
+    dev = CpuDevice()
+    rl = Roofline("cpu", (Ceiling("dram", "memory", 1e10, level="dram", source="measured"),))
+    plan = dev.roofline_plan("quick")
+    older = dataclasses.replace(plan, dram_point_budget_s=plan.dram_point_budget_s / 2)
+    RooflineResult(rl, dev.info, plan=older.to_dict()).write(cache.roofline_cache_path(dev))
+    fresh_rl = Roofline("cpu", (Ceiling("dram", "memory", 2e10, level="dram", source="measured"),))
+    measured = []
+
+    def measure_now(device, quick, progress=None):
+        measured.append(quick)
+        result = RooflineResult(fresh_rl, dev.info, plan=plan.to_dict())
+        return fresh_rl, "measured (quick probes)", result
+
+    monkeypatch.setattr(cache, "_measure_now", measure_now)
+    chosen = cache.choose_roofline(cache.RooflineChoice(), dev)
+    assert measured == [True] and chosen.roofline is fresh_rl
+    RooflineResult(rl, dev.info, plan=plan.to_dict()).write(cache.roofline_cache_path(dev))
+    chosen = cache.choose_roofline(cache.RooflineChoice(), dev)
+    assert measured == [True] and chosen.source.startswith("cached quick measurement")
+
+
 def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(
     isolated_cache, monkeypatch
 ):
@@ -501,7 +529,7 @@ def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(
             Ceiling("fp32", "compute", 1e11, dtype="fp32", source="measured"),
         ),
     )
-    RooflineResult(rl, dev.info).write(roofline_cache_path(dev))
+    RooflineResult(rl, dev.info, plan=test_plan.to_dict()).write(roofline_cache_path(dev))
     quick, source = resolve_roofline("auto", dev, minimal_dtypes=("fp32",))
     assert source.startswith("cached quick") and quick.ridge("fp32") == 10.0
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from roofprof.devices.cpu import meminfo_bytes  # noqa: E402
 from roofprof.devices.pagemap import locality_of_frames, present_frames  # noqa: E402
 
 #: Free blocks below this order (2^9 pages: 2 MiB) count as fragments the ballast takes up.
@@ -65,16 +66,6 @@ def fragmented_free_bytes(buddyinfo: str, below_order: int = BELOW_ORDER) -> int
     return total
 
 
-def _available_bytes() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 class Ballast:
     """A helper process holding the fragments of free memory while a run is measured.
 
@@ -97,7 +88,9 @@ class Ballast:
         except OSError:
             return self
         page = os.sysconf("SC_PAGE_SIZE")
-        want = min(fragmented_free_bytes(info), int(MAX_SHARE * _available_bytes()))
+        want = min(
+            fragmented_free_bytes(info), int(MAX_SHARE * (meminfo_bytes("MemAvailable") or 0))
+        )
         if self.max_bytes is not None:
             want = min(want, self.max_bytes)
         want = want // page * page

@@ -816,8 +816,10 @@ def test_dram_sweep_points_time_calls_as_long_as_babelstreams():
     r = measure_roofline(dev, plan=plan, probes=["read", "triad"])
     for probe in ("read", "triad"):
         points = r.sweeps["bandwidth"][probe]
-        dram = [p for p in points if p["working_set_bytes"] >= 8 * CACHES["l3"]]
-        assert dram and all(p["reps"] >= 2 for p in dram)
+        # the triad's arrays hold 24·n bytes, a few under the 8 x LLC asked for: still DRAM
+        dram = [p for p in points if p["working_set_bytes"] >= 0.999 * 8 * CACHES["l3"]]
+        assert len(dram) >= 2 and all(p.get("level") == "dram" for p in dram)
+        assert all(p["reps"] >= 2 for p in dram)
         assert all(min(p["timing"]["samples_s"]) >= 0.9 * plan.dram_call_s for p in dram)
         l2 = [p for p in points if p["working_set_bytes"] <= CACHES["l2"]]
         assert all(min(p["timing"]["samples_s"]) < 0.5 * plan.dram_call_s for p in l2)
@@ -862,3 +864,32 @@ def test_a_dram_ceiling_timed_on_scattered_physical_memory_is_flagged_once():
     dev = ScatteredDram(0.99)
     r = measure_roofline(dev, plan=sim_plan(dev, "test"))
     assert not any("fragmented physical memory" in w for w in r.warnings)
+
+
+def test_the_triad_starts_its_arrays_past_a_cache_line_only_from_dram(monkeypatch):
+    """Measured on a Zen 4 guest: from DRAM, triad arrays 16 B past a line stream ~9 % more;
+    in L1 the same offset costs 29 %. The offset is recorded; the check still holds."""
+    import dataclasses
+    import types
+
+    from roofprof.devices import cpu_probes
+
+    real = cpu_probes._kernels()
+    starts = []
+
+    def triad(a, b, c, *args):
+        starts.append({x.ctypes.data % 64 for x in (a, b, c)})
+        return real.triad(a, b, c, *args)
+
+    kernels = types.SimpleNamespace(**{n: getattr(real, n) for n in real.__all__})
+    kernels.triad = triad
+    monkeypatch.setattr(cpu_probes, "_kernels", lambda: kernels)
+    dev = CpuDevice()
+    dev._info = dataclasses.replace(dev.info, cache_bytes={"l1": 32 * KiB, "l2": 1 * MiB})
+    arena = cpu_probes.ProbeArena()
+    for ws, offset in ((8 * MiB, cpu_probes.TRIAD_DRAM_OFFSET_BYTES), (64 * KiB, 0)):
+        run = cpu_probes.setup_triad(dev, arena, working_set_bytes=ws)
+        assert run.params["array_offset_bytes"] == offset
+        assert run.check().ok and run.bytes_per_rep == run.working_set_bytes
+        run.run(1)
+        assert starts[-1] == {offset} and arena.buf.ctypes.data % 64 == 0

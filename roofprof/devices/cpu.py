@@ -86,6 +86,7 @@ __all__ = [
     "cpu_roofline_plan",
     "enumerate",
     "gemm_tolerance",
+    "meminfo_bytes",
     "open",
     "reference_passes",
     "roofline_plan",
@@ -122,7 +123,13 @@ def _size_bytes(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def _meminfo(key: str) -> int | None:
+def meminfo_bytes(key: str) -> int | None:
+    """One ``/proc/meminfo`` field in bytes (``MemAvailable``, ``MemTotal``...); ``None``
+    where the file or the field is missing.
+
+    >>> (meminfo_bytes("MemTotal") or 0) >= 0
+    True
+    """
     for line in _read("/proc/meminfo").splitlines():
         if line.startswith(key + ":"):
             parts = line.split()
@@ -232,7 +239,7 @@ def cpu_info() -> DeviceInfo:
         index=0,
         name=_cpu_model(),
         compute_units=len(cpus),
-        memory_bytes=_meminfo("MemTotal") or 0,
+        memory_bytes=meminfo_bytes("MemTotal") or 0,
         cache_bytes=cache_sizes(cpus),
         clock_mhz=_max_clock_mhz(cpus),
         spec_id=None,
@@ -317,7 +324,7 @@ class CpuDevice:
 
     def free_memory_bytes(self) -> int:
         """``MemAvailable`` from /proc/meminfo (or free physical pages)."""
-        avail = _meminfo("MemAvailable")
+        avail = meminfo_bytes("MemAvailable")
         if avail is not None:
             return avail
         try:

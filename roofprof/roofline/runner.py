@@ -21,7 +21,7 @@ from roofprof.errors import RoofprofError
 from roofprof.roofline import Ceiling, Roofline
 from roofprof.roofline.datasheet import spec_comparison
 from roofprof.roofline.plan import RooflinePlan
-from roofprof.roofline.plateaus import DRAM_FACTOR, Plateau, find_plateaus
+from roofprof.roofline.plateaus import Plateau, dram_resident, find_plateaus
 from roofprof.roofline.plausibility import (
     RETRIES,
     MemoryReference,
@@ -218,7 +218,7 @@ class RooflineRunner:
         if check:
             self._checked(probe, run, f"working set {run.working_set_bytes} B")
         llc = self.device.info.last_level_cache_bytes
-        on_dram = bool(llc) and run.working_set_bytes >= DRAM_FACTOR * llc
+        on_dram = dram_resident(run.working_set_bytes, llc)
         target = self.plan.target_call_s
         target = max(target, self.plan.dram_call_s) if on_dram else target
         reps = self.timer.recalibrate(run, target, previous)

@@ -35,6 +35,7 @@ from roofprof.roofline import Roofline
 
 if TYPE_CHECKING:
     from roofprof.devices.base import Device, Probe
+    from roofprof.roofline.plan import RooflinePlan
     from roofprof.roofline.probes import RooflineResult
     from roofprof.workload import Op
 
@@ -228,11 +229,7 @@ def cached_roofline(device: Device, max_age_s: float) -> tuple[RooflineResult, f
     >>> cached_roofline(CpuDevice(), max_age_s=0) is None
     True
     """
-    cached = _fresh(roofline_cache_path(device), max_age_s)
-    if cached is None or not hasattr(device, "roofline_plan"):
-        return cached
-    plan = json.loads(json.dumps(device.roofline_plan("quick").to_dict()))
-    return cached if dict(cached[0].plan) == plan else None
+    return _fresh(roofline_cache_path(device), max_age_s, device.roofline_plan("quick"))
 
 
 def _complete_result(path: Path) -> RooflineResult | None:
@@ -285,23 +282,10 @@ def minimal_roofline(
         roof, source, _ = minimal_roofline(select("cpu"), ("fp32",))
         roof.ridge("fp32")   # FLOP/byte
     """
-    from roofprof.roofline.plateaus import DRAM_FACTOR
     from roofprof.roofline.probes import measure_roofline as probe
-    from roofprof.roofline.probes import replace_plan
 
-    quick = device.roofline_plan("quick")
     names = ["read", *(p.name for p in _peak_probes(device, dtypes))]
-    llc = device.info.last_level_cache_bytes or max(quick.working_set_sizes) // 16
-    dram = min(
-        (s for s in quick.working_set_sizes if s >= DRAM_FACTOR * llc),
-        default=max(quick.working_set_sizes),
-    )
-    plan = replace_plan(
-        quick,
-        name="minimal",
-        working_set_sizes=(dram,),
-        gemm_sizes=(min(quick.gemm_sizes),) if quick.gemm_sizes else (),
-    )
+    plan = _minimal_plan(device)
     hook = (
         (lambda done, total, label: progress(f"roofline: {label}", done, total))
         if progress
@@ -313,6 +297,25 @@ def minimal_roofline(
         "`roofprof roofline` measures the whole roofline)"
     )
     return result.roofline, source, result
+
+
+def _minimal_plan(device: Device) -> RooflinePlan:
+    """The quick plan cut to :func:`minimal_roofline`'s one DRAM size and smallest GEMM."""
+    from roofprof.devices.base import dram_resident
+    from roofprof.roofline.probes import replace_plan
+
+    quick = device.roofline_plan("quick")
+    llc = device.info.last_level_cache_bytes or max(quick.working_set_sizes) // 16
+    dram = min(
+        (s for s in quick.working_set_sizes if dram_resident(s, llc)),
+        default=max(quick.working_set_sizes),
+    )
+    return replace_plan(
+        quick,
+        name="minimal",
+        working_set_sizes=(dram,),
+        gemm_sizes=(min(quick.gemm_sizes),) if quick.gemm_sizes else (),
+    )
 
 
 def _peak_probes(device: Device, dtypes: Sequence[str]) -> list[Probe]:
@@ -375,9 +378,10 @@ class ChosenRoofline:
     result: RooflineResult | None = None
 
 
-def _fresh(path: Path, max_age_s: float) -> tuple[RooflineResult, float] | None:
+def _fresh(path: Path, max_age_s: float, plan: RooflinePlan) -> tuple[RooflineResult, float] | None:
     """The complete roofline result cached at ``path`` and its age, if younger than
-    ``max_age_s``."""
+    ``max_age_s`` and measured with ``plan`` (an upgrade that changes how the probes are
+    timed measures afresh)."""
     if max_age_s <= 0:
         return None
     try:
@@ -385,7 +389,9 @@ def _fresh(path: Path, max_age_s: float) -> tuple[RooflineResult, float] | None:
     except OSError:
         return None
     result = _complete_result(path) if 0 <= age_s <= max_age_s else None
-    return (result, age_s) if result is not None else None
+    if result is None or dict(result.plan) != json.loads(json.dumps(plan.to_dict())):
+        return None  # the plan as the result file spells it (tuples become lists)
+    return result, age_s
 
 
 def choose_roofline(
@@ -424,7 +430,7 @@ def choose_roofline(
         )
     if choice.minimal_dtypes is not None:
         cache = minimal_roofline_cache_path(device)
-        fresh = _fresh(cache, choice.max_age_s)
+        fresh = _fresh(cache, choice.max_age_s, _minimal_plan(device))
         measurable = {p.dtype for p in _peak_probes(device, choice.minimal_dtypes)}
         if fresh is not None and measurable <= set(fresh[0].roofline.dtypes):
             return ChosenRoofline(

@@ -518,6 +518,11 @@ def test_a_measured_prediction_measures_only_the_minimal_roofline_and_reuses_it(
     _, source = resolve_roofline("auto", dev, minimal_dtypes=("fp64",))
     assert "gemm-fp64" in source
     assert resolve_roofline("auto", dev, minimal_dtypes=("bf16",))[1].startswith("cached minimal")
+    cached = json.loads(minimal_roofline_cache_path(dev).read_text())
+    cached["plan"]["dram_point_budget_s"] = 2 * test_plan.dram_point_budget_s + 1.0
+    minimal_roofline_cache_path(dev).write_text(json.dumps(cached))
+    _, source = resolve_roofline("auto", dev, minimal_dtypes=("bf16",))
+    assert "minimal probes: read;" in source  # cached with another plan: measured afresh
     minimal_roofline_cache_path(dev).unlink()
     bf16, source = resolve_roofline("auto", dev, minimal_dtypes=("bf16",))
     assert "minimal probes: read;" in source and bf16.dtypes == () and bf16.memory_bandwidth() > 0

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_KINDS",
+    "DRAM_FACTOR",
+    "LEVEL_EDGE",
     "PROBE_KINDS",
     "CheckResult",
     "Device",
@@ -43,6 +45,7 @@ __all__ = [
     "ProbeRun",
     "Selection",
     "compare",
+    "dram_resident",
     "per_call_timing",
     "tolerance",
     "torch_issue_overhead_s",
@@ -53,6 +56,23 @@ DEVICE_KINDS = ("cpu", "cuda")
 #: level), ``compute`` (peak FLOP/s of a dtype), ``gemm`` (best library GEMM: the attainable
 #: GEMM ceiling), ``intensity`` (FLOPs per element swept: the measured roofline curve).
 PROBE_KINDS = ("bandwidth", "compute", "gemm", "intensity")
+#: The DRAM plateau starts at this many times the last-level cache (a scan-resistant cache
+#: keeps part of a smaller working set across passes and inflates "DRAM" bandwidth).
+DRAM_FACTOR = 8
+#: A probe's working set is its whole arrays (24·n for a triad of n-element arrays), a few
+#: bytes under the size asked for: a size within this share of a level's edge is on it.
+LEVEL_EDGE = 1e-3
+
+
+def dram_resident(working_set_bytes: float, llc_bytes: float) -> bool:
+    """Whether a working set (bytes) lies on the DRAM plateau: at least :data:`DRAM_FACTOR` ×
+    the last-level cache, within :data:`LEVEL_EDGE` (False when the LLC is unknown).
+
+    >>> llc = 32 << 20
+    >>> dram_resident(24 * ((8 * llc) // 24), llc), dram_resident(4 * llc, llc)
+    (True, False)
+    """
+    return llc_bytes > 0 and working_set_bytes >= DRAM_FACTOR * llc_bytes * (1 - LEVEL_EDGE)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from roofprof._resources import kernels_module
-from roofprof.devices.base import CheckResult, Probe, ProbeRun, compare, tolerance
+from roofprof.devices.base import (
+    CheckResult,
+    Probe,
+    ProbeRun,
+    compare,
+    dram_resident,
+    tolerance,
+)
 from roofprof.devices.pagemap import physical_locality
-from roofprof.roofline.plateaus import dram_resident
 from roofprof.roofline.plausibility import Reference
 
 if TYPE_CHECKING:

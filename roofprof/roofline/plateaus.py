@@ -15,25 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+# where the DRAM plateau starts is the devices' to say (their probes place arrays by it)
+from roofprof.devices.base import DRAM_FACTOR, LEVEL_EDGE, dram_resident
+
 __all__ = ["DRAM_FACTOR", "Plateau", "dram_resident", "find_plateaus", "level_windows"]
-
-#: The DRAM plateau starts at this many times the last-level cache (a scan-resistant cache
-#: keeps part of a smaller working set across passes and inflates "DRAM" bandwidth).
-DRAM_FACTOR = 8
-# A probe's working set is its whole arrays (24·n for a triad of n-element arrays), a few
-# bytes under the size asked for; windows take points within this share of their edges.
-_EDGE = 1e-3
-
-
-def dram_resident(working_set_bytes: float, llc_bytes: float) -> bool:
-    """Whether a working set (bytes) lies on the DRAM plateau: at least ``DRAM_FACTOR`` ×
-    the last-level cache, within the windows' edge tolerance (False when the LLC is unknown).
-
-    >>> llc = 32 << 20
-    >>> dram_resident(24 * ((8 * llc) // 24), llc), dram_resident(4 * llc, llc)
-    (True, False)
-    """
-    return llc_bytes > 0 and working_set_bytes >= DRAM_FACTOR * llc_bytes * (1 - _EDGE)
 
 
 @dataclass(frozen=True)
@@ -120,7 +105,7 @@ def find_plateaus(
     if cache_bytes:
         out = []
         for level, lo, hi in level_windows(cache_bytes):
-            inside = [(s, v) for s, v in pts if lo * (1 - _EDGE) <= s <= hi * (1 + _EDGE)]
+            inside = [(s, v) for s, v in pts if lo * (1 - LEVEL_EDGE) <= s <= hi * (1 + LEVEL_EDGE)]
             if inside:
                 out.append(_plateau(level, inside, "cache-sizes"))
         return out
